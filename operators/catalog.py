@@ -1,0 +1,8 @@
+"""The kinds this build of Stead serves. The one place a new domain is added."""
+
+from __future__ import annotations
+
+from operators import environment
+from operators.runtime.kinds import Kind
+
+KINDS: tuple[Kind, ...] = (environment.KIND,)

@@ -1,0 +1,171 @@
+"""`stead` (also `kubectl stead`): run the operators, generate CRDs, drive the local control plane."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from operators.catalog import KINDS
+from operators.runtime import crdgen
+
+CRD_DIR = Path("crds")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    try:
+        code: int = args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stead", description=__doc__)
+    sub = parser.add_subparsers(metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the operators in the foreground")
+    run.add_argument("--kubeconfig", type=Path, help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    run.add_argument("--local", choices=["auto", "always", "never"], default="never",
+                     help="start the local control plane: when no cluster is reachable (auto), always, or never")
+    run.add_argument("--store", type=Path, help="LMDB store directory (default: $STEAD_HOME/store)")
+    run.add_argument("--replica", default=os.environ.get("STEAD_REPLICA", os.environ.get("HOSTNAME", "stead-0")))
+    run.add_argument("--namespace", action="append", default=[], help="watch only these namespaces")
+    run.add_argument("--install-crds", action="store_true", help="apply the CRDs before starting")
+    run.add_argument("--webhook", choices=["local", "mounted", "off"], default="local",
+                     help="local: serve on loopback and register it; mounted: certificates from --webhook-cert-dir")
+    run.add_argument("--webhook-listen", default="127.0.0.1")
+    run.add_argument("--webhook-port", type=int, default=9443)
+    run.add_argument("--webhook-cert-dir", type=Path, default=Path("/etc/stead/webhook"))
+    run.add_argument("--health-listen", default="127.0.0.1")
+    run.add_argument("--health-port", type=int, default=8080)
+    run.add_argument("-v", "--verbose", action="store_true")
+    run.set_defaults(func=_cmd_run)
+
+    crds = sub.add_parser("crds", help="write crds/*.yaml from the models (or --check them)")
+    crds.add_argument("--dir", type=Path, default=CRD_DIR)
+    crds.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
+    crds.set_defaults(func=_cmd_crds)
+
+    cluster = sub.add_parser("cluster", help="the local control plane (kube-apiserver, etcd, controller-manager)")
+    csub = cluster.add_subparsers(metavar="ACTION")
+    for name, help_ in [("up", "start it (idempotent)"), ("down", "stop what `up` started"),
+                        ("status", "show whether it runs"), ("kubeconfig", "print the kubeconfig path"),
+                        ("build", "build and cache the binaries")]:
+        action = csub.add_parser(name, help=help_)
+        action.set_defaults(func=_cmd_cluster, action=name)
+    return parser
+
+
+def _cmd_crds(args: argparse.Namespace) -> int:
+    directory: Path = args.dir
+    stale = []
+    for kind in KINDS:
+        path = directory / f"{kind.plural}.yaml"
+        text = crdgen.render(kind)
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(path))
+        else:
+            directory.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path}")
+    if stale:
+        print(f"stale CRDs (run `stead crds`): {', '.join(stale)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_cluster(args: argparse.Namespace) -> int:
+    from operators.cluster import ControlPlaneError, LocalControlPlane, default_home, ensure_binaries
+
+    plane = LocalControlPlane(default_home())
+    try:
+        if args.action == "build":
+            ensure_binaries(progress=lambda line: print(line, file=sys.stderr))
+        elif args.action == "up":
+            info = plane.up()
+            print(f"control plane up at {info.server}\nexport KUBECONFIG={info.kubeconfig}")
+        elif args.action == "down":
+            plane.down()
+            print("control plane stopped")
+        elif args.action == "status":
+            status = plane.status()
+            print(status.describe())
+            return 0 if status.running else 3
+        else:
+            print(plane.kubeconfig_path)
+    except ControlPlaneError as error:
+        print(f"stead cluster {args.action}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from operators.runtime.kopfwiring import OperatorOptions, WebhookOptions, run_operator
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not args.verbose:
+        logging.getLogger("kopf").setLevel(logging.WARNING)
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    home = _home()
+    kubeconfig: Path | None = args.kubeconfig
+    started = None
+    if args.local != "never":
+        from operators.cluster import ControlPlaneError, LocalControlPlane, reaches_cluster
+
+        if args.local == "always" or not reaches_cluster(kubeconfig):
+            plane = LocalControlPlane(home)
+            try:
+                was_running = plane.status().running
+                info = plane.up()
+            except ControlPlaneError as error:
+                print(f"stead run: local control plane: {error}", file=sys.stderr)
+                return 1
+            started = None if was_running else plane
+            kubeconfig = info.kubeconfig
+            print(f"local control plane at {info.server}; export KUBECONFIG={info.kubeconfig}", file=sys.stderr)
+    if kubeconfig is not None:
+        os.environ["KUBECONFIG"] = str(kubeconfig)  # Kopf's login reads it too
+    webhook = None
+    if args.webhook == "local":
+        webhook = WebhookOptions(listen=args.webhook_listen, port=args.webhook_port,
+                                 register_url=f"https://{args.webhook_listen}:{args.webhook_port}")
+    elif args.webhook == "mounted":
+        webhook = WebhookOptions(listen=args.webhook_listen, port=args.webhook_port,
+                                 certfile=args.webhook_cert_dir / "tls.crt", keyfile=args.webhook_cert_dir / "tls.key")
+    options = OperatorOptions(
+        store_path=args.store or home / "store",
+        replica=args.replica,
+        kubeconfig=kubeconfig,
+        namespaces=tuple(args.namespace),
+        install_crds=args.install_crds or args.local != "never",
+        webhook=webhook,
+        health_listen=args.health_listen,
+        health_port=args.health_port,
+    )
+    try:
+        asyncio.run(run_operator(KINDS, options))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if started is not None:
+            print("stopping the local control plane", file=sys.stderr)
+            started.down()
+    return 0
+
+
+def _home() -> Path:
+    return Path(os.environ.get("STEAD_HOME") or Path.home() / ".local/share/stead")

@@ -1,0 +1,46 @@
+"""Pure rules of the Environment kind: what the schema cannot say, and the status summary."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from operators.environment.models import EnvironmentSpec
+
+
+def spec_problems(spec: Mapping[str, Any]) -> list[str]:
+    """Semantic errors a structural schema cannot express, each naming its field.
+
+    Duplicate node names and duplicate hierarchy levels: lists of objects have no uniqueness
+    keyword in OpenAPI, and the API server's own list-map check reports a Go map dump.
+    """
+    problems: list[str] = []
+    first_node: dict[str, int] = {}
+    for index, node in enumerate(spec.get("nodes") or []):
+        name = node.get("name") if isinstance(node, Mapping) else None
+        if not isinstance(name, str):
+            continue
+        if name in first_node:
+            problems.append(
+                f'spec.nodes[{index}].name: duplicate node name "{name}" '
+                f"(first at spec.nodes[{first_node[name]}])"
+            )
+        else:
+            first_node[name] = index
+    first_level: dict[str, int] = {}
+    for index, level in enumerate(spec.get("hierarchyLevels") or []):
+        if level in first_level:
+            problems.append(
+                f'spec.hierarchyLevels[{index}]: duplicate level "{level}" '
+                f"(first at spec.hierarchyLevels[{first_level[level]}])"
+            )
+        else:
+            first_level[level] = index
+    return problems
+
+
+def summarize(spec: EnvironmentSpec) -> dict[str, Any]:
+    """The status facts of a valid environment: node count and nodes per role."""
+    roles = Counter(role for node in spec.nodes for role in node.roles)
+    return {"nodeCount": len(spec.nodes), "roles": dict(sorted(roles.items()))}

@@ -1,0 +1,55 @@
+"""The Environment kind (seeds 001 and 004): a Fuel-style environment and its nodes.
+
+These models are the schema: `stead crds` generates the CRD from them, the admission webhook
+and the pipeline validate with them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, StringConstraints
+
+from operators.runtime.kinds import Model, StatusBase
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+Level = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z]([a-z0-9_-]*[a-z0-9])?$"),
+]
+
+
+class Node(Model):
+    """One node of the environment."""
+
+    name: Name = Field(description="The node's name, unique in the environment.")
+    fqdn: str | None = Field(None, description="Fully qualified domain name; hierarchy lookups by node use it.")
+    roles: list[Name] = Field(
+        min_length=1, description="Roles of the node (for example controller, compute); at least one."
+    )
+    address: str | None = Field(None, description="The address deployment tasks reach the node at.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Free-form labels of the node.")
+
+
+class EnvironmentSpec(Model):
+    """An environment (a Fuel cluster): its release, nodes, configuration hierarchy, components and plugins."""
+
+    release: Name = Field(description="The release the environment is deployed from, e.g. mitaka-9.0.")
+    nodes: list[Node] = Field(default_factory=list, description="The nodes of the environment, with their roles.")
+    hierarchy_levels: list[Level] = Field(
+        default_factory=lambda: ["cluster", "role", "node"],
+        min_length=1,
+        description="Ordered levels of the configuration hierarchy, root first "
+        "(default cluster, role, node). Unique, none empty.",
+    )
+    components: list[Name] = Field(
+        default_factory=list, description="Enabled configuration components (ConfigComponent names)."
+    )
+    plugins: list[Name] = Field(default_factory=list, description="Enabled plugins, by name.")
+
+
+class EnvironmentStatus(StatusBase):
+    """Written by Stead."""
+
+    node_count: int | None = Field(None, description="How many nodes the environment has.")
+    roles: dict[str, int] | None = Field(None, description="Each role, with how many nodes have it.")

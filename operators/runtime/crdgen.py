@@ -1,0 +1,136 @@
+"""CustomResourceDefinitions generated from the pydantic models, so the models are the one source.
+
+Pydantic's JSON schema is close to, but not, a Kubernetes *structural* schema: it uses `$ref`,
+`anyOf` with `null` for optional fields, titles, and defaults that the API server would write
+into the user's spec (a GitOps tool would then see a diff). `structural` rewrites it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from operators import GROUP, VERSION
+from operators.runtime.kinds import Kind, Model
+
+CATEGORY = "stead"
+_DROP = {"title", "default", "examples"}
+
+
+def structural(model: type[Model]) -> dict[str, Any]:
+    """The structural openAPIV3Schema of a model."""
+    schema = model.model_json_schema(by_alias=True, mode="validation")
+    defs = schema.pop("$defs", {})
+    out: dict[str, Any] = _rewrite(schema, defs)
+    return out
+
+
+def _rewrite(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_rewrite(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return _rewrite(merged, defs)
+    if "anyOf" in node:
+        options = [o for o in node["anyOf"] if o.get("type") != "null"]
+        rest = {k: v for k, v in node.items() if k != "anyOf"}
+        if len(options) == 1:
+            single: dict[str, Any] = _rewrite({**options[0], **rest}, defs)
+            if len(options) < len(node["anyOf"]):
+                single["nullable"] = True
+            return single
+        raise ValueError(f"a union of several types is not structural: {node['anyOf']}")
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROP:
+            continue
+        if key == "properties":
+            out[key] = {name: _rewrite(sub, defs) for name, sub in value.items()}
+        elif key == "additionalProperties":
+            if value is False:
+                continue  # extra="forbid": the API server prunes unknown fields anyway
+            out[key] = _rewrite(value, defs) if isinstance(value, dict) else value
+        elif key == "const":
+            out["enum"] = [value]
+        else:
+            out[key] = _rewrite(value, defs)
+    if not out.get("type") and "properties" not in out and "enum" not in out:
+        out["x-kubernetes-preserve-unknown-fields"] = True  # `Any`: free-form data
+    if "properties" in out:
+        out.setdefault("type", "object")
+    return out
+
+
+def _columns(kind: Kind) -> list[dict[str, Any]]:
+    cols: list[dict[str, Any]] = [
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase",
+         "description": "Pipeline phase, from Init to Provisioned."},
+        {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+         "description": "Whether the object is Ready."},
+    ]
+    for c in kind.columns:
+        col: dict[str, Any] = {"name": c.name, "type": c.type, "jsonPath": c.json_path}
+        if c.description:
+            col["description"] = c.description
+        if c.priority:
+            col["priority"] = c.priority
+        cols.append(col)
+    cols.append({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"})
+    return cols
+
+
+def crd_for(kind: Kind) -> dict[str, Any]:
+    """The CustomResourceDefinition of one kind."""
+    spec_schema = structural(kind.spec_model)
+    status_schema = structural(kind.status_model)
+    status_schema["description"] = "Written by Stead only."
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": kind.crd_name, "labels": {"app.kubernetes.io/part-of": "stead"}},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind.kind,
+                "plural": kind.plural,
+                "singular": kind.singular,
+                "listKind": f"{kind.kind}List",
+                "shortNames": list(kind.short_names),
+                "categories": [CATEGORY],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": _columns(kind),
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": kind.description,
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render(kind: Kind) -> str:
+    """The YAML text checked in as `crds/<plural>.yaml`."""
+    header = "# Generated by `stead crds` from the pydantic models. Do not edit.\n"
+    return header + yaml.safe_dump(crd_for(kind), sort_keys=False, width=100)

@@ -1,0 +1,87 @@
+"""Kubernetes Events for every visible transition and failure, posted off the hot path.
+
+Recording never waits for the API server: events go to a bounded queue that one task drains.
+A full queue drops the event and counts it, because an Event is a convenience for humans and
+must never slow down or break reconciliation (status carries the facts; Events expire).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from operators import API_VERSION
+from operators.runtime.kube import ApiError, KubeClient
+from operators.runtime.metrics import Metrics
+from operators.runtime.pipeline import Observed
+
+log = logging.getLogger(__name__)
+MAX_MESSAGE = 1024
+
+
+@dataclass(frozen=True)
+class Event:
+    obj: Observed
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+class EventRecorder:
+    """Queues Events and posts them as core/v1 Events from one background task."""
+
+    def __init__(self, kube: KubeClient, metrics: Metrics, replica: str, capacity: int = 10_000) -> None:
+        self._kube = kube
+        self._metrics = metrics
+        self._replica = replica
+        self._queue: asyncio.Queue[Event] = asyncio.Queue(capacity)
+
+    def record(self, obj: Observed, type_: str, reason: str, message: str) -> None:
+        try:
+            self._queue.put_nowait(Event(obj, type_, reason, message[:MAX_MESSAGE]))
+        except asyncio.QueueFull:
+            self._metrics.inc("stead_events_dropped_total")
+
+    async def run(self) -> None:
+        """Post queued events until cancelled."""
+        while True:
+            event = await self._queue.get()
+            try:
+                await self._post(event)
+                self._metrics.inc("stead_events_posted_total")
+            except (ApiError, OSError, TimeoutError) as error:
+                log.warning("event %s for %s/%s not posted: %s", event.reason, event.obj.namespace,
+                            event.obj.name, error)
+            finally:
+                self._queue.task_done()
+
+    async def drain(self, grace: float = 5.0) -> None:
+        """Wait (bounded) until queued events are posted; used at shutdown."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._queue.join(), grace)
+
+    async def _post(self, event: Event) -> None:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        obj = event.obj
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{obj.name}.", "namespace": obj.namespace},
+            "involvedObject": {
+                "apiVersion": API_VERSION, "kind": obj.kind, "name": obj.name,
+                "namespace": obj.namespace, "uid": obj.uid,
+            },
+            "type": event.type,
+            "reason": event.reason,
+            "message": event.message,
+            "source": {"component": "stead"},
+            "reportingComponent": "stead.dev/operator",
+            "reportingInstance": self._replica,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        await self._kube.request("POST", f"/api/v1/namespaces/{obj.namespace}/events", body)

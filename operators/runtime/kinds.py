@@ -1,0 +1,97 @@
+"""What a domain declares about its kind, and the base models every kind shares.
+
+A domain module builds one `Kind`: its pydantic models (the only source of the CRD schema),
+its printer columns, its pipeline and its admission check. The runtime wires the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from operators import GROUP
+from operators.runtime.pipeline import Pipeline
+
+
+class Model(BaseModel):
+    """Base of every spec and status model: camelCase on the wire, unknown fields refused."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class Condition(Model):
+    """A standard condition (Ready, Reconciling, Stalled)."""
+
+    type: str = Field(description="Ready, Reconciling or Stalled.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(description="One CamelCase word for the cause of the last transition.")
+    message: str = Field(description="What happened, for a human.")
+    last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
+    observed_generation: int = Field(description="The metadata.generation this condition is about.")
+
+
+class StatusBase(Model):
+    """The part of status every kind has."""
+
+    phase: str | None = Field(None, description="The object's pipeline phase, from Init to Provisioned.")
+    observed_generation: int | None = Field(
+        None, description="The metadata.generation the status describes."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready, Reconciling and Stalled, with reasons."
+    )
+
+
+@dataclass(frozen=True)
+class PrinterColumn:
+    name: str
+    json_path: str
+    type: str = "string"
+    description: str = ""
+    priority: int = 0
+
+
+AdmitFn = Callable[[Mapping[str, Any]], list[str]]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One custom resource kind of Stead."""
+
+    kind: str
+    plural: str
+    short_names: tuple[str, ...]
+    description: str
+    spec_model: type[Model]
+    status_model: type[StatusBase]
+    pipeline: Pipeline
+    columns: tuple[PrinterColumn, ...] = ()
+    admit: AdmitFn | None = None
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{GROUP}"
+
+    def check_spec(self, spec: Mapping[str, Any]) -> list[str]:
+        """Every problem with a spec, each naming its field: the model's, then the kind's own."""
+        try:
+            self.spec_model.model_validate(dict(spec))
+        except ValidationError as error:
+            return [f"spec.{field_path(e['loc'])}: {e['msg']}" for e in error.errors()]
+        return self.admit(spec) if self.admit is not None else []
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    """`("nodes", 1, "name")` -> `nodes[1].name`: the way kubectl names fields."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out

@@ -1,0 +1,188 @@
+"""The operator process: Kopf watches and serves webhooks; Stead's runtime does the rest.
+
+Handlers here are deliberately thin. Each kind gets one low-level `on.event` handler, which
+passes the event to its `Reconciler`, and one validating webhook, which runs the kind's
+`check_spec`. Low-level handlers are chosen over Kopf's `on.create/update/resume`: those keep
+per-handler progress in annotations and a finalizer on every object, which costs several
+PATCHes per object, where Stead's budget is one per visible transition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kopf
+
+from operators import GROUP, VERSION
+from operators.runtime.admission import WEBHOOK_CONFIGURATION, handler_id, validating_configuration
+from operators.runtime.certs import KeyPair, make_ca, make_leaf
+from operators.runtime.crdgen import crd_for
+from operators.runtime.events import EventRecorder
+from operators.runtime.kinds import Kind
+from operators.runtime.kube import ApiError, KubeClient, load_access
+from operators.runtime.metrics import HealthServer, Metrics
+from operators.runtime.reconciler import Reconciler
+from operators.runtime.ring import Ownership, StaticMembership
+from operators.runtime.store import LocalStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WebhookOptions:
+    """Where the admission webhook server listens and how the API server reaches it.
+
+    `register_url` set: local mode, Stead registers a ValidatingWebhookConfiguration pointing at
+    that URL with a CA it generates. Unset: the configuration comes from the Helm chart and the
+    certificate from `certfile`/`keyfile` (a Secret mounted into the pod).
+    """
+
+    listen: str = "127.0.0.1"
+    port: int = 9443
+    register_url: str | None = None
+    certfile: Path | None = None
+    keyfile: Path | None = None
+
+
+@dataclass(frozen=True)
+class OperatorOptions:
+    store_path: Path
+    replica: str = "stead-0"
+    kubeconfig: Path | None = None
+    namespaces: Sequence[str] = ()
+    install_crds: bool = False
+    webhook: WebhookOptions | None = None
+    health_listen: str = "127.0.0.1"
+    health_port: int = 8080
+
+
+async def run_operator(kinds: Sequence[Kind], options: OperatorOptions, stop: asyncio.Event | None = None) -> None:
+    """Run until `stop` is set (or the process is signalled); cleans up what it started."""
+    metrics = Metrics()
+    store = LocalStore(options.store_path)
+    ownership = Ownership(options.replica, StaticMembership([options.replica]))
+    health = HealthServer(metrics, options.health_listen, options.health_port)
+    access = load_access(options.kubeconfig)
+    async with KubeClient(access) as kube:
+        if options.install_crds:
+            await install_crds(kube, kinds)
+        recorder = EventRecorder(kube, metrics, options.replica)
+        reconcilers = [
+            Reconciler(kind, store=store, ownership=ownership, writer=kube, events=recorder, metrics=metrics)
+            for kind in kinds
+        ]
+        registry = kopf.OperatorRegistry()
+        kopf.on.login(registry=registry)(_login)
+        for reconciler in reconcilers:
+            _register(registry, reconciler, webhooks=options.webhook is not None)
+        with tempfile.TemporaryDirectory(prefix="stead-webhook-") as tmp:
+            settings = kopf.OperatorSettings()
+            settings.posting.enabled = False  # Stead posts its own Events, one per transition
+            settings.peering.standalone = True
+            if options.webhook is not None:
+                settings.admission.server = await _webhook_server(kube, kinds, options.webhook, Path(tmp))
+            for reconciler in reconcilers:  # forget store entries of objects deleted while away
+                swept = reconciler.sweep(await kube.list(reconciler.kind.plural))
+                if swept:
+                    log.info("dropped %d stale %s store entries", swept, reconciler.kind.kind)
+            await health.start()
+            poster = asyncio.create_task(recorder.run())
+            ready = asyncio.Event()
+            readiness = asyncio.create_task(_become_ready(ready, health, options.webhook))
+            try:
+                await kopf.operator(
+                    registry=registry,
+                    settings=settings,
+                    standalone=True,
+                    clusterwide=not options.namespaces,
+                    namespaces=list(options.namespaces),
+                    stop_flag=stop,
+                    ready_flag=ready,
+                )
+            finally:
+                readiness.cancel()
+                for reconciler in reconcilers:
+                    await reconciler.close()
+                await recorder.drain()
+                poster.cancel()
+                await health.stop()
+                store.close()
+
+
+def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """Kopf logs in the way Stead's own client does: kubeconfig or in-cluster service account."""
+    info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
+    return info
+
+
+def _register(registry: kopf.OperatorRegistry, reconciler: Reconciler, webhooks: bool) -> None:
+    kind = reconciler.kind
+
+    @kopf.on.event(GROUP, VERSION, kind.plural, registry=registry, id=f"reconcile-{kind.plural}")
+    async def on_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        await reconciler.on_event(event.get("type"), body)
+
+    if webhooks:
+        @kopf.on.validate(GROUP, VERSION, kind.plural, registry=registry, id=handler_id(kind),
+                          operations=["CREATE", "UPDATE"])
+        async def admit(spec: kopf.Spec, **_: Any) -> None:
+            problems = kind.check_spec(spec)
+            if problems:
+                raise kopf.AdmissionError("; ".join(problems), code=422)
+
+
+async def install_crds(kube: KubeClient, kinds: Sequence[Kind], wait_seconds: float = 30.0) -> None:
+    """Server-side apply each kind's CRD and wait (bounded) until the API server serves it."""
+    for kind in kinds:
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{kind.crd_name}"
+        await kube.apply(path, crd_for(kind))
+    deadline = time.monotonic() + wait_seconds
+    for kind in kinds:
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{kind.crd_name}"
+        while True:
+            conds = (await kube.request("GET", path)).get("status", {}).get("conditions") or []
+            if any(c.get("type") == "Established" and c.get("status") == "True" for c in conds):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRD {kind.crd_name} not established after {wait_seconds:.0f}s")
+            await asyncio.sleep(0.2)
+
+
+async def _webhook_server(
+    kube: KubeClient, kinds: Sequence[Kind], opts: WebhookOptions, tmp: Path
+) -> kopf.WebhookServer:
+    if opts.register_url is None:
+        return kopf.WebhookServer(addr=opts.listen, port=opts.port, certfile=opts.certfile, pkeyfile=opts.keyfile)
+    ca = make_ca("stead-webhook-ca")
+    host = opts.register_url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
+    leaf: KeyPair = make_leaf(ca, "stead-webhook", hosts=[host, "localhost"])
+    (tmp / "tls.crt").write_bytes(leaf.cert_pem)
+    (tmp / "tls.key").write_bytes(leaf.key_pem)
+    config = validating_configuration(kinds, opts.register_url, ca.cert_pem)
+    path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{WEBHOOK_CONFIGURATION}"
+    await kube.apply(path, config)
+    return kopf.WebhookServer(addr=opts.listen, port=opts.port, certfile=tmp / "tls.crt", pkeyfile=tmp / "tls.key")
+
+
+async def _become_ready(ready: asyncio.Event, health: HealthServer, webhook: WebhookOptions | None) -> None:
+    """Ready once Kopf has started and, with webhooks, once their port accepts connections."""
+    await ready.wait()
+    while webhook is not None:
+        with contextlib.suppress(OSError):
+            _, writer = await asyncio.open_connection(webhook.listen, webhook.port)
+            writer.close()
+            break
+        await asyncio.sleep(0.1)
+    health.ready = True
+    log.info("stead operator ready")
+
+
+__all__ = ["ApiError", "OperatorOptions", "WebhookOptions", "install_crds", "run_operator"]

@@ -1,0 +1,147 @@
+"""A small asynchronous Kubernetes API client for the few writes Stead makes itself.
+
+Kopf watches; Stead writes: status merge patches, Events, listing at start-up and applying
+its CRDs. These are few, well-known calls, so a thin aiohttp client (aiohttp already comes
+with Kopf) beats running the blocking `kubernetes` client in threads on the hot path.
+Credentials are read with the `kubernetes` package's loaders, so every kubeconfig form
+(client certificates, tokens, exec plugins, in-cluster) works the same as for kubectl.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from kubernetes import client as kclient
+from kubernetes import config as kconfig
+
+from operators import GROUP, VERSION
+
+
+class ApiError(Exception):
+    """A non-2xx answer, with the status code and the API server's message (never a body dump)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ClusterAccess:
+    """Where the API server is and how to authenticate to it."""
+
+    server: str
+    ssl_context: ssl.SSLContext
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def load_access(kubeconfig: Path | None = None) -> ClusterAccess:
+    """Credentials from a kubeconfig file, `$KUBECONFIG`, or the in-cluster service account."""
+    cfg = kclient.Configuration()
+    if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ and "KUBECONFIG" not in os.environ:
+        kconfig.load_incluster_config(client_configuration=cfg)
+    else:
+        kconfig.load_kube_config(
+            config_file=str(kubeconfig) if kubeconfig else None, client_configuration=cfg
+        )
+    context = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
+    if not cfg.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if cfg.cert_file and cfg.key_file:
+        context.load_cert_chain(cfg.cert_file, cfg.key_file)
+    headers: dict[str, str] = {}
+    token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
+    if token:
+        prefix = cfg.api_key_prefix.get("authorization", "")
+        headers["Authorization"] = f"{prefix} {token}".strip() if not token.startswith("Bearer") else token
+    return ClusterAccess(server=cfg.host.rstrip("/"), ssl_context=context, headers=headers)
+
+
+def custom_path(plural: str, namespace: str | None = None, name: str | None = None) -> str:
+    path = f"/apis/{GROUP}/{VERSION}"
+    if namespace:
+        path += f"/namespaces/{namespace}"
+    path += f"/{plural}"
+    if name:
+        path += f"/{name}"
+    return path
+
+
+class KubeClient:
+    """Asynchronous calls to the API server over one pooled connection set."""
+
+    def __init__(self, access: ClusterAccess, concurrency: int = 32) -> None:
+        self._access = access
+        self._concurrency = concurrency
+        self._session: aiohttp.ClientSession | None = None
+        self.requests: dict[str, int] = {}
+
+    async def __aenter__(self) -> KubeClient:
+        connector = aiohttp.TCPConnector(ssl=self._access.ssl_context, limit=self._concurrency)
+        self._session = aiohttp.ClientSession(
+            base_url=self._access.server,
+            headers=self._access.headers,
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=30),
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+        params: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        if self._session is None:
+            raise RuntimeError("KubeClient used outside `async with`")
+        self.requests[method] = self.requests.get(method, 0) + 1
+        data = None if body is None else json.dumps(body, separators=(",", ":"))
+        headers = {"Content-Type": content_type} if data is not None else {}
+        async with self._session.request(method, path, data=data, headers=headers, params=params) as resp:
+            text = await resp.text()
+            if resp.status >= 300:
+                raise ApiError(resp.status, _message(text))
+            return json.loads(text) if text else {}
+
+    async def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch of `status` through the status subresource (never touches spec)."""
+        return await self.request(
+            "PATCH", custom_path(plural, namespace, name) + "/status", {"status": status},
+            content_type="application/merge-patch+json",
+        )
+
+    async def list(self, plural: str) -> list[dict[str, Any]]:
+        """Every object of a kind in all namespaces, paginated."""
+        items: list[dict[str, Any]] = []
+        params = {"limit": "500"}
+        while True:
+            page = await self.request("GET", custom_path(plural), params=params)
+            items.extend(page.get("items") or [])
+            cont = (page.get("metadata") or {}).get("continue")
+            if not cont:
+                return items
+            params = {"limit": "500", "continue": cont}
+
+    async def apply(self, path: str, obj: dict[str, Any], manager: str = "stead") -> dict[str, Any]:
+        """Server-side apply, so repeated applies are no-ops and field ownership is tracked."""
+        return await self.request(
+            "PATCH", path, obj, content_type="application/apply-patch+yaml",
+            params={"fieldManager": manager, "force": "true"},
+        )
+
+
+def _message(text: str) -> str:
+    try:
+        return str(json.loads(text).get("message") or text[:200])
+    except (ValueError, AttributeError):
+        return text[:200]

@@ -1,0 +1,254 @@
+"""The object pipeline: a kind's phases from `Init` to `Provisioned`, run as function calls.
+
+This is Mizar's third mode ("simple function calls"): the steps between `Init` and
+`Provisioned` run in one process and only the outcome reaches the API server. A kind may
+*announce* a long phase, so that users see it while it runs; everything else stays in-process.
+
+Everything here is pure (no Kubernetes, no Kopf): `plan` decides what an observed object needs,
+`run` executes steps, `compose_status` and `status_patch` turn an outcome into the smallest
+status write, or none at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from operators.runtime import conditions as cond
+
+INIT = "Init"
+PROVISIONED = "Provisioned"
+
+
+class PermanentError(Exception):
+    """The object cannot progress until its spec changes: it ends in `Stalled`, not in a retry loop."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class TemporaryError(Exception):
+    """Something outside the object is not ready yet: retried with exponential backoff."""
+
+    def __init__(self, reason: str, message: str, delay: float | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.delay = delay
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the engine needs to know of one object, as read from the API server."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    labels: Mapping[str, str]
+    spec: Mapping[str, Any]
+    status: Mapping[str, Any]
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> Observed:
+        meta = body.get("metadata") or {}
+        return cls(
+            kind=str(body.get("kind", "")),
+            namespace=str(meta.get("namespace") or ""),
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            generation=int(meta.get("generation") or 0),
+            labels=dict(meta.get("labels") or {}),
+            spec=dict(body.get("spec") or {}),
+            status=dict(body.get("status") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """The input of one step: the object and the status facts produced by earlier steps of this run."""
+
+    obj: Observed
+    facts: Mapping[str, Any]
+
+
+StepFn = Callable[[StepContext], Awaitable[Mapping[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A kind's phases, and for each phase but the last, the step that moves an object out of it.
+
+    `update_phase` is where a spec change (a new generation) restarts an object that was seen
+    before; `announce` lists phases whose entry is written to status before their step runs,
+    for steps long enough that a user should see them.
+    """
+
+    phases: tuple[str, ...]
+    steps: Mapping[str, StepFn]
+    update_phase: str = INIT
+    announce: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if len(self.phases) < 2 or self.phases[0] != INIT or self.phases[-1] != PROVISIONED:
+            raise ValueError(f"a pipeline runs from {INIT} to {PROVISIONED}: got {self.phases}")
+        missing = [p for p in self.phases[:-1] if p not in self.steps]
+        if missing:
+            raise ValueError(f"phases without a step: {missing}")
+        if self.update_phase not in self.phases[:-1]:
+            raise ValueError(f"update phase {self.update_phase!r} is not a phase with a step")
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """A Provisioned object as the local store keeps it."""
+
+    uid: str
+    generation: int
+    spec: Mapping[str, Any]
+    status: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Nothing to do: no work, no API write."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class Restore:
+    """The store holds this generation as Provisioned but the object's status says otherwise."""
+
+    status: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Run:
+    """Run the steps from this phase on."""
+
+    start: str
+
+
+Plan = Skip | Restore | Run
+
+
+def plan(pipeline: Pipeline, obj: Observed, stored: StoredRecord | None) -> Plan:
+    """Decide what an observed object needs. This is what makes restarts free."""
+    status = obj.status
+    at_generation = status.get("observedGeneration") == obj.generation
+    conds = status.get("conditions") or []
+    if stored is not None and stored.uid == obj.uid and stored.generation == obj.generation:
+        if at_generation and status.get("phase") == PROVISIONED and cond.is_true(conds, cond.READY):
+            return Skip("provisioned at this generation")
+        return Restore(stored.status)
+    if at_generation and cond.is_true(conds, cond.STALLED):
+        return Skip("stalled at this generation: waiting for a spec change")
+    phase = status.get("phase")
+    if not at_generation:
+        return Run(pipeline.update_phase if phase in pipeline.phases else INIT)
+    if phase in pipeline.phases and phase != PROVISIONED:
+        return Run(str(phase))
+    return Run(pipeline.update_phase if phase == PROVISIONED else INIT)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Where a run ended: the phase reached, the facts gathered, and the error that stopped it."""
+
+    phase: str
+    facts: Mapping[str, Any]
+    error: PermanentError | TemporaryError | None = None
+
+
+EnterFn = Callable[[str, Mapping[str, Any]], Awaitable[None]]
+
+
+async def run(pipeline: Pipeline, obj: Observed, start: str, on_enter: EnterFn | None = None) -> Outcome:
+    """Run steps from `start` until Provisioned or an error.
+
+    Unexpected exceptions are temporary: a bug or an outage should be retried with backoff
+    and shown as `Reconciling`, not crash the operator. Bad input must be reported by the
+    step as a `PermanentError`.
+    """
+    facts: dict[str, Any] = {}
+    index = pipeline.phases.index(start)
+    while pipeline.phases[index] != PROVISIONED:
+        phase = pipeline.phases[index]
+        if on_enter is not None and phase in pipeline.announce:
+            await on_enter(phase, facts)
+        try:
+            facts.update(await pipeline.steps[phase](StepContext(obj=obj, facts=facts)))
+        except (PermanentError, TemporaryError) as error:
+            return Outcome(phase=phase, facts=facts, error=error)
+        except Exception as error:
+            return Outcome(
+                phase=phase,
+                facts=facts,
+                error=TemporaryError("InternalError", f"{type(error).__name__}: {error}"),
+            )
+        index += 1
+    return Outcome(phase=PROVISIONED, facts=facts)
+
+
+def compose_status(obj: Observed, outcome: Outcome, now: str, phase_shown: str | None = None) -> dict[str, Any]:
+    """The whole status an outcome stands for: kind facts, phase and the three conditions."""
+    previous = obj.status.get("conditions") or []
+    gen = obj.generation
+    error = outcome.error
+    status: dict[str, Any] = dict(outcome.facts)
+    status["observedGeneration"] = gen
+    if error is None:
+        status["phase"] = PROVISIONED
+        conditions = [
+            cond.condition(cond.READY, "True", PROVISIONED, "provisioned", gen, now, previous),
+            cond.condition(cond.RECONCILING, "False", PROVISIONED, "", gen, now, previous),
+            cond.condition(cond.STALLED, "False", PROVISIONED, "", gen, now, previous),
+        ]
+    elif isinstance(error, PermanentError):
+        status["phase"] = phase_shown or outcome.phase
+        conditions = [
+            cond.condition(cond.READY, "False", error.reason, error.message, gen, now, previous),
+            cond.condition(cond.RECONCILING, "False", error.reason, "", gen, now, previous),
+            cond.condition(cond.STALLED, "True", error.reason, error.message, gen, now, previous),
+        ]
+    else:
+        status["phase"] = phase_shown or outcome.phase
+        conditions = [
+            cond.condition(cond.READY, "False", error.reason, error.message, gen, now, previous),
+            cond.condition(cond.RECONCILING, "True", error.reason, error.message, gen, now, previous),
+            cond.condition(cond.STALLED, "False", error.reason, "", gen, now, previous),
+        ]
+    status["conditions"] = conditions
+    return status
+
+
+def announce_status(obj: Observed, phase: str, facts: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """The status written when an announced phase starts: Reconciling, not yet Ready."""
+    previous = obj.status.get("conditions") or []
+    gen = obj.generation
+    status: dict[str, Any] = dict(facts)
+    status["observedGeneration"] = gen
+    status["phase"] = phase
+    status["conditions"] = [
+        cond.condition(cond.READY, "False", phase, f"in phase {phase}", gen, now, previous),
+        cond.condition(cond.RECONCILING, "True", phase, f"in phase {phase}", gen, now, previous),
+        cond.condition(cond.STALLED, "False", phase, "", gen, now, previous),
+    ]
+    return status
+
+
+def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The JSON merge patch from `old` to `new` status, or None when they are equal.
+
+    Keys that disappear are sent as null, so a merge patch removes them.
+    """
+    patch: dict[str, Any] = {}
+    for key in set(old) | set(new):
+        if old.get(key) != new.get(key):
+            patch[key] = new.get(key)
+    return patch or None

@@ -1,0 +1,219 @@
+"""Drives the objects of one kind through their pipeline: the bridge between events and the engine.
+
+It receives every watch event of its kind (from Kopf, through a thin handler), asks the ring
+whether the object's project is ours, asks the store and `pipeline.plan` whether there is work,
+runs the steps, and writes status only when it changed: one PATCH per visible transition.
+Temporary errors are retried here with exponential backoff; permanent ones end in Stalled and
+wait for a spec change, so bad input never turns into a retry loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from operators.runtime import pipeline as engine
+from operators.runtime.kinds import Kind
+from operators.runtime.metrics import Metrics
+from operators.runtime.pipeline import Observed, PermanentError, StoredRecord, TemporaryError
+from operators.runtime.ring import Ownership, project_of
+from operators.runtime.store import LocalStore, object_key
+
+log = logging.getLogger(__name__)
+
+
+class StatusWriter(Protocol):
+    async def patch_status(
+        self, plural: str, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
+
+class EventSink(Protocol):
+    def record(self, obj: Observed, type_: str, reason: str, message: str) -> None: ...
+
+
+class WriteFailed(Exception):
+    """A status write that did not go through; retried like any temporary error."""
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff: `base`, doubling per attempt, capped."""
+
+    base: float = 1.0
+    cap: float = 300.0
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.cap, self.base * 2 ** max(0, attempt - 1)))
+
+
+@dataclass
+class _Pending:
+    generation: int
+    task: asyncio.Task[None]
+
+
+class Reconciler:
+    """One kind's reconciliation loop state: pending retries, attempts, per-object locks."""
+
+    def __init__(
+        self,
+        kind: Kind,
+        *,
+        store: LocalStore,
+        ownership: Ownership,
+        writer: StatusWriter,
+        events: EventSink,
+        metrics: Metrics,
+        clock: Callable[[], str] = utc_now,
+        backoff: Backoff = Backoff(),
+    ) -> None:
+        self.kind = kind
+        self._store = store
+        self._ownership = ownership
+        self._writer = writer
+        self._events = events
+        self._metrics = metrics
+        self._clock = clock
+        self._backoff = backoff
+        self._pending: dict[str, _Pending] = {}
+        self._latest: dict[str, Observed] = {}
+        self._attempts: dict[str, int] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def on_event(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        """Handle one watch event (`None` is Kopf's initial listing)."""
+        obj = Observed.from_body(body)
+        key = object_key(self.kind.kind, obj.namespace, obj.name)
+        self._count("stead_events_seen_total")
+        if event_type == "DELETED":
+            self._forget(key)
+            self._locks.pop(key, None)
+            if self._store.delete(key, uid=obj.uid):
+                self._count("stead_store_deleted_total")
+            return
+        if not self._ownership.owns(project_of(body)):
+            self._count("stead_not_owned_total")
+            return
+        if (body.get("metadata") or {}).get("deletionTimestamp"):
+            return  # Stead holds no finalizer on this kind: nothing to do before it goes
+        pending = self._pending.get(key)
+        if pending is not None:
+            if pending.generation == obj.generation:
+                self._latest[key] = obj  # the scheduled retry will use the freshest body
+                return
+            self._forget(key)  # a new spec: start again now, not at the old retry's time
+        await self.reconcile(key, obj)
+
+    async def reconcile(self, key: str, obj: Observed) -> None:
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            await self._reconcile_locked(key, obj)
+
+    async def _reconcile_locked(self, key: str, obj: Observed) -> None:
+        decision = engine.plan(self.kind.pipeline, obj, self._store.get(key))
+        if isinstance(decision, engine.Skip):
+            self._count("stead_reconcile_skipped_total")
+            return
+        try:
+            if isinstance(decision, engine.Restore):
+                await self._write(obj, dict(decision.status))
+                self._count("stead_reconcile_restored_total")
+                return
+            await self._run(key, obj, decision.start)
+        except WriteFailed as error:
+            self._retry(key, obj, TemporaryError("StatusWriteFailed", str(error)))
+
+    async def _run(self, key: str, obj: Observed, start: str) -> None:
+        self._count("stead_reconcile_runs_total")
+        current = obj
+
+        async def announce(phase: str, facts: Mapping[str, Any]) -> None:
+            nonlocal current
+            status = engine.announce_status(current, phase, facts, self._clock())
+            if await self._write(current, status):
+                current = replace(current, status=status)
+                self._events.record(current, "Normal", phase, f"entered phase {phase}")
+
+        outcome = await engine.run(self.kind.pipeline, obj, start, on_enter=announce)
+        shown = str(current.status.get("phase") or engine.INIT) if outcome.error else None
+        status = engine.compose_status(current, outcome, self._clock(), phase_shown=shown)
+        if outcome.error is None:
+            self._store.put(key, StoredRecord(obj.uid, obj.generation, dict(obj.spec), status))
+        changed = await self._write(current, status)
+        current = replace(current, status=status)
+        error = outcome.error
+        if error is None:
+            self._attempts.pop(key, None)
+            if changed:
+                self._events.record(current, "Normal", engine.PROVISIONED, f"{self.kind.kind} is provisioned")
+        elif isinstance(error, PermanentError):
+            self._attempts.pop(key, None)
+            self._count("stead_stalled_total")
+            if changed:
+                self._events.record(current, "Warning", error.reason, error.message)
+        else:
+            if changed:
+                self._events.record(current, "Warning", error.reason, error.message)
+            self._retry(key, current, error)
+
+    async def _write(self, obj: Observed, status: dict[str, Any]) -> bool:
+        """Patch only what changed; True when a PATCH was sent."""
+        patch = engine.status_patch(obj.status, status)
+        if patch is None:
+            return False
+        try:
+            await self._writer.patch_status(self.kind.plural, obj.namespace, obj.name, patch)
+        except Exception as error:
+            if getattr(error, "status", None) == 404:
+                return False  # deleted meanwhile: its DELETED event cleans up
+            raise WriteFailed(f"status of {obj.namespace}/{obj.name} not written: {error}") from error
+        self._count("stead_status_patches_total")
+        return True
+
+    def _retry(self, key: str, obj: Observed, error: TemporaryError) -> None:
+        attempt = self._attempts[key] = self._attempts.get(key, 0) + 1
+        delay = error.delay if error.delay is not None else self._backoff.delay(attempt)
+        log.info("%s %s: %s (retry %d in %.1fs)", self.kind.kind, key, error.message, attempt, delay)
+        self._count("stead_retries_total")
+        self._latest[key] = obj
+        self._pending[key] = _Pending(obj.generation, asyncio.create_task(self._retry_after(key, delay)))
+
+    async def _retry_after(self, key: str, delay: float) -> None:
+        await asyncio.sleep(delay)  # the backoff itself, not a synchronisation
+        self._pending.pop(key, None)
+        obj = self._latest.pop(key, None)
+        if obj is not None:
+            await self.reconcile(key, obj)
+
+    def _forget(self, key: str) -> None:
+        pending = self._pending.pop(key, None)
+        if pending is not None:
+            pending.task.cancel()
+        self._latest.pop(key, None)
+        self._attempts.pop(key, None)
+
+    def sweep(self, live: Sequence[Mapping[str, Any]]) -> int:
+        """Drop store records of objects deleted while the operator was away; returns how many."""
+        alive = {
+            object_key(self.kind.kind, m.get("namespace", ""), m.get("name", "")): m.get("uid")
+            for m in (item.get("metadata") or {} for item in live)
+        }
+        gone = [k for k, rec in self._store.items(self.kind.kind) if alive.get(k) != rec.uid]
+        for key in gone:
+            self._store.delete(key)
+        return len(gone)
+
+    async def close(self) -> None:
+        for key in list(self._pending):
+            self._forget(key)
+
+    def _count(self, name: str) -> None:
+        self._metrics.inc(name, kind=self.kind.kind)

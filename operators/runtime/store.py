@@ -1,0 +1,88 @@
+"""The operator's local store: one LMDB environment per operator process.
+
+It keeps the objects that reached Provisioned (keyed by kind, namespace and name, with their
+uid and generation), so that a restarted operator recognises finished work without redoing it
+or writing to the API server. Later kinds keep their vault and workflow state in other named
+databases of the same environment.
+
+Commits do not fsync (`sync=False`): the store is a cache of what the API server already
+holds. After a process crash the data are in the OS page cache and survive; after a machine
+crash the worst case is that a few objects are re-checked, which writes nothing when their
+status is already right. That trade makes a commit cost microseconds instead of a disk flush.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from operators.runtime.pipeline import StoredRecord
+
+OBJECTS_DB = b"objects"
+
+
+def object_key(kind: str, namespace: str, name: str) -> str:
+    return f"{kind}/{namespace}/{name}"
+
+
+class LocalStore:
+    """Provisioned objects in LMDB. Not thread-safe by contract: one event loop uses it."""
+
+    def __init__(self, path: Path, map_size: int = 1 << 30, max_dbs: int = 16) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._env = lmdb.open(
+            str(path), map_size=map_size, max_dbs=max_dbs, sync=False, metasync=False, subdir=True
+        )
+        self._objects = self._env.open_db(OBJECTS_DB)
+
+    def close(self) -> None:
+        self._env.sync(True)
+        self._env.close()
+
+    def get(self, key: str) -> StoredRecord | None:
+        with self._env.begin(db=self._objects) as txn:
+            raw = txn.get(key.encode())
+        return None if raw is None else _decode(raw)
+
+    def put(self, key: str, record: StoredRecord) -> None:
+        value = json.dumps(
+            {"uid": record.uid, "generation": record.generation, "spec": record.spec, "status": record.status},
+            separators=(",", ":"),
+        ).encode()
+        with self._env.begin(db=self._objects, write=True) as txn:
+            txn.put(key.encode(), value)
+
+    def delete(self, key: str, uid: str | None = None) -> bool:
+        """Remove a record; with `uid`, only if it belongs to that incarnation of the object."""
+        with self._env.begin(db=self._objects, write=True) as txn:
+            raw = txn.get(key.encode())
+            if raw is None or (uid is not None and _decode(raw).uid != uid):
+                return False
+            return bool(txn.delete(key.encode()))
+
+    def items(self, kind: str) -> Iterator[tuple[str, StoredRecord]]:
+        """Every record of one kind, in key order."""
+        prefix = f"{kind}/".encode()
+        with self._env.begin(db=self._objects) as txn:
+            cursor = txn.cursor()
+            if not cursor.set_range(prefix):
+                return
+            for raw_key, raw in cursor:
+                if not bytes(raw_key).startswith(prefix):
+                    break
+                yield bytes(raw_key).decode(), _decode(raw)
+
+    def count(self, kind: str) -> int:
+        return sum(1 for _ in self.items(kind))
+
+
+def _decode(raw: bytes) -> StoredRecord:
+    data: dict[str, Any] = json.loads(raw)
+    return StoredRecord(
+        uid=data["uid"], generation=data["generation"], spec=data["spec"], status=data["status"]
+    )

@@ -1,0 +1,53 @@
+"""CRDs come from the models only: the checked-in files must match, and be structural."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from operators.catalog import KINDS
+from operators.runtime import crdgen
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_checked_in_crds_match_the_models() -> None:
+    for kind in KINDS:
+        path = ROOT / "crds" / f"{kind.plural}.yaml"
+        assert path.exists(), f"{path} missing: run `stead crds`"
+        assert path.read_text() == crdgen.render(kind), f"{path} is stale: run `stead crds`"
+
+
+def _walk(node: Any, path: str = "") -> list[str]:
+    """Places that make a schema non-structural: refs, unions, nodes without a type."""
+    bad: list[str] = []
+    if isinstance(node, dict):
+        for key in ("$ref", "anyOf", "oneOf", "allOf", "title", "default"):
+            if key in node:
+                bad.append(f"{path}: {key}")
+        if ("properties" in node or "items" in node) and "type" not in node:
+            bad.append(f"{path}: no type")
+        for key, value in node.items():
+            if key == "properties":
+                for name, sub in value.items():
+                    bad.extend(_walk(sub, f"{path}.{name}"))
+            elif key in ("items", "additionalProperties") and isinstance(value, dict):
+                bad.extend(_walk(value, f"{path}[]"))
+    return bad
+
+
+def test_schemas_are_structural_and_described() -> None:
+    for kind in KINDS:
+        crd = crdgen.crd_for(kind)
+        version = crd["spec"]["versions"][0]
+        schema = version["schema"]["openAPIV3Schema"]
+        assert _walk(schema) == []
+        spec = schema["properties"]["spec"]
+        assert all("description" in p for p in spec["properties"].values())
+        assert version["subresources"] == {"status": {}}
+        assert crd["spec"]["names"]["categories"] == ["stead"]
+        names = [c["name"] for c in version["additionalPrinterColumns"]]
+        assert names[:2] == ["Phase", "Ready"] and names[-1] == "Age"
+        yaml.safe_load(crdgen.render(kind))

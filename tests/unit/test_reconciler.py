@@ -1,0 +1,165 @@
+"""The reconciler between events and the engine: writes, skips, retries, ownership, the store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from operators.environment import KIND
+from operators.runtime.kube import ApiError
+from operators.runtime.metrics import Metrics
+from operators.runtime.pipeline import Observed, Pipeline, StepContext, TemporaryError
+from operators.runtime.reconciler import Backoff, Reconciler
+from operators.runtime.ring import Ownership, StaticMembership
+from operators.runtime.store import LocalStore, object_key
+
+
+class RecordingWriter:
+    """Stands in for the API server's status subresource: keeps what was written."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+        self.fail_with: Exception | None = None
+
+    async def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.patches.append((name, status))
+        return {}
+
+
+class RecordingEvents:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def record(self, obj: Observed, type_: str, reason: str, message: str) -> None:
+        self.events.append((obj.name, type_, reason))
+
+
+def body(name: str = "e1", generation: int = 1, spec: Mapping[str, Any] | None = None,
+         status: Mapping[str, Any] | None = None, uid: str = "u1", namespace: str = "ns") -> dict[str, Any]:
+    return {
+        "kind": "Environment",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid, "generation": generation},
+        "spec": dict(spec or {"release": "r1", "nodes": [{"name": "n1", "roles": ["controller"]}]}),
+        "status": dict(status or {}),
+    }
+
+
+FAST = Backoff(base=0.01, cap=0.05)
+
+
+def make(
+    tmp_path: Path, kind: Any = KIND, owner: str = "stead-0", backoff: Backoff = FAST
+) -> tuple[Reconciler, RecordingWriter, RecordingEvents, LocalStore]:
+    store = LocalStore(tmp_path / "store")
+    writer, events = RecordingWriter(), RecordingEvents()
+    rec = Reconciler(kind, store=store, ownership=Ownership(owner, StaticMembership(["stead-0"])),
+                     writer=writer, events=events, metrics=Metrics(), clock=lambda: "T", backoff=backoff)
+    return rec, writer, events, store
+
+
+def test_a_new_object_gets_one_status_patch(tmp_path: Path) -> None:
+    rec, writer, events, store = make(tmp_path)
+    asyncio.run(rec.on_event("ADDED", body()))
+    assert len(writer.patches) == 1
+    status = writer.patches[0][1]
+    assert status["phase"] == "Provisioned" and status["nodeCount"] == 1 and status["roles"] == {"controller": 1}
+    assert events.events == [("e1", "Normal", "Provisioned")]
+    assert store.get(object_key("Environment", "ns", "e1")) is not None
+
+
+def test_our_own_status_write_echoed_back_costs_nothing(tmp_path: Path) -> None:
+    rec, writer, _, _ = make(tmp_path)
+    asyncio.run(rec.on_event("ADDED", body()))
+    written = writer.patches[0][1]
+    asyncio.run(rec.on_event("MODIFIED", body(status=written)))
+    asyncio.run(rec.on_event(None, body(status=written)))  # a restart's initial listing
+    assert len(writer.patches) == 1
+
+
+def test_invalid_spec_stalls_once_and_waits(tmp_path: Path) -> None:
+    rec, writer, events, store = make(tmp_path)
+    bad = {"release": "r", "nodes": [{"name": "a", "roles": ["x"]}, {"name": "a", "roles": ["y"]}]}
+    asyncio.run(rec.on_event("ADDED", body(spec=bad)))
+    status = writer.patches[0][1]
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "InvalidSpec"
+    assert 'spec.nodes[1].name: duplicate node name "a"' in stalled["message"]
+    asyncio.run(rec.on_event("MODIFIED", body(spec=bad, status=status)))
+    assert len(writer.patches) == 1  # no retry loop on bad input
+    assert events.events == [("e1", "Warning", "InvalidSpec")]
+    assert store.count("Environment") == 0
+
+
+def test_objects_of_other_replicas_are_not_touched(tmp_path: Path) -> None:
+    rec, writer, events, _ = make(tmp_path, owner="stead-1")
+    asyncio.run(rec.on_event("ADDED", body()))
+    assert writer.patches == [] and events.events == []
+
+
+def test_delete_removes_the_store_entry(tmp_path: Path) -> None:
+    rec, _, _, store = make(tmp_path)
+    asyncio.run(rec.on_event("ADDED", body()))
+    asyncio.run(rec.on_event("DELETED", body()))
+    assert store.count("Environment") == 0
+
+
+def test_sweep_forgets_objects_deleted_while_away(tmp_path: Path) -> None:
+    rec, _, _, store = make(tmp_path)
+    asyncio.run(rec.on_event("ADDED", body("a", uid="ua")))
+    asyncio.run(rec.on_event("ADDED", body("b", uid="ub")))
+    removed = rec.sweep([{"metadata": {"namespace": "ns", "name": "a", "uid": "ua"}}])
+    assert removed == 1 and [k for k, _ in store.items("Environment")] == ["Environment/ns/a"]
+
+
+def test_temporary_errors_retry_with_backoff_until_success(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    async def flaky(ctx: StepContext) -> Mapping[str, Any]:
+        calls.append(1)
+        if len(calls) < 3:
+            raise TemporaryError("NotYet", "dependency not ready")
+        return {"done": True}
+
+    kind = KIND.__class__(**{**KIND.__dict__, "pipeline": Pipeline(
+        phases=("Init", "Provisioned"), steps={"Init": flaky})})
+    rec, writer, events, _ = make(tmp_path, kind=kind)
+
+    async def scenario() -> None:
+        await rec.on_event("ADDED", body())
+        for _ in range(200):
+            if writer.patches and writer.patches[-1][1].get("phase") == "Provisioned":
+                return
+            await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert len(calls) == 3
+    # one write for Reconciling (the second failure is identical: no write), one for Provisioned
+    assert [p[1].get("phase") for p in writer.patches] == ["Init", "Provisioned"]
+    assert [e[2] for e in events.events] == ["NotYet", "Provisioned"]
+
+
+def test_a_failed_status_write_is_retried(tmp_path: Path) -> None:
+    rec, writer, _, _ = make(tmp_path)
+    writer.fail_with = ApiError(500, "etcd timeout")
+
+    async def scenario() -> None:
+        await rec.on_event("ADDED", body())
+        writer.fail_with = None
+        for _ in range(200):
+            if writer.patches:
+                return
+            await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert writer.patches and writer.patches[0][1]["phase"] == "Provisioned"
+
+
+@pytest.mark.parametrize("attempt,expected", [(1, 1.0), (2, 2.0), (5, 16.0), (20, 300.0)])
+def test_backoff_doubles_up_to_its_cap(attempt: int, expected: float) -> None:
+    assert Backoff().delay(attempt) == expected
