@@ -14,7 +14,7 @@ import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from operators.runtime.certs import KeyPair, make_ca, make_leaf
 from operators.runtime.crdgen import crd_for
 from operators.runtime.events import EventRecorder
 from operators.runtime.kinds import Kind
-from operators.runtime.kube import ApiError, KubeClient, load_access
+from operators.runtime.kube import ApiError, KubeClient, bearer_token, load_access, load_configuration
 from operators.runtime.metrics import HealthServer, Metrics
 from operators.runtime.reconciler import Reconciler
 from operators.runtime.ring import Ownership, StaticMembership
@@ -80,7 +80,7 @@ async def run_operator(kinds: Sequence[Kind], options: OperatorOptions, stop: as
             for kind in kinds
         ]
         registry = kopf.OperatorRegistry()
-        kopf.on.login(registry=registry)(_login)
+        kopf.on.login(registry=registry)(_login_with(options.kubeconfig))
         for reconciler in reconcilers:
             _register(registry, reconciler, webhooks=options.webhook is not None)
         with tempfile.TemporaryDirectory(prefix="stead-webhook-") as tmp:
@@ -117,10 +117,21 @@ async def run_operator(kinds: Sequence[Kind], options: OperatorOptions, stop: as
                 store.close()
 
 
-def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """Kopf logs in the way Stead's own client does: kubeconfig or in-cluster service account."""
-    info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
-    return info
+def _login_with(kubeconfig: Path | None) -> Callable[..., kopf.ConnectionInfo]:
+    """Kopf logs in exactly as Stead's own client does (same kubeconfig, or in-cluster)."""
+
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        cfg = load_configuration(kubeconfig)
+        return kopf.ConnectionInfo(
+            server=cfg.host,
+            ca_path=cfg.ssl_ca_cert,
+            insecure=not cfg.verify_ssl,
+            certificate_path=cfg.cert_file,
+            private_key_path=cfg.key_file,
+            token=bearer_token(cfg),
+        )
+
+    return login
 
 
 def _register(registry: kopf.OperatorRegistry, reconciler: Reconciler, webhooks: bool) -> None:

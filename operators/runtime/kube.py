@@ -22,6 +22,8 @@ from kubernetes import config as kconfig
 
 from operators import GROUP, VERSION
 
+USER_AGENT = "stead-operator"
+
 
 class ApiError(Exception):
     """A non-2xx answer, with the status code and the API server's message (never a body dump)."""
@@ -41,15 +43,28 @@ class ClusterAccess:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def load_access(kubeconfig: Path | None = None) -> ClusterAccess:
-    """Credentials from a kubeconfig file, `$KUBECONFIG`, or the in-cluster service account."""
+def load_configuration(kubeconfig: Path | None = None) -> kclient.Configuration:
+    """Client settings from a kubeconfig file, `$KUBECONFIG`, or the in-cluster service account."""
     cfg = kclient.Configuration()
     if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ and "KUBECONFIG" not in os.environ:
         kconfig.load_incluster_config(client_configuration=cfg)
     else:
-        kconfig.load_kube_config(
-            config_file=str(kubeconfig) if kubeconfig else None, client_configuration=cfg
-        )
+        path = kubeconfig or (Path(os.environ["KUBECONFIG"].split(os.pathsep)[0]) if os.environ.get("KUBECONFIG")
+                              else Path.home() / ".kube" / "config")
+        kconfig.load_kube_config(config_file=str(path), client_configuration=cfg)
+    return cfg
+
+
+def bearer_token(cfg: kclient.Configuration) -> str | None:
+    token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
+    if not token:
+        return None
+    return str(token).removeprefix("Bearer ").strip()
+
+
+def load_access(kubeconfig: Path | None = None) -> ClusterAccess:
+    """Where the API server is and how to authenticate, from `load_configuration`."""
+    cfg = load_configuration(kubeconfig)
     context = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
     if not cfg.verify_ssl:
         context.check_hostname = False
@@ -57,10 +72,9 @@ def load_access(kubeconfig: Path | None = None) -> ClusterAccess:
     if cfg.cert_file and cfg.key_file:
         context.load_cert_chain(cfg.cert_file, cfg.key_file)
     headers: dict[str, str] = {}
-    token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
+    token = bearer_token(cfg)
     if token:
-        prefix = cfg.api_key_prefix.get("authorization", "")
-        headers["Authorization"] = f"{prefix} {token}".strip() if not token.startswith("Bearer") else token
+        headers["Authorization"] = f"Bearer {token}"
     return ClusterAccess(server=cfg.host.rstrip("/"), ssl_context=context, headers=headers)
 
 
@@ -87,7 +101,7 @@ class KubeClient:
         connector = aiohttp.TCPConnector(ssl=self._access.ssl_context, limit=self._concurrency)
         self._session = aiohttp.ClientSession(
             base_url=self._access.server,
-            headers=self._access.headers,
+            headers={"User-Agent": USER_AGENT, **self._access.headers},
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=30),
         )

@@ -32,16 +32,21 @@ def object_key(kind: str, namespace: str, name: str) -> str:
 class LocalStore:
     """Provisioned objects in LMDB. Not thread-safe by contract: one event loop uses it."""
 
-    def __init__(self, path: Path, map_size: int = 1 << 30, max_dbs: int = 16) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, map_size: int = 1 << 30, max_dbs: int = 16, readonly: bool = False) -> None:
+        """Open (or create) the store; `readonly` lets another process (a test, a debug tool) look in."""
+        if not readonly:
+            path.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self._readonly = readonly
         self._env = lmdb.open(
-            str(path), map_size=map_size, max_dbs=max_dbs, sync=False, metasync=False, subdir=True
+            str(path), map_size=map_size, max_dbs=max_dbs, sync=False, metasync=False, subdir=True,
+            readonly=readonly,
         )
-        self._objects = self._env.open_db(OBJECTS_DB)
+        self._objects = self._env.open_db(OBJECTS_DB, create=not readonly)
 
     def close(self) -> None:
-        self._env.sync(True)
+        if not self._readonly:
+            self._env.sync(True)
         self._env.close()
 
     def get(self, key: str) -> StoredRecord | None:

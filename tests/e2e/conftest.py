@@ -1,0 +1,217 @@
+"""End-to-end fixtures: one real local control plane per test session, and Stead operators as processes.
+
+The control plane is the project's own (`operators.cluster`): kube-apiserver, etcd and
+kube-controller-manager built from the Go module proxy, on loopback, with an audit log that
+the tests read to count what the operator really sent to the API server.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from operators.cluster import Binaries, ClusterInfo, LocalControlPlane, ensure_binaries
+
+ROOT = Path(__file__).resolve().parents[2]
+STEAD = Path(sys.executable).parent / "stead"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], Any], seconds: float, what: str, interval: float = 0.1) -> Any:
+    """Poll `predicate` until it returns something truthy, or fail after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {seconds:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e/" in str(item.path):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def binaries() -> Binaries:
+    return ensure_binaries(progress=lambda line: print(line, file=sys.stderr))
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory, binaries: Binaries) -> Iterator[ClusterInfo]:
+    plane = LocalControlPlane(
+        tmp_path_factory.mktemp("stead-home"),
+        apiserver_port=free_port(), etcd_client_port=free_port(), etcd_peer_port=free_port(),
+        controller_manager_port=free_port(), binaries=binaries,
+    )
+    info = plane.up()
+    try:
+        yield info
+    finally:
+        plane.down()
+
+
+Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture(scope="session")
+def kubectl(cluster: ClusterInfo, binaries: Binaries) -> Kubectl:
+    def run(*args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [str(binaries.kubectl), "--kubeconfig", str(cluster.kubeconfig), *args],
+            input=input, capture_output=True, text=True, timeout=120,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+        return proc
+
+    return run
+
+
+@dataclass
+class OperatorProcess:
+    """`stead run` as a real process, with its own store, webhook and health ports."""
+
+    cluster: ClusterInfo
+    store: Path
+    log_path: Path
+    webhook_port: int = field(default_factory=free_port)
+    health_port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        cmd = [
+            str(STEAD), "run", "--kubeconfig", str(self.cluster.kubeconfig), "--install-crds",
+            "--store", str(self.store), "--webhook-port", str(self.webhook_port),
+            "--health-port", str(self.health_port), "--replica", "stead-0",
+        ]
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        wait_until(self._ready, 60, "the operator's /readyz")
+
+    def _ready(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"operator exited {self.process.returncode}:\n{self.log_path.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def metric(self, name: str, **labels: str) -> float:
+        """One counter from `/metrics` (0 when absent)."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/metrics", timeout=5).read().decode()
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        series = f"{name}{{{want}}}" if want else name
+        for line in text.splitlines():
+            key, _, value = line.rpartition(" ")
+            if key == series:
+                return float(value)
+        return 0.0
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: ClusterInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    """The session's operator; tests that restart it leave it running again."""
+    work = tmp_path_factory.mktemp("operator")
+    proc = OperatorProcess(cluster, store=work / "store", log_path=work / "operator.log")
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    verb: str
+    resource: str
+    subresource: str
+    namespace: str
+    name: str
+    user_agent: str
+
+
+class AuditLog:
+    """The API server's audit log, read from a byte offset: what really reached the API server."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def mark(self) -> int:
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def since(self, offset: int) -> list[AuditEntry]:
+        entries = []
+        with self.path.open("rb") as f:
+            f.seek(offset)
+            for raw in f:
+                event = json.loads(raw)
+                if event.get("stage") != "ResponseComplete":
+                    continue
+                ref = event.get("objectRef") or {}
+                entries.append(AuditEntry(
+                    verb=event.get("verb", ""), resource=ref.get("resource", ""),
+                    subresource=ref.get("subresource", ""), namespace=ref.get("namespace", ""),
+                    name=ref.get("name", ""), user_agent=event.get("userAgent", ""),
+                ))
+        return entries
+
+
+@pytest.fixture(scope="session")
+def audit(cluster: ClusterInfo) -> AuditLog:
+    return AuditLog(cluster.audit_log)
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test."""
+    slug = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
+    name = f"t-{slug}-{uuid.uuid4().hex[:6]}"
+    kubectl("create", "namespace", name)
+    yield name
+    kubectl("delete", "namespace", name, "--wait=false")
+
+
+def env_manifest(name: str, namespace: str, nodes: list[dict[str, Any]] | None = None, **spec: Any) -> str:
+    body = {
+        "apiVersion": "stead.dev/v1alpha1", "kind": "Environment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"release": "mitaka-9.0", "nodes": nodes if nodes is not None else [
+            {"name": "node-1", "roles": ["controller"]}, {"name": "node-2", "roles": ["compute"]},
+        ], **spec},
+    }
+    return json.dumps(body)
+
