@@ -13,7 +13,7 @@ from pathlib import Path
 from operators.catalog import KINDS
 from operators.runtime import crdgen
 
-CRD_DIR = Path("crds")
+CRD_DIRS = (Path("crds"), Path("charts/stead/files/crds"))  # checked in, and the chart's copy
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,8 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=_cmd_run)
 
-    crds = sub.add_parser("crds", help="write crds/*.yaml from the models (or --check them)")
-    crds.add_argument("--dir", type=Path, default=CRD_DIR)
+    crds = sub.add_parser("crds", help="write crds/*.yaml and the chart's copies from the models (or --check them)")
+    crds.add_argument("--dir", type=Path, action="append", help="write here instead (repeatable)")
     crds.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
     crds.set_defaults(func=_cmd_crds)
 
@@ -67,18 +67,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
-    directory: Path = args.dir
     stale = []
-    for kind in KINDS:
-        path = directory / f"{kind.plural}.yaml"
-        text = crdgen.render(kind)
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(str(path))
-        else:
-            directory.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {path}")
+    for directory in args.dir or CRD_DIRS:
+        for kind in KINDS:
+            path = directory / f"{kind.plural}.yaml"
+            text = crdgen.render(kind)
+            if args.check:
+                if not path.exists() or path.read_text() != text:
+                    stale.append(str(path))
+            else:
+                directory.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+                print(f"wrote {path}")
     if stale:
         print(f"stale CRDs (run `stead crds`): {', '.join(stale)}", file=sys.stderr)
         return 1

@@ -31,6 +31,7 @@ from operators.runtime.kube import ApiError, KubeClient, bearer_token, load_acce
 from operators.runtime.metrics import HealthServer, Metrics
 from operators.runtime.reconciler import Reconciler
 from operators.runtime.ring import Ownership, StaticMembership
+from operators.runtime.services import Services
 from operators.runtime.store import LocalStore
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class OperatorOptions:
 
 async def run_operator(kinds: Sequence[Kind], options: OperatorOptions, stop: asyncio.Event | None = None) -> None:
     """Run until `stop` is set (or the process is signalled); cleans up what it started."""
+    logging.getLogger("kopf.objects").addFilter(_RefusalsAreNotErrors())
     metrics = Metrics()
     store = LocalStore(options.store_path)
     ownership = Ownership(options.replica, StaticMembership([options.replica]))
@@ -75,8 +77,10 @@ async def run_operator(kinds: Sequence[Kind], options: OperatorOptions, stop: as
         if options.install_crds:
             await install_crds(kube, kinds)
         recorder = EventRecorder(kube, metrics, options.replica)
+        services = Services(kube=kube, store=store, events=recorder, replica=options.replica)
         reconcilers = [
-            Reconciler(kind, store=store, ownership=ownership, writer=kube, events=recorder, metrics=metrics)
+            Reconciler(kind, store=store, ownership=ownership, writer=kube, events=recorder, metrics=metrics,
+                       services=services)
             for kind in kinds
         ]
         registry = kopf.OperatorRegistry()
@@ -115,6 +119,15 @@ async def run_operator(kinds: Sequence[Kind], options: OperatorOptions, stop: as
                 poster.cancel()
                 await health.stop()
                 store.close()
+
+
+class _RefusalsAreNotErrors(logging.Filter):
+    """Kopf logs a webhook's refusal as an ERROR; for Stead a refused bad spec is normal operation."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and record.getMessage().startswith("Webhook 'validate-"):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
 
 
 def _login_with(kubeconfig: Path | None) -> Callable[..., kopf.ConnectionInfo]:

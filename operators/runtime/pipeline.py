@@ -70,10 +70,14 @@ class Observed:
 
 @dataclass(frozen=True)
 class StepContext:
-    """The input of one step: the object and the status facts produced by earlier steps of this run."""
+    """The input of one step: the object, the status facts produced by earlier steps of this run,
+    and what the operator process provides (API access, the local store, Events), passed in
+    rather than reached through globals so that steps stay testable without a cluster.
+    """
 
     obj: Observed
     facts: Mapping[str, Any]
+    services: Any = None  # operators.runtime.services.Services in the operator; None in pure tests
 
 
 StepFn = Callable[[StepContext], Awaitable[Mapping[str, Any]]]
@@ -168,7 +172,9 @@ class Outcome:
 EnterFn = Callable[[str, Mapping[str, Any]], Awaitable[None]]
 
 
-async def run(pipeline: Pipeline, obj: Observed, start: str, on_enter: EnterFn | None = None) -> Outcome:
+async def run(
+    pipeline: Pipeline, obj: Observed, start: str, on_enter: EnterFn | None = None, services: Any = None
+) -> Outcome:
     """Run steps from `start` until Provisioned or an error.
 
     Unexpected exceptions are temporary: a bug or an outage should be retried with backoff
@@ -182,7 +188,7 @@ async def run(pipeline: Pipeline, obj: Observed, start: str, on_enter: EnterFn |
         if on_enter is not None and phase in pipeline.announce:
             await on_enter(phase, facts)
         try:
-            facts.update(await pipeline.steps[phase](StepContext(obj=obj, facts=facts)))
+            facts.update(await pipeline.steps[phase](StepContext(obj=obj, facts=facts, services=services)))
         except (PermanentError, TemporaryError) as error:
             return Outcome(phase=phase, facts=facts, error=error)
         except Exception as error:

@@ -21,6 +21,7 @@ from operators.runtime.kinds import Kind
 from operators.runtime.metrics import Metrics
 from operators.runtime.pipeline import Observed, PermanentError, StoredRecord, TemporaryError
 from operators.runtime.ring import Ownership, project_of
+from operators.runtime.services import EventSink
 from operators.runtime.store import LocalStore, object_key
 
 log = logging.getLogger(__name__)
@@ -30,10 +31,6 @@ class StatusWriter(Protocol):
     async def patch_status(
         self, plural: str, namespace: str, name: str, status: dict[str, Any]
     ) -> dict[str, Any]: ...
-
-
-class EventSink(Protocol):
-    def record(self, obj: Observed, type_: str, reason: str, message: str) -> None: ...
 
 
 class WriteFailed(Exception):
@@ -75,6 +72,7 @@ class Reconciler:
         metrics: Metrics,
         clock: Callable[[], str] = utc_now,
         backoff: Backoff = Backoff(),
+        services: object = None,
     ) -> None:
         self.kind = kind
         self._store = store
@@ -84,6 +82,7 @@ class Reconciler:
         self._metrics = metrics
         self._clock = clock
         self._backoff = backoff
+        self._services = services
         self._pending: dict[str, _Pending] = {}
         self._latest: dict[str, Observed] = {}
         self._attempts: dict[str, int] = {}
@@ -142,7 +141,7 @@ class Reconciler:
                 current = replace(current, status=status)
                 self._events.record(current, "Normal", phase, f"entered phase {phase}")
 
-        outcome = await engine.run(self.kind.pipeline, obj, start, on_enter=announce)
+        outcome = await engine.run(self.kind.pipeline, obj, start, on_enter=announce, services=self._services)
         shown = str(current.status.get("phase") or engine.INIT) if outcome.error else None
         status = engine.compose_status(current, outcome, self._clock(), phase_shown=shown)
         if outcome.error is None:

@@ -1,0 +1,27 @@
+"""What the operator process lends to a kind's steps: API access, the local store, Events.
+
+One object, built once per process and passed to every step through `StepContext.services`,
+instead of module globals: a step's dependencies are visible in its signature and a unit test
+can hand it exactly what it needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from operators.runtime.kube import KubeClient
+from operators.runtime.pipeline import Observed
+from operators.runtime.store import LocalStore
+
+
+class EventSink(Protocol):
+    def record(self, obj: Observed, type_: str, reason: str, message: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Services:
+    kube: KubeClient
+    store: LocalStore
+    events: EventSink
+    replica: str
