@@ -44,5 +44,5 @@ KIND = Kind(
         PrinterColumn("Release", ".spec.release", description="The release."),
         PrinterColumn("Nodes", ".status.nodeCount", type="integer", description="Node count."),
     ),
-    admit=spec_problems,
+    problems=spec_problems,
 )

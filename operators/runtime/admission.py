@@ -1,4 +1,4 @@
-"""Validating admission: the webhook configuration Stead registers, and the check it runs.
+"""Admission: the webhook configurations Stead registers for its kinds.
 
 Kopf serves the webhooks (one path per handler id); Stead writes the configuration itself
 rather than letting Kopf manage it, because the same shape must come out of the Helm chart
@@ -17,6 +17,7 @@ from operators import GROUP, VERSION
 from operators.runtime.kinds import Kind
 
 WEBHOOK_CONFIGURATION = "stead-validation"
+MUTATING_CONFIGURATION = "stead-mutation"
 
 
 def handler_id(kind: Kind) -> str:
@@ -24,27 +25,53 @@ def handler_id(kind: Kind) -> str:
     return f"validate-{kind.plural}"
 
 
+def mutating_handler_id(kind: Kind) -> str:
+    """The Kopf handler id (and URL path) of a kind's mutating webhook."""
+    return f"mutate-{kind.plural}"
+
+
+def _webhook(kind: Kind, url: str, ca_bundle: str, side_effects: str) -> dict[str, Any]:
+    return {
+        "name": f"{kind.plural}.{GROUP}",
+        "clientConfig": {"url": url, "caBundle": ca_bundle},
+        "rules": [{
+            "apiGroups": [GROUP], "apiVersions": [VERSION], "resources": [kind.plural],
+            "operations": ["CREATE", "UPDATE"], "scope": "Namespaced",
+        }],
+        "sideEffects": side_effects,
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "timeoutSeconds": 10,
+        "admissionReviewVersions": ["v1"],
+    }
+
+
 def validating_configuration(kinds: Iterable[Kind], base_url: str, ca_pem: bytes) -> dict[str, Any]:
-    """A ValidatingWebhookConfiguration calling `base_url/<handler id>` for each kind."""
+    """A ValidatingWebhookConfiguration calling `base_url/validate-<plural>` for each kind."""
     ca_bundle = base64.b64encode(ca_pem).decode()
+    base = base_url.rstrip("/")
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": WEBHOOK_CONFIGURATION, "labels": {"app.kubernetes.io/part-of": "stead"}},
-        "webhooks": [
-            {
-                "name": f"{kind.plural}.{GROUP}",
-                "clientConfig": {"url": f"{base_url.rstrip('/')}/{handler_id(kind)}", "caBundle": ca_bundle},
-                "rules": [{
-                    "apiGroups": [GROUP], "apiVersions": [VERSION], "resources": [kind.plural],
-                    "operations": ["CREATE", "UPDATE"], "scope": "Namespaced",
-                }],
-                "sideEffects": "None",
-                "failurePolicy": "Fail",
-                "matchPolicy": "Equivalent",
-                "timeoutSeconds": 10,
-                "admissionReviewVersions": ["v1"],
-            }
-            for kind in kinds
-        ],
+        "webhooks": [_webhook(k, f"{base}/{handler_id(k)}", ca_bundle, "None") for k in kinds],
+    }
+
+
+def mutating_configuration(kinds: Iterable[Kind], base_url: str, ca_pem: bytes) -> dict[str, Any] | None:
+    """A MutatingWebhookConfiguration for the kinds that mutate (None when none does).
+
+    Mutations may write (an inline secret goes into the vault), so they declare
+    `NoneOnDryRun`: a dry run gets the same answer without the write.
+    """
+    mutating = [k for k in kinds if k.mutation is not None]
+    if not mutating:
+        return None
+    ca_bundle = base64.b64encode(ca_pem).decode()
+    base = base_url.rstrip("/")
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": MUTATING_CONFIGURATION, "labels": {"app.kubernetes.io/part-of": "stead"}},
+        "webhooks": [_webhook(k, f"{base}/{mutating_handler_id(k)}", ca_bundle, "NoneOnDryRun") for k in mutating],
     }

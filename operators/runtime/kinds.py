@@ -6,7 +6,7 @@ its printer columns, its pipeline and its admission check. The runtime wires the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -55,12 +55,45 @@ class PrinterColumn:
     priority: int = 0
 
 
-AdmitFn = Callable[[Mapping[str, Any]], list[str]]
+SpecCheck = Callable[[Mapping[str, Any]], list[str]]
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """What an admission webhook sees of one request, plus the process's services (store, vault, ...)."""
+
+    operation: str  # CREATE or UPDATE
+    namespace: str
+    name: str
+    spec: Mapping[str, Any]
+    old: Mapping[str, Any] | None  # the whole old object on UPDATE
+    dry_run: bool
+    services: Any = None
+
+
+class Refusal(Exception):
+    """An admission refusal with its HTTP code (422 invalid, 409 conflict, 423 locked, ...)."""
+
+    def __init__(self, message: str, code: int = 422) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+AdmissionCheck = Callable[[AdmissionRequest], Awaitable[None]]
+Mutation = Callable[[AdmissionRequest], Awaitable[dict[str, Any] | None]]
 
 
 @dataclass(frozen=True)
 class Kind:
-    """One custom resource kind of Stead."""
+    """One custom resource kind of Stead.
+
+    `problems` are pure checks of a spec alone (the schema cannot express them: uniqueness,
+    references inside the spec); they run in the validating webhook and again in the pipeline
+    for objects that bypassed it. `admission` is for checks that need context (another object,
+    a lock): it raises `Refusal`. `mutation` returns a merge patch for the spec (for example an
+    inline secret moved into the vault); it must not write anything on a dry run.
+    """
 
     kind: str
     plural: str
@@ -70,7 +103,9 @@ class Kind:
     status_model: type[StatusBase]
     pipeline: Pipeline
     columns: tuple[PrinterColumn, ...] = ()
-    admit: AdmitFn | None = None
+    problems: SpecCheck | None = None
+    admission: AdmissionCheck | None = None
+    mutation: Mutation | None = None
 
     @property
     def singular(self) -> str:
@@ -86,7 +121,7 @@ class Kind:
             self.spec_model.model_validate(dict(spec))
         except ValidationError as error:
             return [f"spec.{field_path(e['loc'])}: {e['msg']}" for e in error.errors()]
-        return self.admit(spec) if self.admit is not None else []
+        return self.problems(spec) if self.problems is not None else []
 
 
 def field_path(loc: tuple[int | str, ...]) -> str:

@@ -22,11 +22,18 @@ from typing import Any
 import kopf
 
 from operators import GROUP, VERSION
-from operators.runtime.admission import WEBHOOK_CONFIGURATION, handler_id, validating_configuration
+from operators.runtime.admission import (
+    MUTATING_CONFIGURATION,
+    WEBHOOK_CONFIGURATION,
+    handler_id,
+    mutating_configuration,
+    mutating_handler_id,
+    validating_configuration,
+)
 from operators.runtime.certs import KeyPair, make_ca, make_leaf
 from operators.runtime.crdgen import crd_for
 from operators.runtime.events import EventRecorder
-from operators.runtime.kinds import Kind
+from operators.runtime.kinds import AdmissionRequest, Kind, Refusal
 from operators.runtime.kube import ApiError, KubeClient, bearer_token, load_access, load_configuration
 from operators.runtime.metrics import HealthServer, Metrics
 from operators.runtime.reconciler import Reconciler
@@ -86,7 +93,7 @@ async def run_operator(kinds: Sequence[Kind], options: OperatorOptions, stop: as
         registry = kopf.OperatorRegistry()
         kopf.on.login(registry=registry)(_login_with(options.kubeconfig))
         for reconciler in reconcilers:
-            _register(registry, reconciler, webhooks=options.webhook is not None)
+            _register(registry, reconciler, services, webhooks=options.webhook is not None)
         with tempfile.TemporaryDirectory(prefix="stead-webhook-") as tmp:
             settings = kopf.OperatorSettings()
             settings.posting.enabled = False  # Stead posts its own Events, one per transition
@@ -147,20 +154,49 @@ def _login_with(kubeconfig: Path | None) -> Callable[..., kopf.ConnectionInfo]:
     return login
 
 
-def _register(registry: kopf.OperatorRegistry, reconciler: Reconciler, webhooks: bool) -> None:
+def _register(registry: kopf.OperatorRegistry, reconciler: Reconciler, services: Services, webhooks: bool) -> None:
     kind = reconciler.kind
 
     @kopf.on.event(GROUP, VERSION, kind.plural, registry=registry, id=f"reconcile-{kind.plural}")
     async def on_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         await reconciler.on_event(event.get("type"), body)
 
-    if webhooks:
-        @kopf.on.validate(GROUP, VERSION, kind.plural, registry=registry, id=handler_id(kind),
-                          operations=["CREATE", "UPDATE"])
-        async def admit(spec: kopf.Spec, **_: Any) -> None:
-            problems = kind.check_spec(spec)
-            if problems:
-                raise kopf.AdmissionError("; ".join(problems), code=422)
+    if not webhooks:
+        return
+
+    def request(body: kopf.Body, dryrun: bool, extra: dict[str, Any]) -> AdmissionRequest:
+        meta = body.get("metadata") or {}
+        old = extra.get("old")
+        return AdmissionRequest(
+            operation=str(extra.get("operation") or ""), namespace=str(meta.get("namespace") or ""),
+            name=str(meta.get("name") or meta.get("generateName") or ""), spec=dict(body.get("spec") or {}),
+            old=dict(old) if old else None, dry_run=dryrun, services=services,
+        )
+
+    @kopf.on.validate(GROUP, VERSION, kind.plural, registry=registry, id=handler_id(kind),
+                      operations=["CREATE", "UPDATE"])
+    async def validate(body: kopf.Body, dryrun: bool, **extra: Any) -> None:
+        problems = kind.check_spec(body.get("spec") or {})
+        if problems:
+            raise kopf.AdmissionError("; ".join(problems), code=422)
+        if kind.admission is not None:
+            try:
+                await kind.admission(request(body, dryrun, extra))
+            except Refusal as refusal:
+                raise kopf.AdmissionError(refusal.message, code=refusal.code) from None
+
+    if kind.mutation is not None:
+        mutation = kind.mutation
+
+        @kopf.on.mutate(GROUP, VERSION, kind.plural, registry=registry, id=mutating_handler_id(kind),
+                        operations=["CREATE", "UPDATE"], side_effects=True)
+        async def mutate(body: kopf.Body, dryrun: bool, patch: kopf.Patch, **extra: Any) -> None:
+            try:
+                spec_patch = await mutation(request(body, dryrun, extra))
+            except Refusal as refusal:
+                raise kopf.AdmissionError(refusal.message, code=refusal.code) from None
+            if spec_patch:
+                patch["spec"] = spec_patch
 
 
 async def install_crds(kube: KubeClient, kinds: Sequence[Kind], wait_seconds: float = 30.0) -> None:
@@ -190,9 +226,12 @@ async def _webhook_server(
     leaf: KeyPair = make_leaf(ca, "stead-webhook", hosts=[host, "localhost"])
     (tmp / "tls.crt").write_bytes(leaf.cert_pem)
     (tmp / "tls.key").write_bytes(leaf.key_pem)
+    api = "/apis/admissionregistration.k8s.io/v1"
     config = validating_configuration(kinds, opts.register_url, ca.cert_pem)
-    path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{WEBHOOK_CONFIGURATION}"
-    await kube.apply(path, config)
+    await kube.apply(f"{api}/validatingwebhookconfigurations/{WEBHOOK_CONFIGURATION}", config)
+    mutating = mutating_configuration(kinds, opts.register_url, ca.cert_pem)
+    if mutating is not None:
+        await kube.apply(f"{api}/mutatingwebhookconfigurations/{MUTATING_CONFIGURATION}", mutating)
     return kopf.WebhookServer(addr=opts.listen, port=opts.port, certfile=tmp / "tls.crt", pkeyfile=tmp / "tls.key")
 
 

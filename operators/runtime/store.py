@@ -44,6 +44,14 @@ class LocalStore:
         )
         self._objects = self._env.open_db(OBJECTS_DB, create=not readonly)
 
+    def open_db(self, name: bytes) -> tuple[lmdb.Environment, Any]:
+        """The environment and a named database in it, for a module that keeps its own records here.
+
+        Sharing the one environment (rather than a second LMDB file) keeps one volume, one map size
+        and one place to back up; the caller owns its database's keys and transactions.
+        """
+        return self._env, self._env.open_db(name, create=not self._readonly)
+
     def close(self) -> None:
         if not self._readonly:
             self._env.sync(True)
