@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -126,8 +127,7 @@ def test_temporary_errors_retry_with_backoff_until_success(tmp_path: Path) -> No
             raise TemporaryError("NotYet", "dependency not ready")
         return {"done": True}
 
-    kind = KIND.__class__(**{**KIND.__dict__, "pipeline": Pipeline(
-        phases=("Init", "Provisioned"), steps={"Init": flaky})})
+    kind = dataclasses.replace(KIND, pipeline=Pipeline(phases=("Init", "Provisioned"), steps={"Init": flaky}))
     rec, writer, events, _ = make(tmp_path, kind=kind)
 
     async def scenario() -> None:

@@ -1,0 +1,554 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver and kube-controller-manager.
+
+``LocalControlPlane`` starts the three processes from the binaries ``build.py`` caches, keeps
+every piece of state under one *home* directory, and stops exactly the processes it started:
+
+    <home>/pki/           certificates and keys (pki.py), incl. webhook-ca.crt / webhook-ca.key
+    <home>/kubeconfig     admin credentials (CN=stead-admin, O=system:masters)
+    <home>/config/        audit policy, the controller-manager's kubeconfig
+    <home>/etcd/          etcd's data (kept across down/up, like a stopped cluster)
+    <home>/logs/          <component>.log (the previous run's in <component>.log.1)
+    <home>/audit/         audit.log: one JSON event per request, level Metadata
+    <home>/run/           <component>.json pid records (processes.py), cluster.json (ports, versions)
+
+There is no kubelet: Pods never run, but CRDs, webhooks, RBAC, namespaces (deletion included),
+garbage collection, ServiceAccounts and Job→Pod creation behave as in a real cluster.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import ssl
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Final
+
+import yaml
+
+from operators.cluster.atomicwrite import write_file_atomically
+from operators.cluster.build import (
+    Binaries,
+    ControlPlaneError,
+    Progress,
+    ensure_binaries,
+    log_tail,
+)
+from operators.cluster.pki import ADMIN_USER, CONTROLLER_MANAGER_USER, PkiFiles, ensure_pki
+from operators.cluster.probes import http_status
+from operators.cluster.processes import LOOPBACK, ProcessTable, describe_pid, port_in_use, port_owner
+from operators.cluster.versions import ETCD_VERSION, KUBERNETES_VERSION
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_APISERVER_PORT: Final = 16443
+DEFAULT_ETCD_CLIENT_PORT: Final = 12379
+DEFAULT_ETCD_PEER_PORT: Final = 12380
+DEFAULT_CONTROLLER_MANAGER_PORT: Final = 16257
+SERVICE_CLUSTER_IP_RANGE: Final = "10.0.0.0/24"
+SERVICE_ACCOUNT_ISSUER: Final = "https://kubernetes.default.svc.cluster.local"
+START_TIMEOUT_SECONDS: Final = 120.0
+STOP_TIMEOUT_SECONDS: Final = 20.0
+CLUSTER_NAME: Final = "stead"
+
+ETCD: Final = "etcd"
+APISERVER: Final = "kube-apiserver"
+CONTROLLER_MANAGER: Final = "kube-controller-manager"
+PROCESS_NAMES: Final = (ETCD, APISERVER, CONTROLLER_MANAGER)
+"""Start order; they stop in reverse."""
+
+DISABLED_CONTROLLERS: Final = (
+    "cloud-node-lifecycle-controller",
+    "node-route-controller",
+    "service-lb-controller",
+    "node-ipam-controller",
+)
+"""Controllers that need a cloud provider or node CIDR allocation, neither of which exists here."""
+
+AUDIT_POLICY: Final = """\
+# Written by stead: every request at level Metadata, except the noise of leader-election leases,
+# events reads and health probes. RequestReceived is omitted, so each request is logged once (at
+# ResponseComplete; long-running watches also at ResponseStarted).
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: None
+    verbs: ["get", "list", "watch"]
+    resources:
+      - group: "coordination.k8s.io"
+        resources: ["leases"]
+      - group: ""
+        resources: ["events"]
+      - group: "events.k8s.io"
+        resources: ["events"]
+  - level: None
+    nonResourceURLs: ["/healthz*", "/readyz*", "/livez*"]
+  - level: Metadata
+"""
+
+
+def default_home() -> Path:
+    """``$STEAD_HOME``, else ``$XDG_DATA_HOME/stead`` (``~/.local/share/stead``)."""
+    explicit = os.environ.get("STEAD_HOME")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share") / "stead"
+
+
+@dataclass(frozen=True)
+class Ports:
+    """The loopback ports one control plane listens on; two planes need disjoint sets."""
+
+    apiserver: int = DEFAULT_APISERVER_PORT
+    etcd_client: int = DEFAULT_ETCD_CLIENT_PORT
+    etcd_peer: int = DEFAULT_ETCD_PEER_PORT
+    controller_manager: int = DEFAULT_CONTROLLER_MANAGER_PORT
+
+    def labelled(self) -> dict[str, int]:
+        return {
+            "kube-apiserver": self.apiserver,
+            "etcd client": self.etcd_client,
+            "etcd peer": self.etcd_peer,
+            "kube-controller-manager": self.controller_manager,
+        }
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """What a client of a running local control plane needs to reach and inspect it."""
+
+    server: str
+    kubeconfig: Path
+    home: Path
+    ca_cert: Path
+    """The serving CA: verifies the apiserver's certificate."""
+    webhook_ca_cert: Path
+    webhook_ca_key: Path
+    """The CA the operator may sign its admission webhook certificate with
+    (``operators.runtime.certs.make_leaf``) and hand to the apiserver as caBundle."""
+    audit_log: Path
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """A snapshot of one home's control plane, for ``stead cluster status``."""
+
+    running: bool
+    """Every process is alive and the apiserver answers /readyz."""
+    pids: Mapping[str, int]
+    """Live processes of this control plane, by component name (missing ones are not running)."""
+    server: str
+    kubeconfig: Path
+    home: Path
+    versions: Mapping[str, str]
+
+    def describe(self) -> str:
+        """A few lines for a terminal: the state, how to reach the plane, pids and versions."""
+        if self.running:
+            state = "running"
+        elif not self.pids:
+            state = "stopped (start it with `stead cluster up`)"
+        elif len(self.pids) == len(PROCESS_NAMES):
+            state = "not ready (every process is alive, but kube-apiserver does not answer /readyz)"
+        else:
+            state = "not running (some components are down; `stead cluster up` restarts them)"
+        rows = [("control plane", state), ("server", self.server), ("kubeconfig", str(self.kubeconfig)),
+                ("home", str(self.home))]
+        rows += [(name, f"pid {self.pids[name]}" if name in self.pids else "not running") for name in PROCESS_NAMES]
+        rows.append(("versions", ", ".join(f"{name} {version}" for name, version in self.versions.items())))
+        width = max(len(label) for label, _ in rows) + 2
+        return "\n".join(f"{label + ':':<{width}}{value}" for label, value in rows)
+
+
+def render_kubeconfig(
+    server: str,
+    ca_cert_pem: bytes,
+    client_cert_pem: bytes,
+    client_key_pem: bytes,
+    user: str,
+    cluster: str = CLUSTER_NAME,
+) -> str:
+    """A self-contained kubeconfig (certificates embedded) with one cluster, user and context."""
+
+    def encode(pem: bytes) -> str:
+        return base64.b64encode(pem).decode("ascii")
+
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": cluster,
+             "cluster": {"server": server, "certificate-authority-data": encode(ca_cert_pem)}},
+        ],
+        "users": [
+            {"name": user,
+             "user": {"client-certificate-data": encode(client_cert_pem),
+                      "client-key-data": encode(client_key_pem)}},
+        ],
+        "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": user}}],
+        "current-context": cluster,
+        "preferences": {},
+    }
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+# --- the control plane -----------------------------------------------------------------------
+
+
+class LocalControlPlane:
+    """etcd, kube-apiserver and kube-controller-manager on 127.0.0.1, state under ``home``.
+
+    ``up`` is idempotent and ``down`` stops only the processes recorded under ``home`` (checked
+    against /proc, so a stale pid file never leads to killing an unrelated process). Several
+    control planes can run side by side with different homes and ports.
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        *,
+        apiserver_port: int = DEFAULT_APISERVER_PORT,
+        etcd_client_port: int = DEFAULT_ETCD_CLIENT_PORT,
+        etcd_peer_port: int = DEFAULT_ETCD_PEER_PORT,
+        controller_manager_port: int = DEFAULT_CONTROLLER_MANAGER_PORT,
+        binaries: Binaries | None = None,
+        start_timeout: float = START_TIMEOUT_SECONDS,
+        progress: Progress | None = None,
+    ) -> None:
+        self.home = home.expanduser().absolute()
+        self.ports = Ports(apiserver_port, etcd_client_port, etcd_peer_port,
+                           controller_manager_port)
+        if len(set(self.ports.labelled().values())) != 4:
+            raise ValueError(f"the control plane's ports must differ: {self.ports}")
+        self._binaries = binaries
+        self.start_timeout = start_timeout
+        self._progress: Progress = progress or logger.info
+        """Where start-up steps are reported (default: this module's logger at INFO)."""
+        self._processes = ProcessTable(self._run_dir, owner_mark=str(self.home))
+        """The components started from this home, by this object or an earlier invocation."""
+
+    # -- layout --
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.home / "kubeconfig"
+
+    @property
+    def pki(self) -> PkiFiles:
+        return PkiFiles(self.home / "pki")
+
+    @property
+    def audit_log_path(self) -> Path:
+        return self.home / "audit" / "audit.log"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def _run_dir(self) -> Path:
+        return self.home / "run"
+
+    @property
+    def _config_dir(self) -> Path:
+        return self.home / "config"
+
+    @property
+    def _cluster_state_path(self) -> Path:
+        return self._run_dir / "cluster.json"
+
+    def log_path(self, name: str) -> Path:
+        return self.logs_dir / f"{name}.log"
+
+    def server_url(self, ports: Ports | None = None) -> str:
+        return f"https://{LOOPBACK}:{(ports or self.ports).apiserver}"
+
+    @property
+    def info(self) -> ClusterInfo:
+        pki = self.pki
+        return ClusterInfo(
+            server=self.server_url(self._recorded_ports() or self.ports),
+            kubeconfig=self.kubeconfig_path,
+            home=self.home,
+            ca_cert=pki.serving_ca_cert,
+            webhook_ca_cert=pki.webhook_ca_cert,
+            webhook_ca_key=pki.webhook_ca_key,
+            audit_log=self.audit_log_path,
+        )
+
+    # -- public operations --
+
+    def up(self) -> ClusterInfo:
+        """Start the control plane (or find it running) and return how to reach it.
+
+        Returns at once when all three processes are ours, alive and /readyz answers. Otherwise
+        stops any leftovers of ours, builds the binaries if needed, and starts etcd, the
+        apiserver and the controller-manager, waiting for each to be healthy and for the
+        ``default`` ServiceAccount (the sign that the controllers work). On any failure
+        everything started is stopped again and ControlPlaneError carries the failing log's tail.
+        """
+        recorded = self._recorded_ports()
+        if self._all_alive() and recorded is not None and self._apiserver_ready(recorded):
+            if recorded != self.ports:
+                raise ControlPlaneError(
+                    f"a control plane is already running in {self.home} on other ports "
+                    f"({recorded}); stop it with `stead cluster down` first"
+                )
+            return self.info
+        self.down()
+        binaries = self._binaries or ensure_binaries(progress=self._progress)
+        self._prepare_files()
+        self.check_ports_free()
+        deadline = time.monotonic() + self.start_timeout
+        try:
+            self._start_all(binaries, deadline)
+        except BaseException:
+            self.down()
+            raise
+        state = {"ports": asdict(self.ports),
+                 "versions": {"kubernetes": KUBERNETES_VERSION, "etcd": ETCD_VERSION},
+                 "binaries": {name: str(path) for name, path in asdict(binaries).items()}}
+        write_file_atomically(self._cluster_state_path, json.dumps(state, indent=2).encode())
+        return self.info
+
+    def down(self, timeout: float = STOP_TIMEOUT_SECONDS) -> None:
+        """Stop this home's processes: SIGTERM, then SIGKILL after ``timeout`` seconds.
+
+        The apiserver and controller-manager go first so that etcd outlives its clients. Pid
+        records whose process is gone or is not ours (pid reused) are only deleted.
+        """
+        for group in ((CONTROLLER_MANAGER, APISERVER), (ETCD,)):
+            survivors = self._processes.stop(group, timeout)
+            if survivors:
+                pids = ", ".join(f"{record.name} pid {record.pid}" for record in survivors)
+                raise ControlPlaneError(f"could not stop {pids} even with SIGKILL")
+        self._cluster_state_path.unlink(missing_ok=True)
+
+    def status(self) -> ClusterStatus:
+        """Which of this home's processes are alive, and whether the apiserver is ready."""
+        pids = self._processes.alive(PROCESS_NAMES)
+        ports = self._recorded_ports() or self.ports
+        running = len(pids) == len(PROCESS_NAMES) and self._apiserver_ready(ports)
+        versions = self._recorded_versions() or {"kubernetes": KUBERNETES_VERSION,
+                                                 "etcd": ETCD_VERSION}
+        return ClusterStatus(running=running, pids=pids, server=self.server_url(ports),
+                             kubeconfig=self.kubeconfig_path, home=self.home, versions=versions)
+
+    def check_ports_free(self) -> None:
+        """Raise ControlPlaneError naming the first configured port something already listens on."""
+        for label, port in self.ports.labelled().items():
+            if port_in_use(port):
+                owner = port_owner(port)
+                by = f" by {describe_pid(owner)}" if owner is not None else ""
+                raise ControlPlaneError(
+                    f"port {port} ({label}) is in use{by}; stop it or choose other ports"
+                )
+
+    # -- starting --
+
+    def _prepare_files(self) -> None:
+        for directory in (self.logs_dir, self.audit_log_path.parent, self._run_dir,
+                          self._config_dir, self.home / "etcd"):
+            directory.mkdir(parents=True, exist_ok=True)
+        (self.home / "etcd").chmod(0o700)
+        pki = ensure_pki(self.home / "pki")
+        server = self.server_url()
+        serving_ca = pki.serving_ca_cert.read_bytes()
+        write_file_atomically(
+            self.kubeconfig_path,
+            render_kubeconfig(server, serving_ca, pki.admin_cert.read_bytes(),
+                              pki.admin_key.read_bytes(), user=ADMIN_USER).encode(),
+            0o600,
+        )
+        write_file_atomically(
+            self._controller_manager_kubeconfig,
+            render_kubeconfig(server, serving_ca, pki.controller_manager_client_cert.read_bytes(),
+                              pki.controller_manager_client_key.read_bytes(),
+                              user=CONTROLLER_MANAGER_USER).encode(),
+            0o600,
+        )
+        write_file_atomically(self._audit_policy, AUDIT_POLICY.encode())
+
+    @property
+    def _controller_manager_kubeconfig(self) -> Path:
+        return self._config_dir / "controller-manager.kubeconfig"
+
+    @property
+    def _audit_policy(self) -> Path:
+        return self._config_dir / "audit-policy.yaml"
+
+    def _start_all(self, binaries: Binaries, deadline: float) -> None:
+        ports, pki = self.ports, self.pki
+        admin = self._client_context(with_admin_cert=True)
+        anonymous = self._client_context(with_admin_cert=False)
+        started: dict[str, subprocess.Popen[bytes]] = {}
+
+        self._progress(f"starting etcd on {LOOPBACK}:{ports.etcd_client}")
+        started[ETCD] = self._launch(ETCD, self._etcd_argv(binaries.etcd))
+        self._wait(lambda: http_status(ports.etcd_client, "/health") == 200,
+                   "etcd to report healthy", started, deadline)
+
+        self._progress(f"starting kube-apiserver on {self.server_url()}")
+        started[APISERVER] = self._launch(APISERVER, self._apiserver_argv(binaries, pki))
+        self._wait(lambda: http_status(ports.apiserver, "/readyz", admin) == 200,
+                   "kube-apiserver /readyz", started, deadline)
+
+        self._progress("starting kube-controller-manager")
+        started[CONTROLLER_MANAGER] = self._launch(
+            CONTROLLER_MANAGER, self._controller_manager_argv(binaries, pki)
+        )
+        self._wait(lambda: http_status(ports.controller_manager, "/healthz", anonymous) == 200,
+                   "kube-controller-manager /healthz", started, deadline)
+        default_sa = "/api/v1/namespaces/default/serviceaccounts/default"
+        self._wait(lambda: http_status(ports.apiserver, default_sa, admin) == 200,
+                   "the controller-manager to create the default ServiceAccount",
+                   started, deadline)
+
+    def _etcd_argv(self, etcd: Path) -> list[str]:
+        client = f"http://{LOOPBACK}:{self.ports.etcd_client}"
+        peer = f"http://{LOOPBACK}:{self.ports.etcd_peer}"
+        return [
+            str(etcd),
+            f"--name={CLUSTER_NAME}",
+            f"--data-dir={self.home / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster={CLUSTER_NAME}={peer}",
+            # A throw-away development store: skipping fsync makes every write (and the
+            # tests) much faster; a machine crash may lose the last writes, nothing else.
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        ]
+
+    def _apiserver_argv(self, binaries: Binaries, pki: PkiFiles) -> list[str]:
+        return [
+            str(binaries.kube_apiserver),
+            f"--etcd-servers=http://{LOOPBACK}:{self.ports.etcd_client}",
+            f"--bind-address={LOOPBACK}",
+            f"--advertise-address={LOOPBACK}",
+            f"--secure-port={self.ports.apiserver}",
+            f"--tls-cert-file={pki.apiserver_cert}",
+            f"--tls-private-key-file={pki.apiserver_key}",
+            f"--client-ca-file={pki.client_ca_cert}",
+            "--authorization-mode=RBAC",
+            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-key-file={pki.service_account_public_key}",
+            f"--service-account-signing-key-file={pki.service_account_key}",
+            f"--audit-policy-file={self._audit_policy}",
+            f"--audit-log-path={self.audit_log_path}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+            "--audit-log-maxsize=0",
+            # The `kubernetes` Service's endpoints would be 127.0.0.1, which Endpoints reject;
+            # nothing routes Service IPs here anyway, so leave them unmanaged.
+            "--endpoint-reconciler-type=none",
+            "--allow-privileged=true",
+            "--profiling=false",
+        ]
+
+    def _controller_manager_argv(self, binaries: Binaries, pki: PkiFiles) -> list[str]:
+        """No delegated authentication: only the always-allowed health paths are served, and the
+        apiserver has no front-proxy (requestheader) CA for it to look up."""
+        kubeconfig = self._controller_manager_kubeconfig
+        controllers = ",".join(["*", *(f"-{name}" for name in DISABLED_CONTROLLERS)])
+        return [
+            str(binaries.kube_controller_manager),
+            f"--kubeconfig={kubeconfig}",
+            f"--bind-address={LOOPBACK}",
+            f"--secure-port={self.ports.controller_manager}",
+            f"--tls-cert-file={pki.controller_manager_serving_cert}",
+            f"--tls-private-key-file={pki.controller_manager_serving_key}",
+            f"--controllers={controllers}",
+            f"--service-account-private-key-file={pki.service_account_key}",
+            f"--root-ca-file={pki.serving_ca_cert}",
+            "--use-service-account-credentials=true",
+            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+            f"--cluster-name={CLUSTER_NAME}",
+            "--leader-elect=false",
+            "--profiling=false",
+        ]
+
+    def _client_context(self, *, with_admin_cert: bool) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.pki.serving_ca_cert))
+        if with_admin_cert:
+            context.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+        return context
+
+    def _launch(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        return self._processes.launch(name, argv, log=self.log_path(name), cwd=self.home)
+
+    def _wait(
+        self,
+        condition: Callable[[], bool],
+        what: str,
+        started: Mapping[str, subprocess.Popen[bytes]],
+        deadline: float,
+    ) -> None:
+        """Poll ``condition`` until true; fail early if a started process exits, or at deadline."""
+        interval = 0.05
+        while True:
+            for name, process in started.items():
+                code = process.poll()
+                if code is not None:
+                    raise ControlPlaneError(
+                        f"{name} exited with code {code} while starting; "
+                        f"log: {self.log_path(name)}",
+                        log_tail(self.log_path(name)),
+                    )
+            if condition():
+                return
+            if time.monotonic() > deadline:
+                last = list(started)[-1]
+                raise ControlPlaneError(
+                    f"timed out after {self.start_timeout:.0f} s waiting for {what}; "
+                    f"log: {self.log_path(last)}",
+                    log_tail(self.log_path(last)),
+                )
+            time.sleep(interval)
+            interval = min(interval * 2, 0.5)
+
+    # -- recorded state --
+
+    def _recorded_state(self) -> dict[str, object] | None:
+        try:
+            state = json.loads(self._cluster_state_path.read_text())
+        except (OSError, ValueError):
+            return None
+        return state if isinstance(state, dict) else None
+
+    def _recorded_ports(self) -> Ports | None:
+        state = self._recorded_state()
+        ports = state.get("ports") if state else None
+        if not isinstance(ports, dict):
+            return None
+        try:
+            return Ports(**{key: int(value) for key, value in ports.items()})
+        except (TypeError, ValueError):
+            return None
+
+    def _recorded_versions(self) -> dict[str, str] | None:
+        state = self._recorded_state()
+        versions = state.get("versions") if state else None
+        if not isinstance(versions, dict):
+            return None
+        return {str(key): str(value) for key, value in versions.items()}
+
+    def _all_alive(self) -> bool:
+        return len(self._processes.alive(PROCESS_NAMES)) == len(PROCESS_NAMES)
+
+    def _apiserver_ready(self, ports: Ports) -> bool:
+        try:
+            context = self._client_context(with_admin_cert=True)
+        except (OSError, ssl.SSLError):
+            return False
+        return http_status(ports.apiserver, "/readyz", context) == 200

@@ -1,0 +1,24 @@
+"""The versions of every component of the local control plane, pinned in one place.
+
+Kubernetes, etcd and Helm are built from the Go module proxy (see ``build.py``); changing a
+version here changes the cache directory the binaries are built into, so a bump never reuses
+binaries of the old version.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+KUBERNETES_VERSION: Final = "v1.34.4"
+"""kube-apiserver, kube-controller-manager and kubectl (one Go module, ``k8s.io/kubernetes``)."""
+
+ETCD_VERSION: Final = "v3.6.16"
+"""etcd 3.6 is what envtest pairs with Kubernetes 1.34; watch-list needs 3.5.11 or newer."""
+
+HELM_VERSION: Final = "v3.22.0"
+"""Newest Helm v3 release on the Go module proxy when pinned (the chart tests use Helm 3)."""
+
+
+def component_versions() -> dict[str, str]:
+    """The pinned versions by component name, for status output and the cluster's state file."""
+    return {"kubernetes": KUBERNETES_VERSION, "etcd": ETCD_VERSION, "helm": HELM_VERSION}
