@@ -9,9 +9,13 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from operators.catalog import KINDS
 from operators.runtime import crdgen
+
+if TYPE_CHECKING:
+    from operators.cluster import LocalControlPlane
 
 CRD_DIRS = (Path("crds"), Path("charts/stead/files/crds"))  # checked in, and the chart's copy
 
@@ -86,9 +90,9 @@ def _cmd_crds(args: argparse.Namespace) -> int:
 
 
 def _cmd_cluster(args: argparse.Namespace) -> int:
-    from operators.cluster import ControlPlaneError, LocalControlPlane, default_home, ensure_binaries
+    from operators.cluster import ControlPlaneError, ensure_binaries
 
-    plane = LocalControlPlane(default_home())
+    plane = _local_plane()
     try:
         if args.action == "build":
             ensure_binaries(progress=lambda line: print(line, file=sys.stderr))
@@ -124,10 +128,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     kubeconfig: Path | None = args.kubeconfig
     started = None
     if args.local != "never":
-        from operators.cluster import ControlPlaneError, LocalControlPlane, reaches_cluster
+        from operators.cluster import ControlPlaneError, reaches_cluster
 
         if args.local == "always" or not reaches_cluster(kubeconfig):
-            plane = LocalControlPlane(home)
+            plane = _local_plane()
             try:
                 was_running = plane.status().running
                 info = plane.up()
@@ -168,4 +172,38 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _home() -> Path:
-    return Path(os.environ.get("STEAD_HOME") or Path.home() / ".local/share/stead")
+    from operators.cluster import default_home
+
+    return default_home()
+
+
+PORT_VARIABLES = {
+    "apiserver_port": "STEAD_APISERVER_PORT",
+    "etcd_client_port": "STEAD_ETCD_CLIENT_PORT",
+    "etcd_peer_port": "STEAD_ETCD_PEER_PORT",
+    "controller_manager_port": "STEAD_CONTROLLER_MANAGER_PORT",
+}
+
+
+def _local_plane() -> LocalControlPlane:
+    """The local control plane of `$STEAD_HOME`, on the ports `$STEAD_*_PORT` name (else the defaults),
+    so that two homes can run side by side."""
+    from operators.cluster import LocalControlPlane, default_home
+    from operators.cluster.controlplane import (
+        DEFAULT_APISERVER_PORT,
+        DEFAULT_CONTROLLER_MANAGER_PORT,
+        DEFAULT_ETCD_CLIENT_PORT,
+        DEFAULT_ETCD_PEER_PORT,
+    )
+
+    def port(argument: str, default: int) -> int:
+        value = os.environ.get(PORT_VARIABLES[argument])
+        return int(value) if value else default
+
+    return LocalControlPlane(
+        default_home(),
+        apiserver_port=port("apiserver_port", DEFAULT_APISERVER_PORT),
+        etcd_client_port=port("etcd_client_port", DEFAULT_ETCD_CLIENT_PORT),
+        etcd_peer_port=port("etcd_peer_port", DEFAULT_ETCD_PEER_PORT),
+        controller_manager_port=port("controller_manager_port", DEFAULT_CONTROLLER_MANAGER_PORT),
+    )

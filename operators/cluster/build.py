@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -83,7 +84,9 @@ class GoComponent:
 
     @property
     def directory_name(self) -> str:
-        return f"{self.name}-{self.version}"
+        """Version plus a digest of the link flags, so changing a flag never reuses an old build."""
+        digest = hashlib.sha256(repr(self.version_symbols).encode()).hexdigest()[:8]
+        return f"{self.name}-{self.version}-{digest}"
 
 
 def _kubernetes_version_symbols(version: str) -> tuple[tuple[str, str], ...]:
@@ -121,7 +124,16 @@ HELM: Final = GoComponent(
     module="helm.sh/helm/v3",
     version=HELM_VERSION,
     outputs=(("helm.sh/helm/v3/cmd/helm", "helm"),),
-    version_symbols=(("helm.sh/helm/v3/internal/version.version", HELM_VERSION),),
+    # Without the k8sVersion symbols, Helm's default capabilities say Kubernetes v1.20 and
+    # `helm template`/`lint` refuse charts whose kubeVersion wants newer: use the local plane's.
+    version_symbols=(
+        ("helm.sh/helm/v3/internal/version.version", HELM_VERSION),
+        *(
+            (f"helm.sh/helm/v3/pkg/{package}.k8sVersion{part}", value)
+            for package in ("chartutil", "lint/rules")
+            for part, value in zip(("Major", "Minor"), KUBERNETES_VERSION.removeprefix("v").split(".")[:2], strict=True)
+        ),
+    ),
 )
 COMPONENTS: Final = (KUBERNETES, ETCD, HELM)
 

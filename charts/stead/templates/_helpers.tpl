@@ -1,0 +1,148 @@
+{{/*
+The chart name, or nameOverride.
+*/}}
+{{- define "stead.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The name prefix of every resource: fullnameOverride, else <release>-<name>, else <release> when the
+release name already contains the chart name. Truncated so that suffixed names stay within 63
+characters.
+*/}}
+{{- define "stead.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+chart-version, for the helm.sh/chart label.
+*/}}
+{{- define "stead.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels of every resource.
+*/}}
+{{- define "stead.labels" -}}
+helm.sh/chart: {{ include "stead.chart" . }}
+app.kubernetes.io/name: {{ include "stead.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ include "stead.imageTag" . | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: stead
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Selector labels of the operator pods (immutable in the StatefulSet: never change them).
+*/}}
+{{- define "stead.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "stead.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/*
+Labels of the operator's own resources (StatefulSet, pods, headless Service).
+*/}}
+{{- define "stead.operatorLabels" -}}
+{{ include "stead.labels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/*
+Labels of the webhook's resources (Service, certificate, configuration).
+*/}}
+{{- define "stead.webhookLabels" -}}
+{{ include "stead.labels" . }}
+app.kubernetes.io/component: webhook
+{{- end }}
+
+{{/*
+The operator's ServiceAccount name.
+*/}}
+{{- define "stead.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "stead.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Names of the headless Service, the webhook Service, the webhook's TLS Secret and Certificate.
+*/}}
+{{- define "stead.headlessServiceName" -}}
+{{- printf "%s-headless" (include "stead.fullname" .) }}
+{{- end }}
+
+{{- define "stead.webhookServiceName" -}}
+{{- printf "%s-webhook" (include "stead.fullname" .) }}
+{{- end }}
+
+{{- define "stead.webhookSecretName" -}}
+{{- printf "%s-webhook-tls" (include "stead.fullname" .) }}
+{{- end }}
+
+{{- define "stead.webhookCertificateName" -}}
+{{- printf "%s-webhook" (include "stead.fullname" .) }}
+{{- end }}
+
+{{/*
+DNS names of the webhook Service; the API server calls <service>.<namespace>.svc.
+*/}}
+{{- define "stead.webhookDNSNames" -}}
+{{- $svc := include "stead.webhookServiceName" . }}
+{{- $ns := .Release.Namespace }}
+{{- list (printf "%s.%s.svc" $svc $ns) $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) | toJson }}
+{{- end }}
+
+{{/*
+The image tag (appVersion unless set) and the full image reference.
+*/}}
+{{- define "stead.imageTag" -}}
+{{- default .Chart.AppVersion .Values.image.tag }}
+{{- end }}
+
+{{- define "stead.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s:%s@%s" .Values.image.repository (include "stead.imageTag" .) .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (include "stead.imageTag" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The CustomResourceDefinitions the chart ships (files/crds/*.yaml, copies of the repository's
+crds/ written by `stead crds`), as a JSON list of parsed objects. Every per-kind resource (CRDs,
+RBAC rules, webhooks) is derived from this list: adding a kind needs no template change.
+*/}}
+{{- define "stead.crds" -}}
+{{- $crds := list }}
+{{- range $path, $_ := .Files.Glob "files/crds/*.yaml" }}
+{{- $crd := fromYaml ($.Files.Get $path) }}
+{{- if hasKey $crd "Error" }}
+{{- fail (printf "%s: %s" $path $crd.Error) }}
+{{- end }}
+{{- if ne (default "" $crd.kind) "CustomResourceDefinition" }}
+{{- fail (printf "%s is not a CustomResourceDefinition" $path) }}
+{{- end }}
+{{- $crds = append $crds $crd }}
+{{- end }}
+{{- if not $crds }}
+{{- fail "no CRDs found in files/crds/ (run `stead crds`)" }}
+{{- end }}
+{{- toJson $crds }}
+{{- end }}

@@ -1,0 +1,52 @@
+"""`make run`: `stead run --local always` starts a control plane, the operators; Ctrl-C stops all it started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from operators.cli import PORT_VARIABLES
+from operators.cluster import Binaries, LocalControlPlane
+from tests.e2e.conftest import STEAD, free_port, wait_until
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_run_local_starts_everything_and_ctrl_c_stops_it(tmp_path: Path, binaries: Binaries) -> None:
+    home = tmp_path / "home"
+    health = free_port()
+    env = {**os.environ, "STEAD_HOME": str(home), **{var: str(free_port()) for var in PORT_VARIABLES.values()}}
+    env.pop("KUBECONFIG", None)
+    log = (tmp_path / "run.log").open("wb")
+    proc = subprocess.Popen(
+        [str(STEAD), "run", "--local", "always", "--webhook-port", str(free_port()), "--health-port", str(health)],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        def ready() -> bool:
+            assert proc.poll() is None, (tmp_path / "run.log").read_text()
+            return subprocess.run(["curl", "-sf", f"http://127.0.0.1:{health}/readyz"],
+                                  capture_output=True).returncode == 0
+        wait_until(ready, 120, "stead run --local to be ready")
+        kubeconfig = home / "kubeconfig"
+        kubectl = [str(binaries.kubectl), "--kubeconfig", str(kubeconfig)]
+        subprocess.run([*kubectl, "apply", "-f", "examples/environment.yaml"], check=True, capture_output=True)
+        subprocess.run([*kubectl, "wait", "--for=condition=Ready", "environment/demo", "--timeout=30s"],
+                       check=True, capture_output=True)
+        plane = LocalControlPlane(home, **{arg: int(env[var]) for arg, var in PORT_VARIABLES.items()})
+        pids = list(plane.status().pids.values())
+        assert len(pids) == 3 and all(_pid_alive(p) for p in pids)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+        log.close()
+    assert code == 0
+    assert not any(_pid_alive(p) for p in pids), "Ctrl-C left control-plane processes running"
