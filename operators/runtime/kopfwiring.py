@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,14 +99,17 @@ async def run_operator(kinds: Sequence[Kind], options: OperatorOptions, stop: as
             settings = kopf.OperatorSettings()
             settings.posting.enabled = False  # Stead posts its own Events, one per transition
             settings.peering.standalone = True
+            background: list[asyncio.Task[None]] = []
             if options.webhook is not None:
-                settings.admission.server = await _webhook_server(kube, kinds, options.webhook, Path(tmp))
+                settings.admission.server, reloader = await _webhook_server(kube, kinds, options.webhook, Path(tmp))
+                if reloader is not None:
+                    background.append(asyncio.create_task(reloader))
             for reconciler in reconcilers:  # forget store entries of objects deleted while away
                 swept = reconciler.sweep(await kube.list(reconciler.kind.plural))
                 if swept:
                     log.info("dropped %d stale %s store entries", swept, reconciler.kind.kind)
             await health.start()
-            poster = asyncio.create_task(recorder.run())
+            background.append(asyncio.create_task(recorder.run()))
             ready = asyncio.Event()
             readiness = asyncio.create_task(_become_ready(ready, health, options.webhook))
             try:
@@ -123,7 +127,8 @@ async def run_operator(kinds: Sequence[Kind], options: OperatorOptions, stop: as
                 for reconciler in reconcilers:
                     await reconciler.close()
                 await recorder.drain()
-                poster.cancel()
+                for task in background:
+                    task.cancel()
                 await health.stop()
                 store.close()
 
@@ -218,9 +223,15 @@ async def install_crds(kube: KubeClient, kinds: Sequence[Kind], wait_seconds: fl
 
 async def _webhook_server(
     kube: KubeClient, kinds: Sequence[Kind], opts: WebhookOptions, tmp: Path
-) -> kopf.WebhookServer:
+) -> tuple[kopf.WebhookServer, Coroutine[Any, Any, None] | None]:
+    """The webhook server, and for mounted certificates the coroutine that reloads them."""
     if opts.register_url is None:
-        return kopf.WebhookServer(addr=opts.listen, port=opts.port, certfile=opts.certfile, pkeyfile=opts.keyfile)
+        if opts.certfile is None or opts.keyfile is None:
+            raise ValueError("a mounted webhook certificate needs certfile and keyfile")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(opts.certfile, opts.keyfile)
+        server = kopf.WebhookServer(addr=opts.listen, port=opts.port, context=context)
+        return server, reload_certificate(context, opts.certfile, opts.keyfile)
     ca = make_ca("stead-webhook-ca")
     host = opts.register_url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
     leaf: KeyPair = make_leaf(ca, "stead-webhook", hosts=[host, "localhost"])
@@ -232,7 +243,30 @@ async def _webhook_server(
     mutating = mutating_configuration(kinds, opts.register_url, ca.cert_pem)
     if mutating is not None:
         await kube.apply(f"{api}/mutatingwebhookconfigurations/{MUTATING_CONFIGURATION}", mutating)
-    return kopf.WebhookServer(addr=opts.listen, port=opts.port, certfile=tmp / "tls.crt", pkeyfile=tmp / "tls.key")
+    server = kopf.WebhookServer(addr=opts.listen, port=opts.port, certfile=tmp / "tls.crt", pkeyfile=tmp / "tls.key")
+    return server, None
+
+
+async def reload_certificate(context: ssl.SSLContext, certfile: Path, keyfile: Path, every: float = 30.0) -> None:
+    """Load a renewed certificate into the live TLS context (cert-manager renews the mounted Secret).
+
+    Without this, a renewal would leave the webhook serving an expired certificate until a
+    restart, and with `failurePolicy: Fail` every write to a Stead kind would be refused.
+    """
+    def stamp() -> tuple[float, float]:
+        return certfile.stat().st_mtime, keyfile.stat().st_mtime
+
+    seen = stamp()
+    while True:
+        await asyncio.sleep(every)  # a file poll interval, not a synchronisation
+        try:
+            current = stamp()
+            if current != seen:
+                context.load_cert_chain(certfile, keyfile)
+                seen = current
+                log.info("webhook certificate reloaded from %s", certfile)
+        except (OSError, ssl.SSLError) as error:
+            log.warning("webhook certificate not reloaded (keeping the previous one): %s", error)
 
 
 async def _become_ready(ready: asyncio.Event, health: HealthServer, webhook: WebhookOptions | None) -> None:

@@ -39,6 +39,7 @@ value was and how many values were adjacent.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 from collections.abc import Iterable
 from urllib.parse import quote, quote_plus
@@ -78,10 +79,8 @@ def _forms(value: str) -> set[str]:
     fragments: set[str] = set()
     if "\n" in value or "\r" in value:
         fragments.update(line.strip() for line in value.splitlines())
-    try:
+    with contextlib.suppress(UnicodeEncodeError):  # a lone surrogate: no byte form, the others stay
         fragments.update(_base64_cores(value.encode("utf-8")))
-    except UnicodeEncodeError:  # a lone surrogate: no byte form exists, the others still do
-        pass
     forms = {f for f in whole if len(f) >= MIN_LENGTH}
     forms.update(f for f in fragments if len(f) >= MIN_FORM_LENGTH)
     return {f for f in forms if f.strip("*")}
@@ -109,7 +108,7 @@ class Masker:
         forms: set[str] = set()
         ignored = 0
         for value in dict.fromkeys(values):  # ordered de-duplication
-            found = _forms(value) if len(value) >= MIN_LENGTH else set()
+            found = _forms(value) if len(value) >= MIN_LENGTH and value.strip("*") else set()
             if not found:
                 ignored += 1
                 continue
