@@ -22,22 +22,30 @@ PROVISIONED = "Provisioned"
 
 
 class PermanentError(Exception):
-    """The object cannot progress until its spec changes: it ends in `Stalled`, not in a retry loop."""
+    """The object cannot progress until its spec changes: it ends in `Stalled`, not in a retry loop.
 
-    def __init__(self, reason: str, message: str) -> None:
+    `facts` are status fields the failing step still wants recorded (for example the list of
+    compile errors and a domain state such as `Error`).
+    """
+
+    def __init__(self, reason: str, message: str, facts: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.facts = dict(facts or {})
 
 
 class TemporaryError(Exception):
     """Something outside the object is not ready yet: retried with exponential backoff."""
 
-    def __init__(self, reason: str, message: str, delay: float | None = None) -> None:
+    def __init__(
+        self, reason: str, message: str, delay: float | None = None, facts: Mapping[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
         self.delay = delay
+        self.facts = dict(facts or {})
 
 
 @dataclass(frozen=True)
@@ -190,7 +198,7 @@ async def run(
         try:
             facts.update(await pipeline.steps[phase](StepContext(obj=obj, facts=facts, services=services)))
         except (PermanentError, TemporaryError) as error:
-            return Outcome(phase=phase, facts=facts, error=error)
+            return Outcome(phase=phase, facts={**facts, **error.facts}, error=error)
         except Exception as error:
             return Outcome(
                 phase=phase,

@@ -152,3 +152,13 @@ def test_status_patch_sends_only_changes_and_nulls_removed_keys() -> None:
     old = {"phase": "Init", "errors": ["x"], "nodeCount": 1}
     new = {"phase": "Provisioned", "nodeCount": 1}
     assert engine.status_patch(old, new) == {"phase": "Provisioned", "errors": None}
+
+
+def test_a_failing_step_can_still_record_facts() -> None:
+    async def failing(ctx: StepContext) -> Mapping[str, Any]:
+        raise PermanentError("CycleFound", "S1 -> S2 -> S1", facts={"state": "Error", "errors": ["S1 -> S2 -> S1"]})
+
+    outcome = asyncio.run(engine.run(_pipe(Validated=failing), _obj(), "Init"))
+    status = engine.compose_status(_obj(), outcome, NOW)
+    assert status["state"] == "Error" and status["errors"] == ["S1 -> S2 -> S1"]
+    assert status["seen"] == [] and cond.is_true(status["conditions"], "Stalled")
