@@ -6,6 +6,7 @@ in for the toolchain, and stand-in processes for the components.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -147,8 +148,9 @@ def test_cached_binaries_are_used_without_any_toolchain(tmp_path: Path) -> None:
     binaries = build.ensure_binaries(root)
 
     assert binaries == build.cached_binaries(root)
-    assert binaries.kube_apiserver == root / "kubernetes-v1.34.4" / "kube-apiserver"
-    assert binaries.etcd == root / f"etcd-{build.ETCD.version}" / "etcd"
+    assert binaries.kube_apiserver == root / build.KUBERNETES.directory_name / "kube-apiserver"
+    assert binaries.etcd == root / build.ETCD.directory_name / "etcd"
+    assert build.ETCD.directory_name.startswith(f"etcd-{build.ETCD.version}-")
     assert binaries.helm.name == "helm"
 
 
@@ -199,7 +201,7 @@ def test_a_build_lands_atomically_in_the_versioned_directory_and_is_reused(
 
     directory = build.ensure_component(build.ETCD, root)
 
-    assert directory == root / f"etcd-{build.ETCD.version}"
+    assert directory == root / build.ETCD.directory_name
     assert os.access(directory / "etcd", os.X_OK)
     manifest = json.loads((directory / build.MANIFEST_NAME).read_text())
     assert manifest["version"] == build.ETCD.version
@@ -366,3 +368,11 @@ def test_status_describes_a_stopped_or_partial_plane(tmp_path: Path) -> None:
                             kubeconfig=stopped.kubeconfig, home=stopped.home, versions=stopped.versions)
     assert "not running" in partial.describe().splitlines()[0]
     assert "pid 11" in partial.describe()
+
+
+def test_changing_a_link_flag_changes_the_cache_directory() -> None:
+    changed = dataclasses.replace(build.HELM, version_symbols=(("x.y", "z"),))
+    assert changed.directory_name != build.HELM.directory_name
+    assert changed.directory_name.startswith(f"helm-{build.HELM.version}-")
+    flags = build.ldflags(build.HELM)
+    assert "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=34" in flags
