@@ -1,0 +1,1 @@
+"""The Calm domain (seed 000): blueprints, their compiler, macros, apps and action runs."""
