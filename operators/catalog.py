@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from operators import environment
+from operators import config, environment
+from operators.calm import blueprint
 from operators.runtime.kinds import Kind
 
-KINDS: tuple[Kind, ...] = (environment.KIND,)
+KINDS: tuple[Kind, ...] = (environment.KIND, blueprint.KIND, *config.KINDS)

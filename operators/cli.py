@@ -44,12 +44,21 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--store", type=Path, help="LMDB store directory (default: $STEAD_HOME/store)")
     run.add_argument("--replica", default=os.environ.get("STEAD_REPLICA", os.environ.get("HOSTNAME", "stead-0")))
     run.add_argument("--namespace", action="append", default=[], help="watch only these namespaces")
+    run.add_argument("--operator-namespace", default=os.environ.get("STEAD_NAMESPACE", "stead-system"),
+                     help="the operator's own namespace: vault key and ciphertexts (default $STEAD_NAMESPACE)")
     run.add_argument("--install-crds", action="store_true", help="apply the CRDs before starting")
     run.add_argument("--webhook", choices=["local", "mounted", "off"], default="local",
                      help="local: serve on loopback and register it; mounted: certificates from --webhook-cert-dir")
     run.add_argument("--webhook-listen", default="127.0.0.1")
     run.add_argument("--webhook-port", type=int, default=9443)
     run.add_argument("--webhook-cert-dir", type=Path, default=Path("/etc/stead/webhook"))
+    run.add_argument("--config-api-port", type=int, default=8443, help="the configuration HTTP API's port (0: off)")
+    run.add_argument("--config-api-listen", default="127.0.0.1")
+    run.add_argument("--config-api-cert-dir", type=Path,
+                     help="tls.crt/tls.key to serve the config API with (default: made at start-up, CA in "
+                     "$STEAD_HOME/config-api/ca.crt)")
+    run.add_argument("--config-api-basic-secret", metavar="NAMESPACE/NAME", type=_namespaced_name,
+                     help="also accept HTTP Basic credentials (username, password) from this Secret")
     run.add_argument("--health-listen", default="127.0.0.1")
     run.add_argument("--health-port", type=int, default=8080)
     run.add_argument("-v", "--verbose", action="store_true")
@@ -60,6 +69,10 @@ def _parser() -> argparse.ArgumentParser:
     crds.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
     crds.set_defaults(func=_cmd_crds)
 
+    from operators.config.cli import add_config_commands
+
+    add_config_commands(sub)
+
     cluster = sub.add_parser("cluster", help="the local control plane (kube-apiserver, etcd, controller-manager)")
     csub = cluster.add_subparsers(metavar="ACTION")
     for name, help_ in [("up", "start it (idempotent)"), ("down", "stop what `up` started"),
@@ -68,6 +81,13 @@ def _parser() -> argparse.ArgumentParser:
         action = csub.add_parser(name, help=help_)
         action.set_defaults(func=_cmd_cluster, action=name)
     return parser
+
+
+def _namespaced_name(text: str) -> tuple[str, str]:
+    namespace, _, name = text.partition("/")
+    if not namespace or not name:
+        raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME, got {text!r}")
+    return namespace, name
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
@@ -153,6 +173,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     options = OperatorOptions(
         store_path=args.store or home / "store",
         replica=args.replica,
+        namespace=args.operator_namespace,
         kubeconfig=kubeconfig,
         namespaces=tuple(args.namespace),
         install_crds=args.install_crds or args.local != "never",
@@ -160,8 +181,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         health_listen=args.health_listen,
         health_port=args.health_port,
     )
+    addons = []
+    if args.config_api_port:
+        from operators.config.server import ConfigApiServer
+
+        addons.append(ConfigApiServer(
+            listen=args.config_api_listen, port=args.config_api_port,
+            tls_dir=args.config_api_cert_dir or home / "config-api", mounted=args.config_api_cert_dir is not None,
+            basic_secret=args.config_api_basic_secret,
+        ))
     try:
-        asyncio.run(run_operator(KINDS, options))
+        asyncio.run(run_operator(KINDS, options, addons=addons))
     except KeyboardInterrupt:
         pass
     finally:

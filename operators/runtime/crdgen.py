@@ -15,6 +15,7 @@ from operators import GROUP, VERSION
 from operators.runtime.kinds import Kind, Model
 
 CATEGORY = "stead"
+MUTATING_ANNOTATION = "stead.dev/mutating-webhook"
 _DROP = {"title", "default", "examples"}
 
 
@@ -91,7 +92,12 @@ def crd_for(kind: Kind) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": kind.crd_name, "labels": {"app.kubernetes.io/part-of": "stead"}},
+        "metadata": {
+            "name": kind.crd_name,
+            "labels": {"app.kubernetes.io/part-of": "stead"},
+            # Tells the Helm chart (which renders webhooks from the CRD files) to add a mutating one.
+            **({"annotations": {MUTATING_ANNOTATION: "true"}} if kind.mutation is not None else {}),
+        },
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",

@@ -65,6 +65,7 @@ class AdmissionRequest:
     operation: str  # CREATE or UPDATE
     namespace: str
     name: str
+    labels: Mapping[str, str]
     spec: Mapping[str, Any]
     old: Mapping[str, Any] | None  # the whole old object on UPDATE
     dry_run: bool

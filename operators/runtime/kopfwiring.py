@@ -23,6 +23,7 @@ from typing import Any
 import kopf
 
 from operators import GROUP, VERSION
+from operators.runtime.addons import Addon
 from operators.runtime.admission import (
     MUTATING_CONFIGURATION,
     WEBHOOK_CONFIGURATION,
@@ -41,6 +42,7 @@ from operators.runtime.reconciler import Reconciler
 from operators.runtime.ring import Ownership, StaticMembership
 from operators.runtime.services import Services
 from operators.runtime.store import LocalStore
+from operators.runtime.vault import SecretClusterCopy, Vault, load_or_create_master_key
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,7 @@ class WebhookOptions:
 class OperatorOptions:
     store_path: Path
     replica: str = "stead-0"
+    namespace: str = "stead-system"  # the operator's own: its vault key and ciphertext Secrets live here
     kubeconfig: Path | None = None
     namespaces: Sequence[str] = ()
     install_crds: bool = False
@@ -73,64 +76,69 @@ class OperatorOptions:
     health_port: int = 8080
 
 
-async def run_operator(kinds: Sequence[Kind], options: OperatorOptions, stop: asyncio.Event | None = None) -> None:
-    """Run until `stop` is set (or the process is signalled); cleans up what it started."""
+async def run_operator(
+    kinds: Sequence[Kind], options: OperatorOptions, stop: asyncio.Event | None = None, addons: Sequence[Addon] = ()
+) -> None:
+    """Run until `stop` is set (or the process is signalled); cleans up what it started, in reverse."""
     logging.getLogger("kopf.objects").addFilter(_RefusalsAreNotErrors())
-    metrics = Metrics()
-    store = LocalStore(options.store_path)
-    ownership = Ownership(options.replica, StaticMembership([options.replica]))
-    health = HealthServer(metrics, options.health_listen, options.health_port)
-    access = load_access(options.kubeconfig)
-    async with KubeClient(access) as kube:
+    async with contextlib.AsyncExitStack() as stack:
+        metrics = Metrics()
+        store = LocalStore(options.store_path)
+        stack.callback(store.close)
+        kube = await stack.enter_async_context(KubeClient(load_access(options.kubeconfig)))
         if options.install_crds:
             await install_crds(kube, kinds)
         recorder = EventRecorder(kube, metrics, options.replica)
-        services = Services(kube=kube, store=store, events=recorder, replica=options.replica)
+        vault = await open_vault(kube, store, options.namespace)
+        services = Services(kube=kube, store=store, events=recorder, replica=options.replica, vault=vault)
+        ownership = Ownership(options.replica, StaticMembership([options.replica]))
         reconcilers = [
             Reconciler(kind, store=store, ownership=ownership, writer=kube, events=recorder, metrics=metrics,
                        services=services)
             for kind in kinds
         ]
+        for reconciler in reconcilers:
+            stack.push_async_callback(reconciler.close)
+            swept = reconciler.sweep(await kube.list(reconciler.kind.plural))  # deleted while we were away
+            if swept:
+                log.info("dropped %d stale %s store entries", swept, reconciler.kind.kind)
         registry = kopf.OperatorRegistry()
         kopf.on.login(registry=registry)(_login_with(options.kubeconfig))
         for reconciler in reconcilers:
             _register(registry, reconciler, services, webhooks=options.webhook is not None)
-        with tempfile.TemporaryDirectory(prefix="stead-webhook-") as tmp:
-            settings = kopf.OperatorSettings()
-            settings.posting.enabled = False  # Stead posts its own Events, one per transition
-            settings.peering.standalone = True
-            background: list[asyncio.Task[None]] = []
-            if options.webhook is not None:
-                settings.admission.server, reloader = await _webhook_server(kube, kinds, options.webhook, Path(tmp))
-                if reloader is not None:
-                    background.append(asyncio.create_task(reloader))
-            for reconciler in reconcilers:  # forget store entries of objects deleted while away
-                swept = reconciler.sweep(await kube.list(reconciler.kind.plural))
-                if swept:
-                    log.info("dropped %d stale %s store entries", swept, reconciler.kind.kind)
-            await health.start()
-            background.append(asyncio.create_task(recorder.run()))
-            ready = asyncio.Event()
-            readiness = asyncio.create_task(_become_ready(ready, health, options.webhook))
-            try:
-                await kopf.operator(
-                    registry=registry,
-                    settings=settings,
-                    standalone=True,
-                    clusterwide=not options.namespaces,
-                    namespaces=list(options.namespaces),
-                    stop_flag=stop,
-                    ready_flag=ready,
-                )
-            finally:
-                readiness.cancel()
-                for reconciler in reconcilers:
-                    await reconciler.close()
-                await recorder.drain()
-                for task in background:
-                    task.cancel()
-                await health.stop()
-                store.close()
+        settings = kopf.OperatorSettings()
+        settings.posting.enabled = False  # Stead posts its own Events, one per transition
+        settings.peering.standalone = True
+        if options.webhook is not None:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stead-webhook-")))
+            settings.admission.server, reloader = await _webhook_server(kube, kinds, options.webhook, tmp)
+            if reloader is not None:
+                _background(stack, reloader)
+        health = HealthServer(metrics, options.health_listen, options.health_port)
+        await health.start()
+        stack.push_async_callback(health.stop)
+        for addon in addons:
+            await addon.start(services)
+            stack.push_async_callback(addon.stop)
+        _background(stack, recorder.run())
+        stack.push_async_callback(recorder.drain)  # runs before the poster is cancelled
+        ready = asyncio.Event()
+        _background(stack, _become_ready(ready, health, options.webhook))
+        await kopf.operator(
+            registry=registry,
+            settings=settings,
+            standalone=True,
+            clusterwide=not options.namespaces,
+            namespaces=list(options.namespaces),
+            stop_flag=stop,
+            ready_flag=ready,
+        )
+
+
+def _background(stack: contextlib.AsyncExitStack, coroutine: Coroutine[Any, Any, None]) -> None:
+    """A task that lives as long as the operator and is cancelled when it stops."""
+    task = asyncio.create_task(coroutine)
+    stack.callback(task.cancel)
 
 
 class _RefusalsAreNotErrors(logging.Filter):
@@ -140,6 +148,27 @@ class _RefusalsAreNotErrors(logging.Filter):
         if record.levelno >= logging.ERROR and record.getMessage().startswith("Webhook 'validate-"):
             record.levelno, record.levelname = logging.INFO, "INFO"
         return True
+
+
+async def open_vault(kube: KubeClient, store: LocalStore, namespace: str) -> Vault:
+    """The vault with its master key, and every project's secrets recovered from the cluster copy.
+
+    Recovery at start-up is what makes a lost volume (or a project moving to this replica)
+    lose no secret: the LMDB copy is the fast path, the per-project Secrets the durable one.
+    """
+    try:
+        await kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                          "metadata": {"name": namespace}})
+    except ApiError as error:
+        if error.status not in (403, 409):  # exists, or we may not create namespaces (a chart made it)
+            raise
+    copy = SecretClusterCopy(kube, namespace)
+    vault = Vault(store, await load_or_create_master_key(kube, namespace), copy)
+    for project in await copy.projects():
+        recovery = await vault.recover(project)
+        if recovery.refused:
+            log.warning("vault: %d secrets of project %s could not be decrypted", len(recovery.refused), project)
+    return vault
 
 
 def _login_with(kubeconfig: Path | None) -> Callable[..., kopf.ConnectionInfo]:
@@ -174,7 +203,8 @@ def _register(registry: kopf.OperatorRegistry, reconciler: Reconciler, services:
         old = extra.get("old")
         return AdmissionRequest(
             operation=str(extra.get("operation") or ""), namespace=str(meta.get("namespace") or ""),
-            name=str(meta.get("name") or meta.get("generateName") or ""), spec=dict(body.get("spec") or {}),
+            name=str(meta.get("name") or meta.get("generateName") or ""), labels=dict(meta.get("labels") or {}),
+            spec=dict(body.get("spec") or {}),
             old=dict(old) if old else None, dry_run=dryrun, services=services,
         )
 

@@ -13,6 +13,7 @@ from typing import Protocol
 from operators.runtime.kube import KubeClient
 from operators.runtime.pipeline import Observed
 from operators.runtime.store import LocalStore
+from operators.runtime.vault import Vault
 
 
 class EventSink(Protocol):
@@ -25,3 +26,4 @@ class Services:
     store: LocalStore
     events: EventSink
     replica: str
+    vault: Vault

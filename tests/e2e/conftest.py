@@ -8,6 +8,7 @@ the tests read to count what the operator really sent to the API server.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -98,6 +99,7 @@ class OperatorProcess:
     log_path: Path
     webhook_port: int = field(default_factory=free_port)
     health_port: int = field(default_factory=free_port)
+    config_api_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -105,9 +107,11 @@ class OperatorProcess:
             str(STEAD), "run", "--kubeconfig", str(self.cluster.kubeconfig), "--install-crds",
             "--store", str(self.store), "--webhook-port", str(self.webhook_port),
             "--health-port", str(self.health_port), "--replica", "stead-0",
+            "--config-api-port", str(self.config_api_port),
         ]
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+            env = {**os.environ, "STEAD_HOME": str(self.store.parent)}  # its generated CAs land here, not in ~
+            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
         wait_until(self._ready, 60, "the operator's /readyz")
 
     def _ready(self) -> bool:

@@ -27,7 +27,8 @@ def test_run_local_starts_everything_and_ctrl_c_stops_it(tmp_path: Path, binarie
     env.pop("KUBECONFIG", None)
     log = (tmp_path / "run.log").open("wb")
     proc = subprocess.Popen(
-        [str(STEAD), "run", "--local", "always", "--webhook-port", str(free_port()), "--health-port", str(health)],
+        [str(STEAD), "run", "--local", "always", "--webhook-port", str(free_port()), "--health-port", str(health),
+         "--config-api-port", str(free_port())],
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     try:

@@ -1,0 +1,60 @@
+"""The configuration store (seed 001): the ConfigComponent and ConfigValues kinds.
+
+Modules: `keys` (dotted key paths), `levels` (hierarchy points), `merge` (effective values and
+the lookup trace), `schema` (the JSON Schema subset of resource definitions), `models` (the
+kinds' models and semantic checks), `history` (versions as immutable ConfigMaps),
+`repository` (the HTTP API's storage over Kubernetes), `auth` (TokenReview/SubjectAccessReview
+and Basic), `api` (the aiohttp application), `cli` (`stead config`), `reconcile` (pipeline
+steps and the admission check).
+"""
+
+from __future__ import annotations
+
+from operators.config.models import (
+    ConfigComponentSpec,
+    ConfigComponentStatus,
+    ConfigValuesSpec,
+    ConfigValuesStatus,
+    component_problems,
+)
+from operators.config.reconcile import admit_values, publish, record_version, validate_component, validate_values
+from operators.runtime.kinds import Kind, PrinterColumn
+from operators.runtime.pipeline import Pipeline
+
+COMPONENT_KIND = Kind(
+    kind="ConfigComponent",
+    plural="configcomponents",
+    short_names=("cc",),
+    description="A component of the system and the definitions of the resources (data sources) it provides, "
+    "each optionally with a JSON schema its values must satisfy.",
+    spec_model=ConfigComponentSpec,
+    status_model=ConfigComponentStatus,
+    pipeline=Pipeline(phases=("Init", "Provisioned"), steps={"Init": validate_component}),
+    columns=(PrinterColumn("Resources", ".status.resourceCount", type="integer",
+                           description="How many resources the component defines."),),
+    problems=component_problems,
+)
+
+VALUES_KIND = Kind(
+    kind="ConfigValues",
+    plural="configvalues",
+    short_names=("cv",),
+    description="Values or overrides of one resource, in one Environment, at one point of its hierarchy. "
+    "Every change of the data is kept as a version (an immutable ConfigMap).",
+    spec_model=ConfigValuesSpec,
+    status_model=ConfigValuesStatus,
+    pipeline=Pipeline(
+        phases=("Init", "Validated", "Versioned", "Provisioned"),
+        steps={"Init": validate_values, "Validated": record_version, "Versioned": publish},
+    ),
+    columns=(
+        PrinterColumn("Environment", ".spec.environment", description="The Environment."),
+        PrinterColumn("Resource", ".spec.resource", description="The resource (data source)."),
+        PrinterColumn("Kind", ".spec.kind", description="values or overrides."),
+        PrinterColumn("Level", ".status.point", description="The point of the hierarchy."),
+        PrinterColumn("Version", ".status.version", type="integer", description="The version in force."),
+    ),
+    admission=admit_values,
+)
+
+KINDS = (COMPONENT_KIND, VALUES_KIND)

@@ -1,0 +1,776 @@
+"""The configuration store's HTTP API (seed 001's ConfigDB paths, under `/api/v1/config`).
+
+`create_app(repository, authenticator)` builds an aiohttp application; the operator process
+serves it over TLS (the app itself is TLS-agnostic). Routes:
+
+    GET  /components                      list components   POST /components      create one
+    GET  /components/<name>
+    GET  /environments                    list environments POST /environments    create one
+    GET  /environments/<env>
+    GET|PUT|DELETE|POST  /environments/<env>[/<level>/<value>...]/resources/<resource>/values
+                                                  (and .../overrides; the seed's .../override too)
+    GET  /openapi.json
+
+Levels in the path name the environment's hierarchy levels root first; the seed's plural
+`nodes/<fqdn>` is accepted for a level `node` (any level's plural with an `s`). A node is
+written by FQDN or name. On a values path:
+
+- `GET` returns the data stored at that point; `?effective` the merged values from the root
+  down to the point (see `operators.config.merge`), `&trace` (or tuning-box's `&show_lookup`)
+  adds which layer gave each key; `?version=<n>` reads a kept version of the object at the
+  point (with `effective`, that object's layer at version n merged with the others as they
+  are now); `?key=a.b.0` returns one key; `?history` lists the kept versions.
+- `PUT` replaces the data with the JSON body (a mapping), or with `?key=` sets one key to the
+  body (any JSON value). The response is the data now stored.
+- `DELETE` with `?key=` removes a key; without, it deletes the values object (and its history).
+- `POST ?revert=<n>` makes version n's data current again (recorded as a new version).
+- Writes take an optional `If-Match: "<resourceVersion>"` (the `ETag` of a `GET` without
+  `effective`); a mismatch is 409. Without it, whole writes are last-writer-wins, and key
+  writes retry their read-modify-write so concurrent key updates are not lost.
+
+Errors are JSON `{"code", "error", "message"}`, plus `"notFound": "<what>"` on 404s:
+environment, level, node (not found at all, or not assigned to this environment: the seed's
+two node cases), resource (not defined by an enabled component), version, values, key.
+
+Authentication comes first, for every route: without valid credentials the answer is 401
+with the same body whatever the path, so an anonymous client learns nothing (not even whether
+an environment exists). An authenticated caller lacking RBAC permission gets 403.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NoReturn
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from operators.config.auth import Access, Authenticator, AuthUnavailable, Identity
+from operators.config.history import Version
+from operators.config.keys import KeyPathError, delete_key, get_key, parse_key, set_key
+from operators.config.levels import (
+    NODE_LEVEL,
+    LevelError,
+    Point,
+    canonical_point,
+    find_node,
+    format_point,
+    point_from_pairs,
+)
+from operators.config.merge import Effective, Layer, effective, origin_of
+from operators.config.models import (
+    ConfigComponentSpec,
+    ResourceDefinition,
+    component_problems,
+    data_problems,
+    resource_definition,
+    unknown_resource_message,
+)
+from operators.config.repository import (
+    ConfigRepository,
+    Conflict,
+    Invalid,
+    RepositoryError,
+    Snapshot,
+    StoredValues,
+    Unavailable,
+    ValuesTarget,
+)
+from operators.environment.logic import spec_problems as environment_problems
+from operators.environment.models import EnvironmentSpec
+from operators.runtime.kinds import field_path
+
+log = logging.getLogger(__name__)
+
+PREFIX = "/api/v1/config"
+TERMINALS: dict[str, Literal["values", "overrides"]] = {
+    "values": "values", "overrides": "overrides", "override": "overrides",
+}
+NAMESPACE_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+IDENTITY = web.RequestKey("identity", Identity)
+KEY_WRITE_ATTEMPTS = 5
+
+
+class ApiProblem(Exception):
+    """An error answer: status, a one-word error, a message, and for 404s what was not found."""
+
+    def __init__(self, status: int, error: str, message: str, not_found: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = error
+        self.message = message
+        self.not_found = not_found
+
+    def response(self) -> web.Response:
+        body: dict[str, Any] = {"code": self.status, "error": self.error, "message": self.message}
+        if self.not_found is not None:
+            body["notFound"] = self.not_found
+        return _json(body, status=self.status)
+
+
+def not_found(what: str, message: str) -> NoReturn:
+    raise ApiProblem(404, "NotFound", message, not_found=what)
+
+
+def bad_request(message: str) -> NoReturn:
+    raise ApiProblem(400, "BadRequest", message)
+
+
+def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.Response(
+        body=json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(),
+        status=status, content_type="application/json", headers=headers,
+    )
+
+
+UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Basic realm="stead", Bearer realm="stead"'}
+
+
+@dataclass(frozen=True)
+class ValuesPath:
+    """A parsed `/environments/<env>/.../resources/<resource>/<terminal>` path."""
+
+    environment: str
+    pairs: tuple[tuple[str, str], ...]
+    resource: str
+    kind: Literal["values", "overrides"]
+
+
+def parse_values_path(environment: str, tail: str) -> ValuesPath | None:
+    """The parts of a values path after `/environments/<env>/`; None when it is not one."""
+    segments = tail.split("/")
+    if any(s == "" for s in segments):
+        return None
+    pairs: list[tuple[str, str]] = []
+    index = 0
+    while index < len(segments) and segments[index] != "resources":
+        if index + 1 >= len(segments):
+            return None
+        pairs.append((segments[index], segments[index + 1]))
+        index += 2
+    rest = segments[index + 1:]
+    if len(rest) < 2 or rest[-1] not in TERMINALS:
+        return None
+    return ValuesPath(environment, tuple(pairs), "/".join(rest[:-1]), TERMINALS[rest[-1]])
+
+
+def _level_name(name: str, hierarchy: list[str]) -> str | None:
+    if name in hierarchy:
+        return name
+    if name.endswith("s") and name[:-1] in hierarchy:
+        return name[:-1]
+    return None
+
+
+def _flag(request: web.Request, *names: str) -> bool:
+    """A query flag: present (`?effective`), or set to a true-ish value."""
+    for name in names:
+        if name in request.query:
+            return request.query[name].lower() not in ("0", "false", "no", "off")
+    return False
+
+
+def _int_param(request: web.Request, name: str) -> int | None:
+    raw = request.query.get(name)
+    if raw is None:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        bad_request(f"query parameter {name}: expected a positive integer, got {raw!r}")
+    return int(raw)
+
+
+def _if_match(request: web.Request) -> str | None:
+    raw = request.headers.get("If-Match")
+    if raw is None:
+        return None
+    value = raw.strip().removeprefix("W/").strip('"')
+    if not value or value == "*":
+        return None
+    return value
+
+
+async def _json_body(request: web.Request) -> Any:
+    text = await request.text()
+    if not text.strip():
+        bad_request("body: expected a JSON document, got an empty body")
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        bad_request(f"body: not valid JSON: {error}")
+
+
+class ConfigApi:
+    """The handlers, over an injected repository and authenticator."""
+
+    def __init__(self, repository: ConfigRepository, authenticator: Authenticator,
+                 default_namespace: str = "default") -> None:
+        self.repository = repository
+        self.authenticator = authenticator
+        self.default_namespace = default_namespace
+        self._effective: weakref.WeakKeyDictionary[Snapshot, dict[tuple[str, Point], Effective]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _effective_at(self, snapshot: Snapshot, resource: str, point: Point) -> Effective:
+        """Effective values, computed once per snapshot object, resource and point.
+
+        A Hiera backend looks up keys one by one, so the same merge would otherwise be redone
+        for every key; a repository that keeps its snapshot between changes makes this a
+        dictionary hit. The entries go away with the snapshot.
+        """
+        per_snapshot = self._effective.setdefault(snapshot, {})
+        result = per_snapshot.get((resource, point))
+        if result is None:
+            result = effective(point, snapshot.layers(resource))
+            if len(per_snapshot) > 10_000:
+                per_snapshot.clear()
+            per_snapshot[(resource, point)] = result
+        return result
+
+    # --- plumbing ---------------------------------------------------------------------
+
+    @web.middleware
+    async def middleware(self, request: web.Request,
+                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        """Authenticate every request before routing can tell anything, then map errors to JSON."""
+        try:
+            identity = await self.authenticator.authenticate(request.headers.get("Authorization", ""))
+        except AuthUnavailable:
+            return ApiProblem(503, "ServiceUnavailable", "credentials cannot be checked now; retry").response()
+        if identity is None:
+            problem = ApiProblem(401, "Unauthorized", "valid credentials are required")
+            response = problem.response()
+            response.headers.update(UNAUTHORIZED_HEADERS)
+            return response
+        request[IDENTITY] = identity
+        try:
+            return await handler(request)
+        except ApiProblem as problem:
+            return problem.response()
+        except web.HTTPException as error:
+            if error.status == 404:
+                return ApiProblem(404, "NotFound", f"no such route: {request.method} {request.path}",
+                                  not_found="route").response()
+            if error.status == 405:
+                return ApiProblem(405, "MethodNotAllowed", f"{request.method} is not allowed on {request.path}"
+                                  ).response()
+            raise
+        except AuthUnavailable:
+            return ApiProblem(503, "ServiceUnavailable", "permissions cannot be checked now; retry").response()
+        except Conflict as error:
+            return ApiProblem(409, "Conflict", str(error)).response()
+        except Invalid as error:
+            return ApiProblem(400, "BadRequest", str(error)).response()
+        except Unavailable as error:
+            log.warning("configuration store unavailable: %s", error)
+            return ApiProblem(503, "ServiceUnavailable", "the configuration store is unavailable; retry").response()
+        except RepositoryError as error:
+            return ApiProblem(500, "InternalError", str(error)).response()
+
+    def _namespace(self, request: web.Request) -> str:
+        namespace = request.query.get("namespace", self.default_namespace)
+        if not NAMESPACE_PATTERN.match(namespace) or len(namespace) > 63:
+            bad_request(f"query parameter namespace: {namespace!r} is not a valid namespace name")
+        return namespace
+
+    async def _authorize(self, request: web.Request, verb: str, resource: str, namespace: str) -> None:
+        identity = request[IDENTITY]
+        if not await self.authenticator.authorize(identity, Access(verb, resource, namespace)):
+            raise ApiProblem(403, "Forbidden",
+                             f'user "{identity.user}" may not {verb} {resource} in namespace "{namespace}"')
+
+    # --- components and environments ---------------------------------------------------
+
+    @staticmethod
+    def _component_view(name: str, spec: ConfigComponentSpec) -> dict[str, Any]:
+        definitions: dict[str, Any] = {}
+        for resource in spec.resources:
+            definition: dict[str, Any] = {}
+            if resource.value_schema is not None:
+                definition["schema"] = resource.value_schema
+            if resource.description:
+                definition["description"] = resource.description
+            definitions[resource.name] = definition
+        view: dict[str, Any] = {"id": name, "name": name, "resource_definitions": definitions}
+        if spec.description:
+            view["description"] = spec.description
+        return view
+
+    async def list_components(self, request: web.Request) -> web.Response:
+        namespace = self._namespace(request)
+        await self._authorize(request, "list", "configcomponents", namespace)
+        components = await self.repository.list_components(namespace)
+        return _json([self._component_view(n, s) for n, s in sorted(components.items())])
+
+    async def get_component(self, request: web.Request) -> web.Response:
+        namespace = self._namespace(request)
+        name = request.match_info["name"]
+        await self._authorize(request, "get", "configcomponents", namespace)
+        spec = (await self.repository.list_components(namespace)).get(name)
+        if spec is None:
+            not_found("component", f'component "{name}" not found in namespace "{namespace}"')
+        return _json(self._component_view(name, spec))
+
+    async def create_component(self, request: web.Request) -> web.Response:
+        namespace = self._namespace(request)
+        await self._authorize(request, "create", "configcomponents", namespace)
+        body = await _json_body(request)
+        if not isinstance(body, dict):
+            bad_request("body: expected a JSON object with name and resource_definitions")
+        name = body.get("name")
+        if not isinstance(name, str) or not name:
+            bad_request("body.name: required, a string")
+        spec = _component_spec(body)
+        await self.repository.create_component(namespace, name, spec)
+        return _json(self._component_view(name, spec))
+
+    @staticmethod
+    def _environment_view(name: str, spec: EnvironmentSpec) -> dict[str, Any]:
+        return {
+            "id": name, "name": name, "release": spec.release, "components": list(spec.components),
+            "hierarchy_levels": list(spec.hierarchy_levels),
+            "nodes": [node.model_dump(by_alias=True, exclude_none=True) for node in spec.nodes],
+        }
+
+    async def list_environments(self, request: web.Request) -> web.Response:
+        namespace = self._namespace(request)
+        await self._authorize(request, "list", "environments", namespace)
+        environments = await self.repository.list_environments(namespace)
+        return _json([self._environment_view(n, s) for n, s in sorted(environments.items())])
+
+    async def get_environment(self, request: web.Request) -> web.Response:
+        namespace = self._namespace(request)
+        name = request.match_info["env"]
+        await self._authorize(request, "get", "environments", namespace)
+        snapshot = await self.repository.snapshot(namespace, name)
+        if snapshot is None:
+            not_found("environment", f'environment "{name}" not found in namespace "{namespace}"')
+        return _json(self._environment_view(name, snapshot.environment))
+
+    async def create_environment(self, request: web.Request) -> web.Response:
+        namespace = self._namespace(request)
+        await self._authorize(request, "create", "environments", namespace)
+        body = await _json_body(request)
+        if not isinstance(body, dict):
+            bad_request("body: expected a JSON object")
+        name = body.get("name", body.get("id"))
+        if not isinstance(name, str) or not name:
+            bad_request("body.name: required, a string (the seed's id)")
+        raw = {_camel(k): v for k, v in body.items() if k not in ("id", "name")}
+        try:
+            spec = EnvironmentSpec.model_validate(raw)
+        except ValidationError as error:
+            bad_request("; ".join(f"body.{field_path(e['loc'])}: {e['msg']}" for e in error.errors()))
+        problems = environment_problems(spec.model_dump(by_alias=True))
+        if problems:
+            bad_request("; ".join(p.replace("spec.", "body.", 1) for p in problems))
+        await self.repository.create_environment(namespace, name, spec)
+        return _json(self._environment_view(name, spec))
+
+    # --- values ---------------------------------------------------------------------------
+
+    async def _resolve(self, request: web.Request, verb: str
+                       ) -> tuple[str, ValuesPath, Snapshot, Point, ResourceDefinition]:
+        """Parse and check a values path: environment, levels, node, resource (the seed's 404s)."""
+        namespace = self._namespace(request)
+        path = parse_values_path(request.match_info["env"], request.match_info["tail"])
+        if path is None:
+            not_found("route", f"no such route: {request.method} {request.path} "
+                               "(expected .../environments/<env>[/<level>/<value>...]/resources/<resource>/values)")
+        await self._authorize(request, verb, "configvalues", namespace)
+        snapshot = await self.repository.snapshot(namespace, path.environment)
+        if snapshot is None:
+            not_found("environment", f'environment "{path.environment}" not found in namespace "{namespace}"')
+        env = snapshot.environment
+        hierarchy = list(env.hierarchy_levels)
+        pairs: list[tuple[str, str]] = []
+        for name, value in path.pairs:
+            level = _level_name(name, hierarchy)
+            if level is None:
+                not_found("level", f'environment "{path.environment}" has no level "{name}" '
+                                   f"(levels: {', '.join(hierarchy)})")
+            pairs.append((level, value))
+        try:
+            point = point_from_pairs(pairs, hierarchy)
+        except LevelError as error:
+            bad_request(f'environment "{path.environment}": {error}')
+        for level, value in point:
+            if level == NODE_LEVEL and find_node(env, value) is None:
+                await self._node_not_found(namespace, path.environment, value)
+        point = canonical_point(point, env)
+        definition = resource_definition(path.resource, env, snapshot.components)
+        if definition is None:
+            not_found("resource", unknown_resource_message(path.resource, path.environment, env,
+                                                           snapshot.components))
+        return namespace, path, snapshot, point, definition
+
+    async def _node_not_found(self, namespace: str, environment: str, node: str) -> NoReturn:
+        """The seed's two node cases: unknown everywhere, or assigned to another environment."""
+        for name, spec in sorted((await self.repository.list_environments(namespace)).items()):
+            if name != environment and find_node(spec, node) is not None:
+                not_found("node", f'node "{node}" is not assigned to environment "{environment}" '
+                                  f'(it belongs to environment "{name}")')
+        not_found("node", f'node "{node}" not found: no environment in namespace "{namespace}" has a node '
+                          "with this FQDN or name")
+
+    @staticmethod
+    def _describe(path: ValuesPath, point: Point) -> str:
+        return (f'{path.kind} of resource "{path.resource}" at {format_point(point)} '
+                f'in environment "{path.environment}"')
+
+    async def _version(self, namespace: str, path: ValuesPath, point: Point, stored: StoredValues | None,
+                       number: int) -> Version:
+        if stored is None:
+            not_found("version", f"version {number} of the {self._describe(path, point)} not found: "
+                                 "no values were ever stored there")
+        versions = await self.repository.versions(namespace, stored)
+        for version in versions:
+            if version.number == number:
+                return version
+        kept = ", ".join(str(v.number) for v in versions) or "none yet"
+        not_found("version", f"version {number} of the {self._describe(path, point)} not found (kept: {kept})")
+
+    async def get_values(self, request: web.Request) -> web.Response:
+        namespace, path, snapshot, point, _ = await self._resolve(request, "get")
+        stored = snapshot.find(path.resource, path.kind, point)
+        number = _int_param(request, "version")
+        key = request.query.get("key")
+        headers: dict[str, str] = {}
+        if _flag(request, "history"):
+            if stored is None:
+                not_found("values", f"no {self._describe(path, point)}")
+            versions = await self.repository.versions(namespace, stored)
+            return _json({"object": stored.name, "current": stored.version,
+                          "versions": [v.info() for v in versions]})
+        if _flag(request, "effective"):
+            if number is not None:
+                version = await self._version(namespace, path, point, stored, number)
+                assert stored is not None
+                layers = [layer for layer in snapshot.layers(path.resource) if layer.source != stored.name]
+                layers.append(Layer(point, path.kind, version.data, version.number, stored.name))
+                result = effective(point, layers)
+            else:
+                result = self._effective_at(snapshot, path.resource, point)
+            if _flag(request, "trace", "show_lookup"):
+                return _json(self._traced(result, key))
+            data: Any = result.values
+        elif number is not None:
+            version = await self._version(namespace, path, point, stored, number)
+            data = version.data
+            headers["X-Stead-Version"] = str(version.number)
+        else:
+            if stored is None:
+                not_found("values", f"no {self._describe(path, point)} (nothing stored at this level; "
+                                    "add ?effective for the merged values)")
+            data = stored.data
+            headers["ETag"] = f'"{stored.resource_version}"'
+            if stored.version is not None:
+                headers["X-Stead-Version"] = str(stored.version)
+        if key is not None:
+            data = self._key(data, key)
+        return _json(data, headers=headers)
+
+    @staticmethod
+    def _key(data: Any, key: str) -> Any:
+        try:
+            return get_key(data, key)
+        except KeyPathError as error:
+            not_found("key", str(error))
+
+    def _traced(self, result: Effective, key: str | None) -> dict[str, Any]:
+        if key is None:
+            return {"values": result.values, "lookup": result.trace()}
+        value = self._key(result.values, key)
+        try:
+            path = parse_key(key)
+        except KeyPathError as error:
+            not_found("key", str(error))
+        return {"value": value, "lookup": {k: layer.describe() for k, layer in origin_of(result, path)}}
+
+    async def put_values(self, request: web.Request) -> web.Response:
+        namespace, path, snapshot, point, definition = await self._resolve(request, "update")
+        body = await _json_body(request)
+        key = request.query.get("key")
+        if key is None:
+            if not isinstance(body, dict):
+                bad_request("body: the data of a resource is a JSON object (use ?key= to set one key)")
+            stored = await self._write(namespace, path, snapshot, point, definition, _if_match(request),
+                                       lambda _: body)
+        else:
+            try:
+                parse_key(key)
+            except KeyPathError as error:
+                bad_request(f"query parameter key: {error}")
+            stored = await self._write(namespace, path, snapshot, point, definition, _if_match(request),
+                                       lambda current: set_key(current, key, body))
+        return self._written(stored)
+
+    async def delete_values(self, request: web.Request) -> web.Response:
+        namespace, path, snapshot, point, definition = await self._resolve(request, "delete")
+        key = request.query.get("key")
+        stored = snapshot.find(path.resource, path.kind, point)
+        if stored is None:
+            not_found("values", f"no {self._describe(path, point)}")
+        if key is None:
+            await self.repository.delete_values(namespace, stored, _if_match(request))
+            return web.Response(status=204)
+        result = await self._write(namespace, path, snapshot, point, definition, _if_match(request),
+                                   lambda current: delete_key(current, key))
+        return self._written(result)
+
+    async def post_values(self, request: web.Request) -> web.Response:
+        namespace, path, snapshot, point, definition = await self._resolve(request, "update")
+        number = _int_param(request, "revert")
+        if number is None:
+            bad_request("POST on values needs ?revert=<version>")
+        stored = snapshot.find(path.resource, path.kind, point)
+        version = await self._version(namespace, path, point, stored, number)
+        result = await self._write(namespace, path, snapshot, point, definition, _if_match(request),
+                                   lambda _: version.data)
+        return self._written(result)
+
+    @staticmethod
+    def _written(stored: StoredValues) -> web.Response:
+        return _json(stored.data, headers={"ETag": f'"{stored.resource_version}"', "X-Stead-Object": stored.name})
+
+    async def _write(self, namespace: str, path: ValuesPath, snapshot: Snapshot, point: Point,
+                     definition: ResourceDefinition, expect: str | None,
+                     change: Callable[[dict[str, Any]], Any]) -> StoredValues:
+        """Apply `change` to the data at the point and store it, retrying lost races when no
+        precondition was given (a key write must not undo a concurrent write of another key)."""
+        current = snapshot
+        for attempt in range(KEY_WRITE_ATTEMPTS):
+            stored = current.find(path.resource, path.kind, point)
+            if expect is not None and (stored is None or stored.resource_version != expect):
+                raise Conflict(f"the {self._describe(path, point)} changed since resourceVersion {expect}")
+            try:
+                data = change(dict(stored.data) if stored is not None else {})
+            except KeyPathError as error:
+                not_found("key", str(error))
+            if not isinstance(data, dict):
+                bad_request("body: the data of a resource is a JSON object")
+            problems = data_problems(data, definition, path="data")
+            if problems:
+                bad_request(f'resource "{path.resource}" refuses the data: ' + "; ".join(problems))
+            target = ValuesTarget(path.environment, path.resource, path.kind, point, stored)
+            try:
+                return await self.repository.write_values(namespace, target, data, expect)
+            except Conflict:
+                if expect is not None or attempt == KEY_WRITE_ATTEMPTS - 1:
+                    raise
+            fresh = await self.repository.snapshot(namespace, path.environment)
+            if fresh is None:
+                not_found("environment", f'environment "{path.environment}" not found in namespace "{namespace}"')
+            current = fresh
+        raise Conflict("the values kept changing during the write; retry")
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        return _json(OPENAPI)
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _component_spec(body: Mapping[str, Any]) -> ConfigComponentSpec:
+    """A ConfigComponent spec from the seed's body (`resource_definitions` as a mapping of
+    name to definition) or Stead's (`resources` as a list)."""
+    definitions = body.get("resource_definitions", body.get("resourceDefinitions"))
+    raw: dict[str, Any] = {}
+    if definitions is not None:
+        if not isinstance(definitions, dict):
+            bad_request("body.resource_definitions: expected a mapping of resource name to definition")
+        resources = []
+        for name, definition in definitions.items():
+            if definition is not None and not isinstance(definition, dict):
+                bad_request(f"body.resource_definitions.{name}: expected a mapping")
+            resources.append({"name": name, **(definition or {})})
+        raw["resources"] = resources
+    elif "resources" in body:
+        raw["resources"] = body["resources"]
+    if "description" in body:
+        raw["description"] = body["description"]
+    try:
+        spec = ConfigComponentSpec.model_validate(raw)
+    except ValidationError as error:
+        bad_request("; ".join(f"body.{field_path(e['loc'])}: {e['msg']}" for e in error.errors()))
+    problems = component_problems(spec.model_dump(by_alias=True, exclude_none=True))
+    if problems:
+        bad_request("; ".join(p.replace("spec.", "body.", 1) for p in problems))
+    return spec
+
+
+def create_app(repository: ConfigRepository, authenticator: Authenticator,
+               default_namespace: str = "default") -> web.Application:
+    """The API as an aiohttp application, mounted at `/api/v1/config`; the caller adds TLS."""
+    api = ConfigApi(repository, authenticator, default_namespace)
+    app = web.Application(middlewares=[api.middleware], client_max_size=1 << 20)
+    app.add_routes([
+        web.get(f"{PREFIX}/openapi.json", api.openapi),
+        web.get(f"{PREFIX}/components", api.list_components),
+        web.post(f"{PREFIX}/components", api.create_component),
+        web.get(f"{PREFIX}/components/{{name}}", api.get_component),
+        web.get(f"{PREFIX}/environments", api.list_environments),
+        web.post(f"{PREFIX}/environments", api.create_environment),
+        web.get(f"{PREFIX}/environments/{{env}}", api.get_environment),
+        web.get(f"{PREFIX}/environments/{{env}}/{{tail:.+}}", api.get_values),
+        web.put(f"{PREFIX}/environments/{{env}}/{{tail:.+}}", api.put_values),
+        web.delete(f"{PREFIX}/environments/{{env}}/{{tail:.+}}", api.delete_values),
+        web.post(f"{PREFIX}/environments/{{env}}/{{tail:.+}}", api.post_values),
+    ])
+    return app
+
+
+# --- OpenAPI ------------------------------------------------------------------------------
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
+def _ok(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema or {}}}}
+
+
+_NAMESPACE = {"name": "namespace", "in": "query", "required": False, "schema": {"type": "string"},
+              "description": "The Kubernetes namespace (default: the server's)."}
+_COMMON_ERRORS = {"401": _error("No valid credentials."), "403": _error("Not permitted by RBAC."),
+                  "503": _error("The store or the authentication backend is unreachable.")}
+_VALUES_PARAMS = [
+    {"name": "env", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Environment."},
+    {"name": "levels", "in": "path", "required": True, "schema": {"type": "string"},
+     "description": "Zero or more <level>/<value> pairs in hierarchy order (nodes/<fqdn> for level node).",
+     "x-stead-multi-segment": True},
+    {"name": "resource", "in": "path", "required": True, "schema": {"type": "string"},
+     "description": "Resource name; may contain '/'.", "x-stead-multi-segment": True},
+    _NAMESPACE,
+]
+_VALUES_PATH = PREFIX + "/environments/{env}/{levels}/resources/{resource}/values"
+
+
+def _values_operations() -> dict[str, Any]:
+    key = {"name": "key", "in": "query", "schema": {"type": "string"}, "description": "Dotted key path, e.g. a.b.0."}
+    if_match = {"name": "If-Match", "in": "header", "schema": {"type": "string"},
+                "description": "Precondition: the ETag (resourceVersion) read before; 409 if it changed."}
+    not_found_text = "Environment, level, node, resource, version, values or key not found (see notFound)."
+    return {
+        "parameters": _VALUES_PARAMS,
+        "get": {
+            "summary": "Read values: stored at this level, effective (merged), a version, one key, or the history.",
+            "parameters": [
+                {"name": "effective", "in": "query", "schema": {"type": "boolean"},
+                 "description": "Merge from the root to this level (values then overrides at each level)."},
+                {"name": "trace", "in": "query", "schema": {"type": "boolean"},
+                 "description": "With effective: also return which layer gave each key (alias show_lookup)."},
+                {"name": "version", "in": "query", "schema": {"type": "integer", "minimum": 1}},
+                {"name": "history", "in": "query", "schema": {"type": "boolean"},
+                 "description": "List the kept versions instead."},
+                key,
+            ],
+            "responses": {"200": _ok("The data (any JSON with ?key)."), "400": _error("Bad parameters."),
+                          "404": _error(not_found_text), **_COMMON_ERRORS},
+        },
+        "put": {
+            "summary": "Replace the data (a JSON object), or set one key (?key=, body: any JSON value).",
+            "parameters": [key, if_match],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {}}}},
+            "responses": {"200": _ok("The data now stored.", {"type": "object"}),
+                          "400": _error("Malformed body, or data refused by the resource's schema."),
+                          "404": _error(not_found_text), "409": _error("Conflicting write."), **_COMMON_ERRORS},
+        },
+        "delete": {
+            "summary": "Remove one key (?key=), or delete the values object and its history.",
+            "parameters": [key, if_match],
+            "responses": {"200": _ok("The data now stored (key removed)."), "204": {"description": "Deleted."},
+                          "404": _error(not_found_text), "409": _error("Conflicting write."), **_COMMON_ERRORS},
+        },
+        "post": {
+            "summary": "Revert: make a kept version's data current again (?revert=<n>), as a new version.",
+            "parameters": [{"name": "revert", "in": "query", "required": True,
+                            "schema": {"type": "integer", "minimum": 1}}, if_match],
+            "responses": {"200": _ok("The data now stored."), "404": _error(not_found_text),
+                          "409": _error("Conflicting write."), **_COMMON_ERRORS},
+        },
+    }
+
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.0.3",
+    "info": {"title": "Stead configuration store (ConfigDB)", "version": "v1",
+             "description": "Hierarchical configuration values of Stead environments. Data lives in ConfigValues "
+                            "objects; every change is a version. Paths under /environments/{env} accept any number "
+                            "of <level>/<value> segments, and resource names may contain '/'."},
+    "security": [{"bearer": []}, {"basic": []}],
+    "components": {
+        "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "A Kubernetes token (TokenReview + RBAC)."},
+            "basic": {"type": "http", "scheme": "basic", "description": "Credentials from the configured Secret."},
+        },
+        "schemas": {
+            "Error": {"type": "object", "required": ["code", "error", "message"], "properties": {
+                "code": {"type": "integer"}, "error": {"type": "string"}, "message": {"type": "string"},
+                "notFound": {"type": "string", "enum": ["environment", "level", "node", "resource", "version",
+                                                        "values", "key", "component", "route"]}}},
+            "Component": {"type": "object", "properties": {
+                "id": {"type": "string"}, "name": {"type": "string"},
+                "resource_definitions": {"type": "object", "additionalProperties": {"type": "object", "properties": {
+                    "schema": {"type": "object"}, "description": {"type": "string"}}}}}},
+            "Environment": {"type": "object", "properties": {
+                "id": {"type": "string"}, "name": {"type": "string"}, "release": {"type": "string"},
+                "components": {"type": "array", "items": {"type": "string"}},
+                "hierarchy_levels": {"type": "array", "items": {"type": "string"}},
+                "nodes": {"type": "array", "items": {"type": "object"}}}},
+        },
+    },
+    "paths": {
+        PREFIX + "/components": {
+            "parameters": [_NAMESPACE],
+            "get": {"summary": "List components.", "responses": {
+                "200": _ok("Components.", {"type": "array", "items": {"$ref": "#/components/schemas/Component"}}),
+                **_COMMON_ERRORS}},
+            "post": {"summary": "Create a component (a ConfigComponent object).",
+                     "requestBody": {"required": True, "content": {"application/json": {
+                         "schema": {"$ref": "#/components/schemas/Component"}}}},
+                     "responses": {"200": _ok("Created.", {"$ref": "#/components/schemas/Component"}),
+                                   "400": _error("Malformed body."), "409": _error("Exists already."),
+                                   **_COMMON_ERRORS}},
+        },
+        PREFIX + "/components/{name}": {
+            "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
+                           _NAMESPACE],
+            "get": {"summary": "One component.", "responses": {
+                "200": _ok("The component.", {"$ref": "#/components/schemas/Component"}),
+                "404": _error("No such component."), **_COMMON_ERRORS}},
+        },
+        PREFIX + "/environments": {
+            "parameters": [_NAMESPACE],
+            "get": {"summary": "List environments.", "responses": {
+                "200": _ok("Environments.", {"type": "array", "items": {"$ref": "#/components/schemas/Environment"}}),
+                **_COMMON_ERRORS}},
+            "post": {"summary": "Create an environment (an Environment object).",
+                     "requestBody": {"required": True, "content": {"application/json": {
+                         "schema": {"$ref": "#/components/schemas/Environment"}}}},
+                     "responses": {"200": _ok("Created.", {"$ref": "#/components/schemas/Environment"}),
+                                   "400": _error("Malformed body."), "409": _error("Exists already."),
+                                   **_COMMON_ERRORS}},
+        },
+        PREFIX + "/environments/{env}": {
+            "parameters": [{"name": "env", "in": "path", "required": True, "schema": {"type": "string"}},
+                           _NAMESPACE],
+            "get": {"summary": "One environment.", "responses": {
+                "200": _ok("The environment.", {"$ref": "#/components/schemas/Environment"}),
+                "404": _error("No such environment."), **_COMMON_ERRORS}},
+        },
+        _VALUES_PATH: _values_operations(),
+        _VALUES_PATH.removesuffix("/values") + "/overrides": {
+            **_values_operations(), "description": "Same as .../values, for the overrides (alias .../override)."},
+        PREFIX + "/openapi.json": {"get": {"summary": "This document.", "responses": {"200": _ok("OpenAPI 3.0.")}}},
+    },
+}

@@ -1,0 +1,333 @@
+"""The HTTP layer of the configuration API, with in-memory fakes of its two dependencies."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from operators.config.api import create_app, parse_values_path
+from operators.config.auth import Access, BasicAuthenticator, ChainAuthenticator, Identity, static_credentials
+from operators.config.history import Version, data_hash
+from operators.config.models import ConfigComponentSpec, ConfigValuesSpec
+from operators.config.repository import Conflict, Snapshot, StoredValues, ValuesTarget
+from operators.environment.models import EnvironmentSpec
+
+P = "/api/v1/config"
+TOKEN = {"Authorization": "Bearer good"}
+READER = {"Authorization": "Bearer reader"}
+
+
+class FakeAuth:
+    """`good` may do anything, `reader` may only read; everything else is unknown."""
+
+    async def authenticate(self, authorization: str) -> Identity | None:
+        token = authorization.removeprefix("Bearer ")
+        return Identity(user=token, scheme="Bearer") if token in ("good", "reader") else None
+
+    async def authorize(self, identity: Identity, access: Access) -> bool:
+        return identity.user == "good" or access.verb in ("get", "list")
+
+
+class FakeRepository:
+    """Environments, components and values in memory; each write records a version, as the operator would."""
+
+    def __init__(self) -> None:
+        self.environments: dict[str, EnvironmentSpec] = {}
+        self.components: dict[str, ConfigComponentSpec] = {}
+        self.values: dict[str, StoredValues] = {}
+        self.history: dict[str, list[Version]] = {}
+        self.counter = 0
+        self.conflicts_to_inject = 0
+
+    async def list_components(self, namespace: str) -> dict[str, ConfigComponentSpec]:
+        return dict(self.components)
+
+    async def create_component(self, namespace: str, name: str, spec: ConfigComponentSpec) -> None:
+        if name in self.components:
+            raise Conflict(f'ConfigComponent "{name}" already exists')
+        self.components[name] = spec
+
+    async def list_environments(self, namespace: str) -> dict[str, EnvironmentSpec]:
+        return dict(self.environments)
+
+    async def create_environment(self, namespace: str, name: str, spec: EnvironmentSpec) -> None:
+        if name in self.environments:
+            raise Conflict(f'Environment "{name}" already exists')
+        self.environments[name] = spec
+
+    async def snapshot(self, namespace: str, environment: str) -> Snapshot | None:
+        env = self.environments.get(environment)
+        if env is None:
+            return None
+        mine = [v for v in self.values.values() if v.spec.environment == environment]
+        return Snapshot(environment, env, dict(self.components), mine)
+
+    async def write_values(self, namespace: str, target: ValuesTarget, data: dict[str, Any],
+                           expect: str | None) -> StoredValues:
+        if self.conflicts_to_inject:
+            self.conflicts_to_inject -= 1
+            raise Conflict("injected")
+        existing = target.existing
+        if existing is not None:
+            current = self.values.get(existing.name)
+            if current is None or current.resource_version != (expect or existing.resource_version):
+                raise Conflict(f'ConfigValues "{existing.name}" changed')
+            name, uid = existing.name, existing.uid
+        else:
+            if expect is not None:
+                raise Conflict("gone")
+            name, uid = f"cv-{len(self.values) + 1}", f"uid-{len(self.values) + 1}"
+        self.counter += 1
+        versions = self.history.setdefault(name, [])
+        if not versions or versions[-1].data_hash != data_hash(data):
+            number = len(versions) + 1
+            versions.append(Version(number, data, data_hash(data), "spec", "t", f"{name}-v{number}"))
+        spec = ConfigValuesSpec.model_validate({"environment": target.environment, "resource": target.resource,
+                                                "kind": target.kind, "level": dict(target.point), "data": data})
+        stored = StoredValues(name, uid, str(self.counter), spec, target.point, data, versions[-1].number)
+        self.values[name] = stored
+        return stored
+
+    async def delete_values(self, namespace: str, stored: StoredValues, expect: str | None) -> None:
+        del self.values[stored.name]
+
+    async def versions(self, namespace: str, stored: StoredValues) -> list[Version]:
+        return list(self.history.get(stored.name, []))
+
+
+def make_repo() -> FakeRepository:
+    repo = FakeRepository()
+    repo.components["fuel"] = ConfigComponentSpec.model_validate({"resources": [
+        {"name": "astute", "schema": {"type": "object", "properties": {"deployment_id": {"type": "integer"}}}},
+        {"name": "override/plugins"}, {"name": "globals"}]})
+    repo.environments["1"] = EnvironmentSpec.model_validate({
+        "release": "mitaka-9.0", "hierarchyLevels": ["node"], "components": ["fuel"],
+        "nodes": [{"name": "node-1", "fqdn": "node-1.domain.tld", "roles": ["controller"]}]})
+    repo.environments["2"] = EnvironmentSpec.model_validate({
+        "release": "mitaka-9.0", "hierarchyLevels": ["role", "node"], "components": ["fuel"],
+        "nodes": [{"name": "node-7", "fqdn": "node-7.domain.tld", "roles": ["compute"]}]})
+    return repo
+
+
+Scenario = Callable[[TestClient[Any, Any], FakeRepository], Awaitable[None]]
+
+
+def run(scenario: Scenario, repo: FakeRepository | None = None, auth: Any = None) -> None:
+    repository = repo or make_repo()
+
+    async def main() -> None:
+        app = create_app(repository, auth or FakeAuth())
+        async with TestClient(TestServer(app)) as client:
+            await scenario(client, repository)
+
+    asyncio.run(main())
+
+
+NODE1 = f"{P}/environments/1/nodes/node-1.domain.tld/resources"
+
+
+def test_paths_parse_levels_resources_with_slashes_and_the_seed_override_alias() -> None:
+    parsed = parse_values_path("1", "nodes/n1/resources/override/plugins/override")
+    assert parsed is not None and parsed.pairs == (("nodes", "n1"),)
+    assert parsed.resource == "override/plugins" and parsed.kind == "overrides"
+    root = parse_values_path("1", "resources/astute/values")
+    assert root is not None and root.pairs == () and root.kind == "values"
+    for bad in ["resources/astute", "resources/values", "nodes//resources/a/values", "nodes/n1/astute/values"]:
+        assert parse_values_path("1", bad) is None, bad
+
+
+def test_use_cases_put_get_key_and_effective_with_trace() -> None:
+    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+        put = await client.put(f"{NODE1}/astute/values", json={"deployment_id": 1, "nova": {"debug": False}},
+                               headers=TOKEN)
+        assert put.status == 200 and await put.json() == {"deployment_id": 1, "nova": {"debug": False}}
+        # use case 2: one key
+        got = await client.get(f"{NODE1}/astute/values", params={"effective": "", "key": "deployment_id"},
+                               headers=TOKEN)
+        assert got.status == 200 and await got.json() == 1
+        # use case 3: set one key, the rest stays
+        setkey = await client.put(f"{NODE1}/astute/values", params={"key": "deployment_id"}, json=2, headers=TOKEN)
+        assert setkey.status == 200 and (await setkey.json())["nova"] == {"debug": False}
+        # the seed's override path, and the general root level
+        ov = await client.put(f"{NODE1}/astute/override", json={"nova": {"debug": True}}, headers=TOKEN)
+        assert ov.status == 200
+        root = await client.put(f"{P}/environments/1/resources/astute/values", json={"root": "r", "deployment_id": 0},
+                                headers=TOKEN)
+        assert root.status == 200
+        eff = await client.get(f"{NODE1}/astute/values?effective&trace", headers=TOKEN)
+        body = await eff.json()
+        assert body["values"] == {"root": "r", "deployment_id": 2, "nova": {"debug": True}}
+        assert body["lookup"]["nova.debug"]["kind"] == "overrides"
+        assert body["lookup"]["root"]["level"] == "(root)"
+        # by node name, the same point
+        same = await client.get(f"{P}/environments/1/nodes/node-1/resources/astute/values", headers=TOKEN)
+        assert (await same.json())["deployment_id"] == 2 and same.headers["X-Stead-Version"] == "2"
+        assert same.headers["ETag"].startswith('"')
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("path,what,message", [
+    (f"{P}/environments/9/nodes/node-1/resources/astute/values", "environment",
+     'environment "9" not found in namespace "default"'),
+    (f"{NODE1}/nope/values", "resource",
+     'resource "nope" is not defined by any component enabled in environment "1" (enabled components: fuel)'),
+    (f"{P}/environments/1/nodes/ghost/resources/astute/values", "node",
+     'node "ghost" not found: no environment in namespace "default" has a node with this FQDN or name'),
+    (f"{P}/environments/1/nodes/node-7.domain.tld/resources/astute/values", "node",
+     'node "node-7.domain.tld" is not assigned to environment "1" (it belongs to environment "2")'),
+    (f"{NODE1}/astute/values?version=3", "version",
+     'version 3 of the values of resource "astute" at node=node-1.domain.tld in environment "1" not found '
+     "(kept: 1)"),
+    (f"{P}/environments/1/racks/r1/resources/astute/values", "level",
+     'environment "1" has no level "racks" (levels: node)'),
+    (f"{NODE1}/globals/values", "values", 'no values of resource "globals" at node=node-1.domain.tld'),
+    (f"{NODE1}/astute/values?key=a.b", "key", 'key "a.b": no "a" in the top level'),
+    (f"{P}/components/zzz", "component", 'component "zzz" not found'),
+    (f"{P}/environments/1/whatever", "route", "no such route"),
+])
+def test_every_404_names_what_was_not_found(path: str, what: str, message: str) -> None:
+    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+        await client.put(f"{NODE1}/astute/values", json={"x": 1}, headers=TOKEN)
+        response = await client.get(path, headers=TOKEN)
+        body = await response.json()
+        assert response.status == 404, body
+        assert body["notFound"] == what and body["error"] == "NotFound"
+        assert body["message"].startswith(message), body["message"]
+
+    run(scenario)
+
+
+def test_without_valid_credentials_every_path_is_401_with_the_same_body() -> None:
+    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+        bodies = set()
+        for method, path, headers in [
+            ("GET", f"{NODE1}/astute/values", {}),
+            ("GET", f"{P}/environments/nope/nodes/x/resources/y/values", {"Authorization": "Bearer bad"}),
+            ("PUT", f"{NODE1}/astute/values", {"Authorization": "Basic Zm9vOmJhcg=="}),
+            ("GET", f"{P}/openapi.json", {}),
+            ("GET", "/not/even/a/route", {}),
+        ]:
+            response = await client.request(method, path, headers=headers, json={})
+            assert response.status == 401
+            assert "Bearer" in response.headers["WWW-Authenticate"]
+            bodies.add(await response.text())
+        assert len(bodies) == 1
+
+    run(scenario)
+
+
+def test_basic_auth_against_credentials_and_chain() -> None:
+    auth = ChainAuthenticator(FakeAuth(), BasicAuthenticator(static_credentials("admin", "s3cret")))
+
+    def basic(user: str, password: str) -> dict[str, str]:
+        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+        assert (await client.get(f"{P}/environments", headers=basic("admin", "s3cret"))).status == 200
+        assert (await client.get(f"{P}/environments", headers=basic("admin", "wrong"))).status == 401
+        assert (await client.get(f"{P}/environments", headers=basic("root", "s3cret"))).status == 401
+        assert (await client.get(f"{P}/environments", headers={"Authorization": "Basic !!"})).status == 401
+        assert (await client.get(f"{P}/environments", headers=TOKEN)).status == 200
+
+    run(scenario, auth=auth)
+
+
+def test_forbidden_writes_and_schema_and_malformed_bodies() -> None:
+    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+        forbidden = await client.put(f"{NODE1}/astute/values", json={}, headers=READER)
+        assert forbidden.status == 403 and 'user "reader" may not update configvalues' in (await forbidden.json())[
+            "message"]
+        for body, message in [
+            ("{not json", "body: not valid JSON"),
+            ("[1, 2]", "body: the data of a resource is a JSON object"),
+            ("", "body: expected a JSON document"),
+            ('{"deployment_id": "x"}', 'resource "astute" refuses the data: data.deployment_id: expected integer'),
+        ]:
+            response = await client.put(f"{NODE1}/astute/values", data=body, headers=TOKEN)
+            assert response.status == 400, body
+            assert (await response.json())["message"].startswith(message)
+        bad_key = await client.put(f"{NODE1}/astute/values?key=a..b", json=1, headers=TOKEN)
+        assert bad_key.status == 400 and "segment 2 is empty" in (await bad_key.json())["message"]
+        assert (await client.get(f"{NODE1}/astute/values?version=x", headers=TOKEN)).status == 400
+        assert (await client.get(f"{NODE1}/astute/values?namespace=Bad_NS", headers=TOKEN)).status == 400
+        order = await client.get(f"{P}/environments/2/nodes/node-7/roles/compute/resources/astute/values",
+                                 headers=TOKEN)
+        assert order.status == 400 and "must follow the hierarchy" in (await order.json())["message"]
+
+    run(scenario)
+
+
+def test_if_match_conflicts_and_key_writes_retry_lost_races() -> None:
+    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+        first = await client.put(f"{NODE1}/astute/values", json={"a": 1}, headers=TOKEN)
+        etag = first.headers["ETag"]
+        await client.put(f"{NODE1}/astute/values", params={"key": "b"}, json=2, headers=TOKEN)
+        stale = await client.put(f"{NODE1}/astute/values", json={"a": 9}, headers={**TOKEN, "If-Match": etag})
+        assert stale.status == 409 and (await stale.json())["error"] == "Conflict"
+        repo.conflicts_to_inject = 2
+        retried = await client.put(f"{NODE1}/astute/values", params={"key": "c"}, json=3, headers=TOKEN)
+        assert retried.status == 200 and await retried.json() == {"a": 1, "b": 2, "c": 3}
+        repo.conflicts_to_inject = 10
+        assert (await client.put(f"{NODE1}/astute/values", json={}, headers=TOKEN)).status == 409
+
+    run(scenario)
+
+
+def test_history_versions_revert_and_delete() -> None:
+    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+        for n in (1, 2, 3):
+            await client.put(f"{NODE1}/astute/values", json={"deployment_id": n}, headers=TOKEN)
+        history = await (await client.get(f"{NODE1}/astute/values?history", headers=TOKEN)).json()
+        assert [v["version"] for v in history["versions"]] == [1, 2, 3] and history["current"] == 3
+        v1 = await client.get(f"{NODE1}/astute/values?version=1", headers=TOKEN)
+        assert await v1.json() == {"deployment_id": 1} and v1.headers["X-Stead-Version"] == "1"
+        eff1 = await client.get(f"{NODE1}/astute/values?effective&version=1", headers=TOKEN)
+        assert await eff1.json() == {"deployment_id": 1}
+        reverted = await client.post(f"{NODE1}/astute/values?revert=1", headers=TOKEN)
+        assert reverted.status == 200 and await reverted.json() == {"deployment_id": 1}
+        history = await (await client.get(f"{NODE1}/astute/values?history", headers=TOKEN)).json()
+        assert history["current"] == 4
+        assert (await client.post(f"{NODE1}/astute/values", headers=TOKEN)).status == 400
+        assert (await client.post(f"{NODE1}/astute/values?revert=99", headers=TOKEN)).status == 404
+        removed = await client.delete(f"{NODE1}/astute/values?key=deployment_id", headers=TOKEN)
+        assert removed.status == 200 and await removed.json() == {}
+        assert (await client.delete(f"{NODE1}/astute/values?key=deployment_id", headers=TOKEN)).status == 404
+        assert (await client.delete(f"{NODE1}/astute/values", headers=TOKEN)).status == 204
+        assert (await client.get(f"{NODE1}/astute/values", headers=TOKEN)).status == 404
+        assert await (await client.get(f"{NODE1}/astute/values?effective", headers=TOKEN)).json() == {}
+
+    run(scenario)
+
+
+def test_components_environments_and_openapi() -> None:
+    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+        created = await client.post(f"{P}/components", headers=TOKEN, json={
+            "name": "lcm", "resource_definitions": {"override/node": {}, "hiera": {"schema": {"type": "object"}}}})
+        assert created.status == 200
+        assert await created.json() == {"id": "lcm", "name": "lcm", "resource_definitions": {
+            "override/node": {}, "hiera": {"schema": {"type": "object"}}}}
+        again = await client.post(f"{P}/components", headers=TOKEN, json={"name": "lcm"})
+        assert again.status == 409
+        bad = await client.post(f"{P}/components", headers=TOKEN, json={
+            "name": "x", "resource_definitions": {"a b": {}}})
+        assert bad.status == 400 and (await bad.json())["message"].startswith("body.resources[0].name")
+        assert [c["name"] for c in await (await client.get(f"{P}/components", headers=TOKEN)).json()] == [
+            "fuel", "lcm"]
+        env = await client.post(f"{P}/environments", headers=TOKEN, json={
+            "id": "3", "release": "r", "components": ["lcm"], "hierarchy_levels": ["node"]})
+        assert env.status == 200 and (await env.json())["hierarchy_levels"] == ["node"]
+        noenv = await client.post(f"{P}/environments", headers=TOKEN, json={"id": "4", "hierarchy_levels": []})
+        msg = (await noenv.json())["message"]
+        assert noenv.status == 400 and "body.release: Field required" in msg and "body.hierarchyLevels" in msg
+        got = await (await client.get(f"{P}/environments/3", headers=TOKEN)).json()
+        assert got["components"] == ["lcm"]
+        doc = await (await client.get(f"{P}/openapi.json", headers=TOKEN)).json()
+        assert doc["openapi"].startswith("3.") and f"{P}/environments/{{env}}" in doc["paths"]
+
+    run(scenario)

@@ -1,0 +1,90 @@
+"""The configuration kinds' pipeline steps and admission, with a fake API client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from operators.config import COMPONENT_KIND, VALUES_KIND
+from operators.config.models import ConfigValuesSpec
+from operators.config.reconcile import admit_values, published_configmap, validate_component, validate_values
+from operators.config.repository import StoredValues
+from operators.runtime.kinds import AdmissionRequest, Refusal
+from operators.runtime.kube import ApiError
+from operators.runtime.pipeline import Observed, PermanentError, StepContext, TemporaryError
+
+ENV = {"release": "r", "hierarchyLevels": ["node"], "components": ["fuel"],
+       "nodes": [{"name": "n1", "fqdn": "n1.tld", "roles": ["compute"]}]}
+FUEL = {"metadata": {"name": "fuel"}, "spec": {"resources": [{"name": "astute"}]}}
+
+
+class FakeKube:
+    def __init__(self, env: dict[str, Any] | None = ENV, components: list[dict[str, Any]] | None = None) -> None:
+        self.env = env
+        self.components = [FUEL] if components is None else components
+
+    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+                      params: dict[str, str] | None = None) -> dict[str, Any]:
+        if "/environments/" in path:
+            if self.env is None:
+                raise ApiError(404, "not found")
+            return {"spec": self.env}
+        if path.endswith("/configcomponents"):
+            return {"items": self.components}
+        if path.endswith("/configvalues"):
+            return {"items": []}
+        raise AssertionError(path)
+
+
+def step_ctx(spec: dict[str, Any], kube: FakeKube) -> StepContext:
+    obj = Observed(kind="ConfigValues", namespace="ns", name="cv", uid="u", generation=1, labels={}, spec=spec,
+                   status={})
+    return StepContext(obj=obj, facts={}, services=SimpleNamespace(kube=kube))
+
+
+SPEC = {"environment": "e", "resource": "astute", "level": {"node": "n1"}}
+
+
+def test_validate_gives_the_point_and_tells_temporary_from_permanent() -> None:
+    assert asyncio.run(validate_values(step_ctx(SPEC, FakeKube()))) == {"point": "node=n1.tld"}
+    with pytest.raises(TemporaryError, match='Environment "e" not found'):
+        asyncio.run(validate_values(step_ctx(SPEC, FakeKube(env=None))))
+    with pytest.raises(TemporaryError, match="ConfigComponent not found: fuel"):
+        asyncio.run(validate_values(step_ctx(SPEC, FakeKube(components=[]))))
+    with pytest.raises(PermanentError, match=r"spec\.level: level 'rack'"):
+        asyncio.run(validate_values(step_ctx({**SPEC, "level": {"rack": "1"}}, FakeKube())))
+    with pytest.raises(TemporaryError, match="no Kubernetes client"):
+        asyncio.run(validate_values(StepContext(obj=step_ctx(SPEC, FakeKube()).obj, facts={})))
+
+
+def test_admission_refuses_with_the_reason() -> None:
+    def request(spec: dict[str, Any]) -> AdmissionRequest:
+        return AdmissionRequest(operation="CREATE", namespace="ns", name="cv", labels={}, spec=spec, old=None, dry_run=False,
+                                services=SimpleNamespace(kube=FakeKube()))
+
+    asyncio.run(admit_values(request(SPEC)))
+    with pytest.raises(Refusal, match=r'spec\.resource: resource "nope" is not defined'):
+        asyncio.run(admit_values(request({**SPEC, "resource": "nope"})))
+
+
+def test_component_step_and_kinds() -> None:
+    obj = Observed(kind="ConfigComponent", namespace="ns", name="c", uid="u", generation=1, labels={},
+                   spec={"resources": [{"name": "a"}, {"name": "b/c"}]}, status={})
+    assert asyncio.run(validate_component(StepContext(obj=obj, facts={}))) == {
+        "resourceCount": 2, "resources": ["a", "b/c"]}
+    assert COMPONENT_KIND.check_spec({"resources": [{"name": "a"}, {"name": "a"}]})[0].startswith(
+        "spec.resources[1].name: duplicate")
+    assert VALUES_KIND.check_spec({"environment": "e"})[0] == "spec.resource: Field required"
+
+
+def test_published_configmap_is_owned_by_the_requesting_object() -> None:
+    spec = ConfigValuesSpec.model_validate({**SPEC, "publish": {"configMap": "cm", "format": "json"}})
+    stored = StoredValues("cv", "u", "1", spec, (("node", "n1.tld"),), {})
+    body = published_configmap(stored, "ns", {"b": 1, "a": [1]})
+    assert json.loads(body["data"]["values.json"]) == {"a": [1], "b": 1}
+    assert body["metadata"]["ownerReferences"][0]["uid"] == "u"
+    assert body["metadata"]["annotations"]["stead.dev/level"] == "node=n1.tld"
