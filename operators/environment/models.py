@@ -37,10 +37,10 @@ class EnvironmentSpec(Model):
     release: Name = Field(description="The release the environment is deployed from, e.g. mitaka-9.0.")
     nodes: list[Node] = Field(default_factory=list, description="The nodes of the environment, with their roles.")
     hierarchy_levels: list[Level] = Field(
-        default_factory=lambda: ["cluster", "role", "node"],
+        default_factory=lambda: ["role", "node"],
         min_length=1,
-        description="Ordered levels of the configuration hierarchy, root first "
-        "(default cluster, role, node). Unique, none empty.",
+        description="Ordered levels of the configuration hierarchy below the environment itself, which is "
+        "the root (the cluster level): default role, node. Unique, none empty.",
     )
     components: list[Name] = Field(
         default_factory=list, description="Enabled configuration components (ConfigComponent names)."

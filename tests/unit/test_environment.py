@@ -48,4 +48,4 @@ def test_unknown_fields_are_refused() -> None:
 
 
 def test_default_hierarchy() -> None:
-    assert EnvironmentSpec.model_validate({"release": "r"}).hierarchy_levels == ["cluster", "role", "node"]
+    assert EnvironmentSpec.model_validate({"release": "r"}).hierarchy_levels == ["role", "node"]
