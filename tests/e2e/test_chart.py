@@ -3,12 +3,16 @@
 Rendering needs only the `helm` binary; `kubectl apply --dry-run=server` and the certificate
 reuse check run against the session's local control plane. The cert-manager variant is only
 linted and rendered: the local control plane has no cert-manager CRDs.
+
+What is derived from the CRD files (RBAC, webhooks) is also rendered from copies of the chart
+whose CRD files were changed, so that the derivation itself is tested, not only today's kinds.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -30,6 +34,18 @@ NAMESPACE = "stead-system"
 # `helm template` knows no cluster: it checks kubeVersion against the version given here.
 KUBE_VERSION = ["--kube-version", KUBERNETES_VERSION]
 CERT_MANAGER = ["--set", "webhook.certManager.enabled=true"]
+CONFIG_API_OFF = ["--set", "configApi.enabled=false"]
+BASIC = ["--set", "configApi.basicAuthSecret=config-basic"]
+MUTATING_ANNOTATION = "stead.dev/mutating-webhook"
+CONFIG_API_PORT = 8443
+# What the operator may do to Stead's own kinds beyond get/list/watch and patching their status:
+# only the config API's writes (operators/config/repository.py: POST, PUT, DELETE of ConfigValues,
+# POST of ConfigComponents and Environments). No `patch` on any of them: nothing sends one.
+CONFIG_API_WRITES = {"configvalues": {"create", "update", "delete"},
+                     "configcomponents": {"create"}, "environments": {"create"}}
+# ConfigValues' history (history.py: GET, list, POST, DELETE) and publication (reconcile.py:
+# server-side apply, which is a patch that may create).
+CONFIGMAP_VERBS = {"get", "list", "create", "patch", "delete"}
 
 Helm = Callable[..., subprocess.CompletedProcess[str]]
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
@@ -62,8 +78,8 @@ def helm(binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Helm:
 
 
 def _template(helm: Helm, *args: str, namespace: str = NAMESPACE,
-              release: str = RELEASE, kubeconfig: Path | None = None) -> str:
-    return helm("template", release, str(CHART), "--namespace", namespace, *KUBE_VERSION, *args,
+              release: str = RELEASE, kubeconfig: Path | None = None, chart: Path = CHART) -> str:
+    return helm("template", release, str(chart), "--namespace", namespace, *KUBE_VERSION, *args,
                 kubeconfig=kubeconfig).stdout
 
 
@@ -86,13 +102,86 @@ def _crd_files() -> list[Manifest]:
     return [yaml.safe_load(path.read_text()) for path in CRD_FILES]
 
 
+def _mutates(crd: Manifest) -> bool:
+    return (crd["metadata"].get("annotations") or {}).get(MUTATING_ANNOTATION) == "true"
+
+
+def _named(objects: list[Manifest], kind: str, name: str) -> Manifest:
+    found = [obj for obj in _of_kind(objects, kind) if obj["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name}, rendered {len(found)}"
+    return found[0]
+
+
+def _grants(role: Manifest) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) of every rule without resourceNames."""
+    return {(group, resource, verb) for rule in role["rules"] if not rule.get("resourceNames")
+            for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def _operator(objects: list[Manifest]) -> Manifest:
+    [container] = _one(objects, "StatefulSet")["spec"]["template"]["spec"]["containers"]
+    assert isinstance(container, dict)
+    return container
+
+
+def _assert_no_wildcards(objects: list[Manifest]) -> None:
+    for role in _of_kind(objects, "ClusterRole") + _of_kind(objects, "Role"):
+        for rule in role["rules"]:
+            for field in ("verbs", "resources", "apiGroups", "resourceNames"):
+                assert "*" not in rule.get(field, []), f"{role['metadata']['name']}: wildcard in {field}: {rule}"
+
+
+def _expected_kind_grants(crds: list[Manifest], config_api: bool) -> set[tuple[str, str, str]]:
+    """Everything the operator's ClusterRole may do to Stead's kinds, derived from the CRD files."""
+    expected = set()
+    plurals = {crd["spec"]["names"]["plural"] for crd in crds}
+    for crd in crds:
+        group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+        expected |= {(group, plural, verb) for verb in ("get", "list", "watch")}
+        expected.add((group, f"{plural}/status", "patch"))
+        if config_api and "configvalues" in plurals:
+            expected |= {(group, plural, verb) for verb in CONFIG_API_WRITES.get(plural, ())}
+    return expected
+
+
+def _chart_copy(tmp_path: Path, edit: Callable[[dict[str, Manifest]], None]) -> Path:
+    """A copy of the chart whose CRD files (by plural) `edit` changed, added or deleted."""
+    chart = tmp_path / "stead"
+    shutil.copytree(CHART, chart)
+    crds_dir = chart / "files" / "crds"
+    crds = {path.stem: yaml.safe_load(path.read_text()) for path in crds_dir.glob("*.yaml")}
+    edit(crds)
+    for path in crds_dir.glob("*.yaml"):
+        path.unlink()
+    for plural, crd in crds.items():
+        (crds_dir / f"{plural}.yaml").write_text(yaml.safe_dump(crd, sort_keys=False))
+    return chart
+
+
+def _leaf_names(secret: Manifest) -> tuple[set[str], set[str]]:
+    """The DNS names and IP addresses of the certificate in a generated TLS Secret, checked against its CA."""
+    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
+    leaf = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    leaf.verify_directly_issued_by(ca)
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return (set(names.get_values_for_type(x509.DNSName)),
+            {str(ip) for ip in names.get_values_for_type(x509.IPAddress)})
+
+
+def _service_names(service: str, namespace: str = NAMESPACE) -> set[str]:
+    return {f"{service}.{namespace}.svc", service, f"{service}.{namespace}",
+            f"{service}.{namespace}.svc.cluster.local"}
+
+
 # --- 1. lint ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("strict", [False, True], ids=["lint", "lint-strict"])
-@pytest.mark.parametrize("values", [[], CERT_MANAGER, ["--set", "replicas=3", "--set", "persistence.enabled=false"]],
-                         ids=["default", "cert-manager", "replicas-3-emptydir"])
+@pytest.mark.parametrize("values", [[], CERT_MANAGER, ["--set", "replicas=3", "--set", "persistence.enabled=false"],
+                                    CONFIG_API_OFF, [*CERT_MANAGER, *BASIC]],
+                         ids=["default", "cert-manager", "replicas-3-emptydir", "config-api-off",
+                              "cert-manager-basic"])
 def test_chart_lints(helm: Helm, strict: bool, values: list[str]) -> None:
     result = helm("lint", str(CHART), *KUBE_VERSION, *(["--strict"] if strict else []), *values)
     assert "0 chart(s) failed" in result.stdout, result.stdout
@@ -111,18 +200,13 @@ def test_rendered_chart_is_least_privilege_and_serves_every_crd(
     crds = _crd_files()
 
     assert "cluster-admin" not in rendered
-    for role in _of_kind(objects, "ClusterRole") + _of_kind(objects, "Role"):
-        for rule in role["rules"]:
-            for field in ("verbs", "resources", "apiGroups"):
-                assert "*" not in rule.get(field, []), f"{role['metadata']['name']}: wildcard in {field}: {rule}"
-    operator_role = next(r for r in _of_kind(objects, "ClusterRole") if r["metadata"]["name"] == RELEASE)
-    granted = {(group, resource, verb) for rule in operator_role["rules"] for group in rule["apiGroups"]
-               for resource in rule["resources"] for verb in rule["verbs"]}
-    for crd in crds:
-        group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
-        assert {(group, plural, verb) for verb in ("get", "list", "watch")} <= granted
-        assert (group, f"{plural}/status", "patch") in granted
-        assert not {(group, plural, verb) for verb in ("create", "update", "patch", "delete")} & granted
+    _assert_no_wildcards(objects)
+    operator_role = _named(objects, "ClusterRole", RELEASE)
+    granted = _grants(operator_role)
+    groups = {crd["spec"]["group"] for crd in crds}
+    # Stead's kinds: exactly get/list/watch, status patches and the config API's writes.
+    assert {g for g in granted if g[0] in groups} == _expected_kind_grants(crds, config_api=True)
+    assert {g for g in granted if g[:2] == ("", "configmaps")} == {("", "configmaps", v) for v in CONFIGMAP_VERBS}
 
     # CRDs: one per file, same spec, kept on uninstall.
     rendered_crds = {crd["metadata"]["name"]: crd for crd in _of_kind(objects, "CustomResourceDefinition")}
@@ -133,7 +217,7 @@ def test_rendered_chart_is_least_privilege_and_serves_every_crd(
         assert mine["spec"] == crd["spec"]
 
     # Webhooks: one per CRD file, the shape Stead registers in local mode, through the Service.
-    service = next(s for s in _of_kind(objects, "Service") if s["spec"].get("clusterIP") != "None")
+    service = _named(objects, "Service", f"{RELEASE}-webhook")
     assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(443, "webhook")]
     config = _one(objects, "ValidatingWebhookConfiguration")
     webhooks = {hook["name"]: hook for hook in config["webhooks"]}
@@ -151,6 +235,23 @@ def test_rendered_chart_is_least_privilege_and_serves_every_crd(
         assert rule["operations"] == ["CREATE", "UPDATE"]
         assert (hook["failurePolicy"], hook["sideEffects"], hook["admissionReviewVersions"]) == ("Fail", "None", ["v1"])
 
+    # Mutating webhooks: only for the CRDs annotated stead.dev/mutating-webhook: "true".
+    mutating_crds = [crd for crd in crds if _mutates(crd)]
+    assert mutating_crds, "no CRD file asks for a mutating webhook (stead crds writes the annotation)"
+    mutation = _one(objects, "MutatingWebhookConfiguration")
+    assert mutation["metadata"]["name"] == f"{RELEASE}-mutation"
+    assert [hook["name"] for hook in mutation["webhooks"]] == [
+        f"{crd['spec']['names']['plural']}.{crd['spec']['group']}" for crd in mutating_crds]
+    for crd, hook in zip(mutating_crds, mutation["webhooks"], strict=True):
+        group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+        validating = webhooks[f"{plural}.{group}"]
+        assert hook["clientConfig"]["service"] == {**validating["clientConfig"]["service"], "path": f"/mutate-{plural}"}
+        assert hook["clientConfig"].get("caBundle") == validating["clientConfig"].get("caBundle")
+        assert hook["rules"] == validating["rules"]
+        assert hook["sideEffects"] == "NoneOnDryRun"
+        for field in ("failurePolicy", "matchPolicy", "timeoutSeconds", "admissionReviewVersions"):
+            assert hook[field] == validating[field], field
+
     # The operator: flags, replica identity, probes, hardening, its store volume and certificates.
     sts = _one(objects, "StatefulSet")
     assert sts["spec"]["replicas"] == 1
@@ -165,9 +266,11 @@ def test_rendered_chart_is_least_privilege_and_serves_every_crd(
             "--store=/var/lib/stead/store"} <= set(container["args"])
     env = {e["name"]: e for e in container["env"]}
     assert env["STEAD_REPLICA"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["STEAD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
-    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"webhook": 9443, "http": 8080}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "webhook": 9443, "http": 8080, "config-api": CONFIG_API_PORT}
     security = container["securityContext"]
     assert security["readOnlyRootFilesystem"] and security["runAsNonRoot"]
     assert security["capabilities"]["drop"] == ["ALL"] and not security["allowPrivilegeEscalation"]
@@ -177,24 +280,30 @@ def test_rendered_chart_is_least_privilege_and_serves_every_crd(
     assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == ["store"]
     tls_secret_name = next(v["secret"]["secretName"] for v in pod["volumes"] if v["name"] == "webhook-tls")
 
+    # One certificate serves the webhook and the config API: the names of both Services, and
+    # localhost/127.0.0.1 for `kubectl port-forward`.
+    config_api_service = _named(objects, "Service", f"{RELEASE}-config-api")
+    wanted_dns = (_service_names(service["metadata"]["name"]) | _service_names(config_api_service["metadata"]["name"])
+                  | {"localhost"})
     if values == CERT_MANAGER:
         assert not _of_kind(objects, "Secret")
         certificate = _one(objects, "Certificate")
         assert certificate["spec"]["secretName"] == tls_secret_name
-        assert f"{service['metadata']['name']}.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
-        assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
-            f"{NAMESPACE}/{certificate['metadata']['name']}")
-        assert all("caBundle" not in hook["clientConfig"] for hook in config["webhooks"])
+        assert certificate["spec"]["commonName"] == f"{service['metadata']['name']}.{NAMESPACE}.svc"
+        assert set(certificate["spec"]["dnsNames"]) == wanted_dns
+        assert certificate["spec"]["ipAddresses"] == ["127.0.0.1"]
+        for configuration in (config, mutation):
+            assert configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+                f"{NAMESPACE}/{certificate['metadata']['name']}")
+            assert all("caBundle" not in hook["clientConfig"] for hook in configuration["webhooks"])
     else:
         assert not _of_kind(objects, "Certificate")
         secret = _one(objects, "Secret")
         assert secret["metadata"]["name"] == tls_secret_name and secret["type"] == "kubernetes.io/tls"
-        assert all(hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"] for hook in config["webhooks"])
-        ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
-        leaf = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
-        leaf.verify_directly_issued_by(ca)
-        names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        assert f"{service['metadata']['name']}.{NAMESPACE}.svc" in names.get_values_for_type(x509.DNSName)
+        for configuration in (config, mutation):
+            assert all(hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+                       for hook in configuration["webhooks"])
+        assert _leaf_names(secret) == (wanted_dns, {"127.0.0.1"})
 
     for obj in objects:
         labels = obj["metadata"].get("labels") or {}
@@ -209,9 +318,118 @@ def test_crds_install_false_renders_no_crds_but_still_the_webhooks(
     objects = _objects(_template(helm, "--set", "crds.install=false"))
     assert not _of_kind(objects, "CustomResourceDefinition")
     assert len(_one(objects, "ValidatingWebhookConfiguration")["webhooks"]) == len(CRD_FILES)
+    assert len(_one(objects, "MutatingWebhookConfiguration")["webhooks"]) == sum(map(_mutates, _crd_files()))
 
 
-# --- 3. the API server accepts it ------------------------------------------------------------------
+# --- 3. derived from the CRD files ------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_mutating_webhooks_follow_the_crd_annotation(helm: Helm, tmp_path: Path) -> None:
+    def none_annotated(crds: dict[str, Manifest]) -> None:
+        for crd in crds.values():
+            (crd["metadata"].get("annotations") or {}).pop(MUTATING_ANNOTATION, None)
+
+    objects = _objects(_template(helm, chart=_chart_copy(tmp_path / "none", none_annotated)))
+    assert not _of_kind(objects, "MutatingWebhookConfiguration")
+    assert len(_one(objects, "ValidatingWebhookConfiguration")["webhooks"]) == len(CRD_FILES)
+
+    def also_environments(crds: dict[str, Manifest]) -> None:
+        crds["environments"]["metadata"].setdefault("annotations", {})[MUTATING_ANNOTATION] = "true"
+        crds["configvalues"]["metadata"].setdefault("annotations", {})[MUTATING_ANNOTATION] = "false"
+
+    objects = _objects(_template(helm, chart=_chart_copy(tmp_path / "more", also_environments)))
+    hooks = {hook["name"]: hook for hook in _one(objects, "MutatingWebhookConfiguration")["webhooks"]}
+    expected = {f"{crd['spec']['names']['plural']}.{crd['spec']['group']}" for crd in _crd_files() if _mutates(crd)}
+    assert set(hooks) == expected | {"environments.stead.dev"}
+    assert hooks["environments.stead.dev"]["clientConfig"]["service"]["path"] == "/mutate-environments"
+    assert hooks["environments.stead.dev"]["sideEffects"] == "NoneOnDryRun"
+
+
+@pytest.mark.e2e
+def test_config_api_rbac_needs_the_configvalues_crd(helm: Helm, tmp_path: Path) -> None:
+    """Without the ConfigValues kind there are no ConfigMap verbs and no config API writes on any kind;
+    the config API itself (and its auth-delegator binding) stays, as the operator still serves it."""
+    def without_configvalues(crds: dict[str, Manifest]) -> None:
+        del crds["configvalues"]
+
+    chart = _chart_copy(tmp_path, without_configvalues)
+    objects = _objects(_template(helm, chart=chart))
+    crds = [yaml.safe_load(path.read_text()) for path in sorted((chart / "files" / "crds").glob("*.yaml"))]
+    granted = _grants(_named(objects, "ClusterRole", RELEASE))
+    assert {g for g in granted if g[0] == "stead.dev"} == _expected_kind_grants(crds, config_api=True)
+    assert not {g for g in granted if g[0] == "stead.dev" and g[2] in ("create", "update", "delete")}
+    assert not {g for g in granted if g[1] == "configmaps"}
+    _named(objects, "ClusterRoleBinding", f"{RELEASE}-auth-delegator")
+
+
+# --- 4. the config API -----------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_config_api_args_ports_service_and_rbac(helm: Helm) -> None:
+    objects = _objects(_template(helm, *BASIC, "--set", "configApi.port=9000",
+                                 "--set", "configApi.service.type=LoadBalancer"))
+    container = _operator(objects)
+    args = container["args"]
+    assert {"--config-api-listen=0.0.0.0", "--config-api-port=9000", "--config-api-cert-dir=/etc/stead/webhook",
+            f"--config-api-basic-secret={NAMESPACE}/config-basic"} <= set(args)
+    assert not [arg for arg in args if arg.startswith("--config-api-port=") and arg != "--config-api-port=9000"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["webhook-tls"] == "/etc/stead/webhook"
+    assert {"name": "config-api", "containerPort": 9000, "protocol": "TCP"} in container["ports"]
+
+    # A Service of its own: exposing the config API never exposes the webhook.
+    service = _named(objects, "Service", f"{RELEASE}-config-api")
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert service["spec"]["selector"] == _one(objects, "StatefulSet")["spec"]["selector"]["matchLabels"]
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(9000, "config-api")]
+    assert _named(objects, "Service", f"{RELEASE}-webhook")["spec"]["type"] == "ClusterIP"
+
+    # TokenReview and SubjectAccessReview through the built-in role, bound to the operator only.
+    binding = _named(objects, "ClusterRoleBinding", f"{RELEASE}-auth-delegator")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": "system:auth-delegator"}
+    sa = _one(objects, "ServiceAccount")["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+    _assert_no_wildcards(objects)
+
+    # The Basic Secret: get, by name, in the release namespace; nothing else names it.
+    role = _named(objects, "Role", RELEASE)
+    named = [rule for rule in role["rules"] if rule.get("resourceNames")]
+    assert named == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["config-basic"],
+                      "verbs": ["get"]}]
+    for cluster_role in _of_kind(objects, "ClusterRole"):
+        assert not {g for g in _grants(cluster_role) if g[1] == "secrets"}, cluster_role["metadata"]["name"]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("values", [[], CERT_MANAGER], ids=["generated", "cert-manager"])
+def test_config_api_disabled_renders_none_of_it(helm: Helm, values: list[str]) -> None:
+    objects = _objects(_template(helm, *CONFIG_API_OFF, *BASIC, *values))
+    args = _operator(objects)["args"]
+    assert "--config-api-port=0" in args
+    assert not [arg for arg in args if arg.startswith("--config-api-") and arg != "--config-api-port=0"]
+    assert "config-api" not in {p["name"] for p in _operator(objects)["ports"]}
+    assert {s["metadata"]["name"] for s in _of_kind(objects, "Service")} == {f"{RELEASE}-webhook",
+                                                                             f"{RELEASE}-headless"}
+    assert not [b for b in _of_kind(objects, "ClusterRoleBinding") if b["roleRef"]["name"] == "system:auth-delegator"]
+    crds = _crd_files()
+    granted = _grants(_named(objects, "ClusterRole", RELEASE))
+    assert {g for g in granted if g[0] == "stead.dev"} == _expected_kind_grants(crds, config_api=False)
+    # The history and the publication of ConfigValues are the operator's, with or without the API.
+    assert {g for g in granted if g[1] == "configmaps"} == {("", "configmaps", v) for v in CONFIGMAP_VERBS}
+    assert not [rule for rule in _named(objects, "Role", RELEASE)["rules"] if rule.get("resourceNames")]
+    # The certificate names the webhook Service only.
+    wanted = _service_names(f"{RELEASE}-webhook")
+    if values == CERT_MANAGER:
+        certificate = _one(objects, "Certificate")["spec"]
+        assert set(certificate["dnsNames"]) == wanted and "ipAddresses" not in certificate
+    else:
+        assert _leaf_names(_one(objects, "Secret")) == (wanted, set())
+
+
+# --- 5. the API server accepts it ------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -226,12 +444,13 @@ def chart_namespace(kubectl: Kubectl) -> Iterator[str]:
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("values", [[], CONFIG_API_OFF, BASIC], ids=["default", "config-api-off", "basic"])
 def test_rendered_chart_passes_server_side_dry_run(
-    helm: Helm, kubectl: Kubectl, chart_namespace: str
+    helm: Helm, kubectl: Kubectl, chart_namespace: str, values: list[str]
 ) -> None:
     # A release name of its own: nothing it renders can collide with what the session installed.
     release = f"{chart_namespace}-stead"
-    rendered = _template(helm, namespace=chart_namespace, release=release)
+    rendered = _template(helm, *values, namespace=chart_namespace, release=release)
     result = kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-", input=rendered, check=False)
     assert result.returncode == 0, result.stderr
     applied = [line for line in result.stdout.splitlines() if line.endswith("(server dry run)")]
@@ -256,11 +475,42 @@ def test_generated_certificate_is_reused_when_its_secret_exists(
     again = _objects(_template(helm, "--dry-run=server", namespace=chart_namespace, release=release,
                                kubeconfig=cluster.kubeconfig))
     assert _one(again, "Secret")["data"] == first["data"]
-    hooks = _one(again, "ValidatingWebhookConfiguration")["webhooks"]
+    hooks = _one(again, "ValidatingWebhookConfiguration")["webhooks"] + _one(
+        again, "MutatingWebhookConfiguration")["webhooks"]
     assert all(hook["clientConfig"]["caBundle"] == first["data"]["ca.crt"] for hook in hooks)
 
 
-# --- 4. values.schema.json -------------------------------------------------------------------------
+@pytest.mark.e2e
+def test_generated_certificate_is_replaced_when_made_for_other_names(
+    helm: Helm, kubectl: Kubectl, cluster: ClusterInfo, chart_namespace: str
+) -> None:
+    """A Secret of an older chart (no config API names, no stead.dev/tls-sans annotation) or of the
+    other configApi setting is not reused: the certificate must name every Service that serves it."""
+    release = f"{chart_namespace}-stead"
+
+    def render(*args: str, kubeconfig: Path | None = None) -> list[Manifest]:
+        return _objects(_template(helm, *args, namespace=chart_namespace, release=release, kubeconfig=kubeconfig))
+
+    older = _one(render(*CONFIG_API_OFF), "Secret")
+    del older["metadata"]["annotations"]
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(older))
+    objects = render("--dry-run=server", kubeconfig=cluster.kubeconfig)
+    secret = _one(objects, "Secret")
+    assert secret["data"] != older["data"]
+    dns, ips = _leaf_names(secret)
+    assert f"{release}-config-api.{chart_namespace}.svc" in dns and ips == {"127.0.0.1"}
+    assert all(hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+               for hook in _one(objects, "ValidatingWebhookConfiguration")["webhooks"])
+
+    # The same names again: reused; switching the config API off: replaced.
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(secret))
+    assert _one(render("--dry-run=server", kubeconfig=cluster.kubeconfig), "Secret")["data"] == secret["data"]
+    off = _one(render(*CONFIG_API_OFF, "--dry-run=server", kubeconfig=cluster.kubeconfig), "Secret")
+    assert off["data"] != secret["data"]
+    assert _leaf_names(off) == (_service_names(f"{release}-webhook", chart_namespace), set())
+
+
+# --- 6. values.schema.json -------------------------------------------------------------------------
 
 
 @pytest.mark.e2e
@@ -273,6 +523,12 @@ def test_generated_certificate_is_reused_when_its_secret_exists(
         ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
         ("persistence.size=lots", "/persistence/size"),
         ("webhook.certManager.issuerRef.kind=Cluster", "/webhook/certManager/issuerRef/kind"),
+        ("configApi.enabled=maybe", "/configApi/enabled"),
+        ("configApi.port=9443", "/configApi/port"),
+        ("configApi.port=70000", "/configApi/port"),
+        ("configApi.basicAuthSecret=Not_A_Name", "/configApi/basicAuthSecret"),
+        ("configApi.service.type=ExternalName", "/configApi/service/type"),
+        ("configApi.tls=true", "/configApi"),
     ],
 )
 def test_schema_rejects_bad_values_naming_them(

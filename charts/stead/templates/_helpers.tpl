@@ -100,13 +100,64 @@ Names of the headless Service, the webhook Service, the webhook's TLS Secret and
 {{- printf "%s-webhook" (include "stead.fullname" .) }}
 {{- end }}
 
+{{- define "stead.configApiServiceName" -}}
+{{- printf "%s-config-api" (include "stead.fullname" .) }}
+{{- end }}
+
 {{/*
-DNS names of the webhook Service; the API server calls <service>.<namespace>.svc.
+The DNS names of one Service (argument: list of the Service name and the namespace), most
+specific first; the API server calls a webhook at <service>.<namespace>.svc.
+*/}}
+{{- define "stead.serviceDNSNames" -}}
+{{- $svc := index . 0 }}
+{{- $ns := index . 1 }}
+{{- list (printf "%s.%s.svc" $svc $ns) $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) | toJson }}
+{{- end }}
+
+{{/*
+DNS names of the webhook Service.
 */}}
 {{- define "stead.webhookDNSNames" -}}
-{{- $svc := include "stead.webhookServiceName" . }}
-{{- $ns := .Release.Namespace }}
-{{- list (printf "%s.%s.svc" $svc $ns) $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) | toJson }}
+{{- include "stead.serviceDNSNames" (list (include "stead.webhookServiceName" .) .Release.Namespace) }}
+{{- end }}
+
+{{/*
+The subject alternative names of the serving certificate, which the webhook and the config API
+share (both read /etc/stead/webhook): the webhook Service's DNS names first (the first is the
+common name), then, with the config API, its Service's names and localhost/127.0.0.1 so that
+`kubectl port-forward` + `stead config --server https://127.0.0.1:<port> --cacert ca.crt` verifies.
+A JSON object {dnsNames: [...], ipAddresses: [...]}.
+*/}}
+{{- define "stead.tlsSANs" -}}
+{{- $dnsNames := include "stead.webhookDNSNames" . | fromJsonArray }}
+{{- $ips := list }}
+{{- if .Values.configApi.enabled }}
+{{- $dnsNames = concat $dnsNames (include "stead.serviceDNSNames" (list (include "stead.configApiServiceName" .) .Release.Namespace) | fromJsonArray) (list "localhost") }}
+{{- $ips = list "127.0.0.1" }}
+{{- end }}
+{{- dict "dnsNames" $dnsNames "ipAddresses" $ips | toJson }}
+{{- end }}
+
+{{/*
+The CustomResourceDefinition of one plural among the chart's (argument: list of the root context
+and the plural), as JSON; "{}" when the chart ships no such kind.
+*/}}
+{{- define "stead.crdOf" -}}
+{{- $found := dict }}
+{{- range $crd := include "stead.crds" (index . 0) | fromJsonArray }}
+{{- if eq $crd.spec.names.plural (index $ 1) }}
+{{- $found = $crd }}
+{{- end }}
+{{- end }}
+{{- toJson $found }}
+{{- end }}
+
+{{/*
+"true" when a CRD (a parsed object) asks for a mutating webhook (annotation
+stead.dev/mutating-webhook: "true", written by `stead crds` for the kinds that mutate).
+*/}}
+{{- define "stead.mutates" -}}
+{{- if eq (toString (dig "metadata" "annotations" "stead.dev/mutating-webhook" "" .)) "true" }}true{{ end }}
 {{- end }}
 
 {{/*
