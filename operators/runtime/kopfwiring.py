@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 import tempfile
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -42,6 +41,7 @@ from operators.runtime.reconciler import Reconciler
 from operators.runtime.ring import Ownership, StaticMembership
 from operators.runtime.services import Services
 from operators.runtime.store import LocalStore
+from operators.runtime.tls import reload_certificate, server_context
 from operators.runtime.vault import SecretClusterCopy, Vault, load_or_create_master_key
 
 log = logging.getLogger(__name__)
@@ -258,8 +258,7 @@ async def _webhook_server(
     if opts.register_url is None:
         if opts.certfile is None or opts.keyfile is None:
             raise ValueError("a mounted webhook certificate needs certfile and keyfile")
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(opts.certfile, opts.keyfile)
+        context = server_context(opts.certfile, opts.keyfile)
         server = kopf.WebhookServer(addr=opts.listen, port=opts.port, context=context)
         return server, reload_certificate(context, opts.certfile, opts.keyfile)
     ca = make_ca("stead-webhook-ca")
@@ -275,28 +274,6 @@ async def _webhook_server(
         await kube.apply(f"{api}/mutatingwebhookconfigurations/{MUTATING_CONFIGURATION}", mutating)
     server = kopf.WebhookServer(addr=opts.listen, port=opts.port, certfile=tmp / "tls.crt", pkeyfile=tmp / "tls.key")
     return server, None
-
-
-async def reload_certificate(context: ssl.SSLContext, certfile: Path, keyfile: Path, every: float = 30.0) -> None:
-    """Load a renewed certificate into the live TLS context (cert-manager renews the mounted Secret).
-
-    Without this, a renewal would leave the webhook serving an expired certificate until a
-    restart, and with `failurePolicy: Fail` every write to a Stead kind would be refused.
-    """
-    def stamp() -> tuple[float, float]:
-        return certfile.stat().st_mtime, keyfile.stat().st_mtime
-
-    seen = stamp()
-    while True:
-        await asyncio.sleep(every)  # a file poll interval, not a synchronisation
-        try:
-            current = stamp()
-            if current != seen:
-                context.load_cert_chain(certfile, keyfile)
-                seen = current
-                log.info("webhook certificate reloaded from %s", certfile)
-        except (OSError, ssl.SSLError) as error:
-            log.warning("webhook certificate not reloaded (keeping the previous one): %s", error)
 
 
 async def _become_ready(ready: asyncio.Event, health: HealthServer, webhook: WebhookOptions | None) -> None:

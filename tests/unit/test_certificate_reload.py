@@ -10,7 +10,7 @@ from pathlib import Path
 from cryptography import x509
 
 from operators.runtime.certs import make_ca, make_leaf
-from operators.runtime.kopfwiring import reload_certificate
+from operators.runtime.tls import reload_certificate
 
 
 async def _served_serial(port: int, ca_pem: bytes) -> int:
