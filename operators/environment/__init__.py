@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from operators.environment.logic import spec_problems, summarize
+from operators.environment.logic import summarize
 from operators.environment.models import EnvironmentSpec, EnvironmentStatus
 from operators.runtime.kinds import Kind, PrinterColumn
 from operators.runtime.pipeline import PermanentError, Pipeline, StepContext
@@ -44,5 +44,4 @@ KIND = Kind(
         PrinterColumn("Release", ".spec.release", description="The release."),
         PrinterColumn("Nodes", ".status.nodeCount", type="integer", description="Node count."),
     ),
-    problems=spec_problems,
 )

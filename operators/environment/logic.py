@@ -1,4 +1,10 @@
-"""Pure rules of the Environment kind: what the schema cannot say, and the status summary."""
+"""Pure rules of the Environment kind: uniqueness checks with friendly messages, and the summary.
+
+The CRD schema makes node names and levels unique (`x-kubernetes-list-type`), so the API server
+refuses duplicates itself, with no webhook round trip and even while the operator is down.
+`spec_problems` says the same in friendlier words where Stead validates a body itself (the
+configuration API's POST /environments).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +16,7 @@ from operators.environment.models import EnvironmentSpec
 
 
 def spec_problems(spec: Mapping[str, Any]) -> list[str]:
-    """Semantic errors a structural schema cannot express, each naming its field.
-
-    Duplicate node names and duplicate hierarchy levels: lists of objects have no uniqueness
-    keyword in OpenAPI, and the API server's own list-map check reports a Go map dump.
-    """
+    """Duplicate node names and hierarchy levels, each naming its field and the first occurrence."""
     problems: list[str] = []
     first_node: dict[str, int] = {}
     for index, node in enumerate(spec.get("nodes") or []):

@@ -35,12 +35,19 @@ class EnvironmentSpec(Model):
     """An environment (a Fuel cluster): its release, nodes, configuration hierarchy, components and plugins."""
 
     release: Name = Field(description="The release the environment is deployed from, e.g. mitaka-9.0.")
-    nodes: list[Node] = Field(default_factory=list, description="The nodes of the environment, with their roles.")
+    nodes: list[Node] = Field(
+        default_factory=list,
+        description="The nodes of the environment, with their roles; names are unique.",
+        # The API server itself refuses duplicate names (naming the field), so that the check
+        # costs no webhook round trip and holds even while the operator is down.
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
     hierarchy_levels: list[Level] = Field(
         default_factory=lambda: ["role", "node"],
         min_length=1,
         description="Ordered levels of the configuration hierarchy below the environment itself, which is "
         "the root (the cluster level): default role, node. Unique, none empty.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
     )
     components: list[Name] = Field(
         default_factory=list, description="Enabled configuration components (ConfigComponent names)."

@@ -54,7 +54,7 @@ def validating_configuration(kinds: Iterable[Kind], base_url: str, ca_pem: bytes
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": WEBHOOK_CONFIGURATION, "labels": {"app.kubernetes.io/part-of": "stead"}},
-        "webhooks": [_webhook(k, f"{base}/{handler_id(k)}", ca_bundle, "None") for k in kinds],
+        "webhooks": [_webhook(k, f"{base}/{handler_id(k)}", ca_bundle, "None") for k in kinds if k.validates],
     }
 
 

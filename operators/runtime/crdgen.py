@@ -16,6 +16,16 @@ from operators.runtime.kinds import Kind, Model
 
 CATEGORY = "stead"
 MUTATING_ANNOTATION = "stead.dev/mutating-webhook"
+VALIDATING_ANNOTATION = "stead.dev/validating-webhook"
+
+
+def _webhook_annotations(kind: Kind) -> dict[str, str]:
+    annotations = {}
+    if kind.validates:
+        annotations[VALIDATING_ANNOTATION] = "true"
+    if kind.mutation is not None:
+        annotations[MUTATING_ANNOTATION] = "true"
+    return annotations
 _DROP = {"title", "default", "examples"}
 
 
@@ -95,8 +105,8 @@ def crd_for(kind: Kind) -> dict[str, Any]:
         "metadata": {
             "name": kind.crd_name,
             "labels": {"app.kubernetes.io/part-of": "stead"},
-            # Tells the Helm chart (which renders webhooks from the CRD files) to add a mutating one.
-            **({"annotations": {MUTATING_ANNOTATION: "true"}} if kind.mutation is not None else {}),
+            # Tell the Helm chart (which renders webhooks from the CRD files) which webhooks a kind has.
+            **({"annotations": webhooks} if (webhooks := _webhook_annotations(kind)) else {}),
         },
         "spec": {
             "group": GROUP,

@@ -109,6 +109,11 @@ class Kind:
     mutation: Mutation | None = None
 
     @property
+    def validates(self) -> bool:
+        """Whether the kind needs a validating webhook: checks the CRD schema cannot express."""
+        return self.problems is not None or self.admission is not None
+
+    @property
     def singular(self) -> str:
         return self.kind.lower()
 

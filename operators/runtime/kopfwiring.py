@@ -208,17 +208,18 @@ def _register(registry: kopf.OperatorRegistry, reconciler: Reconciler, services:
             old=dict(old) if old else None, dry_run=dryrun, services=services,
         )
 
-    @kopf.on.validate(GROUP, VERSION, kind.plural, registry=registry, id=handler_id(kind),
-                      operations=["CREATE", "UPDATE"])
-    async def validate(body: kopf.Body, dryrun: bool, **extra: Any) -> None:
-        problems = kind.check_spec(body.get("spec") or {})
-        if problems:
-            raise kopf.AdmissionError("; ".join(problems), code=422)
-        if kind.admission is not None:
-            try:
-                await kind.admission(request(body, dryrun, extra))
-            except Refusal as refusal:
-                raise kopf.AdmissionError(refusal.message, code=refusal.code) from None
+    if kind.validates:
+        @kopf.on.validate(GROUP, VERSION, kind.plural, registry=registry, id=handler_id(kind),
+                          operations=["CREATE", "UPDATE"])
+        async def validate(body: kopf.Body, dryrun: bool, **extra: Any) -> None:
+            problems = kind.check_spec(body.get("spec") or {})
+            if problems:
+                raise kopf.AdmissionError("; ".join(problems), code=422)
+            if kind.admission is not None:
+                try:
+                    await kind.admission(request(body, dryrun, extra))
+                except Refusal as refusal:
+                    raise kopf.AdmissionError(refusal.message, code=refusal.code) from None
 
     if kind.mutation is not None:
         mutation = kind.mutation

@@ -37,13 +37,12 @@ def test_example_becomes_ready_with_its_story_in_columns_and_events(
 BAD_SPECS = [
     pytest.param(
         {"nodes": [{"name": "a", "roles": ["x"]}, {"name": "a", "roles": ["z"]}]},
-        'spec.nodes[1].name: duplicate node name "a" (first at spec.nodes[0])', id="duplicate-node-names"),
+        'spec.nodes[1]: Duplicate value: map[string]interface {}{"name":"a"}', id="duplicate-node-names"),
     pytest.param({"hierarchyLevels": []}, "spec.hierarchyLevels", id="empty-levels"),
     pytest.param({"hierarchyLevels": ["cluster", ""]}, "spec.hierarchyLevels[1]", id="empty-level"),
     pytest.param(
         {"hierarchyLevels": ["cluster", "role", "cluster"]},
-        'spec.hierarchyLevels[2]: duplicate level "cluster" (first at spec.hierarchyLevels[0])',
-        id="duplicate-levels"),
+        'spec.hierarchyLevels[2]: Duplicate value: "cluster"', id="duplicate-levels"),
     pytest.param({"nodes": [{"name": "a", "roles": []}]}, "spec.nodes[0].roles", id="node-without-roles"),
 ]
 

@@ -6,18 +6,19 @@ import base64
 import dataclasses
 from typing import Any
 
+from operators.calm.blueprint import KIND as BLUEPRINT
 from operators.environment import KIND
 from operators.runtime.admission import mutating_configuration, validating_configuration
 from operators.runtime.kinds import AdmissionRequest
 
 
-def test_validating_configuration_points_each_kind_at_its_path() -> None:
-    config = validating_configuration([KIND], "https://127.0.0.1:9443/", b"CA")
-    (hook,) = config["webhooks"]
-    assert hook["name"] == "environments.stead.dev"
-    assert hook["clientConfig"] == {"url": "https://127.0.0.1:9443/validate-environments",
+def test_validating_configuration_only_for_kinds_with_checks_beyond_the_schema() -> None:
+    config = validating_configuration([KIND, BLUEPRINT], "https://127.0.0.1:9443/", b"CA")
+    (hook,) = config["webhooks"]  # the Environment's checks are all in its CRD schema
+    assert hook["name"] == "blueprints.stead.dev"
+    assert hook["clientConfig"] == {"url": "https://127.0.0.1:9443/validate-blueprints",
                                     "caBundle": base64.b64encode(b"CA").decode()}
-    assert hook["rules"][0]["resources"] == ["environments"]
+    assert hook["rules"][0]["resources"] == ["blueprints"]
     assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
 
 

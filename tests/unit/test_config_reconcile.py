@@ -63,12 +63,26 @@ def test_validate_gives_the_point_and_tells_temporary_from_permanent() -> None:
 
 def test_admission_refuses_with_the_reason() -> None:
     def request(spec: dict[str, Any]) -> AdmissionRequest:
-        return AdmissionRequest(operation="CREATE", namespace="ns", name="cv", labels={}, spec=spec, old=None, dry_run=False,
+        return AdmissionRequest(operation="CREATE", namespace="ns", name="cv", labels={}, spec=spec, old=None,
+                                dry_run=False,
                                 services=SimpleNamespace(kube=FakeKube()))
 
     asyncio.run(admit_values(request(SPEC)))
     with pytest.raises(Refusal, match=r'spec\.resource: resource "nope" is not defined'):
         asyncio.run(admit_values(request({**SPEC, "resource": "nope"})))
+    with pytest.raises(Refusal, match=r"spec\.level"):
+        asyncio.run(admit_values(request({**SPEC, "level": {"node": "ghost"}})))
+
+
+def test_admission_lets_through_what_gitops_may_apply_later() -> None:
+    def request(spec: dict[str, Any], kube: FakeKube) -> AdmissionRequest:
+        return AdmissionRequest(operation="CREATE", namespace="ns", name="cv", labels={}, spec=spec, old=None,
+                                dry_run=False, services=SimpleNamespace(kube=kube))
+
+    asyncio.run(admit_values(request(SPEC, FakeKube(env=None))))  # the Environment comes later
+    asyncio.run(admit_values(request({**SPEC, "resource": "nope"}, FakeKube(components=[]))))  # the component too
+    with pytest.raises(Refusal, match=r"spec\.level"):  # but what is wrong whatever comes later is refused
+        asyncio.run(admit_values(request({**SPEC, "level": {"node": "ghost"}}, FakeKube(components=[]))))
 
 
 def test_component_step_and_kinds() -> None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from operators.environment import KIND
-from operators.environment.logic import summarize
+from operators.environment.logic import spec_problems, summarize
 from operators.environment.models import EnvironmentSpec
+from operators.runtime.crdgen import crd_for
 
 GOOD = {
     "release": "mitaka-9.0",
@@ -24,14 +25,23 @@ def test_a_good_spec_has_no_problems_and_summarizes() -> None:
     }
 
 
+def test_the_schema_makes_node_names_and_levels_unique() -> None:
+    """The API server enforces these itself: no webhook needed for the Environment."""
+    spec = crd_for(KIND)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert spec["nodes"]["x-kubernetes-list-type"] == "map"
+    assert spec["nodes"]["x-kubernetes-list-map-keys"] == ["name"]
+    assert spec["hierarchyLevels"]["x-kubernetes-list-type"] == "set"
+    assert not KIND.validates
+
+
 def test_duplicate_node_names_name_both_places() -> None:
     spec = {**GOOD, "nodes": [*GOOD["nodes"], {"name": "node-2", "roles": ["x"]}]}
-    assert KIND.check_spec(spec) == ['spec.nodes[3].name: duplicate node name "node-2" (first at spec.nodes[1])']
+    assert spec_problems(spec) == ['spec.nodes[3].name: duplicate node name "node-2" (first at spec.nodes[1])']
 
 
 def test_duplicate_levels() -> None:
     spec = {**GOOD, "hierarchyLevels": ["cluster", "role", "cluster"]}
-    assert KIND.check_spec(spec) == [
+    assert spec_problems(spec) == [
         'spec.hierarchyLevels[2]: duplicate level "cluster" (first at spec.hierarchyLevels[0])'
     ]
 

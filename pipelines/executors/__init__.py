@@ -1,0 +1,45 @@
+"""Step types behind one interface (`Executor`), and the registry a run uses.
+
+`default_executors` gives the built-in types; a caller adds or replaces types by passing its own
+mapping to the runner (``ssh``, a cloud API...). The `exec` and `setvar` types share a
+`ScriptBackend`: local processes by default, Kubernetes Jobs when the caller says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pipelines.executors.base import (
+    Executor,
+    ParameterError,
+    StepAborted,
+    StepContext,
+    StepFailed,
+    StepResult,
+)
+from pipelines.executors.delay import DelayExecutor, NoopExecutor
+from pipelines.executors.http_request import HttpExecutor
+from pipelines.executors.kube import KubernetesExecutor
+from pipelines.executors.script import KubernetesJob, LocalProcess, ScriptBackend, ScriptExecutor, SetVarExecutor
+from pipelines.kubeapi import KubeApi
+
+__all__ = [
+    "Executor", "KubernetesJob", "LocalProcess", "ParameterError", "ScriptBackend", "StepAborted", "StepContext",
+    "StepFailed", "StepResult", "default_executors",
+]
+
+
+def default_executors(
+    script_backend: ScriptBackend | None = None, kube_api: KubeApi | None = None,
+) -> dict[str, Executor]:
+    """The built-in step types. Without a `kube_api`, `kubernetes` steps fail with a clear message."""
+    backend = script_backend or LocalProcess()
+    registry: Mapping[str, Executor] = {
+        "exec": ScriptExecutor(backend),
+        "setvar": SetVarExecutor(backend),
+        "http": HttpExecutor(),
+        "delay": DelayExecutor(),
+        "noop": NoopExecutor(),
+        "kubernetes": KubernetesExecutor(kube_api),
+    }
+    return dict(registry)

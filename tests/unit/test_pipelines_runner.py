@@ -1,0 +1,410 @@
+"""The engine in-process: order, parallelism, failures, retries, variables, secrets, abort, resume."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import luigi
+import pytest
+from cryptography.exceptions import InvalidTag
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipelines.control import is_running, read_output, read_progress, read_status
+from pipelines.executors import StepContext, StepFailed, StepResult, default_executors
+from pipelines.hooks import MASK, SUBSTITUTE, Hooks, SealedSecrets, new_run_key, seal, substitute
+from pipelines.model import Instance, Workflow
+from pipelines.paths import RunPaths
+from pipelines.runner import AlreadyRunning, FastScheduler, Runner, RunOutcome, run_workflow
+from pipelines.store import open_store
+
+
+def wait_until(predicate: Callable[[], Any], seconds: float = 15.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + seconds
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def wf(*steps: dict[str, Any], **extra: Any) -> Workflow:
+    return Workflow.model_validate({"steps": list(steps), **extra})
+
+
+class Recorder:
+    """A step type that records when each instance starts and ends (and can fail on demand)."""
+
+    def __init__(self, pause: float = 0.0, fail: set[str] | None = None) -> None:
+        self.lock = threading.Lock()
+        self.events: list[tuple[str, str]] = []
+        self.active = 0
+        self.max_active = 0
+        self.pause = pause
+        self.fail = fail or set()
+
+    def run(self, ctx: StepContext) -> StepResult:
+        with self.lock:
+            self.events.append(("start", ctx.key))
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            if self.pause:
+                time.sleep(self.pause)
+            if ctx.key in self.fail:
+                raise StepFailed(f"{ctx.key} was told to fail", exit_code=9)
+            return StepResult(variables=dict(ctx.parameters.get("set", {})))
+        finally:
+            with self.lock:
+                self.active -= 1
+                self.events.append(("end", ctx.key))
+
+    def started(self) -> list[str]:
+        return [key for kind, key in self.events if kind == "start"]
+
+
+def executors(recorder: Recorder) -> dict[str, Any]:
+    return {**default_executors(), "rec": recorder}
+
+
+def records(state: Path, uid: str) -> dict[str, dict[str, Any]]:
+    status = read_status(RunPaths(state, uid))
+    assert status is not None
+    return {(f"{r['step']}@{r['target']}" if r["target"] else r["step"]): r for r in status["steps"]}
+
+
+# -- order and parallelism ------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.lists(st.integers(min_value=0, max_value=30), max_size=3), min_size=1, max_size=14),
+       st.integers(min_value=1, max_value=4))
+def test_every_instance_runs_once_after_everything_it_requires(edges: list[list[int]], targets: int) -> None:
+    steps = []
+    for i, deps in enumerate(edges):
+        step: dict[str, Any] = {"id": f"s{i}", "type": "rec", "dependsOn": sorted({f"s{j}" for j in deps if j < i})}
+        if i % 2:
+            step["target"] = [f"t{k}" for k in range(targets)]
+        steps.append(step)
+    workflow = wf(*steps, parallelism=4)
+    recorder = Recorder()
+    with tempfile.TemporaryDirectory() as tmp:
+        outcome = run_workflow(workflow, "r1", Path(tmp), executors=executors(recorder))
+    assert outcome.phase == "Succeeded"
+    started = recorder.started()
+    ended = [key for kind, key in recorder.events if kind == "end"]
+    expected = {inst.key for inst in workflow.instances()}
+    assert sorted(started) == sorted(expected)
+    for inst, needs in workflow.requirements().items():
+        for need in needs:
+            assert ended.index(need.key) < started.index(inst.key), f"{inst} started before {need} ended"
+
+
+def test_parallelism_bounds_concurrent_steps(tmp_path: Path) -> None:
+    recorder = Recorder(pause=0.05)
+    workflow = wf(*({"id": f"s{i}", "type": "rec"} for i in range(12)), parallelism=3)
+    assert run_workflow(workflow, "r1", tmp_path, executors=executors(recorder)).phase == "Succeeded"
+    assert recorder.max_active == 3
+
+
+# -- failure, retries -------------------------------------------------------------------------------
+
+
+def test_a_failure_stops_the_run_and_skips_what_did_not_run(tmp_path: Path) -> None:
+    recorder = Recorder(pause=0.02, fail={"b"})
+    workflow = wf(
+        {"id": "a", "type": "rec"},
+        {"id": "b", "type": "rec", "dependsOn": ["a"]},
+        {"id": "c", "type": "rec", "dependsOn": ["b"]},
+        *({"id": f"x{i}", "type": "rec", "dependsOn": ["a"]} for i in range(6)),
+        parallelism=1,
+    )
+    outcome = run_workflow(workflow, "r1", tmp_path, executors=executors(recorder))
+    assert outcome.phase == "Failed" and outcome.exit_code == 1
+    assert outcome.message == "step b failed: b was told to fail"
+    recs = records(tmp_path, "r1")
+    assert recs["b"]["state"] == "failure" and recs["b"]["exitCode"] == 9
+    assert recs["c"]["state"] == "skipped" and "the run failed" in recs["c"]["message"]
+    # nothing starts once b has failed
+    assert all(kind == "end" for kind, _ in recorder.events[recorder.events.index(("end", "b")):])
+    assert sum(r["state"] == "skipped" for r in recs.values()) == 9 - len(recorder.started())
+
+
+def test_continue_on_failure_runs_every_independent_branch(tmp_path: Path) -> None:
+    recorder = Recorder(fail={"b"})
+    workflow = wf(
+        {"id": "a", "type": "rec"}, {"id": "b", "type": "rec", "dependsOn": ["a"]},
+        {"id": "c", "type": "rec", "dependsOn": ["b"]},
+        *({"id": f"x{i}", "type": "rec", "dependsOn": ["a"]} for i in range(6)),
+        parallelism=1, continueOnFailure=True,
+    )
+    outcome = run_workflow(workflow, "r1", tmp_path, executors=executors(recorder))
+    assert outcome.phase == "Failed" and outcome.counts == {"success": 7, "failure": 1, "skipped": 1}
+
+
+def test_retries_repeat_a_failed_step_with_its_interval(tmp_path: Path) -> None:
+    script = "n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count; echo try $n; [ $n -ge 3 ]"
+    workflow = wf({"id": "flaky", "type": "exec", "retries": 3, "retryIntervalSeconds": 0.1,
+                   "parameters": {"script": script}})
+    started = time.monotonic()
+    assert run_workflow(workflow, "r1", tmp_path).phase == "Succeeded"
+    assert time.monotonic() - started >= 0.2
+    rec = records(tmp_path, "r1")["flaky"]
+    assert (rec["state"], rec["attempts"], rec["exitCode"]) == ("success", 3, 0)
+    full = read_output(RunPaths(tmp_path, "r1"), "flaky")
+    assert "try 1\nattempt 1 failed: script exited with code 1; retrying\n--- attempt 2 ---\ntry 2" in full
+    assert rec["output"] == "try 3"
+
+
+def test_retries_run_out(tmp_path: Path) -> None:
+    workflow = wf({"id": "bad", "type": "exec", "retries": 1, "parameters": {"script": "echo no; exit 4"}})
+    outcome = run_workflow(workflow, "r1", tmp_path)
+    rec = records(tmp_path, "r1")["bad"]
+    assert outcome.phase == "Failed" and (rec["attempts"], rec["exitCode"]) == (2, 4)
+    assert rec["message"] == "script exited with code 4"
+
+
+def test_unknown_types_and_bad_macros_fail_the_step_with_a_reason(tmp_path: Path) -> None:
+    workflow = wf({"id": "a", "type": "teleport"}, {"id": "b", "type": "noop", "parameters": {"x": "@@{nope}@@"}},
+                  continueOnFailure=True)
+    run_workflow(workflow, "r1", tmp_path, hooks=SUBSTITUTE)
+    recs = records(tmp_path, "r1")
+    assert recs["a"]["message"] == "unknown step type 'teleport'"
+    assert recs["b"]["message"] == "MacroError: unresolved macro @@{nope}@@"
+
+
+# -- variables, macros, secrets ---------------------------------------------------------------------
+
+
+def test_variables_flow_between_steps_by_target(tmp_path: Path) -> None:
+    seen: dict[str, dict[str, str]] = {}
+
+    class Probe:
+        def run(self, ctx: StepContext) -> StepResult:
+            names = ("who", "ip", "r1:ip", "r2:ip", "cluster")
+            seen[ctx.key] = {k: ctx.variables[k] for k in names if k in ctx.variables}
+            return StepResult()
+
+    workflow = wf(
+        {"id": "name", "type": "setvar",
+         "parameters": {"script": "echo cluster=c-@@{app}@@", "variables": ["cluster"]}},
+        {"id": "ip", "type": "setvar", "target": ["r1", "r2"], "dependsOn": ["name"],
+         "parameters": {"script": "echo ip=10.0.0.@@{idx}@@", "variables": ["ip"]}},
+        {"id": "probe", "type": "probe", "target": ["r1", "r2"], "dependsOn": ["ip"]},
+        {"id": "all", "type": "probe", "dependsOn": [{"step": "ip", "targets": "all"}]},
+        variables={"app": "web", "who": "workflow"}, targets={"r1": {"idx": "1", "who": "r1"}, "r2": {"idx": "2"}},
+    )
+    outcome = run_workflow(workflow, "r1", tmp_path, hooks=SUBSTITUTE,
+                           executors={**default_executors(), "probe": Probe()})
+    assert outcome.phase == "Succeeded"
+    # probe@r1 waits for ip@r1 only: what ip@r2 sets may or may not be there yet
+    assert seen["probe@r1"].items() >= {"who": "r1", "ip": "10.0.0.1", "r1:ip": "10.0.0.1", "cluster": "c-web"}.items()
+    assert seen["probe@r2"]["who"] == "workflow" and seen["probe@r2"]["ip"] == "10.0.0.2"
+    assert "ip" not in seen["all"] and seen["all"]["r2:ip"] == "10.0.0.2"
+    assert records(tmp_path, "r1")["ip@r2"]["variables"] == {"ip": "10.0.0.2"}
+
+
+def test_secrets_are_revealed_at_step_start_and_masked_everywhere(tmp_path: Path) -> None:
+    key = new_run_key()
+    revealed: list[str] = []
+    sealed = SealedSecrets(key)
+
+    def secret(ref: str) -> str:
+        revealed.append(ref)
+        return sealed(ref)
+
+    events: list[dict[str, Any]] = []
+    workflow = wf(
+        {"id": "before", "type": "exec", "parameters": {"script": "echo nothing secret"}},
+        {"id": "use", "type": "exec", "dependsOn": ["before"], "parameters": {
+            "script": "echo pw=@@{db_password}@@; echo $TOKEN; echo api=$API; exit 2",
+            "env": {"TOKEN": "@@{db_password}@@", "API": {"secretRef": seal("k-123456", key, "api")}}}},
+        secrets={"db_password": seal("hunter2-secret", key, "db_password")},
+    )
+    hooks = Hooks(render=substitute, secret=secret, mask=lambda s: s.replace("CALLER", "<caller>"))
+    outcome = run_workflow(workflow, "r1", tmp_path, hooks=hooks, events=events.append)
+    assert outcome.phase == "Failed"
+    assert len(revealed) == 2  # each secret once, when `use` started (never for `before`)
+    paths = RunPaths(tmp_path, "r1")
+    everything = json.dumps(read_status(paths)) + json.dumps(events) + read_output(paths, "use")
+    everything += (paths.status_file.read_text())
+    assert "hunter2" not in everything and "k-123456" not in everything
+    assert read_output(paths, "use") == f"pw={MASK}\n{MASK}\napi={MASK}\n"
+    assert "sealed:" not in read_output(paths, "use")
+
+
+def test_sealed_secrets_are_bound_to_their_name() -> None:
+    key = new_run_key()
+    ref = seal("v", key, "a")
+    assert SealedSecrets(key)(ref) == "v"
+    forged = ref.replace("sealed:a:", "sealed:b:")
+    with pytest.raises(InvalidTag):
+        SealedSecrets(key)(forged)
+
+
+# -- abort -----------------------------------------------------------------------------------------
+
+
+def test_abort_stops_the_running_step_and_marks_the_rest_aborted(tmp_path: Path) -> None:
+    workflow = wf(
+        {"id": "quick", "type": "noop"},
+        {"id": "long", "type": "exec", "dependsOn": ["quick"], "target": ["r1", "r2"],
+         "parameters": {"script": "echo started; sleep 60"}},
+        {"id": "after", "type": "noop", "dependsOn": ["long"]},
+    )
+    runner = Runner(workflow, "r1", tmp_path)
+    result: list[RunOutcome] = []
+    thread = threading.Thread(target=lambda: result.append(runner.run()))
+    thread.start()
+    paths = RunPaths(tmp_path, "r1")
+    wait_until(lambda: read_output(paths, "long", "r1") and read_output(paths, "long", "r2"), what="long to start")
+    assert is_running(paths)
+    started = time.monotonic()
+    runner.abort()
+    thread.join(timeout=20)
+    assert not thread.is_alive() and time.monotonic() - started < 10
+    assert result[0].phase == "Aborted" and result[0].exit_code == 3
+    recs = records(tmp_path, "r1")
+    assert recs["quick"]["state"] == "success"
+    assert recs["long@r1"]["state"] == recs["long@r2"]["state"] == recs["after"]["state"] == "aborted"
+    assert not is_running(paths)
+
+
+def test_an_abort_file_present_at_start_aborts_at_once(tmp_path: Path) -> None:
+    workflow = wf({"id": "a", "type": "exec", "parameters": {"script": "touch ran"}})
+    paths = RunPaths(tmp_path, "r1")
+    paths.run_dir.mkdir(parents=True)
+    paths.abort_file.touch()
+    outcome = run_workflow(workflow, "r1", tmp_path)
+    assert outcome.phase == "Aborted" and records(tmp_path, "r1")["a"]["state"] == "aborted"
+    assert not (paths.instance_workdir("a") / "ran").exists()
+
+
+# -- resume ----------------------------------------------------------------------------------------
+
+
+def test_a_failed_run_started_again_repeats_only_what_did_not_succeed(tmp_path: Path) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    workflow = wf(
+        {"id": "a", "type": "exec", "parameters": {"script": f"echo x >> {marks}/a"}},
+        {"id": "b", "type": "exec", "dependsOn": ["a"],
+         "parameters": {"script": f"echo x >> {marks}/b; test -f {marks}/ok"}},
+        {"id": "c", "type": "setvar", "dependsOn": ["b"], "parameters": {"script": "echo v=1", "variables": ["v"]}},
+    )
+    assert run_workflow(workflow, "u", tmp_path).phase == "Failed"
+    (marks / "ok").touch()
+    events: list[dict[str, Any]] = []
+    assert run_workflow(workflow, "u", tmp_path, events=events.append).phase == "Succeeded"
+    assert (marks / "a").read_text() == "x\n" and (marks / "b").read_text() == "x\nx\n"
+    assert events[0] == {**events[0], "event": "run", "resumed": True}
+    status = read_status(RunPaths(tmp_path, "u"))
+    assert status is not None and status["runs"] == 2 and status["phase"] == "Succeeded"
+    assert records(tmp_path, "u")["b"]["attempts"] == 2
+    # a finished run started again does nothing at all
+    assert run_workflow(workflow, "u", tmp_path).phase == "Succeeded"
+    assert (marks / "a").read_text() == "x\n"
+
+
+def test_a_second_runner_of_the_same_run_is_refused(tmp_path: Path) -> None:
+    workflow = wf({"id": "a", "type": "delay", "parameters": {"seconds": 30}})
+    runner = Runner(workflow, "r1", tmp_path)
+    thread = threading.Thread(target=runner.run)
+    thread.start()
+    paths = RunPaths(tmp_path, "r1")
+    wait_until(lambda: (records(tmp_path, "r1").get("a") or {}).get("state") == "running" if paths.store.exists()
+               and read_status(paths) else False, what="a to run")
+    with pytest.raises(AlreadyRunning):
+        Runner(workflow, "r1", tmp_path).run()
+    runner.abort()
+    thread.join(timeout=20)
+
+
+# -- status ----------------------------------------------------------------------------------------
+
+
+def test_progress_reaches_the_caller(tmp_path: Path) -> None:
+    events: list[dict[str, Any]] = []
+    workflow = wf(*({"id": f"s{i}", "type": "noop", "dependsOn": [f"s{i - 1}"] if i else []} for i in range(5)),
+                  name="five")
+    run_workflow(workflow, "r1", tmp_path, events=events.append)
+    progress = read_progress(RunPaths(tmp_path, "r1"))
+    assert progress is not None
+    assert progress["phase"] == "Succeeded" and progress["progress"] == {"done": 5, "total": 5}
+    assert progress["workflow"] == "five" and progress["running"] == [] and progress["counts"] == {"success": 5}
+    steps = [e for e in events if e["event"] == "step"]
+    assert [e["state"] for e in steps] == ["running", "success"] * 5
+    assert [e["done"] for e in steps if e["state"] == "success"] == [1, 2, 3, 4, 5]
+    assert events[-1]["event"] == "run" and events[-1]["phase"] == "Succeeded"
+    status = read_status(RunPaths(tmp_path, "r1"))
+    assert status is not None and status["progress"] == {"done": 5, "total": 5}
+    for rec in status["steps"]:
+        assert rec["startedAt"] <= rec["finishedAt"]
+
+
+def test_output_in_status_is_bounded_and_whole_in_the_file(tmp_path: Path) -> None:
+    workflow = wf({"id": "chatty", "type": "exec", "parameters": {"script": "seq 1 5000"}})
+    run_workflow(workflow, "r1", tmp_path, output_limit=200)
+    rec = records(tmp_path, "r1")["chatty"]
+    assert len(rec["output"]) < 300 and rec["output"].endswith("\n5000")
+    assert rec["output"].startswith("[... ")
+    assert read_output(RunPaths(tmp_path, "r1"), "chatty").splitlines() == [str(i) for i in range(1, 5001)]
+
+
+def test_runs_are_keyed_by_uid_in_one_store(tmp_path: Path) -> None:
+    workflow = wf({"id": "a", "type": "noop"})
+    run_workflow(workflow, "one", tmp_path)
+    run_workflow(workflow, "two", tmp_path)
+    store = open_store(RunPaths(tmp_path, "one").store)
+    assert {"one", "two"} <= set(store.run_ids())
+    assert store.is_done("one", "a") and store.is_done("two", "a")
+    assert store.delete_run("one") == 4  # step record, its Target, the run's Target, the run record
+    assert not store.is_done("one", "a") and store.is_done("two", "a")
+
+
+# -- the scheduler on its own ----------------------------------------------------------------------
+
+
+class Plain(luigi.Task):
+    """Stock Luigi tasks, to show FastScheduler is a drop-in scheduler for Luigi's worker."""
+
+    n = luigi.IntParameter()
+    log: ClassVar[list[int]] = []
+
+    def requires(self) -> list[Plain]:
+        return [Plain(n=self.n - 1), Plain(n=self.n - 2)] if self.n >= 2 else []
+
+    def complete(self) -> bool:
+        return self.n in self.log
+
+    def run(self) -> None:
+        self.log.append(self.n)
+
+
+def test_fast_scheduler_drives_a_stock_worker() -> None:
+    class Factory:
+        def create_local_scheduler(self) -> FastScheduler:
+            return FastScheduler()
+
+        def create_worker(self, scheduler: Any, worker_processes: int, assistant: bool = False) -> Any:
+            return luigi.worker.Worker(scheduler=scheduler, worker_processes=worker_processes)
+
+    Plain.log.clear()
+    assert luigi.build([Plain(n=12)], worker_scheduler_factory=Factory(), local_scheduler=True,
+                       log_level="WARNING")
+    assert sorted(Plain.log) == list(range(13))
+    for i, n in enumerate(Plain.log):
+        if n >= 2:
+            assert {n - 1, n - 2} <= set(Plain.log[:i])
+
+
+def test_instance_helpers() -> None:
+    assert str(Instance("a", "b")) == "a@b"
