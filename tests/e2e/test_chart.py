@@ -25,6 +25,7 @@ from cryptography import x509
 
 from operators.cluster import Binaries, ClusterInfo
 from operators.cluster.versions import KUBERNETES_VERSION
+from operators.runtime.crdgen import MUTATING_ANNOTATION, VALIDATING_ANNOTATION
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "stead"
@@ -36,7 +37,6 @@ KUBE_VERSION = ["--kube-version", KUBERNETES_VERSION]
 CERT_MANAGER = ["--set", "webhook.certManager.enabled=true"]
 CONFIG_API_OFF = ["--set", "configApi.enabled=false"]
 BASIC = ["--set", "configApi.basicAuthSecret=config-basic"]
-MUTATING_ANNOTATION = "stead.dev/mutating-webhook"
 CONFIG_API_PORT = 8443
 # What the operator may do to Stead's own kinds beyond get/list/watch and patching their status:
 # only the config API's writes (operators/config/repository.py: POST, PUT, DELETE of ConfigValues,
@@ -104,6 +104,10 @@ def _crd_files() -> list[Manifest]:
 
 def _mutates(crd: Manifest) -> bool:
     return (crd["metadata"].get("annotations") or {}).get(MUTATING_ANNOTATION) == "true"
+
+
+def _validates(crd: Manifest) -> bool:
+    return (crd["metadata"].get("annotations") or {}).get(VALIDATING_ANNOTATION) == "true"
 
 
 def _named(objects: list[Manifest], kind: str, name: str) -> Manifest:
@@ -216,13 +220,15 @@ def test_rendered_chart_is_least_privilege_and_serves_every_crd(
         assert mine["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
         assert mine["spec"] == crd["spec"]
 
-    # Webhooks: one per CRD file, the shape Stead registers in local mode, through the Service.
+    # Webhooks: one per CRD file that asks for one, the shape Stead registers in local mode, through the Service.
     service = _named(objects, "Service", f"{RELEASE}-webhook")
     assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(443, "webhook")]
     config = _one(objects, "ValidatingWebhookConfiguration")
     webhooks = {hook["name"]: hook for hook in config["webhooks"]}
-    assert len(config["webhooks"]) == len(crds)
-    for crd in crds:
+    validating = [crd for crd in crds if _validates(crd)]
+    assert validating and len(validating) < len(crds)  # the Environment's checks are all in its schema
+    assert set(webhooks) == {f"{c['spec']['names']['plural']}.{c['spec']['group']}" for c in validating}
+    for crd in validating:
         group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
         hook = webhooks[f"{plural}.{group}"]
         assert hook["clientConfig"]["service"] == {
@@ -317,7 +323,7 @@ def test_crds_install_false_renders_no_crds_but_still_the_webhooks(
 ) -> None:
     objects = _objects(_template(helm, "--set", "crds.install=false"))
     assert not _of_kind(objects, "CustomResourceDefinition")
-    assert len(_one(objects, "ValidatingWebhookConfiguration")["webhooks"]) == len(CRD_FILES)
+    assert len(_one(objects, "ValidatingWebhookConfiguration")["webhooks"]) == sum(map(_validates, _crd_files()))
     assert len(_one(objects, "MutatingWebhookConfiguration")["webhooks"]) == sum(map(_mutates, _crd_files()))
 
 
@@ -332,7 +338,7 @@ def test_mutating_webhooks_follow_the_crd_annotation(helm: Helm, tmp_path: Path)
 
     objects = _objects(_template(helm, chart=_chart_copy(tmp_path / "none", none_annotated)))
     assert not _of_kind(objects, "MutatingWebhookConfiguration")
-    assert len(_one(objects, "ValidatingWebhookConfiguration")["webhooks"]) == len(CRD_FILES)
+    assert len(_one(objects, "ValidatingWebhookConfiguration")["webhooks"]) == sum(map(_validates, _crd_files()))
 
     def also_environments(crds: dict[str, Manifest]) -> None:
         crds["environments"]["metadata"].setdefault("annotations", {})[MUTATING_ANNOTATION] = "true"

@@ -161,6 +161,14 @@ stead.dev/mutating-webhook: "true", written by `stead crds` for the kinds that m
 {{- end }}
 
 {{/*
+"true" when a CRD asks for a validating webhook (annotation stead.dev/validating-webhook: "true":
+the kind has checks its schema cannot express; a kind whose schema says it all needs none).
+*/}}
+{{- define "stead.validates" -}}
+{{- if eq (toString (dig "metadata" "annotations" "stead.dev/validating-webhook" "" .)) "true" }}true{{ end }}
+{{- end }}
+
+{{/*
 The image tag (appVersion unless set) and the full image reference.
 */}}
 {{- define "stead.imageTag" -}}
