@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -25,6 +24,7 @@ from typing import Any
 import pytest
 
 from operators.cluster import Binaries, ClusterInfo, LocalControlPlane, ensure_binaries
+from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 STEAD = Path(sys.executable).parent / "stead"
@@ -36,16 +36,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_until(predicate: Callable[[], Any], seconds: float, what: str, interval: float = 0.1) -> Any:
-    """Poll `predicate` until it returns something truthy, or fail after `seconds`."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {seconds:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -14,10 +14,9 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import yaml
 
 from pipelines.control import read_status
 from pipelines.paths import RunPaths
+from tests.polling import wait_until
 
 LUIGID = Path(sys.executable).parent / "luigid"
 
@@ -36,15 +36,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_until(predicate: Callable[[], Any], seconds: float, what: str) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {seconds:.0f}s waiting for {what}")
-        time.sleep(0.05)
 
 
 class Luigid:

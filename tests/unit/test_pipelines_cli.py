@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,19 +28,11 @@ from pipelines.control import (
 from pipelines.hooks import new_run_key, seal
 from pipelines.model import Workflow
 from pipelines.paths import RunPaths
+from tests.polling import wait_until
 
 PY = sys.executable
 
 
-def wait_until(predicate: Callable[[], Any], seconds: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {seconds:.0f}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def lines(path: Path) -> int:

@@ -27,17 +27,7 @@ from pipelines.executors.http_request import HttpExecutor, json_path
 from pipelines.executors.kube import KubernetesExecutor, readiness
 from pipelines.executors.script import ScriptExecutor, SetVarExecutor, kill_leftover
 from pipelines.kubeapi import KubeApiError
-
-
-def wait_until(predicate: Any, seconds: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+from tests.polling import wait_until
 
 
 @dataclass

@@ -6,7 +6,6 @@ import json
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,17 +22,7 @@ from pipelines.model import Instance, Workflow
 from pipelines.paths import RunPaths
 from pipelines.runner import AlreadyRunning, FastScheduler, Runner, RunOutcome, run_workflow
 from pipelines.store import open_store
-
-
-def wait_until(predicate: Callable[[], Any], seconds: float = 15.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+from tests.polling import wait_until
 
 
 def wf(*steps: dict[str, Any], **extra: Any) -> Workflow:
