@@ -7,7 +7,9 @@ no secret value is ever stored in the object.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+import json
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from operators.calm.compiler import compile_blueprint
@@ -47,33 +49,74 @@ async def compile_step(ctx: StepContext) -> Mapping[str, Any]:
     return status
 
 
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def _inline_secrets(node: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every `secret: {value: ...}` anywhere under `node` (credentials, and secret variables of the
+    application, substrates, packages and services), with its field path, in document order."""
+    if isinstance(node, dict):
+        secret = node.get("secret")
+        if isinstance(secret, dict) and "value" in secret:
+            yield f"{path}.secret", secret
+        for key, value in node.items():
+            yield from _inline_secrets(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for index, item in enumerate(node):
+            yield from _inline_secrets(item, f"{path}[{index}]")
+
+
 async def move_inline_secrets(request: AdmissionRequest) -> dict[str, Any] | None:
     """Mutating webhook: each inline `secret.value` goes into the vault, leaving `secret.vaultRef`.
 
-    The value is accepted once and never stored in the object. A dry run gets the same shape
-    with a placeholder uuid and writes nothing.
+    The value is accepted once and is never stored in the object, nor in the copy of the manifest
+    that `kubectl apply` keeps in an annotation. Mutating webhooks run before validating ones, so
+    the spec is checked here first: a refused object writes nothing to the vault. A dry run gets
+    the same answer with a placeholder uuid and writes nothing.
     """
-    services: Services = request.services
-    project = request.labels.get(PROJECT_LABEL) or request.namespace
-    patch: dict[str, Any] = {}
-    for field in ("credentials", "variables"):
-        items = [dict(item) for item in request.spec.get(field) or [] if isinstance(item, Mapping)]
-        changed = False
-        for index, item in enumerate(items):
-            secret = item.get("secret")
-            if not isinstance(secret, Mapping) or not isinstance(secret.get("value"), str):
-                continue
-            if set(secret) != {"value"}:
-                raise Refusal(f"spec.{field}[{index}].secret: exactly one of secretRef, value, vaultRef must be set")
+    spec = copy.deepcopy(dict(request.spec))
+    found = list(_inline_secrets(spec, "spec"))
+    if not found:
+        return None
+    for path, secret in found:
+        value = secret["value"]
+        if set(secret) != {"value"}:
+            raise Refusal(f"{path}: exactly one of secretRef, value, vaultRef must be set")
+        if not isinstance(value, str) or not value.strip():
+            raise Refusal(f"{path}.value: must not be empty")
+    values = [secret.pop("value") for _, secret in found]
+    for _, secret in found:
+        secret["vaultRef"] = DRY_RUN_VAULT_REF
+    problems = KIND.check_spec(spec)
+    if problems:
+        raise Refusal("; ".join(problems))
+    refs: dict[str, str] = {}
+    if not request.dry_run:
+        services: Services = request.services
+        project = request.labels.get(PROJECT_LABEL) or request.namespace
+        for (path, secret), value in zip(found, values, strict=True):
             try:
-                ref = DRY_RUN_VAULT_REF if request.dry_run else await services.vault.put(project, secret["value"])
+                secret["vaultRef"] = refs[path] = await services.vault.put(project, value)
             except VaultError as error:  # its message names no value
-                raise Refusal(f"spec.{field}[{index}].secret: not stored: {error}", code=500) from None
-            item["secret"] = {"vaultRef": ref}
-            changed = True
-        if changed:
-            patch[field] = items
-    return patch or None
+                raise Refusal(f"{path}: not stored: {error}", code=500) from None
+    patch: dict[str, Any] = {"spec": {key: spec[key] for key in {p.split(".")[1].split("[")[0] for p, _ in found}}}
+    last_applied = request.annotations.get(LAST_APPLIED)
+    if last_applied is not None:
+        patch["metadata"] = {"annotations": {LAST_APPLIED: _scrub_last_applied(last_applied, refs)}}
+    return patch
+
+
+def _scrub_last_applied(text: str, refs: Mapping[str, str]) -> str | None:
+    """kubectl's copy of the manifest, with each inline value replaced by its vault reference
+    (dropped altogether if it cannot be read: better a full diff on the next apply than a leak)."""
+    try:
+        manifest = json.loads(text)
+    except ValueError:
+        return None
+    for path, secret in _inline_secrets(manifest.get("spec") if isinstance(manifest, dict) else None, "spec"):
+        secret.clear()
+        secret["vaultRef"] = refs.get(path, DRY_RUN_VAULT_REF)
+    return json.dumps(manifest, separators=(",", ":"))
 
 
 KIND = Kind(

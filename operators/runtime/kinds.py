@@ -7,7 +7,7 @@ its printer columns, its pipeline and its admission check. The runtime wires the
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -70,6 +70,7 @@ class AdmissionRequest:
     old: Mapping[str, Any] | None  # the whole old object on UPDATE
     dry_run: bool
     services: Any = None
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 class Refusal(Exception):
@@ -92,8 +93,9 @@ class Kind:
     `problems` are pure checks of a spec alone (the schema cannot express them: uniqueness,
     references inside the spec); they run in the validating webhook and again in the pipeline
     for objects that bypassed it. `admission` is for checks that need context (another object,
-    a lock): it raises `Refusal`. `mutation` returns a merge patch for the spec (for example an
-    inline secret moved into the vault); it must not write anything on a dry run.
+    a lock): it raises `Refusal`. `mutation` returns a merge patch of the object (`spec`, and
+    `metadata` where a copy of the spec hides there, such as kubectl's last-applied annotation),
+    for example an inline secret moved into the vault; it must not write anything on a dry run.
     """
 
     kind: str

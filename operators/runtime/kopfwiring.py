@@ -14,8 +14,8 @@ import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,8 @@ class OperatorOptions:
     webhook: WebhookOptions | None = None
     health_listen: str = "127.0.0.1"
     health_port: int = 8080
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """Handed to every step as `Services.settings` (domain options such as trusted namespaces)."""
 
 
 async def run_operator(
@@ -90,7 +92,8 @@ async def run_operator(
             await install_crds(kube, kinds)
         recorder = EventRecorder(kube, metrics, options.replica)
         vault = await open_vault(kube, store, options.namespace)
-        services = Services(kube=kube, store=store, events=recorder, replica=options.replica, vault=vault)
+        services = Services(kube=kube, store=store, events=recorder, replica=options.replica, vault=vault,
+                            settings={"store_path": options.store_path, **options.settings})
         ownership = Ownership(options.replica, StaticMembership([options.replica]))
         reconcilers = [
             Reconciler(kind, store=store, ownership=ownership, writer=kube, events=recorder, metrics=metrics,
@@ -204,6 +207,7 @@ def _register(registry: kopf.OperatorRegistry, reconciler: Reconciler, services:
         return AdmissionRequest(
             operation=str(extra.get("operation") or ""), namespace=str(meta.get("namespace") or ""),
             name=str(meta.get("name") or meta.get("generateName") or ""), labels=dict(meta.get("labels") or {}),
+            annotations=dict(meta.get("annotations") or {}),
             spec=dict(body.get("spec") or {}),
             old=dict(old) if old else None, dry_run=dryrun, services=services,
         )
@@ -228,11 +232,11 @@ def _register(registry: kopf.OperatorRegistry, reconciler: Reconciler, services:
                         operations=["CREATE", "UPDATE"], side_effects=True)
         async def mutate(body: kopf.Body, dryrun: bool, patch: kopf.Patch, **extra: Any) -> None:
             try:
-                spec_patch = await mutation(request(body, dryrun, extra))
+                changes = await mutation(request(body, dryrun, extra))
             except Refusal as refusal:
                 raise kopf.AdmissionError(refusal.message, code=refusal.code) from None
-            if spec_patch:
-                patch["spec"] = spec_patch
+            for key, value in (changes or {}).items():
+                patch[key] = value
 
 
 async def install_crds(kube: KubeClient, kinds: Sequence[Kind], wait_seconds: float = 30.0) -> None:

@@ -209,8 +209,12 @@ async def run(
     return Outcome(phase=PROVISIONED, facts=facts)
 
 
-def compose_status(obj: Observed, outcome: Outcome, now: str, phase_shown: str | None = None) -> dict[str, Any]:
-    """The whole status an outcome stands for: kind facts, phase and the three conditions."""
+def compose_status(obj: Observed, outcome: Outcome, now: str) -> dict[str, Any]:
+    """The whole status an outcome stands for: kind facts, phase and the three conditions.
+
+    A failed run shows the phase it stopped in, so a user sees how far the object got (a
+    Blueprint stalled in `Validated` passed validation and failed to compile).
+    """
     previous = obj.status.get("conditions") or []
     gen = obj.generation
     error = outcome.error
@@ -224,14 +228,14 @@ def compose_status(obj: Observed, outcome: Outcome, now: str, phase_shown: str |
             cond.condition(cond.STALLED, "False", PROVISIONED, "", gen, now, previous),
         ]
     elif isinstance(error, PermanentError):
-        status["phase"] = phase_shown or outcome.phase
+        status["phase"] = outcome.phase
         conditions = [
             cond.condition(cond.READY, "False", error.reason, error.message, gen, now, previous),
             cond.condition(cond.RECONCILING, "False", error.reason, "", gen, now, previous),
             cond.condition(cond.STALLED, "True", error.reason, error.message, gen, now, previous),
         ]
     else:
-        status["phase"] = phase_shown or outcome.phase
+        status["phase"] = outcome.phase
         conditions = [
             cond.condition(cond.READY, "False", error.reason, error.message, gen, now, previous),
             cond.condition(cond.RECONCILING, "True", error.reason, error.message, gen, now, previous),

@@ -142,8 +142,7 @@ class Reconciler:
                 self._events.record(current, "Normal", phase, f"entered phase {phase}")
 
         outcome = await engine.run(self.kind.pipeline, obj, start, on_enter=announce, services=self._services)
-        shown = str(current.status.get("phase") or engine.INIT) if outcome.error else None
-        status = engine.compose_status(current, outcome, self._clock(), phase_shown=shown)
+        status = engine.compose_status(current, outcome, self._clock())
         if outcome.error is None:
             self._store.put(key, StoredRecord(obj.uid, obj.generation, dict(obj.spec), status))
         changed = await self._write(current, status)

@@ -7,8 +7,9 @@ can hand it exactly what it needs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from operators.runtime.kube import KubeClient
 from operators.runtime.pipeline import Observed
@@ -27,3 +28,5 @@ class Services:
     events: EventSink
     replica: str
     vault: Vault
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """Process-wide options a domain reads (for example where workflow runs keep their state)."""
