@@ -639,10 +639,11 @@ def stead_operator(args: argparse.Namespace, target: Target, workdir: Path) -> t
     webhook_port, health_port = free_port(), free_port()
     argv = [*shlex.split(args.stead_command), "run", "--kubeconfig", str(target.kubeconfig),
             "--store", str(workdir / "stead-store"), "--webhook-port", str(webhook_port),
-            "--health-port", str(health_port), "--install-crds"]
+            "--health-port", str(health_port), "--install-crds", "--config-api-port", str(free_port())]
     if args.stead_webhook == "off":
         argv += ["--webhook", "off"]
     env = child_env(target.kubeconfig, args.stead_pythonpath)
+    env["STEAD_HOME"] = str(workdir)  # its generated CAs land here, not in the user's home
     return (OperatorProcess("stead", argv, env, f"http://127.0.0.1:{health_port}/readyz",
                             workdir / "stead.log"), webhook_port)
 
