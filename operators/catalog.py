@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from operators import config, environment
-from operators.calm import blueprint
+from operators.calm import actionrun, app, blueprint
 from operators.runtime.kinds import Kind
 
-KINDS: tuple[Kind, ...] = (environment.KIND, blueprint.KIND, *config.KINDS)
+KINDS: tuple[Kind, ...] = (environment.KIND, blueprint.KIND, app.KIND, actionrun.KIND, *config.KINDS)

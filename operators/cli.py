@@ -21,8 +21,10 @@ CRD_DIRS = (Path("crds"), Path("charts/stead/files/crds"))  # checked in, and th
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from operators.calm.cli import rewrite_argv
+
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(rewrite_argv(sys.argv[1:] if argv is None else argv))
     if not hasattr(args, "func"):
         parser.print_help()
         return 2
@@ -61,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="also accept HTTP Basic credentials (username, password) from this Secret")
     run.add_argument("--health-listen", default="127.0.0.1")
     run.add_argument("--health-port", type=int, default=8080)
+    run.add_argument("--trust-local-namespaces", nargs="*", metavar="PATTERN",
+                     help="namespaces (shell patterns) whose actions may run scripts on this host (Local "
+                     "substrates); default: all with --local auto/always, none otherwise")
+    run.add_argument("--pipelines-state", type=Path, help="where workflow runs keep their state "
+                     "(default: next to the store)")
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=_cmd_run)
 
@@ -72,6 +79,10 @@ def _parser() -> argparse.ArgumentParser:
     from operators.config.cli import add_config_commands
 
     add_config_commands(sub)
+
+    from operators.calm.cli import add_app_commands
+
+    add_app_commands(sub)
 
     cluster = sub.add_parser("cluster", help="the local control plane (kube-apiserver, etcd, controller-manager)")
     csub = cluster.add_subparsers(metavar="ACTION")
@@ -180,6 +191,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         webhook=webhook,
         health_listen=args.health_listen,
         health_port=args.health_port,
+        settings={
+            "trusted_local_namespaces": tuple(
+                args.trust_local_namespaces if args.trust_local_namespaces is not None
+                else (["*"] if args.local != "never" else [])),
+            **({"pipelines_state": args.pipelines_state} if args.pipelines_state else {}),
+        },
     )
     addons = []
     if args.config_api_port:

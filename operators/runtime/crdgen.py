@@ -64,7 +64,10 @@ def _rewrite(node: Any, defs: dict[str, Any]) -> Any:
         elif key == "additionalProperties":
             if value is False:
                 continue  # extra="forbid": the API server prunes unknown fields anyway
-            out[key] = _rewrite(value, defs) if isinstance(value, dict) else value
+            if value is True or value == {}:  # dict[str, Any]: keep whatever is there, or it is pruned
+                out["x-kubernetes-preserve-unknown-fields"] = True
+                continue
+            out[key] = _rewrite(value, defs)
         elif key == "const":
             out["enum"] = [value]
         else:

@@ -98,6 +98,7 @@ class OperatorProcess:
             "--store", str(self.store), "--webhook-port", str(self.webhook_port),
             "--health-port", str(self.health_port), "--replica", "stead-0",
             "--config-api-port", str(self.config_api_port),
+            "--trust-local-namespaces", "t-test-app*",  # tests/e2e/test_apps.py runs scripts on this host
         ]
         with self.log_path.open("ab") as log:
             env = {**os.environ, "STEAD_HOME": str(self.store.parent)}  # its generated CAs land here, not in ~

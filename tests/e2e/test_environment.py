@@ -37,7 +37,7 @@ def test_example_becomes_ready_with_its_story_in_columns_and_events(
 BAD_SPECS = [
     pytest.param(
         {"nodes": [{"name": "a", "roles": ["x"]}, {"name": "a", "roles": ["z"]}]},
-        'spec.nodes[1]: Duplicate value: map[string]interface {}{"name":"a"}', id="duplicate-node-names"),
+        'spec.nodes[1]: Duplicate value: {"name":"a"}', id="duplicate-node-names"),
     pytest.param({"hierarchyLevels": []}, "spec.hierarchyLevels", id="empty-levels"),
     pytest.param({"hierarchyLevels": ["cluster", ""]}, "spec.hierarchyLevels[1]", id="empty-level"),
     pytest.param(

@@ -54,3 +54,19 @@ def test_schemas_are_structural_and_described() -> None:
         names = [c["name"] for c in version["additionalPrinterColumns"]]
         assert names[:2] == ["Phase", "Ready"] and names[-1] == "Age"
         yaml.safe_load(crdgen.render(kind))
+
+
+def test_free_form_mappings_are_kept_not_pruned() -> None:
+    from typing import Any
+
+    from pydantic import Field
+
+    from operators.runtime.kinds import Model
+
+    class Free(Model):
+        data: dict[str, Any] = Field(default_factory=dict, description="anything")
+        labels: dict[str, str] = Field(default_factory=dict, description="strings")
+
+    schema = crdgen.structural(Free)["properties"]
+    assert schema["data"] == {"description": "anything", "type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    assert schema["labels"]["additionalProperties"] == {"type": "string"}

@@ -146,6 +146,10 @@ def test_kill_leftover_only_kills_groups_that_carry_the_marker(tmp_path: Path) -
     mine = subprocess.Popen(["sleep", "30"], env=env, start_new_session=True)
     other = subprocess.Popen(["sleep", "30"], env={"PATH": os.environ["PATH"]}, start_new_session=True)
     try:
+        # Until the child has exec'd, /proc shows the parent's environment (no marker) and the command line
+        # of the forked Python: wait for both to be `sleep`, or the check below races the exec.
+        for proc in (mine, other):
+            wait_until(lambda p=proc: Path(f"/proc/{p.pid}/cmdline").read_bytes().startswith(b"sleep"), 5, "exec")
         assert not kill_leftover(other.pid, "run1/a")
         assert kill_leftover(mine.pid, "run1/a")
         assert mine.wait(timeout=5) == -9

@@ -1,0 +1,488 @@
+"""The ActionRun kind (seed 000): one run of an action on an App, and the supervisor of its runner.
+
+Pipeline: Init (the app and the action exist) -> Pending (take the app's lock) -> Running
+(announced: build the workflow, start `python -m pipelines run`, follow it) -> Provisioned.
+A run that fails or is aborted stops in Running, Stalled, with the failing task and the reason in
+status; `status.state` is the run's own phase (Pending, Running, Succeeded, Failed, Aborted).
+
+Following a run costs the API server little: the supervisor reads the runner's `status.json` and
+run store (local files), and writes the ActionRun's status at most once a second, only when what a
+user sees changed (progress, the run log tree). It reads the ActionRun once a second for `abort`.
+Everything a run needs to survive an operator restart is on disk (the workflow, the run store):
+a restarted operator finds the run in Running, follows a runner still alive, or starts the runner
+again, which skips the steps that finished. A killed runner is restarted the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import fnmatch
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from operators.calm import workflow as wf
+from operators.calm.app import APP_LABEL, FINAL_RUN_STATES, active_lock, carry, lock_expired, now
+from operators.calm.compiler import compile_blueprint
+from operators.calm.models import BlueprintSpec, CompiledAction, CompiledState, SecretSource
+from operators.runtime.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
+from operators.runtime.kube import ApiError, custom_path
+from operators.runtime.pipeline import PermanentError, Pipeline, StepContext, TemporaryError
+from operators.runtime.ring import PROJECT_LABEL
+from pipelines.control import (
+    is_running,
+    prepare_run,
+    read_progress,
+    read_status,
+    request_abort,
+    run_paths,
+    start_run,
+)
+from pipelines.hooks import new_run_key, seal
+from pipelines.model import Workflow
+
+log = logging.getLogger(__name__)
+
+RunState = Literal["Pending", "Running", "Succeeded", "Failed", "Aborted"]
+HOOKS = "operators.calm.runhooks:hooks"
+MAX_RUNNER_STARTS = 5
+PATCH_INTERVAL = 1.0
+POLL_INTERVAL = 0.25
+TRANSITIONAL = {"create": "provisioning", "start": "starting", "stop": "stopping", "restart": "restarting",
+                "delete": "deleting"}
+AFTER = {"create": "running", "start": "running", "stop": "stopped", "restart": "running", "delete": "deleted"}
+
+
+class ActionRunSpec(Model):
+    app: str = Field(min_length=1, max_length=253, description="The App (same namespace).")
+    action: str = Field(min_length=1, max_length=253, description="The action: create, start, stop, restart, "
+                        "delete, or a user action of the app's blueprint.")
+    arguments: dict[str, str] = Field(
+        default_factory=dict, description="Runtime variables of the app for this run (override its inputs)."
+    )
+    abort: bool = Field(False, description="true: abort the run (running tasks are stopped, the rest not run).")
+
+
+class Progress(Model):
+    done: int = Field(0, description="Task instances finished.")
+    total: int = Field(0, description="Task instances in the run.")
+
+
+class ActionRunStatus(StatusBase):
+    state: RunState | None = Field(None, description="Pending, Running, Succeeded, Failed or Aborted.")
+    progress: Progress | None = Field(None, description="Task instances done / total.")
+    progress_text: str | None = Field(None, description="done/total, for the printer column.")
+    start_time: str | None = Field(None, description="When the run started.")
+    end_time: str | None = Field(None, description="When it ended.")
+    failed_task: str | None = Field(None, description="The failing task, on its replica (task@replica).")
+    reason: str | None = Field(None, description="Why the run failed or was aborted.")
+    message: str | None = Field(None, description="The run's summary.")
+    run_log: list[Any] = Field(
+        default_factory=list,
+        description="The run log tree: each task with its instance per replica (state, attempts, times, exit "
+        "code, message, the tail of its masked output).",
+    )
+    runner_starts: int | None = Field(None, description="How many times a runner process was started.")
+    status_writes: int | None = Field(None, description="Status PATCHes this run cost (progress included).")
+
+
+COLUMNS = (
+    PrinterColumn("App", ".spec.app", description="The app."),
+    PrinterColumn("Action", ".spec.action", description="The action."),
+    PrinterColumn("State", ".status.state", description="Pending, Running, Succeeded, Failed or Aborted."),
+    PrinterColumn("Progress", ".status.progressText", description="Task instances done/total."),
+)
+
+
+# --- the app and its actions ---------------------------------------------------------------------
+
+_COMPILED: dict[str, tuple[CompiledAction, ...]] = {}
+
+
+def snapshot_actions(snapshot: Mapping[str, Any]) -> tuple[BlueprintSpec, tuple[CompiledAction, ...]]:
+    """The compiled actions of an app's frozen blueprint (compiling is pure: cached by content)."""
+    spec = BlueprintSpec.model_validate(snapshot["spec"])
+    digest = hashlib.sha256(json.dumps(snapshot, sort_keys=True, default=str).encode()).hexdigest()
+    actions = _COMPILED.get(digest)
+    if actions is None:
+        previous = snapshot.get("compiledState")
+        result = compile_blueprint(spec, CompiledState.model_validate(previous) if previous else None)
+        actions = _COMPILED[digest] = result.actions
+    return spec, actions
+
+
+def find_action(actions: Sequence[CompiledAction], name: str) -> CompiledAction | None:
+    return next((a for a in actions if a.name == name and a.level == "Application"), None)
+
+
+async def get_app(ctx: StepContext, name: str) -> dict[str, Any] | None:
+    try:
+        app: dict[str, Any] = await ctx.services.kube.request("GET", custom_path("apps", ctx.obj.namespace, name))
+        return app
+    except ApiError as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+async def patch_app(ctx: StepContext, name: str, status: Mapping[str, Any], resource_version: str | None = None
+                    ) -> dict[str, Any]:
+    body: dict[str, Any] = {"status": dict(status)}
+    if resource_version:
+        body["metadata"] = {"resourceVersion": resource_version}
+    answer: dict[str, Any] = await ctx.services.kube.request(
+        "PATCH", custom_path("apps", ctx.obj.namespace, name) + "/status", body,
+        content_type="application/merge-patch+json",
+    )
+    return answer
+
+
+# --- steps ---------------------------------------------------------------------------------------
+
+
+async def validate(ctx: StepContext) -> Mapping[str, Any]:
+    """Init -> Pending: the app exists and has been launched; the action exists."""
+    spec = ActionRunSpec.model_validate(dict(ctx.obj.spec))
+    if ctx.obj.status.get("state") in FINAL_RUN_STATES:
+        return carry(ctx.obj.status)
+    app = await get_app(ctx, spec.app)
+    if app is None:
+        raise PermanentError("AppNotFound", f"spec.app: no app {spec.app} in namespace {ctx.obj.namespace}",
+                             facts={"state": "Failed", "reason": f"no app {spec.app}"})
+    snapshot = (app.get("status") or {}).get("snapshot")
+    if not snapshot:
+        raise TemporaryError("AppNotLaunched", f"app {spec.app} has not been launched yet", delay=1.0,
+                             facts={"state": "Pending"})
+    _, actions = snapshot_actions(snapshot)
+    if find_action(actions, spec.action) is None:
+        names = ", ".join(sorted({a.name for a in actions if a.level == "Application"}))
+        raise PermanentError("UnknownAction", f"spec.action: app {spec.app} has no action {spec.action} "
+                             f"(actions: {names})", facts={"state": "Failed", "reason": f"no action {spec.action}"})
+    return {"state": "Pending"}
+
+
+async def take_lock(ctx: StepContext) -> Mapping[str, Any]:
+    """Pending -> Running: lock the app (optimistically: a concurrent writer makes this retry)."""
+    if ctx.obj.status.get("state") in FINAL_RUN_STATES:
+        return carry(ctx.obj.status)
+    spec = ActionRunSpec.model_validate(dict(ctx.obj.spec))
+    app = await get_app(ctx, spec.app)
+    if app is None:
+        raise PermanentError("AppNotFound", f"no app {spec.app}", facts={"state": "Failed"})
+    status = app.get("status") or {}
+    lock = active_lock(status)
+    started = ctx.obj.status.get("startTime") or now()
+    if lock is not None and lock["lockedBy"] != ctx.obj.name:
+        message = f"app {spec.app} is locked by run {lock['lockedBy']}"
+        raise PermanentError("Locked", message, facts={"state": "Failed", "reason": message, "endTime": now()})
+    if lock is None:
+        ttl = int((app.get("spec") or {}).get("lockTtlSeconds") or 3600)
+        patch = {"lock": {"lockedBy": ctx.obj.name, "since": now(), "ttlSeconds": ttl},
+                 "currentAction": spec.action, "currentRun": ctx.obj.name,
+                 "state": TRANSITIONAL.get(spec.action, status.get("state") or "running")}
+        try:
+            await patch_app(ctx, spec.app, patch, (app.get("metadata") or {}).get("resourceVersion"))
+        except ApiError as error:
+            if error.status == 409:
+                raise TemporaryError("LockConflict", "the app changed while taking its lock", delay=0.5) from None
+            raise
+    return {"state": "Running", "startTime": started}
+
+
+def _trusted(namespace: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(namespace, p) for p in patterns)
+
+
+async def _secret_value(ctx: StepContext, project: str, source: SecretSource) -> str:
+    if source.vault_ref is not None:
+        return str(ctx.services.vault.get(project, source.vault_ref))
+    if source.secret_ref is not None:
+        ref = source.secret_ref
+        try:
+            path = f"/api/v1/namespaces/{ctx.obj.namespace}/secrets/{ref.name}"
+            secret = await ctx.services.kube.request("GET", path)
+        except ApiError as error:
+            raise PermanentError("SecretNotFound", f"Secret {ref.name}: {error.message}") from None
+        data = secret.get("data") or {}
+        if ref.key not in data:
+            raise PermanentError("SecretNotFound", f"Secret {ref.name} has no key {ref.key}")
+        return base64.b64decode(data[ref.key]).decode()
+    raise PermanentError("SecretNotFound", "a secret has neither a vault reference nor a Secret reference")
+
+
+class _Run:
+    """What one supervision needs about its app, action and workflow."""
+
+    def __init__(self, ctx: StepContext, app: Mapping[str, Any]) -> None:
+        self.ctx = ctx
+        self.spec = ActionRunSpec.model_validate(dict(ctx.obj.spec))
+        self.app = app
+        app_status = app.get("status") or {}
+        self.blueprint, self.actions = snapshot_actions(app_status["snapshot"])
+        action = find_action(self.actions, self.spec.action)
+        assert action is not None
+        self.action = action
+        self.project = ctx.obj.labels.get(PROJECT_LABEL) or ctx.obj.namespace
+        entities = app_status.get("entities") or {}
+        counts = {d["name"]: len(d.get("replicas") or []) for d in entities.get("deployments") or []}
+        self.place = wf.layout(self.blueprint, counts)
+        replica_props = {r["name"]: dict(r.get("properties") or {})
+                         for d in entities.get("deployments") or [] for r in d.get("replicas") or []}
+        self.replica_props = replica_props
+        self.app_props = dict(entities.get("properties") or {})
+        inputs = {**((app.get("spec") or {}).get("inputs") or {}), **self.spec.arguments}
+        snapshot = app_status["snapshot"]
+        self.info = wf.AppInfo(
+            name=str(app["metadata"]["name"]), uid=str(app["metadata"]["uid"]), project=self.project,
+            blueprint_name=str(snapshot.get("name")), blueprint_uid=str(snapshot.get("uid")), inputs=inputs,
+            properties=wf.properties_by_entity(replica_props, self.app_props, self.place),
+        )
+        self.built = wf.build_workflow(snapshot["spec"], self.actions, self.action, self.info, self.place)
+
+
+def state_dir(ctx: StepContext) -> Path:
+    settings = ctx.services.settings
+    explicit = settings.get("pipelines_state")
+    if explicit:
+        return Path(explicit)
+    store = Path(settings.get("store_path") or "store")
+    return store.with_name(store.name + "-runs")
+
+
+async def supervise(ctx: StepContext) -> Mapping[str, Any]:
+    """Running -> Provisioned: run the action's workflow to its end and record it in both objects."""
+    facts = {**carry(ctx.obj.status), **ctx.facts}
+    paths = run_paths(state_dir(ctx), ctx.obj.uid)
+    progress = read_progress(paths)
+    if ctx.obj.status.get("state") in FINAL_RUN_STATES and (progress is None or progress.get("finishedAt")):
+        return _finished_again(ctx, facts)
+    spec = ActionRunSpec.model_validate(dict(ctx.obj.spec))
+    app = await get_app(ctx, spec.app)
+    if app is None:
+        raise PermanentError("AppNotFound", f"no app {spec.app}", facts={**facts, "state": "Failed"})
+    try:
+        run = _Run(ctx, app)
+    except wf.WorkflowError as error:
+        return await _fail_early(ctx, facts, "InvalidAction", str(error))
+    trusted = ctx.services.settings.get("trusted_local_namespaces") or ()
+    if run.built.scripts_on_runner and not _trusted(ctx.obj.namespace, trusted):
+        where = ", ".join(run.built.scripts_on_runner)
+        return await _fail_early(
+            ctx, facts, "UntrustedNamespace",
+            f"namespace {ctx.obj.namespace} is not trusted to run scripts on the operator's host (Local "
+            f"substrates or the runner: {where}); the operator allows it with --trust-local-namespaces",
+        )
+    return await _follow(ctx, run, paths, facts)
+
+
+def _finished_again(ctx: StepContext, facts: dict[str, Any]) -> Mapping[str, Any]:
+    """A spec change (abort: true, say) after the end: the result stands."""
+    if facts.get("state") != "Succeeded":
+        raise PermanentError("Run" + str(facts.get("state")), str(facts.get("reason") or facts.get("state")),
+                             facts=facts)
+    return facts
+
+
+async def _fail_early(ctx: StepContext, facts: dict[str, Any], reason: str, message: str) -> Mapping[str, Any]:
+    spec = ActionRunSpec.model_validate(dict(ctx.obj.spec))
+    at = now()
+    await _release(ctx, spec, {"state": "error", "lastRun": ctx.obj.name, "failure": {
+        "run": ctx.obj.name, "action": spec.action, "reason": message, "at": at}})
+    raise PermanentError(reason, message, facts={**facts, "state": "Failed", "reason": message, "endTime": at})
+
+
+async def _release(ctx: StepContext, spec: ActionRunSpec, fields: Mapping[str, Any]) -> None:
+    """Unlock the app (if this run holds it) and record the outcome."""
+    app = await get_app(ctx, spec.app)
+    if app is None:
+        return
+    lock = (app.get("status") or {}).get("lock") or {}
+    if lock.get("lockedBy") not in (None, ctx.obj.name):
+        return
+    patch = {"lock": None, "currentAction": None, "currentRun": None, **fields}
+    with contextlib.suppress(ApiError):
+        await patch_app(ctx, spec.app, patch)
+
+
+async def _start(run: _Run, paths: Any) -> Any:
+    """Seal the secrets for this runner, write the workflow and start the runner (it skips what finished)."""
+    key = new_run_key()
+    sealed = {}
+    for name, source in run.built.secrets.items():
+        sealed[name] = seal(await _secret_value(run.ctx, run.project, source), key, name)
+    workflow = Workflow.model_validate({**run.built.data, "secrets": sealed})
+    prepare_run(paths.state_dir, paths.uid, workflow)
+    return await start_run(paths, secret_key=key, hooks=HOOKS, extra=["--events", "none"],
+                           stderr=asyncio.subprocess.DEVNULL)
+
+
+async def _follow(ctx: StepContext, run: _Run, paths: Any, facts: dict[str, Any]) -> Mapping[str, Any]:
+    kube = ctx.services.kube
+    name, namespace = ctx.obj.name, ctx.obj.namespace
+    starts = int(facts.get("runnerStarts") or 0)
+    writes = int(facts.get("statusWrites") or 0)
+    process = None
+    shown: dict[str, Any] = {}
+    last_patch = 0.0
+    last_spec_check = time.monotonic()
+    aborted_for: str | None = None
+    app_lock = ((run.app.get("status") or {}).get("lock")) or {}
+    steps = run.built.data["steps"]
+    while True:
+        progress = read_progress(paths)
+        final = progress is not None and progress.get("finishedAt") and progress.get("phase") in FINAL_RUN_STATES
+        alive = process is not None and process.process.returncode is None
+        if final and not alive:
+            break
+        if not alive and not final and not is_running(paths):
+            if starts >= MAX_RUNNER_STARTS:
+                aborted_for = f"the runner stopped {starts} times before the run finished"
+                break
+            if process is not None or starts:
+                log.warning("run %s/%s: runner not running, starting it again", namespace, name)
+            process = await _start(run, paths)
+            starts += 1
+        if time.monotonic() - last_spec_check >= 1.0:
+            last_spec_check = time.monotonic()
+            with contextlib.suppress(ApiError):
+                current = await kube.request("GET", custom_path("actionruns", namespace, name))
+                if (current.get("spec") or {}).get("abort") and not paths.abort_file.exists():
+                    request_abort(paths)
+            if app_lock and lock_expired(app_lock) and not paths.abort_file.exists():
+                aborted_for = f"the app's lock expired after {app_lock.get('ttlSeconds')}s"
+                request_abort(paths)
+        if progress is not None and time.monotonic() - last_patch >= PATCH_INTERVAL:
+            status = read_status(paths) or {}
+            tree = wf.run_log(status, steps)
+            view = {"progress": progress.get("progress"), "runLog": tree}
+            if view != shown:
+                done = progress.get("progress") or {}
+                patch = {"progress": done, "progressText": f"{done.get('done', 0)}/{done.get('total', 0)}",
+                         "runLog": tree, "runnerStarts": starts, "statusWrites": writes + 1}
+                with contextlib.suppress(ApiError):
+                    await kube.patch_status("actionruns", namespace, name, patch)
+                    writes += 1
+                shown, last_patch = view, time.monotonic()
+        await asyncio.sleep(POLL_INTERVAL)
+    if process is not None:
+        with contextlib.suppress(ProcessLookupError):
+            await process.wait()
+    return await _conclude(ctx, run, paths, facts, starts, writes, aborted_for)
+
+
+async def _conclude(ctx: StepContext, run: _Run, paths: Any, facts: dict[str, Any], starts: int, writes: int,
+                    aborted_for: str | None) -> Mapping[str, Any]:
+    status = read_status(paths) or {}
+    progress = read_progress(paths) or {}
+    tree = wf.run_log(status, run.built.data["steps"])
+    phase = str(status.get("phase") or progress.get("phase") or "Failed")
+    if aborted_for is not None or phase not in FINAL_RUN_STATES:
+        phase = "Failed"
+    done = status.get("progress") or progress.get("progress") or {}
+    at = now()
+    failure = wf.first_failure(tree)
+    reason = aborted_for or (failure[1] if failure else str(status.get("message") or phase))
+    result = {**facts, "state": phase, "progress": done,
+              "progressText": f"{done.get('done', 0)}/{done.get('total', 0)}", "runLog": tree,
+              "endTime": at, "message": str(status.get("message") or ""), "runnerStarts": starts,
+              "statusWrites": writes + 1, "failedTask": failure[0] if failure else None,
+              "reason": None if phase == "Succeeded" else reason}
+    # the entities at the point of the end (or of the failure): properties set by successful steps
+    replica_props, app_props = wf.entity_properties(status, run.built.steps, run.place)
+    failed_targets = {inst.get("target") for task in tree for inst in task["replicas"] if inst["state"] == "failure"}
+    entities = (run.app.get("status") or {}).get("entities") or {}
+    deployments = []
+    for d in entities.get("deployments") or []:
+        replicas = []
+        for r in d.get("replicas") or []:
+            props = {**(r.get("properties") or {}), **replica_props.get(r["name"], {})}
+            state = "error" if r["name"] in failed_targets else (
+                "running" if phase == "Succeeded" else r.get("state"))
+            replicas.append({**r, "properties": props, **({"state": state} if state else {})})
+        deployments.append({**d, "replicas": replicas})
+    new_entities = {**entities, "deployments": deployments,
+                    "properties": {**(entities.get("properties") or {}), **app_props}}
+    spec = run.spec
+    app_state = (run.app.get("status") or {}).get("state")
+    if phase == "Succeeded":
+        after = AFTER.get(spec.action, "running" if app_state in TRANSITIONAL.values() else app_state or "running")
+        fields: dict[str, Any] = {"state": after, "entities": new_entities, "lastRun": ctx.obj.name, "failure": None}
+    else:
+        fields = {"state": "error", "entities": new_entities, "lastRun": ctx.obj.name,
+                  "failure": {"run": ctx.obj.name, "action": spec.action, "task": result["failedTask"],
+                              "reason": reason, "at": at}}
+    await _release(ctx, spec, fields)
+    if phase == "Succeeded":
+        return result
+    raise PermanentError("Run" + phase, reason if not result["failedTask"] else f"{result['failedTask']}: {reason}",
+                         facts=result)
+
+
+# --- admission -------------------------------------------------------------------------------------
+
+
+async def admission(request: AdmissionRequest) -> None:
+    """A run on a locked app is refused (423); only `abort` may change after creation."""
+    spec = ActionRunSpec.model_validate(dict(request.spec))
+    if request.operation == "UPDATE" and request.old is not None:
+        old = dict(request.old.get("spec") or {})
+        new = dict(request.spec)
+        old.pop("abort", None)
+        new.pop("abort", None)
+        if ActionRunSpec.model_validate(old) != ActionRunSpec.model_validate(new):
+            raise Refusal("spec: only spec.abort may change once a run is created")
+        return
+    services = request.services
+    if services is None:
+        return
+    try:
+        app = await services.kube.request("GET", custom_path("apps", request.namespace, spec.app))
+    except ApiError as error:
+        if error.status == 404:
+            raise Refusal(f"spec.app: no app {spec.app} in namespace {request.namespace}") from None
+        raise
+    status = app.get("status") or {}
+    lock = active_lock(status)
+    if lock is not None and lock["lockedBy"] != request.name:
+        raise Refusal(f"app {spec.app} is locked by run {lock['lockedBy']}", code=423)
+    snapshot = status.get("snapshot")
+    if snapshot:
+        blueprint, actions = snapshot_actions(snapshot)
+        if find_action(actions, spec.action) is None:
+            names = ", ".join(sorted({a.name for a in actions if a.level == "Application"}))
+            raise Refusal(f"spec.action: app {spec.app} has no action {spec.action} (actions: {names})")
+        from operators.calm.app import input_problems
+
+        problems = input_problems(blueprint, spec.arguments, field="spec.arguments")
+        problems = [p for p in problems if "required" not in p]
+        if problems:
+            raise Refusal("; ".join(problems))
+
+
+KIND = Kind(
+    kind="ActionRun",
+    plural="actionruns",
+    short_names=("run",),
+    description="One run of an action on an App: progress, the run log tree per task and replica, and the "
+    "failing task with its reason. Set spec.abort to abort it.",
+    spec_model=ActionRunSpec,
+    status_model=ActionRunStatus,
+    pipeline=Pipeline(
+        phases=("Init", "Pending", "Running", "Provisioned"),
+        steps={"Init": validate, "Pending": take_lock, "Running": supervise},
+        update_phase="Running",
+        announce=frozenset({"Running"}),
+    ),
+    columns=COLUMNS,
+    admission=admission,
+)
+
+__all__ = ["APP_LABEL", "KIND"]

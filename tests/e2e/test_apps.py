@@ -1,0 +1,217 @@
+"""Apps and ActionRuns end to end, on the real local control plane with a real operator process.
+
+The session's operator trusts the namespaces `t-test-app*` (the namespaces of the tests named
+`test_app*`) to run scripts on its host; other namespaces are not trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from operators.runtime.kube import USER_AGENT
+from tests.e2e.conftest import ROOT, STEAD, AuditLog, Kubectl, OperatorProcess, wait_until
+
+SECRET = "pw-Zq81-never-shown"
+
+
+def apply(kubectl: Kubectl, body: dict[str, Any], check: bool = True) -> Any:
+    return kubectl("apply", "-f", "-", input=json.dumps(body), check=check)
+
+
+def get(kubectl: Kubectl, kind: str, name: str, namespace: str) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(kubectl("get", kind, name, "-n", namespace, "-o", "json").stdout)
+    return out
+
+
+def blueprint(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "stead.dev/v1alpha1", "kind": "Blueprint", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"active": True, **spec}}
+
+
+def app(name: str, namespace: str, bp: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "stead.dev/v1alpha1", "kind": "App", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"blueprint": bp, **spec}}
+
+
+def action_run(name: str, namespace: str, app_name: str, action: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "stead.dev/v1alpha1", "kind": "ActionRun",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"app": app_name, "action": action, **spec}}
+
+
+def run_state(kubectl: Kubectl, namespace: str, name: str, *states: str, seconds: float = 40) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        status = get(kubectl, "actionrun", name, namespace).get("status") or {}
+        return status if status.get("state") in states else None
+
+    found: dict[str, Any] = wait_until(reached, seconds, f"run {name} in {states}", interval=0.2)
+    return found
+
+
+def small_spec() -> dict[str, Any]:
+    """One Local substrate, one service, and user actions: setvar feeding a task, slow, failing, staged."""
+    return {
+        "variables": [{"name": "who", "value": "world", "runtime": True, "regex": "[a-z]+"}],
+        "substrates": [{"name": "host", "type": "Local"}],
+        "services": [{"name": "S", "actions": [
+            {"name": "create", "tasks": [{"name": "hello", "type": "exec", "script": "echo created S"}]}]}],
+        "deployments": [{"name": "tier", "substrate": "host", "services": ["S"]}],
+        "actions": [
+            {"name": "greet", "tasks": [
+                {"name": "produce", "type": "setvar", "variables": ["greeting"],
+                 "script": "echo greeting=hello-@@{who}@@-@@{calm_application_name}@@"},
+                {"name": "consume", "type": "exec", "script": "echo consumed @@{greeting}@@"}],
+             "edges": [{"from": "produce", "to": "consume"}]},
+            {"name": "slow", "tasks": [{"name": "wait", "type": "delay", "delaySeconds": 30}]},
+            {"name": "fail", "tasks": [{"name": "ok", "type": "exec", "script": "echo fine"},
+                                       {"name": "boom", "type": "exec", "script": "echo about to fail; exit 3"}],
+             "edges": [{"from": "ok", "to": "boom"}]},
+            {"name": "staged", "tasks": [
+                {"name": "first", "type": "exec", "script": "echo first >> \"$STAGED_LOG\""},
+                {"name": "pause", "type": "delay", "delaySeconds": 4},
+                {"name": "last", "type": "exec", "script": "echo last >> \"$STAGED_LOG\""}],
+             "edges": [{"from": "first", "to": "pause"}, {"from": "pause", "to": "last"}]},
+        ],
+    }
+
+
+def launch_small(kubectl: Kubectl, namespace: str, name: str = "demo") -> None:
+    apply(kubectl, blueprint("small", namespace, small_spec()))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "30s", "blueprint/small")
+    apply(kubectl, app(name, namespace, "small", inputs={"who": "stead"}))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "40s", f"app/{name}")
+
+
+def patches(audit: AuditLog, mark: int, resource: str, name: str) -> int:
+    return len([e for e in audit.since(mark) if e.user_agent.startswith(USER_AGENT) and e.verb == "patch"
+                and e.resource == resource and e.name == name and e.subresource == "status"])
+
+
+def test_app_three_tier_launches_in_dependency_order_and_hides_its_secret(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str, audit: AuditLog
+) -> None:
+    mark = audit.mark()
+    kubectl("create", "secret", "generic", "three-tier-db", "-n", namespace, f"--from-literal=password={SECRET}")
+    body = yaml.safe_load((ROOT / "examples" / "blueprint-three-tier.yaml").read_text())
+    body["metadata"]["namespace"] = namespace
+    apply(kubectl, body)
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "30s", "blueprint/three-tier")
+    started = time.monotonic()
+    apply(kubectl, app("shop", namespace, "three-tier", inputs={"app_port": "9090"}))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "50s", "app/shop")
+    elapsed = time.monotonic() - started
+    status = get(kubectl, "app", "shop", namespace)["status"]
+    assert status["state"] == "running" and status.get("lock") is None
+    assert status["snapshot"]["name"] == "three-tier"
+    deployments = {d["name"]: d for d in status["entities"]["deployments"]}
+    assert [r["name"] for r in deployments["app_tier"]["replicas"]] == ["app_tier-0", "app_tier-1"]
+    assert deployments["db_tier"]["replicas"][0]["properties"]["Service_DB_db_url"].startswith("postgres://shop@")
+    assert deployments["app_tier"]["replicas"][1]["properties"]["Service_App_app_url"] == "http://127.0.0.1:9090"
+    run = get(kubectl, "actionrun", "shop-create", namespace)["status"]
+    assert run["state"] == "Succeeded" and run["progress"]["done"] == run["progress"]["total"] == 17
+    tasks = {t["task"]: t for t in run["runLog"]}
+    # the implicit dependency (App reads DB.db_url set by DB/publish) is honoured
+    db_published = tasks["DB/publish"]["replicas"][0]["finishedAt"]
+    assert all(r["startedAt"] >= db_published for r in tasks["App/configure"]["replicas"])
+    assert "DATABASE_URL" not in json.dumps(run)  # scripts' outputs only
+    table = kubectl("get", "app", "shop", "-n", namespace).stdout.splitlines()
+    assert table[0].split()[:4] == ["NAME", "BLUEPRINT", "STATE", "ACTION"] or "STATE" in table[0]
+    # the secret is nowhere: objects, Events, the operator's log
+    everything = kubectl("get", "apps,actionruns,blueprints,events", "-n", namespace, "-o", "yaml").stdout
+    assert SECRET not in everything
+    assert SECRET not in operator.log_path.read_text()
+    assert "creating database shop for user shop" in json.dumps(run)
+    logs = subprocess.run([str(STEAD), "run", "logs", "shop-create", "-n", namespace, "--kubeconfig",
+                           str(operator.cluster.kubeconfig)], capture_output=True, text=True, timeout=30)
+    assert logs.returncode == 0 and "Succeeded  [####################] 17/17" in logs.stdout
+    assert "    | creating database shop for user shop" in logs.stdout and SECRET not in logs.stdout + logs.stderr
+    print(f"\nlaunch: {elapsed:.1f}s; status PATCHes: run {patches(audit, mark, 'actionruns', 'shop-create')}, "
+          f"app {patches(audit, mark, 'apps', 'shop')}")
+
+
+def test_app_user_actions_setvar_lock_abort_and_failure(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str, audit: AuditLog
+) -> None:
+    launch_small(kubectl, namespace)
+    mark = audit.mark()
+    apply(kubectl, action_run("greet-1", namespace, "demo", "greet"))
+    status = run_state(kubectl, namespace, "greet-1", "Succeeded", "Failed")
+    assert status["state"] == "Succeeded", status
+    consume = next(t for t in status["runLog"] if t["task"] == "consume")
+    assert consume["replicas"][0]["output"].strip() == "consumed hello-stead-demo"
+    print(f"\ngreet: status PATCHes of the run: {patches(audit, mark, 'actionruns', 'greet-1')}, "
+          f"of the app: {patches(audit, mark, 'apps', 'demo')}")
+
+    apply(kubectl, action_run("slow-1", namespace, "demo", "slow"))
+    wait_until(lambda: (get(kubectl, "app", "demo", namespace)["status"].get("lock") or {}).get("lockedBy"),
+               20, "the lock", interval=0.2)
+    refused = kubectl("patch", "app", "demo", "-n", namespace, "--type", "merge", "-p",
+                      '{"spec":{"inputs":{"who":"other"}}}', check=False)
+    assert refused.returncode != 0 and "app demo is locked by run slow-1" in refused.stderr
+    assert "423" in refused.stderr or "Locked" in refused.stderr or "locked" in refused.stderr
+    second = apply(kubectl, action_run("greet-2", namespace, "demo", "greet"), check=False)
+    assert second.returncode != 0 and "app demo is locked by run slow-1" in second.stderr
+    kubectl("patch", "actionrun", "slow-1", "-n", namespace, "--type", "merge", "-p", '{"spec":{"abort":true}}')
+    started = time.monotonic()
+    status = run_state(kubectl, namespace, "slow-1", "Aborted", "Succeeded", "Failed", seconds=15)
+    assert status["state"] == "Aborted" and time.monotonic() - started < 10
+    app_status = get(kubectl, "app", "demo", namespace)["status"]
+    assert app_status.get("lock") is None
+
+    apply(kubectl, action_run("fail-1", namespace, "demo", "fail"))
+    status = run_state(kubectl, namespace, "fail-1", "Failed", "Succeeded")
+    assert status["state"] == "Failed" and status["failedTask"] == "boom"
+    assert "exited with code 3" in status["reason"]
+    app_status = get(kubectl, "app", "demo", namespace)["status"]
+    assert app_status["state"] == "error" and app_status["failure"]["task"] == "boom"
+    assert app_status.get("lock") is None
+    stalled = {c["type"]: c for c in get(kubectl, "actionrun", "fail-1", namespace)["status"]["conditions"]}
+    assert stalled["Stalled"]["status"] == "True" and "boom" in stalled["Stalled"]["message"]
+
+
+def test_app_killed_runner_resumes_without_repeating_finished_steps(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> None:
+    launch_small(kubectl, namespace)
+    log = tmp_path / "staged.log"
+    body = blueprint("small", namespace, small_spec())
+    staged = next(a for a in body["spec"]["actions"] if a["name"] == "staged")
+    for task in staged["tasks"]:
+        if "script" in task:
+            task["script"] = task["script"].replace('"$STAGED_LOG"', str(log))
+    apply(kubectl, body)  # the app runs its frozen snapshot: launch a second app from the new generation
+    wait_until(lambda: get(kubectl, "blueprint", "small", namespace)["status"].get("observedGeneration") == 2, 20,
+               "generation 2 compiled", interval=0.2)
+    apply(kubectl, app("demo2", namespace, "small"))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "40s", "app/demo2")
+    apply(kubectl, action_run("staged-1", namespace, "demo2", "staged"))
+    uid = get(kubectl, "actionrun", "staged-1", namespace)["metadata"]["uid"]
+    lock_file = operator.store.with_name(operator.store.name + "-runs") / "runs" / uid / "lock"
+    wait_until(lambda: log.exists() and log.read_text() == "first\n", 20, "the first step", interval=0.1)
+    pid = int(wait_until(lambda: lock_file.exists() and lock_file.read_text().strip(), 10, "the runner's pid"))
+    os.kill(pid, signal.SIGKILL)
+    status = run_state(kubectl, namespace, "staged-1", "Succeeded", "Failed", seconds=30)
+    assert status["state"] == "Succeeded", status
+    assert log.read_text() == "first\nlast\n"  # the first step was not run again
+    assert status["runnerStarts"] == 2
+
+
+def test_untrusted_namespace_cannot_run_local_scripts(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str
+) -> None:
+    apply(kubectl, blueprint("small", namespace, small_spec()))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "30s", "blueprint/small")
+    apply(kubectl, app("demo", namespace, "small"))
+    status = run_state(kubectl, namespace, "demo-create", "Failed", "Succeeded")
+    assert status["state"] == "Failed" and f"namespace {namespace} is not trusted" in status["reason"]
+    app_status = wait_until(lambda: (s := get(kubectl, "app", "demo", namespace)["status"]).get("state") == "error"
+                            and s, 20, "the app in error", interval=0.2)
+    assert "not trusted" in app_status["failure"]["reason"]
