@@ -64,7 +64,7 @@ def mutating_configuration(kinds: Iterable[Kind], base_url: str, ca_pem: bytes) 
     Mutations may write (an inline secret goes into the vault), so they declare
     `NoneOnDryRun`: a dry run gets the same answer without the write.
     """
-    mutating = [k for k in kinds if k.mutation is not None]
+    mutating = [k for k in kinds if k.mutates]
     if not mutating:
         return None
     ca_bundle = base64.b64encode(ca_pem).decode()

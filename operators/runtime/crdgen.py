@@ -23,7 +23,7 @@ def _webhook_annotations(kind: Kind) -> dict[str, str]:
     annotations = {}
     if kind.validates:
         annotations[VALIDATING_ANNOTATION] = "true"
-    if kind.mutation is not None:
+    if kind.mutates:
         annotations[MUTATING_ANNOTATION] = "true"
     return annotations
 _DROP = {"title", "default", "examples"}

@@ -14,7 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from operators import GROUP
-from operators.runtime.pipeline import Pipeline
+from operators.runtime.pipeline import Pipeline, StepFn
+
+FINALIZER = "stead.dev/cleanup"
+"""Held on objects of kinds with a `cleanup`, so that deleting one waits for it."""
 
 
 class Model(BaseModel):
@@ -109,6 +112,16 @@ class Kind:
     problems: SpecCheck | None = None
     admission: AdmissionCheck | None = None
     mutation: Mutation | None = None
+    cleanup: StepFn | None = None
+    """Runs when an object is deleted, before it goes (an App's delete action); the object holds
+    the `FINALIZER` meanwhile. TemporaryError retries; PermanentError keeps the object, Stalled
+    with the reason, until the user acts."""
+
+    @property
+    def mutates(self) -> bool:
+        """Whether the kind needs a mutating webhook: a mutation, or a finalizer added at creation
+        (in the same request, so that holding it costs no PATCH of its own)."""
+        return self.mutation is not None or self.cleanup is not None
 
     @property
     def validates(self) -> bool:

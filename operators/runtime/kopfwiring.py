@@ -34,7 +34,7 @@ from operators.runtime.admission import (
 from operators.runtime.certs import KeyPair, make_ca, make_leaf
 from operators.runtime.crdgen import crd_for
 from operators.runtime.events import EventRecorder
-from operators.runtime.kinds import AdmissionRequest, Kind, Refusal
+from operators.runtime.kinds import FINALIZER, AdmissionRequest, Kind, Refusal
 from operators.runtime.kube import ApiError, KubeClient, bearer_token, load_access, load_configuration
 from operators.runtime.metrics import HealthServer, Metrics
 from operators.runtime.reconciler import Reconciler
@@ -225,17 +225,21 @@ def _register(registry: kopf.OperatorRegistry, reconciler: Reconciler, services:
                 except Refusal as refusal:
                     raise kopf.AdmissionError(refusal.message, code=refusal.code) from None
 
-    if kind.mutation is not None:
-        mutation = kind.mutation
-
+    if kind.mutates:
         @kopf.on.mutate(GROUP, VERSION, kind.plural, registry=registry, id=mutating_handler_id(kind),
                         operations=["CREATE", "UPDATE"], side_effects=True)
         async def mutate(body: kopf.Body, dryrun: bool, patch: kopf.Patch, **extra: Any) -> None:
-            try:
-                changes = await mutation(request(body, dryrun, extra))
-            except Refusal as refusal:
-                raise kopf.AdmissionError(refusal.message, code=refusal.code) from None
-            for key, value in (changes or {}).items():
+            changes: dict[str, Any] = {}
+            if kind.mutation is not None:
+                try:
+                    changes = dict(await kind.mutation(request(body, dryrun, extra)) or {})
+                except Refusal as refusal:
+                    raise kopf.AdmissionError(refusal.message, code=refusal.code) from None
+            finalizers = list((body.get("metadata") or {}).get("finalizers") or [])
+            if kind.cleanup is not None and FINALIZER not in finalizers and extra.get("operation") == "CREATE":
+                # Held from the object's first moment, at the cost of no PATCH of its own.
+                changes["metadata"] = {**changes.get("metadata", {}), "finalizers": [*finalizers, FINALIZER]}
+            for key, value in changes.items():
                 patch[key] = value
 
 

@@ -134,6 +134,27 @@ class KubeClient:
             content_type="application/merge-patch+json",
         )
 
+    async def remove_finalizer(self, plural: str, namespace: str, name: str, finalizers: tuple[str, ...],
+                               finalizer: str) -> dict[str, Any]:
+        """Drop one finalizer with a JSON patch that first tests the list it read, so that a
+        concurrent change to the finalizers makes this fail (409/422) instead of undoing it."""
+        ops = [
+            {"op": "test", "path": "/metadata/finalizers", "value": list(finalizers)},
+            {"op": "replace", "path": "/metadata/finalizers", "value": [f for f in finalizers if f != finalizer]},
+        ]
+        return await self.request("PATCH", custom_path(plural, namespace, name), ops,
+                                  content_type="application/json-patch+json")
+
+    async def add_finalizer(self, plural: str, namespace: str, name: str, finalizers: tuple[str, ...],
+                            finalizer: str) -> dict[str, Any]:
+        """Add one finalizer (the same test-then-replace guard as `remove_finalizer`)."""
+        ops = [
+            {"op": "test", "path": "/metadata/finalizers", "value": list(finalizers)},
+            {"op": "replace", "path": "/metadata/finalizers", "value": [*finalizers, finalizer]},
+        ] if finalizers else [{"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}]
+        return await self.request("PATCH", custom_path(plural, namespace, name), ops,
+                                  content_type="application/json-patch+json")
+
     async def list(self, plural: str) -> list[dict[str, Any]]:
         """Every object of a kind in all namespaces, paginated."""
         items: list[dict[str, Any]] = []

@@ -60,6 +60,8 @@ class Observed:
     labels: Mapping[str, str]
     spec: Mapping[str, Any]
     status: Mapping[str, Any]
+    deleting: bool = False
+    finalizers: tuple[str, ...] = ()
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Observed:
@@ -73,6 +75,8 @@ class Observed:
             labels=dict(meta.get("labels") or {}),
             spec=dict(body.get("spec") or {}),
             status=dict(body.get("status") or {}),
+            deleting=bool(meta.get("deletionTimestamp")),
+            finalizers=tuple(meta.get("finalizers") or ()),
         )
 
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from operators.runtime import pipeline as engine
-from operators.runtime.kinds import Kind
+from operators.runtime.kinds import FINALIZER, Kind
 from operators.runtime.metrics import Metrics
 from operators.runtime.pipeline import Observed, PermanentError, StoredRecord, TemporaryError
 from operators.runtime.ring import Ownership, project_of
@@ -26,10 +26,23 @@ from operators.runtime.store import LocalStore, object_key
 
 log = logging.getLogger(__name__)
 
+DELETING = "Deleting"
+"""The phase a failed cleanup shows: the object is on its way out and waits for the user."""
+
 
 class StatusWriter(Protocol):
+    """The writes the reconciler makes: status, and the finalizer of kinds with a cleanup."""
+
     async def patch_status(
         self, plural: str, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
+    async def add_finalizer(
+        self, plural: str, namespace: str, name: str, finalizers: tuple[str, ...], finalizer: str
+    ) -> dict[str, Any]: ...
+
+    async def remove_finalizer(
+        self, plural: str, namespace: str, name: str, finalizers: tuple[str, ...], finalizer: str
     ) -> dict[str, Any]: ...
 
 
@@ -102,8 +115,8 @@ class Reconciler:
         if not self._ownership.owns(project_of(body)):
             self._count("stead_not_owned_total")
             return
-        if (body.get("metadata") or {}).get("deletionTimestamp"):
-            return  # Stead holds no finalizer on this kind: nothing to do before it goes
+        if obj.deleting and FINALIZER not in obj.finalizers:
+            return  # nothing of ours to do before it goes
         pending = self._pending.get(key)
         if pending is not None:
             if pending.generation == obj.generation:
@@ -117,6 +130,16 @@ class Reconciler:
             await self._reconcile_locked(key, obj)
 
     async def _reconcile_locked(self, key: str, obj: Observed) -> None:
+        if self.kind.cleanup is not None:
+            try:
+                if obj.deleting:
+                    await self._clean_up(key, obj)
+                    return
+                if FINALIZER not in obj.finalizers:  # created past the mutating webhook: add it now
+                    await self._finalizer("add", obj)
+            except WriteFailed as error:
+                self._retry(key, obj, TemporaryError("FinalizerWriteFailed", str(error)))
+                return
         decision = engine.plan(self.kind.pipeline, obj, self._store.get(key))
         if isinstance(decision, engine.Skip):
             self._count("stead_reconcile_skipped_total")
@@ -161,6 +184,38 @@ class Reconciler:
             if changed:
                 self._events.record(current, "Warning", error.reason, error.message)
             self._retry(key, current, error)
+
+    async def _clean_up(self, key: str, obj: Observed) -> None:
+        """Run the kind's cleanup, then let the object go; failures keep it, with the reason."""
+        assert self.kind.cleanup is not None
+        self._count("stead_cleanups_total")
+        try:
+            await self.kind.cleanup(engine.StepContext(obj=obj, facts={}, services=self._services))
+        except (PermanentError, TemporaryError) as error:
+            failure: PermanentError | TemporaryError = error
+        except Exception as error:  # a bug or an outage: retried, like a failing step
+            failure = TemporaryError("InternalError", f"{type(error).__name__}: {error}")
+        else:
+            await self._finalizer("remove", obj)
+            self._forget(key)
+            self._store.delete(key, uid=obj.uid)
+            return
+        outcome = engine.Outcome(phase=DELETING, facts=failure.facts, error=failure)
+        status = engine.compose_status(obj, outcome, self._clock())
+        if await self._write(obj, status):
+            self._events.record(obj, "Warning", failure.reason, failure.message)
+        if isinstance(failure, TemporaryError):
+            self._retry(key, replace(obj, status=status), failure)
+
+    async def _finalizer(self, action: str, obj: Observed) -> None:
+        call = self._writer.add_finalizer if action == "add" else self._writer.remove_finalizer
+        try:
+            await call(self.kind.plural, obj.namespace, obj.name, obj.finalizers, FINALIZER)
+        except Exception as error:
+            if getattr(error, "status", None) == 404:
+                return  # already gone
+            raise WriteFailed(f"finalizer of {obj.namespace}/{obj.name} not changed: {error}") from error
+        self._count("stead_finalizer_patches_total")
 
     async def _write(self, obj: Observed, status: dict[str, Any]) -> bool:
         """Patch only what changed; True when a PATCH was sent."""

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from operators.environment import KIND
+from operators.runtime.kinds import FINALIZER
 from operators.runtime.kube import ApiError
 from operators.runtime.metrics import Metrics
-from operators.runtime.pipeline import Observed, Pipeline, StepContext, TemporaryError
+from operators.runtime.pipeline import Observed, PermanentError, Pipeline, StepContext, TemporaryError
 from operators.runtime.reconciler import Backoff, Reconciler
 from operators.runtime.ring import Ownership, StaticMembership
 from operators.runtime.store import LocalStore, object_key
@@ -24,7 +25,18 @@ class RecordingWriter:
 
     def __init__(self) -> None:
         self.patches: list[tuple[str, dict[str, Any]]] = []
+        self.finalizer_changes: list[tuple[str, str]] = []
         self.fail_with: Exception | None = None
+
+    async def add_finalizer(self, plural: str, namespace: str, name: str, finalizers: tuple[str, ...],
+                            finalizer: str) -> dict[str, Any]:
+        self.finalizer_changes.append(("add", name))
+        return {}
+
+    async def remove_finalizer(self, plural: str, namespace: str, name: str, finalizers: tuple[str, ...],
+                               finalizer: str) -> dict[str, Any]:
+        self.finalizer_changes.append(("remove", name))
+        return {}
 
     async def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         if self.fail_with is not None:
@@ -163,3 +175,77 @@ def test_a_failed_status_write_is_retried(tmp_path: Path) -> None:
 @pytest.mark.parametrize("attempt,expected", [(1, 1.0), (2, 2.0), (5, 16.0), (20, 300.0)])
 def test_backoff_doubles_up_to_its_cap(attempt: int, expected: float) -> None:
     assert Backoff().delay(attempt) == expected
+
+
+def _with_cleanup(cleanup: Any) -> Any:
+    return dataclasses.replace(KIND, cleanup=cleanup)
+
+
+def _deleting(status: Mapping[str, Any]) -> dict[str, Any]:
+    b = body(status=status, generation=2)
+    b["metadata"].update(deletionTimestamp="2026-11-21T10:00:00Z", finalizers=[FINALIZER])
+    return b
+
+
+def test_a_kind_with_a_cleanup_holds_its_finalizer(tmp_path: Path) -> None:
+    async def cleanup(ctx: StepContext) -> Mapping[str, Any]:
+        return {}
+
+    rec, writer, _, _ = make(tmp_path, kind=_with_cleanup(cleanup))
+    asyncio.run(rec.on_event("ADDED", body()))  # created past the webhook: no finalizer yet
+    assert writer.finalizer_changes == [("add", "e1")]
+    with_finalizer = body(status=writer.patches[0][1])
+    with_finalizer["metadata"]["finalizers"] = [FINALIZER]
+    asyncio.run(rec.on_event("MODIFIED", with_finalizer))
+    assert writer.finalizer_changes == [("add", "e1")]
+
+
+def test_delete_runs_the_cleanup_then_lets_the_object_go(tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    async def cleanup(ctx: StepContext) -> Mapping[str, Any]:
+        ran.append(ctx.obj.name)
+        return {}
+
+    rec, writer, _, store = make(tmp_path, kind=_with_cleanup(cleanup))
+    ready = body()
+    ready["metadata"]["finalizers"] = [FINALIZER]
+    asyncio.run(rec.on_event("ADDED", ready))
+    asyncio.run(rec.on_event("MODIFIED", _deleting(writer.patches[0][1])))
+    assert ran == ["e1"] and writer.finalizer_changes == [("remove", "e1")]
+    assert store.count("Environment") == 0
+
+
+def test_a_failing_cleanup_keeps_the_object_with_the_reason(tmp_path: Path) -> None:
+    async def cleanup(ctx: StepContext) -> Mapping[str, Any]:
+        raise PermanentError("DeleteActionFailed", "task stop-db failed: exit 3")
+
+    rec, writer, events, _ = make(tmp_path, kind=_with_cleanup(cleanup))
+    asyncio.run(rec.on_event("MODIFIED", _deleting({})))
+    status = writer.patches[-1][1]
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    assert status["phase"] == "Deleting" and stalled["reason"] == "DeleteActionFailed"
+    assert writer.finalizer_changes == []  # held: not stuck silently, not lost either
+    assert ("e1", "Warning", "DeleteActionFailed") in events.events
+
+
+def test_a_temporarily_failing_cleanup_is_retried(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    async def cleanup(ctx: StepContext) -> Mapping[str, Any]:
+        calls.append(1)
+        if len(calls) < 3:
+            raise TemporaryError("NotYet", "runner busy")
+        return {}
+
+    rec, writer, _, _ = make(tmp_path, kind=_with_cleanup(cleanup))
+
+    async def scenario() -> None:
+        await rec.on_event("MODIFIED", _deleting({}))
+        for _ in range(200):
+            if writer.finalizer_changes:
+                return
+            await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert len(calls) == 3 and writer.finalizer_changes == [("remove", "e1")]
