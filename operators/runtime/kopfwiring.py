@@ -1,10 +1,11 @@
 """The operator process: Kopf watches and serves webhooks; Stead's runtime does the rest.
 
 Handlers here are deliberately thin. Each kind gets one low-level `on.event` handler, which
-passes the event to its `Reconciler`, and one validating webhook, which runs the kind's
-`check_spec`. Low-level handlers are chosen over Kopf's `on.create/update/resume`: those keep
-per-handler progress in annotations and a finalizer on every object, which costs several
-PATCHes per object, where Stead's budget is one per visible transition.
+passes the event to its `Reconciler`; a validating webhook only if the kind has checks its CRD
+schema cannot express; a mutating one only if it mutates or holds a finalizer. Low-level
+handlers are chosen over Kopf's `on.create/update/resume`: those keep per-handler progress in
+annotations and a finalizer on every object, which costs several PATCHes per object, where
+Stead's budget is one per visible transition.
 """
 
 from __future__ import annotations
