@@ -3,9 +3,10 @@
 Modules: `keys` (dotted key paths), `levels` (hierarchy points), `merge` (effective values and
 the lookup trace), `schema` (the JSON Schema subset of resource definitions), `models` (the
 kinds' models and semantic checks), `history` (versions as immutable ConfigMaps),
-`repository` (the HTTP API's storage over Kubernetes), `auth` (TokenReview/SubjectAccessReview
-and Basic), `api` (the aiohttp application), `cli` (`stead config`), `reconcile` (pipeline
-steps and the admission check).
+`repository` (the HTTP API's storage over Kubernetes), `cache` (its reads from a watch-fed
+cache), `auth` (TokenReview/SubjectAccessReview and Basic), `api` (the aiohttp application),
+`server` (the API as an addon of the operator process, over TLS), `cli` (`stead config`),
+`reconcile` (pipeline steps, the admission check, and what a ConfigValues depends on).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ serves it over TLS (the app itself is TLS-agnostic). Routes:
 
 Levels in the path name the environment's hierarchy levels root first; the seed's plural
 `nodes/<fqdn>` is accepted for a level `node` (any level's plural with an `s`). A node is
-written by FQDN or name. On a values path:
+written by FQDN or name; its role level may be left out when it has one role (the seed's
+`.../nodes/<fqdn>/resources/...` under levels `role, node`). On a values path:
 
 - `GET` returns the data stored at that point; `?effective` the merged values from the root
   down to the point (see `operators.config.merge`), `&trace` (or tuning-box's `&show_lookup`)
@@ -24,9 +25,10 @@ written by FQDN or name. On a values path:
   body (any JSON value). The response is the data now stored.
 - `DELETE` with `?key=` removes a key; without, it deletes the values object (and its history).
 - `POST ?revert=<n>` makes version n's data current again (recorded as a new version).
-- Writes take an optional `If-Match: "<resourceVersion>"` (the `ETag` of a `GET` without
-  `effective`); a mismatch is 409. Without it, whole writes are last-writer-wins, and key
-  writes retry their read-modify-write so concurrent key updates are not lost.
+- Writes take an optional `If-Match` with the `ETag` of a `GET` without `effective` (or of a
+  write): the object's generation and uid, so the operator's status writes do not invalidate
+  it; a changed spec is 409. Without it, whole writes are last-writer-wins, and key writes
+  retry their read-modify-write so concurrent key updates are not lost.
 
 Errors are JSON `{"code", "error", "message"}`, plus `"notFound": "<what>"` on 404s:
 environment, level, node (not found at all, or not assigned to this environment: the seed's
@@ -58,9 +60,11 @@ from operators.config.levels import (
     LevelError,
     Point,
     canonical_point,
+    complete_pairs,
     find_node,
     format_point,
     point_from_pairs,
+    role_problem,
 )
 from operators.config.merge import Effective, Layer, effective, origin_of
 from operators.config.models import (
@@ -121,11 +125,12 @@ def bad_request(message: str) -> NoReturn:
     raise ApiProblem(400, "BadRequest", message)
 
 
+def _dumps(body: Any) -> bytes:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
-    return web.Response(
-        body=json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(),
-        status=status, content_type="application/json", headers=headers,
-    )
+    return web.Response(body=_dumps(body), status=status, content_type="application/json", headers=headers)
 
 
 UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Basic realm="stead", Bearer realm="stead"'}
@@ -215,6 +220,10 @@ class ConfigApi:
         self._effective: weakref.WeakKeyDictionary[Snapshot, dict[tuple[str, Point], Effective]] = (
             weakref.WeakKeyDictionary()
         )
+        self._resolved: weakref.WeakKeyDictionary[Snapshot, dict[tuple[Any, ...], tuple[Point, ResourceDefinition]]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._bodies: weakref.WeakKeyDictionary[Snapshot, dict[tuple[Any, ...], bytes]] = weakref.WeakKeyDictionary()
 
     def _effective_at(self, snapshot: Snapshot, resource: str, point: Point) -> Effective:
         """Effective values, computed once per snapshot object, resource and point.
@@ -386,6 +395,10 @@ class ConfigApi:
         snapshot = await self.repository.snapshot(namespace, path.environment)
         if snapshot is None:
             not_found("environment", f'environment "{path.environment}" not found in namespace "{namespace}"')
+        resolved = self._resolved.get(snapshot)
+        hit = resolved.get((path.pairs, path.resource)) if resolved is not None else None
+        if hit is not None:  # a path that resolved before against this very snapshot resolves the same again
+            return namespace, path, snapshot, hit[0], hit[1]
         env = snapshot.environment
         hierarchy = list(env.hierarchy_levels)
         pairs: list[tuple[str, str]] = []
@@ -395,18 +408,25 @@ class ConfigApi:
                 not_found("level", f'environment "{path.environment}" has no level "{name}" '
                                    f"(levels: {', '.join(hierarchy)})")
             pairs.append((level, value))
-        try:
-            point = point_from_pairs(pairs, hierarchy)
-        except LevelError as error:
-            bad_request(f'environment "{path.environment}": {error}')
-        for level, value in point:
+        for level, value in pairs:
             if level == NODE_LEVEL and find_node(env, value) is None:
                 await self._node_not_found(namespace, path.environment, value)
+        try:
+            point = point_from_pairs(complete_pairs(pairs, env), hierarchy)
+        except LevelError as error:
+            bad_request(f'environment "{path.environment}": {error}')
+        mismatch = role_problem(point, env)
+        if mismatch is not None:
+            not_found("node", f'{mismatch} in environment "{path.environment}"')
         point = canonical_point(point, env)
         definition = resource_definition(path.resource, env, snapshot.components)
         if definition is None:
             not_found("resource", unknown_resource_message(path.resource, path.environment, env,
                                                            snapshot.components))
+        resolved = self._resolved.setdefault(snapshot, {})
+        if len(resolved) > 10_000:
+            resolved.clear()
+        resolved[(path.pairs, path.resource)] = (point, definition)
         return namespace, path, snapshot, point, definition
 
     async def _node_not_found(self, namespace: str, environment: str, node: str) -> NoReturn:
@@ -437,9 +457,21 @@ class ConfigApi:
 
     async def get_values(self, request: web.Request) -> web.Response:
         namespace, path, snapshot, point, _ = await self._resolve(request, "get")
-        stored = snapshot.find(path.resource, path.kind, point)
         number = _int_param(request, "version")
         key = request.query.get("key")
+        lookup = (number is None and _flag(request, "effective") and not _flag(request, "history")
+                  and not _flag(request, "trace", "show_lookup"))
+        if lookup:  # a Hiera lookup: the same answer for as long as the snapshot is the same object
+            bodies = self._bodies.setdefault(snapshot, {})
+            cached = bodies.get((path.resource, point, key))
+            if cached is None:
+                result = self._effective_at(snapshot, path.resource, point)
+                cached = _dumps(result.values if key is None else self._key(result.values, key))
+                if len(bodies) > 10_000:
+                    bodies.clear()
+                bodies[(path.resource, point, key)] = cached
+            return web.Response(body=cached, content_type="application/json")
+        stored = snapshot.find(path.resource, path.kind, point)
         headers: dict[str, str] = {}
         if _flag(request, "history"):
             if stored is None:
@@ -468,7 +500,7 @@ class ConfigApi:
                 not_found("values", f"no {self._describe(path, point)} (nothing stored at this level; "
                                     "add ?effective for the merged values)")
             data = stored.data
-            headers["ETag"] = f'"{stored.resource_version}"'
+            headers["ETag"] = f'"{stored.etag}"'
             if stored.version is not None:
                 headers["X-Stead-Version"] = str(stored.version)
         if key is not None:
@@ -517,7 +549,7 @@ class ConfigApi:
         if stored is None:
             not_found("values", f"no {self._describe(path, point)}")
         if key is None:
-            await self.repository.delete_values(namespace, stored, _if_match(request))
+            await self._delete(namespace, path, snapshot, point, _if_match(request))
             return web.Response(status=204)
         result = await self._write(namespace, path, snapshot, point, definition, _if_match(request),
                                    lambda current: delete_key(current, key))
@@ -536,18 +568,48 @@ class ConfigApi:
 
     @staticmethod
     def _written(stored: StoredValues) -> web.Response:
-        return _json(stored.data, headers={"ETag": f'"{stored.resource_version}"', "X-Stead-Object": stored.name})
+        return _json(stored.data, headers={"ETag": f'"{stored.etag}"', "X-Stead-Object": stored.name})
+
+    def _check_etag(self, path: ValuesPath, point: Point, stored: StoredValues | None, expect: str | None) -> None:
+        if expect is not None and (stored is None or stored.etag != expect):
+            raise Conflict(f'the {self._describe(path, point)} changed since it was read (ETag "{expect}")')
+
+    async def _fresh(self, namespace: str, path: ValuesPath) -> Snapshot:
+        fresh = await self.repository.snapshot(namespace, path.environment, fresh=True)
+        if fresh is None:
+            not_found("environment", f'environment "{path.environment}" not found in namespace "{namespace}"')
+        return fresh
+
+    async def _delete(self, namespace: str, path: ValuesPath, snapshot: Snapshot, point: Point,
+                      expect: str | None) -> None:
+        """Delete the object at the point; with If-Match, only while its spec is the one read."""
+        current = snapshot
+        for attempt in range(KEY_WRITE_ATTEMPTS):
+            stored = current.find(path.resource, path.kind, point)
+            if stored is None:
+                if attempt:
+                    return  # deleted meanwhile
+                not_found("values", f"no {self._describe(path, point)}")
+            self._check_etag(path, point, stored, expect)
+            try:
+                await self.repository.delete_values(namespace, stored,
+                                                    stored.resource_version if expect is not None else None)
+                return
+            except Conflict:
+                if attempt == KEY_WRITE_ATTEMPTS - 1:
+                    raise
+            current = await self._fresh(namespace, path)  # the status may have changed: check the spec again
 
     async def _write(self, namespace: str, path: ValuesPath, snapshot: Snapshot, point: Point,
                      definition: ResourceDefinition, expect: str | None,
                      change: Callable[[dict[str, Any]], Any]) -> StoredValues:
-        """Apply `change` to the data at the point and store it, retrying lost races when no
-        precondition was given (a key write must not undo a concurrent write of another key)."""
+        """Apply `change` to the data at the point and store it, retrying lost races (a key write
+        must not undo a concurrent write of another key; the operator's status writes change the
+        resourceVersion, not the spec). With If-Match (`expect`), only while the spec is the one read."""
         current = snapshot
         for attempt in range(KEY_WRITE_ATTEMPTS):
             stored = current.find(path.resource, path.kind, point)
-            if expect is not None and (stored is None or stored.resource_version != expect):
-                raise Conflict(f"the {self._describe(path, point)} changed since resourceVersion {expect}")
+            self._check_etag(path, point, stored, expect)
             try:
                 data = change(dict(stored.data) if stored is not None else {})
             except KeyPathError as error:
@@ -559,14 +621,11 @@ class ConfigApi:
                 bad_request(f'resource "{path.resource}" refuses the data: ' + "; ".join(problems))
             target = ValuesTarget(path.environment, path.resource, path.kind, point, stored)
             try:
-                return await self.repository.write_values(namespace, target, data, expect)
+                return await self.repository.write_values(namespace, target, data, None)
             except Conflict:
-                if expect is not None or attempt == KEY_WRITE_ATTEMPTS - 1:
+                if attempt == KEY_WRITE_ATTEMPTS - 1:
                     raise
-            fresh = await self.repository.snapshot(namespace, path.environment)
-            if fresh is None:
-                not_found("environment", f'environment "{path.environment}" not found in namespace "{namespace}"')
-            current = fresh
+            current = await self._fresh(namespace, path)
         raise Conflict("the values kept changing during the write; retry")
 
     async def openapi(self, request: web.Request) -> web.Response:
@@ -658,7 +717,7 @@ _VALUES_PATH = PREFIX + "/environments/{env}/{levels}/resources/{resource}/value
 def _values_operations() -> dict[str, Any]:
     key = {"name": "key", "in": "query", "schema": {"type": "string"}, "description": "Dotted key path, e.g. a.b.0."}
     if_match = {"name": "If-Match", "in": "header", "schema": {"type": "string"},
-                "description": "Precondition: the ETag (resourceVersion) read before; 409 if it changed."}
+                "description": "Precondition: the ETag read before; 409 if the values changed since."}
     not_found_text = "Environment, level, node, resource, version, values or key not found (see notFound)."
     return {
         "parameters": _VALUES_PARAMS,

@@ -12,6 +12,10 @@
 `--level cluster`, the command addresses the environment root. `get` prints effective values
 (the seed's behaviour); `--no-effective` prints what is stored at the level itself.
 
+`--value` without `--type` takes the type the resource's schema declares at that key (the
+seed's `--key deployment_id --value 2` stores the integer 2 where the schema says integer),
+and is a string where the schema declares none or allows strings.
+
 The argument checks follow the seed: `--value` only with `--key`; `--type null` takes no
 value; `--type int|str|bool` need one; `--type json|yaml` take it from `--value` or stdin; a
 whole resource comes from stdin in `--format json|yaml`, so `--value` and `--format` exclude
@@ -42,6 +46,7 @@ import yaml
 
 from operators.config.keys import KeyPathError, parse_key
 from operators.config.levels import LevelError, parse_levels
+from operators.config.schema import schema_at, value_from_text
 
 PREFIX = "/api/v1/config"
 DEFAULT_SERVER = "https://127.0.0.1:8443"
@@ -83,8 +88,9 @@ def add_config_commands(subparsers: Any) -> None:
             action.add_argument("--key", help="dotted key path, e.g. nova.debug or servers.0.address")
         if name in ("set", "override"):
             action.add_argument("--value", help="the value for --key (see --type)")
-            action.add_argument("--type", choices=TYPES, help="type of --value (default str); json and yaml may "
-                                "come from stdin; null takes no value")
+            action.add_argument("--type", choices=TYPES, help="type of --value (default: the type the resource's "
+                                "schema declares at --key, else str); json and yaml may come from stdin; null "
+                                "takes no value")
             action.add_argument("--format", choices=("json", "yaml"), help="format of the document on stdin "
                                 "(default json)")
         else:
@@ -356,7 +362,9 @@ def _dispatch(args: argparse.Namespace, stdin: IO[str], stdout: IO[str]) -> None
                 raise UsageError("stdin: a resource's data is a mapping (a JSON object / YAML mapping)")
             call(args, "PUT", url, body=document, expect_body=False)
         else:
-            if args.value is not None or args.type == "null":
+            if args.value is not None and args.type is None:
+                value = value_from_text(args.value, _schema_at_key(args))
+            elif args.value is not None or args.type == "null":
                 value = typed_value(args.value, args.type)
             else:
                 value = parse_document(_read_stdin(stdin), "json" if args.type == "json" else "yaml", "stdin")
@@ -375,6 +383,22 @@ def _dispatch(args: argparse.Namespace, stdin: IO[str], stdout: IO[str]) -> None
             _print(result, args.format or "json", stdout)
     elif args.action == "revert":
         call(args, "POST", url, {"revert": str(args.to_version)}, expect_body=False)
+
+
+def _schema_at_key(args: argparse.Namespace) -> Any:
+    """The resource's schema at `--key`, from the components the environment enables; None when
+    there is none or it cannot be read (the value is then a string)."""
+    base = str(args.server).rstrip("/") + PREFIX
+    try:
+        environment = call(args, "GET", f"{base}/environments/{urllib.parse.quote(args.env, safe='')}")
+        for component in environment.get("components") or []:
+            view = call(args, "GET", f"{base}/components/{urllib.parse.quote(str(component), safe='')}")
+            definition = (view.get("resource_definitions") or {}).get(args.resource)
+            if definition is not None:
+                return schema_at(definition.get("schema"), parse_key(args.key))
+    except (RequestFailed, KeyPathError, AttributeError):
+        return None
+    return None
 
 
 def _read_stdin(stdin: IO[str]) -> str:

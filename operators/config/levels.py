@@ -12,6 +12,12 @@ level mapping is valid when its keys are exactly the environment's first k level
 Nodes are the one level whose values Stead knows: a node is written by its FQDN (as the seed
 does) or by its name, and `canonical_point` maps both to one spelling (the FQDN when the node
 has one), so that `node-1` and `node-1.domain.tld` are the same point.
+
+A node's role is known too, so the role level may be left out when a node is given and has
+exactly one role: with levels `role, node`, `node=node-1.domain.tld` (the seed's
+`--level node=<fqdn>`) names the point `role=controller,node=node-1.domain.tld`. A node with
+several roles needs its role named; a role the node does not have is an error
+(`role_problem`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from operators.environment.models import EnvironmentSpec, Node
 
 Point = tuple[tuple[str, str], ...]
 NODE_LEVEL = "node"
+ROLE_LEVEL = "role"
 
 
 class LevelError(ValueError):
@@ -44,6 +51,50 @@ def point_from_level(level: Mapping[str, str], hierarchy: Sequence[str]) -> Poin
             f"levels must be a prefix of the hierarchy ({', '.join(hierarchy)}): {missing} missing before {deeper}"
         )
     return tuple((name, level[name]) for name in expected)
+
+
+def complete_pairs(pairs: Sequence[tuple[str, str]], env: EnvironmentSpec) -> list[tuple[str, str]]:
+    """`pairs` with a left-out role level filled in from the node they name.
+
+    Only when the environment's hierarchy has a `role` level above `node`, the pairs give a node
+    but no role, and the node exists: then its one role is inserted at the role level's place
+    (`LevelError` when it has several). Anything else is returned unchanged, for
+    `point_from_pairs` and the node checks to judge.
+    """
+    hierarchy = list(env.hierarchy_levels)
+    names = [name for name, _ in pairs]
+    if (ROLE_LEVEL in names or NODE_LEVEL not in names or ROLE_LEVEL not in hierarchy
+            or NODE_LEVEL not in hierarchy or hierarchy.index(ROLE_LEVEL) > hierarchy.index(NODE_LEVEL)):
+        return list(pairs)
+    ident = dict(pairs)[NODE_LEVEL]
+    node = find_node(env, ident)
+    if node is None:
+        return list(pairs)
+    if len(node.roles) != 1:
+        raise LevelError(f'node "{ident}" has several roles ({", ".join(node.roles)}): name one, '
+                         f"e.g. role={node.roles[0]},node={ident}")
+    out = list(pairs)
+    rank = hierarchy.index(ROLE_LEVEL)
+    at = next((i for i, name in enumerate(names) if name in hierarchy and hierarchy.index(name) > rank), len(out))
+    out.insert(at, (ROLE_LEVEL, node.roles[0]))
+    return out
+
+
+def complete_level(level: Mapping[str, str], env: EnvironmentSpec) -> dict[str, str]:
+    """A level mapping with a left-out role filled in (see `complete_pairs`); order does not matter here."""
+    return dict(complete_pairs(list(level.items()), env))
+
+
+def role_problem(point: Point, env: EnvironmentSpec) -> str | None:
+    """Why a point's role and node do not go together (the node exists but lacks that role), else None."""
+    values = dict(point)
+    if ROLE_LEVEL not in values or NODE_LEVEL not in values:
+        return None
+    node = find_node(env, values[NODE_LEVEL])
+    if node is None or values[ROLE_LEVEL] in node.roles:
+        return None
+    return (f'node "{values[NODE_LEVEL]}" does not have role "{values[ROLE_LEVEL]}" '
+            f"(its roles: {', '.join(node.roles)})")
 
 
 def point_from_pairs(pairs: Sequence[tuple[str, str]], hierarchy: Sequence[str]) -> Point:

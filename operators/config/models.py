@@ -25,8 +25,10 @@ from operators.config.levels import (
     LevelError,
     Point,
     canonical_point,
+    complete_level,
     find_node,
     point_from_level,
+    role_problem,
 )
 from operators.environment.models import EnvironmentSpec
 from operators.runtime.kinds import Model, StatusBase, field_path
@@ -230,20 +232,27 @@ def unknown_resource_message(resource: str, environment: str, env: EnvironmentSp
 
 
 def values_point(spec: ConfigValuesSpec, env: EnvironmentSpec) -> Point:
-    """The canonical point of a valid spec (raises `LevelError` when the level does not fit)."""
-    return canonical_point(point_from_level(spec.level, env.hierarchy_levels), env)
+    """The canonical point of a valid spec (raises `LevelError` when the level does not fit).
+
+    A level giving a node but not its role (`{node: node-1}` with levels `role, node`) is the
+    node under its one role.
+    """
+    return canonical_point(point_from_level(complete_level(spec.level, env), env.hierarchy_levels), env)
 
 
 def level_problems(level: Mapping[str, str], environment: str, env: EnvironmentSpec) -> list[str]:
-    """Does the level fit the environment: a prefix of its hierarchy, with nodes it has."""
+    """Does the level fit the environment: a prefix of its hierarchy, with nodes it has, in their roles."""
     try:
-        point = point_from_level(level, env.hierarchy_levels)
+        point = point_from_level(complete_level(level, env), env.hierarchy_levels)
     except LevelError as error:
         return [f'spec.level: {error} of environment "{environment}"']
     problems: list[str] = []
     for name, value in point:
         if name == NODE_LEVEL and find_node(env, value) is None:
             problems.append(f'spec.level.node: node "{value}" is not a node of environment "{environment}"')
+    mismatch = role_problem(point, env)
+    if mismatch is not None:
+        problems.append(f"spec.level.role: {mismatch} in environment \"{environment}\"")
     return problems
 
 

@@ -185,12 +185,49 @@ async def validate_component(ctx: StepContext) -> Mapping[str, Any]:
 
 
 async def admit_values(request: AdmissionRequest) -> None:
-    """The validating webhook's context checks of a ConfigValues (the model's ran already)."""
+    """The validating webhook's context checks of a ConfigValues (the model's ran already).
+
+    What may still arrive is not refused: a missing Environment, or a resource that no
+    component defines while a component the environment enables is missing. A GitOps tool
+    applies a directory in an order of its own, so the ConfigValues can come first; the
+    pipeline waits for them (Reconciling) instead. Everything else wrong is refused here.
+    """
     kube = getattr(request.services, "kube", None)
     if kube is None:
         return  # no API access in this process: the pipeline checks again
     environment = str(request.spec.get("environment") or "")
     context = await load_context(kube, request.namespace, environment, request.name)
+    env = context.environment
+    if env is None:
+        return
     problems = values_problems(request.spec, context)
+    missing = [name for name in env.components if name not in context.components]
+    if missing:
+        problems = [p for p in problems if not p.startswith("spec.resource:")]
     if problems:
         raise Refusal("; ".join(problems), code=422)
+
+
+# --- re-checking ConfigValues when what they refer to changes -----------------------------
+#
+# A ConfigValues is checked against its Environment (levels, nodes, roles, enabled components)
+# and the ConfigComponent defining its resource (the schema). The runtime re-runs a pipeline
+# only when the object's own spec changes, so a later change of those objects is not seen:
+# a node removed, a schema tightened, a missing component applied. These say which
+# ConfigValues a change concerns, for the runtime's cross-kind trigger to re-check them.
+
+
+def refers_to_environment(values_spec: Mapping[str, Any], environment: str) -> bool:
+    """Does this ConfigValues spec (same namespace) depend on the Environment named so?"""
+    return values_spec.get("environment") == environment
+
+
+def refers_to_component(values_spec: Mapping[str, Any], component: str) -> bool:
+    """Does it depend on the ConfigComponent named so? Any component of the namespace may define
+    (or stop defining, or start defining) its resource, so every ConfigValues there does."""
+    return bool(values_spec.get("resource"))
+
+
+DEPENDS_ON = {"Environment": refers_to_environment, "ConfigComponent": refers_to_component}
+"""For the runtime: re-check a ConfigValues when an object of these kinds, in its namespace,
+changes (a new generation Provisioned, or deleted) and the function says it refers to it."""

@@ -4,11 +4,12 @@ implementation over the Kubernetes API.
 Kubernetes stays the source of truth: a write through the HTTP API creates or updates a
 ConfigValues object, exactly what `kubectl apply` or a GitOps tool would do, so every path in
 sees the same data, the admission webhook checks all of them alike, and the operator records
-the versions of all of them. The HTTP layer depends on the protocol only; the operator may
-serve reads from its LMDB store with another implementation.
+the versions of all of them. The HTTP layer depends on the protocol only.
 
 `KubeConfigRepository` reads from the API server on each call (three concurrent GETs for a
 snapshot of one environment); it is the simple, always-correct implementation.
+`operators.config.cache.CachedConfigRepository` extends it with reads from a watch-fed cache;
+the operator process serves the API with that one.
 """
 
 from __future__ import annotations
@@ -69,6 +70,14 @@ class StoredValues:
     data: dict[str, Any]
     version: int | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    generation: int = 0
+
+    @property
+    def etag(self) -> str:
+        """Which spec this is: its generation and incarnation. Unlike the resourceVersion, it does not
+        change when the operator writes the status, so a client's If-Match fails only when the data
+        (or anything else in the spec) changed since it read them."""
+        return f"{self.generation}-{self.uid[:8]}" if self.generation else self.resource_version
 
     def layer(self) -> Layer:
         return Layer(point=self.point, kind=self.spec.kind, data=self.data, version=self.version, source=self.name)
@@ -120,7 +129,9 @@ class ConfigRepository(Protocol):
 
     async def create_environment(self, namespace: str, name: str, spec: EnvironmentSpec) -> None: ...
 
-    async def snapshot(self, namespace: str, environment: str) -> Snapshot | None: ...
+    async def snapshot(self, namespace: str, environment: str, fresh: bool = False) -> Snapshot | None:
+        """Everything one environment's lookups need; `fresh`: read past any cache (after a lost race)."""
+        ...
 
     async def write_values(
         self, namespace: str, target: ValuesTarget, data: dict[str, Any], expect: str | None
@@ -216,11 +227,12 @@ class KubeConfigRepository:
                 log.warning("Environment %s/%s has an invalid spec; ignored", namespace, name)
         return out
 
-    async def _create(self, plural: str, kind: str, namespace: str, name: str, spec: Mapping[str, Any]) -> None:
+    async def _create(self, plural: str, kind: str, namespace: str, name: str, spec: Mapping[str, Any]
+                      ) -> dict[str, Any]:
         body = {"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": name, "namespace": namespace},
                 "spec": spec}
         try:
-            await self._call("POST", custom_path(plural, namespace), body)
+            return await self._call("POST", custom_path(plural, namespace), body)
         except ApiError as error:
             if error.status == 409:
                 raise Conflict(f'{kind} "{name}" already exists in namespace "{namespace}"') from error
@@ -236,7 +248,7 @@ class KubeConfigRepository:
         await self._create(ENVIRONMENTS, "Environment", namespace, name,
                            spec.model_dump(by_alias=True, exclude_none=True))
 
-    async def snapshot(self, namespace: str, environment: str) -> Snapshot | None:
+    async def snapshot(self, namespace: str, environment: str, fresh: bool = False) -> Snapshot | None:
         try:
             env_raw, components, values = await asyncio.gather(
                 self._call("GET", custom_path(ENVIRONMENTS, namespace, environment)),
@@ -270,11 +282,8 @@ class KubeConfigRepository:
             return None
         data = dict(spec.data)
         if spec.revert_to is not None:
-            history = History(self._kube, Owner(namespace, str(meta.get("name")), str(meta.get("uid"))))
-            try:
-                version = await history.read(spec.revert_to)
-            except HistoryError:
-                version = None
+            version = await self._read_version(Owner(namespace, str(meta.get("name")), str(meta.get("uid"))),
+                                               spec.revert_to)
             if version is not None:
                 data = version.data
         status = item.get("status") or {}
@@ -283,13 +292,22 @@ class KubeConfigRepository:
             name=str(meta.get("name")), uid=str(meta.get("uid")), resource_version=str(meta.get("resourceVersion")),
             spec=spec, point=point, data=data,
             version=int(version_number) if isinstance(version_number, int) else None, raw=item,
+            generation=int(meta.get("generation") or 0),
         )
+
+    async def _read_version(self, owner: Owner, number: int) -> Version | None:
+        """One kept version (the data a `spec.revertTo` puts in force), None when not kept or unreadable."""
+        try:
+            return await History(self._kube, owner).read(number)
+        except HistoryError:
+            return None
 
     async def write_values(
         self, namespace: str, target: ValuesTarget, data: dict[str, Any], expect: str | None
     ) -> StoredValues:
         """Create or update the object at the target; any lost race is a `Conflict` (never a blind
-        overwrite): the caller decides whether to re-read and retry."""
+        overwrite): the caller decides whether to re-read and retry. `expect` is a resourceVersion
+        the object must still have (default: the one `target.existing` was read at)."""
         existing = target.existing
         if existing is None:
             if expect is not None:
@@ -331,6 +349,7 @@ class KubeConfigRepository:
         return StoredValues(
             name=str(meta.get("name")), uid=str(meta.get("uid")), resource_version=str(meta.get("resourceVersion")),
             spec=spec, point=target.point, data=data, version=version if isinstance(version, int) else None, raw=raw,
+            generation=int(meta.get("generation") or 0),
         )
 
     async def delete_values(self, namespace: str, stored: StoredValues, expect: str | None) -> None:

@@ -18,8 +18,9 @@ other Stead validation message.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from operators.config.keys import type_name
@@ -221,3 +222,57 @@ def _equal(a: Any, b: Any) -> bool:
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
+
+
+def schema_at(schema: Any, path: Sequence[str]) -> Any:
+    """The schema that applies to the value at a key path, as far as `properties`,
+    `additionalProperties` and `items` tell (None when the schema does not say)."""
+    current = schema
+    for segment in path:
+        if not isinstance(current, Mapping):
+            return None
+        properties = current.get("properties")
+        if isinstance(properties, Mapping) and segment in properties:
+            current = properties[segment]
+        elif isinstance(current.get("items"), Mapping | bool) and segment.isdigit():
+            current = current["items"]
+        elif isinstance(current.get("additionalProperties"), Mapping):
+            current = current["additionalProperties"]
+        else:
+            return None
+    return current
+
+
+def declared_types(schema: Any) -> list[str]:
+    """The `type` names a schema declares (empty when it declares none)."""
+    if not isinstance(schema, Mapping):
+        return []
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return [declared]
+    return [t for t in declared if isinstance(t, str)] if isinstance(declared, list) else []
+
+
+def value_from_text(text: str, schema: Any) -> Any:
+    """A command-line value typed as the schema declares: `"2"` is 2 where the schema says integer.
+
+    A string is kept when the schema allows strings or declares no type, and when the text
+    reads as none of the declared types (the schema's own check then says what is wrong).
+    """
+    types = declared_types(schema)
+    if not types or "string" in types:
+        return text
+    lowered = text.strip().lower()
+    for name in types:
+        if name == "null" and lowered == "null":
+            return None
+        if name == "boolean" and lowered in ("true", "false"):
+            return lowered == "true"
+        if name in ("integer", "number", "array", "object"):
+            try:
+                value = json.loads(text)
+            except ValueError:
+                continue
+            if _has_type(value, name):
+                return value
+    return text

@@ -3,10 +3,15 @@
 Certificates come from a mounted directory (`tls.crt`/`tls.key`, from the Helm chart or
 cert-manager) or, on a developer's machine, are made at start-up by a CA whose certificate is
 written next to the store so that `stead config` can trust it (`$STEAD_HOME/config-api/ca.crt`).
+
+Reads are served from a watch-fed cache (`operators.config.cache`), writes go to the API
+server. The watches use the same credentials as the operator: `kubeconfig`, else what
+`load_access` finds (`$KUBECONFIG`, which `stead run --kubeconfig` sets, or in-cluster).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import ssl
 from dataclasses import dataclass, field
@@ -22,8 +27,10 @@ from operators.config.auth import (
     TokenReviewAuthenticator,
     secret_loader,
 )
-from operators.config.repository import KubeConfigRepository
+from operators.config.cache import cached_repository
+from operators.config.repository import ConfigRepository, KubeConfigRepository
 from operators.runtime.certs import make_ca, make_leaf
+from operators.runtime.kube import load_access
 from operators.runtime.services import Services
 
 log = logging.getLogger(__name__)
@@ -40,7 +47,10 @@ class ConfigApiServer:
     basic_secret: tuple[str, str] | None = None  # (namespace, name) of a Secret with username/password
     default_namespace: str = "default"
     name: str = "config-api"
+    cache: bool = True  # False: every read goes to the API server (three requests per lookup)
+    kubeconfig: Path | None = None
     _runner: web.AppRunner | None = field(default=None, init=False, repr=False)
+    _stack: contextlib.AsyncExitStack | None = field(default=None, init=False, repr=False)
 
     def _ssl_context(self) -> ssl.SSLContext:
         cert, key = self.tls_dir / "tls.crt", self.tls_dir / "tls.key"
@@ -60,8 +70,12 @@ class ConfigApiServer:
         authenticators: list[Authenticator] = [TokenReviewAuthenticator(services.kube)]
         if self.basic_secret is not None:
             authenticators.append(BasicAuthenticator(secret_loader(services.kube, *self.basic_secret)))
-        app = create_app(KubeConfigRepository(services.kube), ChainAuthenticator(*authenticators),
-                         self.default_namespace)
+        self._stack = contextlib.AsyncExitStack()
+        repository: ConfigRepository = KubeConfigRepository(services.kube)
+        if self.cache:
+            repository = await self._stack.enter_async_context(
+                cached_repository(services.kube, load_access(self.kubeconfig)))
+        app = create_app(repository, ChainAuthenticator(*authenticators), self.default_namespace)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, self.listen, self.port, ssl_context=self._ssl_context()).start()
@@ -71,3 +85,6 @@ class ConfigApiServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._stack is not None:
+            await self._stack.aclose()
+            self._stack = None

@@ -1,358 +1,383 @@
-"""The configuration API end to end on the real local API server, without the operator process.
+"""The configuration store end to end, through the operator process, on the real local API server.
 
-The API runs in this test process over HTTPS with the real dependencies: `KubeConfigRepository`
-(writes are ConfigValues objects), `TokenReviewAuthenticator` (ServiceAccount tokens from
-`kubectl create token`, RBAC through SubjectAccessReview) and `BasicAuthenticator` against a
-Secret. What the operator would do after a write (validate, record the version, publish) is
-done by calling the kind's real pipeline steps (`reconcile` below), so the version history is
-exercised as immutable ConfigMaps on the real API server.
+Everything goes the ways a user goes: the examples are applied with kubectl and waited for with
+`kubectl wait`; `stead config` runs as a subprocess; the HTTP API is the one `stead run` serves
+over HTTPS (its CA in `$STEAD_HOME/config-api/ca.crt`), with tokens of ServiceAccounts that a
+Role grants the stead.dev resources (`kubectl create token`). Versions are recorded, published
+ConfigMaps written and ConfigValues validated by the operator's reconcilers, never by the test.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import io
 import json
+import os
+import shutil
 import ssl
-import threading
+import subprocess
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from aiohttp import web
+import yaml
 
-from operators.cluster import ClusterInfo
-from operators.config import KINDS, reconcile
-from operators.config.api import create_app
-from operators.config.auth import BasicAuthenticator, ChainAuthenticator, TokenReviewAuthenticator, secret_loader
-from operators.config.cli import add_config_commands, run_config
-from operators.config.repository import KubeConfigRepository
-from operators.runtime import crdgen
-from operators.runtime.certs import make_ca, make_leaf
-from operators.runtime.kube import KubeClient, load_access
-from operators.runtime.pipeline import Observed, StepContext
-from tests.e2e.conftest import ROOT, Kubectl, free_port, wait_until
+from tests.e2e.conftest import ROOT, STEAD, Kubectl, OperatorProcess, free_port
+from tests.polling import wait_until
 
 P = "/api/v1/config"
-ASTUTE = {"deployment_id": 1, "uid": "1", "fqdn": "node-1.domain.tld", "nova": {"debug": False, "workers": 4}}
+EXAMPLES = [ROOT / "examples" / f"config-{name}.yaml" for name in ("environment", "component", "values")]
+NODE1 = ("--env", "env-1", "--level", "node=node-1.domain.tld", "--resource", "astute")
+NODE1_EFFECTIVE = {"deployment_id": 1, "debug": False, "nova": {"workers": 16, "cpu_allocation_ratio": 1.5}}
 
 
 @dataclass
-class ConfigServer:
+class Store:
+    """The operator's configuration API, and what a client of it needs."""
+
     url: str
     cacert: Path
     namespace: str
     writer: str
     reader: str
-    loop: asyncio.AbstractEventLoop
-    kube: KubeClient
-
-    def run(self, coro: Any) -> Any:
-        """Run a coroutine on the server's loop (its KubeClient lives there)."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
 
     def http(self, method: str, path: str, token: str | None = None, body: Any = None,
-             headers: dict[str, str] | None = None) -> tuple[int, Any]:
-        context = ssl.create_default_context(cafile=str(self.cacert))
+             headers: dict[str, str] | None = None) -> tuple[int, Any, dict[str, str]]:
+        context = ssl.create_default_context(cafile=str(self.cacert))  # read now: a restart makes a new CA
         data = None if body is None else json.dumps(body).encode()
         hdrs = {"Content-Type": "application/json", **(headers or {})}
         if token is not None:
             hdrs["Authorization"] = f"Bearer {token}"
-        request = urllib.request.Request(self.url + path, data=data, method=method, headers=hdrs)
+        separator = "&" if "?" in path else "?"
+        request = urllib.request.Request(f"{self.url}{path}{separator}namespace={self.namespace}", data=data,
+                                         method=method, headers=hdrs)
         try:
             with urllib.request.urlopen(request, context=context, timeout=30) as response:
                 text = response.read().decode()
-                return response.status, json.loads(text) if text else None
+                return response.status, json.loads(text) if text else None, dict(response.headers)
         except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read().decode() or "null")
+            return error.code, json.loads(error.read().decode() or "null"), dict(error.headers)
 
-    def cli(self, *argv: str, stdin: str = "", token: str | None = None) -> tuple[int, str]:
-        import argparse
+    def cli(self, action: str, *argv: str, stdin: str = "", token: str | None = None
+            ) -> subprocess.CompletedProcess[str]:
+        """`stead config ACTION ...` as a user runs it."""
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        env.update(STEAD_CONFIG_SERVER=self.url, STEAD_CONFIG_CACERT=str(self.cacert))
+        return subprocess.run(
+            [str(STEAD), "config", action, "-n", self.namespace, "--token", token or self.writer, *argv],
+            input=stdin, capture_output=True, text=True, timeout=60, env=env,
+        )
 
-        parser = argparse.ArgumentParser()
-        add_config_commands(parser.add_subparsers())
-        args = parser.parse_args(["config", argv[0], "--server", self.url, "--cacert", str(self.cacert),
-                                  "--token", token or self.writer, "-n", self.namespace, *argv[1:]])
-        out = io.StringIO()
-        return run_config(args, stdin=io.StringIO(stdin), stdout=out), out.getvalue()
+
+def cv(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(kubectl("get", "configvalues", name, "-n", namespace, "-o", "json").stdout)
+    return result
 
 
-def _apply(kubectl: Kubectl, obj: dict[str, Any]) -> None:
-    kubectl("apply", "-f", "-", input=json.dumps(obj))
+def values_at(kubectl: Kubectl, namespace: str, level: dict[str, str], kind: str = "values",
+              resource: str = "astute") -> dict[str, Any]:
+    """The one ConfigValues object of env-1 at `level` (as kubectl lists it)."""
+    items = json.loads(kubectl("get", "configvalues", "-n", namespace, "-o", "json").stdout)["items"]
+    found = [i for i in items if i["spec"]["environment"] == "env-1" and i["spec"]["resource"] == resource
+             and i["spec"].get("level", {}) == level and i["spec"].get("kind", "values") == kind]
+    assert len(found) == 1, [i["metadata"]["name"] for i in found]
+    return dict(found[0])
+
+
+def wait_version(kubectl: Kubectl, namespace: str, name: str, version: int) -> dict[str, Any]:
+    """Until the operator has recorded `version` of the object, and it is Ready."""
+    kubectl("wait", "-n", namespace, "--timeout=60s", f"--for=jsonpath={{.status.version}}={version}",
+            f"configvalues/{name}")
+    kubectl("wait", "-n", namespace, "--timeout=60s", "--for=condition=Ready", f"configvalues/{name}")
+    return cv(kubectl, namespace, name)
+
+
+def grant(kubectl: Kubectl, namespace: str, name: str, verbs: list[str]) -> str:
+    """A ServiceAccount with a Role on the stead.dev resources, and a token of it."""
+    kubectl("create", "serviceaccount", name, "-n", namespace)
+    kubectl("create", "role", name, "-n", namespace, f"--verb={','.join(verbs)}",
+            "--resource=configvalues.stead.dev,configcomponents.stead.dev,environments.stead.dev")
+    kubectl("create", "rolebinding", name, "-n", namespace, f"--role={name}", f"--serviceaccount={namespace}:{name}")
+    return str(kubectl("create", "token", name, "-n", namespace).stdout.strip())
 
 
 @pytest.fixture(scope="module")
-def config_server(cluster: ClusterInfo, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
-                  ) -> Iterator[ConfigServer]:
-    kubectl("apply", "-f", str(ROOT / "crds" / "environments.yaml"))
-    for kind in KINDS:
-        _apply(kubectl, crdgen.crd_for(kind))
-    kubectl("wait", "--for=condition=Established", "--timeout=30s", "crd/environments.stead.dev",
-            *[f"crd/{k.crd_name}" for k in KINDS])
+def store(operator: OperatorProcess, kubectl: Kubectl) -> Iterator[Store]:
     namespace = f"config-{uuid.uuid4().hex[:6]}"
     kubectl("create", "namespace", namespace)
-    wait_until(lambda: all(kubectl("get", plural, "-n", namespace, check=False).returncode == 0
-                           for plural in ("configvalues", "configcomponents", "environments")),
-               60, "the new CRDs to be served")
-    for name, verbs in [("writer", ["get", "list", "create", "update", "delete"]), ("reader", ["get", "list"])]:
-        kubectl("create", "serviceaccount", name, "-n", namespace)
-        kubectl("create", "role", name, "-n", namespace, f"--verb={','.join(verbs)}",
-                "--resource=configvalues.stead.dev,configcomponents.stead.dev,environments.stead.dev")
-        kubectl("create", "rolebinding", name, "-n", namespace, f"--role={name}",
-                f"--serviceaccount={namespace}:{name}")
-    kubectl("create", "secret", "generic", "config-basic", "-n", namespace,
-            "--from-literal=username=hiera", "--from-literal=password=correct horse")
-    writer = kubectl("create", "token", "writer", "-n", namespace).stdout.strip()
-    reader = kubectl("create", "token", "reader", "-n", namespace).stdout.strip()
-
-    work = tmp_path_factory.mktemp("config-tls")
-    ca = make_ca("stead-config-test-ca")
-    leaf = make_leaf(ca, "stead-config", hosts=["127.0.0.1"])
-    (work / "ca.crt").write_bytes(ca.cert_pem)
-    (work / "tls.crt").write_bytes(leaf.cert_pem)
-    (work / "tls.key").write_bytes(leaf.key_pem)
-    server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_ssl.load_cert_chain(work / "tls.crt", work / "tls.key")
-
-    port = free_port()
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    holder: dict[str, Any] = {}
-
-    async def start() -> None:
-        kube = KubeClient(load_access(cluster.kubeconfig))
-        await kube.__aenter__()
-        auth = ChainAuthenticator(TokenReviewAuthenticator(kube, ttl=1),
-                                  BasicAuthenticator(secret_loader(kube, namespace, "config-basic"), ttl=1))
-        runner = web.AppRunner(create_app(KubeConfigRepository(kube), auth, default_namespace=namespace))
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port, ssl_context=server_ssl).start()
-        holder.update(kube=kube, runner=runner)
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(start())
-        started.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert started.wait(30)
-    server = ConfigServer(f"https://127.0.0.1:{port}", work / "ca.crt", namespace, writer, reader, loop,
-                          holder["kube"])
-
-    _apply(kubectl, {"apiVersion": "stead.dev/v1alpha1", "kind": "ConfigComponent",
-                     "metadata": {"name": "fuel", "namespace": namespace},
-                     "spec": {"resources": [
-                         {"name": "astute", "schema": {"type": "object",
-                                                       "properties": {"deployment_id": {"type": "integer"}}}},
-                         {"name": "globals"}, {"name": "override/plugins"}]}})
-    for env, levels, nodes in [
-        ("1", ["node"], [{"name": "node-1", "fqdn": "node-1.domain.tld", "roles": ["controller"]},
-                         {"name": "node-2", "fqdn": "node-2.domain.tld", "roles": ["compute"]}]),
-        ("2", ["role", "node"], [{"name": "node-9", "fqdn": "node-9.domain.tld", "roles": ["compute"]}]),
-    ]:
-        _apply(kubectl, {"apiVersion": "stead.dev/v1alpha1", "kind": "Environment",
-                         "metadata": {"name": env, "namespace": namespace},
-                         "spec": {"release": "mitaka-9.0", "hierarchyLevels": levels, "components": ["fuel"],
-                                  "nodes": nodes}})
+    writer = grant(kubectl, namespace, "writer", ["get", "list", "watch", "create", "update", "patch", "delete"])
+    reader = grant(kubectl, namespace, "reader", ["get", "list", "watch"])
+    kubectl("apply", "-n", namespace, *[arg for path in EXAMPLES for arg in ("-f", str(path))])
+    # a second environment, for the seed's "node not assigned to this environment"
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps({
+        "apiVersion": "stead.dev/v1alpha1", "kind": "Environment", "metadata": {"name": "env-2"},
+        "spec": {"release": "mitaka-9.0", "components": ["fuel"],
+                 "nodes": [{"name": "node-9", "fqdn": "node-9.domain.tld", "roles": ["compute"]}]}}))
+    kubectl("wait", "-n", namespace, "--timeout=60s", "--for=condition=Ready",
+            "environment/env-1", "environment/env-2", "configcomponent/fuel")
+    kubectl("wait", "-n", namespace, "--timeout=60s", "--for=condition=Ready", "configvalues", "--all")
+    cacert = operator.store.parent / "config-api" / "ca.crt"
     try:
-        yield server
+        yield Store(f"https://127.0.0.1:{operator.config_api_port}", cacert, namespace, writer, reader)
     finally:
-        async def stop() -> None:
-            await holder["runner"].cleanup()
-            await holder["kube"].__aexit__(None, None, None)
-
-        asyncio.run_coroutine_threadsafe(stop(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
         kubectl("delete", "namespace", namespace, "--wait=false")
 
 
-def reconcile_values(server: ConfigServer, kubectl: Kubectl, name: str) -> dict[str, Any]:
-    """What the operator does for one ConfigValues: its real steps, then one status write."""
-    body = json.loads(kubectl("get", "configvalues", name, "-n", server.namespace, "-o", "json").stdout)
-    obj = Observed.from_body(body)
-    services = SimpleNamespace(kube=server.kube)
-
-    async def steps() -> dict[str, Any]:
-        facts: dict[str, Any] = {}
-        for step in (reconcile.validate_values, reconcile.record_version, reconcile.publish):
-            facts.update(await step(StepContext(obj=obj, facts=facts, services=services)))
-        await server.kube.patch_status("configvalues", server.namespace, name, {**facts, "phase": "Provisioned"})
-        return facts
-
-    facts: dict[str, Any] = server.run(steps())
-    return facts
+def test_the_examples_are_ready_and_versioned_by_the_operator(store: Store, kubectl: Kubectl) -> None:
+    for name, point in [("astute", "(root)"), ("astute-controller", "role=controller"),
+                        ("astute-node-1-overrides", "role=controller,node=node-1.domain.tld")]:
+        status = cv(kubectl, store.namespace, name)["status"]
+        assert status["phase"] == "Provisioned" and status["version"] == 1 and status["point"] == point
+        assert [v["version"] for v in status["versions"]] == [1]
+    table = kubectl("get", "cv", "-n", store.namespace).stdout.splitlines()
+    assert table[0].split()[:7] == ["NAME", "PHASE", "READY", "ENVIRONMENT", "RESOURCE", "KIND", "LEVEL"]
 
 
-def values_name(server: ConfigServer, kubectl: Kubectl, resource: str, env: str, level: dict[str, str]) -> str:
-    items = json.loads(kubectl("get", "configvalues", "-n", server.namespace, "-o", "json").stdout)["items"]
-    names = [i["metadata"]["name"] for i in items if i["spec"]["resource"] == resource
-             and i["spec"]["environment"] == env and i["spec"].get("level", {}) == level
-             and i["spec"]["kind"] == "values"]
-    assert len(names) == 1, names
-    return str(names[0])
+def test_the_seeds_use_cases_through_the_cli(store: Store, kubectl: Kubectl) -> None:
+    # use case 1: all the deployment data of a node, as merged from the root down to it
+    result = store.cli("get", *NODE1)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == NODE1_EFFECTIVE
+    assert yaml.safe_load(store.cli("get", *NODE1, "--format", "yaml").stdout) == NODE1_EFFECTIVE
+    # use case 2: one key
+    result = store.cli("get", *NODE1, "--key", "deployment_id")
+    assert (result.returncode, json.loads(result.stdout)) == (0, {"deployment_id": 1})
+    # use case 3: the seed's command sets the key at node-1's level (the schema makes "2" an integer) ...
+    result = store.cli("set", *NODE1, "--key", "deployment_id", "--value", "2")
+    assert result.returncode == 0, result.stderr
+    result = store.cli("get", *NODE1, "--key", "deployment_id")
+    assert json.loads(result.stdout) == {"deployment_id": 2}
+    # ... into a new ConfigValues object, which the operator validates and versions
+    created = values_at(kubectl, store.namespace, {"role": "controller", "node": "node-1.domain.tld"})
+    assert created["spec"]["data"] == {"deployment_id": 2}
+    status = wait_version(kubectl, store.namespace, created["metadata"]["name"], 1)["status"]
+    assert status["point"] == "role=controller,node=node-1.domain.tld"
+    # use case 4: the lookups a Hiera backend makes, each key in the node's scope
+    for node, workers in [("node-1.domain.tld", 16), ("node-2.domain.tld", 4)]:
+        result = store.cli("get", "--env", "env-1", "--level", f"node={node}", "--resource", "astute",
+                           "--key", "nova.workers", "--format", "plain")
+        assert (result.returncode, result.stdout) == (0, f"{workers}\n")
+    traced = json.loads(store.cli("get", *NODE1, "--trace").stdout)
+    assert traced["lookup"]["nova.workers"] == {"level": "role=controller,node=node-1.domain.tld",
+                                                "kind": "overrides", "version": 1,
+                                                "object": "astute-node-1-overrides"}
+    # a value the schema refuses is refused, with the reason
+    result = store.cli("set", *NODE1, "--key", "nova.workers", "--value", "0")
+    assert result.returncode == 1 and "data.nova.workers: below the minimum 1" in result.stderr
 
 
-NODE = ("--env", "1", "--level", "node=node-1.domain.tld")
-
-
-def test_the_seeds_use_cases_through_the_cli_over_https(config_server: ConfigServer, kubectl: Kubectl) -> None:
-    s = config_server
-    assert s.cli("set", *NODE, "--resource", "astute", stdin=json.dumps(ASTUTE)) == (0, "")
-    # the write is a ConfigValues object: Kubernetes is the source of truth
-    name = values_name(s, kubectl, "astute", "1", {"node": "node-1.domain.tld"})
-    stored = json.loads(kubectl("get", "cv", name, "-n", s.namespace, "-o", "json").stdout)
-    assert stored["spec"]["data"] == ASTUTE and stored["spec"]["level"] == {"node": "node-1.domain.tld"}
-    # use case 1
-    code, out = s.cli("get", *NODE, "--resource", "astute")
-    assert code == 0 and json.loads(out) == ASTUTE
-    # use case 2
-    assert s.cli("get", *NODE, "--resource", "astute", "--key", "deployment_id") == (0, '{\n  "deployment_id": 1\n}\n')
-    # use case 3: the seed's command, then the typed form
-    assert s.cli("set", *NODE, "--resource", "astute", "--key", "uid", "--value", "2")[0] == 0
-    assert s.cli("get", *NODE, "--resource", "astute", "--key", "uid", "--format", "plain") == (0, "2\n")
-    code, _ = s.cli("set", *NODE, "--resource", "astute", "--key", "deployment_id", "--value", "2", "--type", "int")
-    assert code == 0
-    assert s.cli("get", *NODE, "--resource", "astute", "--key", "deployment_id", "--format", "plain") == (0, "2\n")
-    # use case 4 (a Hiera lookup is an effective GET of one key with the node's scope)
-    assert s.cli("override", "--env", "1", "--level", "cluster", "--resource", "astute", "--key", "nova.debug",
-                 "--value", "true", "--type", "bool")[0] == 0
-    status, value = s.http("GET", f"{P}/environments/1/nodes/node-1.domain.tld/resources/astute/values"
-                                  "?effective&key=deployment_id", token=s.reader)
-    assert (status, value) == (200, 2)
-    status, traced = s.http("GET", f"{P}/environments/1/nodes/node-1/resources/astute/values?effective&trace",
-                            token=s.reader)
-    assert status == 200 and traced["values"]["nova"] == {"debug": False, "workers": 4}  # node values win
-    assert traced["lookup"]["nova.debug"]["level"] == "node=node-1.domain.tld"
-    status, root_only = s.http("GET", f"{P}/environments/1/nodes/node-2/resources/astute/values?effective",
-                               token=s.reader)
-    assert (status, root_only) == (200, {"nova": {"debug": True}})
-    # a schema failure is refused with the reason
-    code, _ = s.cli("set", *NODE, "--resource", "astute", "--key", "deployment_id", "--value", "x")
-    assert code == 1
-
-
-@pytest.mark.parametrize("path,what,text", [
-    ("/environments/9/nodes/node-1/resources/astute/values", "environment", 'environment "9" not found'),
-    ("/environments/1/nodes/node-1/resources/nope/values", "resource",
-     'resource "nope" is not defined by any component enabled in environment "1"'),
-    ("/environments/1/nodes/ghost.domain.tld/resources/astute/values", "node", 'node "ghost.domain.tld" not found'),
-    ("/environments/1/nodes/node-9.domain.tld/resources/astute/values", "node",
-     'node "node-9.domain.tld" is not assigned to environment "1" (it belongs to environment "2")'),
-    ("/environments/1/nodes/node-2/resources/globals/values?version=5", "version",
-     'version 5 of the values of resource "globals" at node=node-2.domain.tld in environment "1" not found'),
-    ("/environments/1/racks/r1/resources/astute/values", "level", 'environment "1" has no level "racks"'),
-])
-def test_every_404_names_what_was_not_found(config_server: ConfigServer, path: str, what: str, text: str) -> None:
-    status, body = config_server.http("GET", P + path, token=config_server.reader)
-    assert status == 404 and body["notFound"] == what and text in body["message"], body
-
-
-def test_credentials_401_403_and_basic(config_server: ConfigServer) -> None:
-    s = config_server
-    path = f"{P}/environments/1/nodes/node-1/resources/astute/values?effective"
-    for token in (None, "not-a-token", s.writer[:-4] + "AAAA"):
-        status, body = s.http("GET", path, token=token)
-        assert status == 401 and body == {"code": 401, "error": "Unauthorized",
-                                          "message": "valid credentials are required"}
-    assert s.http("GET", f"{P}/environments/9/nodes/x/resources/y/values")[0] == 401  # learns nothing
-    status, body = s.http("PUT", f"{P}/environments/1/resources/globals/values", token=s.reader, body={"a": 1})
-    assert status == 403 and "may not update configvalues" in body["message"]
-    basic = "Basic " + base64.b64encode(b"hiera:correct horse").decode()
-    assert s.http("GET", f"{P}/environments", headers={"Authorization": basic})[0] == 200
-    wrong = "Basic " + base64.b64encode(b"hiera:wrong").decode()
-    assert s.http("GET", f"{P}/environments", headers={"Authorization": wrong})[0] == 401
-    status, doc = s.http("GET", f"{P}/openapi.json", token=s.reader)
-    assert status == 200 and doc["openapi"].startswith("3.")
-
-
-def test_versions_are_immutable_configmaps_and_revert(config_server: ConfigServer, kubectl: Kubectl) -> None:
-    s = config_server
-    base = f"{P}/environments/2/roles/compute/nodes/node-9/resources/globals/values"
-    assert s.http("PUT", base, token=s.writer, body={"v": 1})[0] == 200
-    name = values_name(s, kubectl, "globals", "2", {"role": "compute", "node": "node-9.domain.tld"})
-    assert reconcile_values(s, kubectl, name)["version"] == 1
-    assert s.http("PUT", base + "?key=v", token=s.writer, body=2)[0] == 200
-    facts = reconcile_values(s, kubectl, name)
-    assert facts["version"] == 2 and [v["version"] for v in facts["versions"]] == [1, 2]
-    assert facts["point"] == "role=compute,node=node-9.domain.tld"
-    cms = json.loads(kubectl("get", "configmaps", "-n", s.namespace, "-l", "stead.dev/version", "-o", "json").stdout)
-    ours = [c for c in cms["items"] if c["metadata"]["annotations"]["stead.dev/config-values-name"] == name]
-    assert len(ours) == 2 and all(c["immutable"] is True for c in ours)
-    assert all(c["metadata"]["ownerReferences"][0]["name"] == name for c in ours)
-    edit = kubectl("patch", "configmap", f"{name}-v1", "-n", s.namespace, "--type", "merge",
-                   "-p", '{"data":{"data.json":"{}"}}', check=False)
-    assert edit.returncode != 0 and "immutable" in edit.stderr
-    # read a version, and the history through the API and the CLI
-    assert s.http("GET", base + "?version=1", token=s.reader) == (200, {"v": 1})
-    code, out = s.cli("history", "--env", "2", "--level", "role=compute,node=node-9", "--resource", "globals",
-                      "--format", "plain")
-    assert code == 0 and [line.split()[0] for line in out.splitlines()[1:]] == ["1", "2*"]
-    # revert through the CLI: a new version with version 1's data
-    assert s.cli("revert", "--env", "2", "--level", "role=compute,node=node-9", "--resource", "globals",
-                 "--to-version", "1")[0] == 0
-    facts = reconcile_values(s, kubectl, name)
-    assert facts["version"] == 3 and s.http("GET", base, token=s.reader) == (200, {"v": 1})
-    # revert through spec.revertTo (GitOps): version 2's data in force, recorded as version 4
-    kubectl("patch", "cv", name, "-n", s.namespace, "--type", "merge", "-p", '{"spec":{"revertTo":2}}')
-    facts = reconcile_values(s, kubectl, name)
-    assert facts["version"] == 4 and facts["revertedTo"] == 2
-    assert s.http("GET", base + "?effective", token=s.reader) == (200, {"v": 2})
-    # retention: keep 2
-    kubectl("patch", "cv", name, "-n", s.namespace, "--type", "merge",
-            "-p", '{"spec":{"revertTo":null,"historyLimit":2,"data":{"v":5}}}')
-    facts = reconcile_values(s, kubectl, name)
-    assert [v["version"] for v in facts["versions"]] == [4, 5]
-    assert kubectl("get", "configmap", f"{name}-v1", "-n", s.namespace, check=False).returncode != 0
-    # deleting the values takes the history with it (garbage collection by ownerReference)
-    assert s.http("DELETE", base, token=s.writer)[0] == 204
-    wait_until(lambda: kubectl("get", "configmap", f"{name}-v5", "-n", s.namespace, check=False).returncode != 0,
-               60, "the versions to be garbage-collected")
-
-
-def test_conflicting_write_is_409(config_server: ConfigServer) -> None:
-    s = config_server
-    base = f"{P}/environments/1/resources/override/plugins/values"
-    assert s.http("PUT", base, token=s.writer, body={"a": 1})[0] == 200
-    request = urllib.request.Request(s.url + base, headers={"Authorization": f"Bearer {s.reader}"})
-    with urllib.request.urlopen(request, context=ssl.create_default_context(cafile=str(s.cacert))) as response:
-        etag = response.headers["ETag"]
-    assert s.http("PUT", base, token=s.writer, body={"a": 2}, headers={"If-Match": etag})[0] == 200
-    status, body = s.http("PUT", base, token=s.writer, body={"a": 3}, headers={"If-Match": etag})
+def test_the_http_api_reads_writes_and_effective_values(store: Store, kubectl: Kubectl) -> None:
+    node2 = f"{P}/environments/env-1/roles/compute/nodes/node-2.domain.tld/resources/astute/values"
+    # a node's whole resource, and one key
+    status, body, _ = store.http("GET", node2 + "?effective", token=store.reader)
+    assert (status, body) == (200, {"deployment_id": 1, "debug": False,
+                                    "nova": {"workers": 4, "cpu_allocation_ratio": 1.5}})
+    assert store.http("GET", node2 + "?effective&key=nova.cpu_allocation_ratio", token=store.reader)[:2] == (200, 1.5)
+    # set one key at the role level, read it back, and see it in the ConfigValues object
+    compute = f"{P}/environments/env-1/roles/compute/resources/astute/values"
+    status, body, headers = store.http("PUT", compute + "?key=nova.workers", token=store.writer, body=6)
+    assert (status, body) == (200, {"nova": {"workers": 6}})
+    name = headers["X-Stead-Object"]
+    assert store.http("GET", compute + "?key=nova.workers", token=store.reader)[:2] == (200, 6)
+    assert cv(kubectl, store.namespace, name)["spec"] == {
+        "environment": "env-1", "resource": "astute", "kind": "values", "level": {"role": "compute"},
+        "data": {"nova": {"workers": 6}}}
+    wait_version(kubectl, store.namespace, name, 1)
+    # the role's value now reaches node-2; an override at node-2's level beats it
+    assert store.http("GET", node2 + "?effective&key=nova.workers", token=store.reader)[:2] == (200, 6)
+    override = node2.removesuffix("/values") + "/overrides?key=nova.workers"
+    assert store.http("PUT", override, token=store.writer, body=3)[0] == 200
+    assert store.http("GET", node2 + "?effective&key=nova.workers", token=store.reader)[:2] == (200, 3)
+    status, traced, _ = store.http("GET", node2 + "?effective&trace&key=nova.workers", token=store.reader)
+    assert traced["lookup"]["nova.workers"]["level"] == "role=compute,node=node-2.domain.tld"
+    # the seed's `.../nodes/<fqdn>/...` path names the same point (node-2 has one role)
+    seed_path = f"{P}/environments/env-1/nodes/node-2.domain.tld/resources/astute/values?effective&key=nova.workers"
+    assert store.http("GET", seed_path, token=store.reader)[:2] == (200, 3)
+    # a second write to the role: version 2, recorded by the operator
+    assert store.http("PUT", compute + "?key=nova.workers", token=store.writer, body=7)[0] == 200
+    assert [v["version"] for v in wait_version(kubectl, store.namespace, name, 2)["status"]["versions"]] == [1, 2]
+    # If-Match: a write based on a stale read is refused
+    _, _, headers = store.http("GET", compute, token=store.reader)
+    etag = headers["ETag"]
+    status, _, _ = store.http("PUT", compute + "?key=debug", token=store.writer, body=True, headers={"If-Match": etag})
+    assert status == 200
+    status, body, _ = store.http("PUT", compute + "?key=debug", token=store.writer, body=False,
+                                 headers={"If-Match": etag})
     assert status == 409 and body["error"] == "Conflict"
 
 
-def test_publish_effective_values_into_a_configmap(config_server: ConfigServer, kubectl: Kubectl) -> None:
-    s = config_server
-    _apply(kubectl, {"apiVersion": "stead.dev/v1alpha1", "kind": "ConfigValues",
-                     "metadata": {"name": "node2-globals", "namespace": s.namespace},
-                     "spec": {"environment": "1", "resource": "globals", "level": {"node": "node-2"},
-                              "data": {"local": True}, "publish": {"configMap": "node2-globals"}}})
-    assert s.http("PUT", f"{P}/environments/1/resources/globals/values", token=s.writer,
-                  body={"shared": 1, "local": False})[0] == 200
-    facts = reconcile_values(s, kubectl, "node2-globals")
-    assert facts["published"]["configMap"] == "node2-globals"
-    cm = json.loads(kubectl("get", "configmap", "node2-globals", "-n", s.namespace, "-o", "json").stdout)
-    assert json.loads(cm["data"]["values.json"]) == {"local": True, "shared": 1}
-    # a change at the root republishes the node's ConfigMap when the root object is reconciled
-    assert s.http("PUT", f"{P}/environments/1/resources/globals/values?key=shared", token=s.writer, body=2)[0] == 200
-    reconcile_values(s, kubectl, values_name(s, kubectl, "globals", "1", {}))
-    cm = json.loads(kubectl("get", "configmap", "node2-globals", "-n", s.namespace, "-o", "json").stdout)
-    assert json.loads(cm["data"]["values.json"]) == {"local": True, "shared": 2}
+def test_a_gitops_change_shows_in_the_api(store: Store, kubectl: Kubectl) -> None:
+    kubectl("patch", "cv", "astute", "-n", store.namespace, "--type", "merge",
+            "-p", '{"spec":{"data":{"deployment_id":1,"debug":true,"nova":{"workers":4,"cpu_allocation_ratio":1.5}}}}')
+    wait_version(kubectl, store.namespace, "astute", 2)
+    path = f"{P}/environments/env-1/nodes/node-3.domain.tld/resources/astute/values?effective&key=debug"
+    # the API's cache follows the objects by watching them: a change made with kubectl shows within moments
+    wait_until(lambda: store.http("GET", path, token=store.reader)[:2] == (200, True), 10, "the change in the API")
 
 
-def test_the_crd_schema_refuses_malformed_objects(config_server: ConfigServer, kubectl: Kubectl) -> None:
-    bad = {"apiVersion": "stead.dev/v1alpha1", "kind": "ConfigValues",
-           "metadata": {"name": "bad", "namespace": config_server.namespace},
-           "spec": {"environment": "1", "resource": "astute", "kind": "override"}}
-    result = kubectl("apply", "-f", "-", input=json.dumps(bad), check=False)
+@pytest.mark.parametrize("path,what,text", [
+    ("/environments/env-9/nodes/node-1/resources/astute/values", "environment", 'environment "env-9" not found'),
+    ("/environments/env-1/nodes/node-1/resources/nope/values", "resource",
+     'resource "nope" is not defined by any component enabled in environment "env-1" (enabled components: fuel)'),
+    ("/environments/env-1/nodes/ghost.domain.tld/resources/astute/values", "node",
+     'node "ghost.domain.tld" not found'),
+    ("/environments/env-1/nodes/node-9.domain.tld/resources/astute/values", "node",
+     'node "node-9.domain.tld" is not assigned to environment "env-1" (it belongs to environment "env-2")'),
+    ("/environments/env-1/roles/compute/nodes/node-1/resources/astute/values", "node",
+     'node "node-1" does not have role "compute"'),
+    ("/environments/env-1/resources/astute/values?version=7", "version",
+     'version 7 of the values of resource "astute" at (root) in environment "env-1" not found (kept: 1'),
+    ("/environments/env-1/resources/globals/values?version=1", "version",
+     "no values were ever stored there"),
+    ("/environments/env-1/racks/r1/resources/astute/values", "level", 'environment "env-1" has no level "racks"'),
+    ("/environments/env-1/roles/cinder/resources/astute/values", "values",
+     'no values of resource "astute" at role=cinder'),
+    ("/environments/env-1/resources/astute/values?key=nova.nope", "key", '"nope"'),
+    ("/components/nope", "component", 'component "nope" not found'),
+    ("/nothing/here", "route", "no such route"),
+])
+def test_every_404_names_what_was_not_found(store: Store, path: str, what: str, text: str) -> None:
+    status, body, _ = store.http("GET", P + path, token=store.reader)
+    assert status == 404 and body["notFound"] == what and text in body["message"], body
+
+
+def test_401_without_credentials_403_without_permission(store: Store) -> None:
+    path = f"{P}/environments/env-1/nodes/node-1/resources/astute/values?effective"
+    for token in (None, "not-a-token", store.writer[:-4] + "AAAA"):
+        status, body, headers = store.http("GET", path, token=token)
+        assert status == 401
+        assert body == {"code": 401, "error": "Unauthorized", "message": "valid credentials are required"}
+        assert "Bearer" in headers["WWW-Authenticate"]
+    assert store.http("GET", f"{P}/environments/nope/resources/x/values")[0] == 401  # learns nothing
+    result = store.cli("get", *NODE1, token="not-a-token")
+    assert result.returncode == 1 and "valid credentials are required" in result.stderr
+    status, body, _ = store.http("PUT", f"{P}/environments/env-1/resources/globals/values", token=store.reader,
+                                 body={"a": 1})
+    assert status == 403 and "may not update configvalues" in body["message"]
+
+
+def test_revert_to_an_earlier_version(store: Store, kubectl: Kubectl) -> None:
+    level = ("--env", "env-1", "--level", "role=controller", "--resource", "globals")
+    for value in ("one", "two"):
+        assert store.cli("set", *level, "--key", "release", "--value", value).returncode == 0
+    name = values_at(kubectl, store.namespace, {"role": "controller"}, resource="globals")["metadata"]["name"]
+    assert wait_version(kubectl, store.namespace, name, 2)["spec"]["data"] == {"release": "two"}
+    # every version is an immutable ConfigMap owned by the ConfigValues
+    maps = json.loads(kubectl("get", "configmaps", "-n", store.namespace, "-l", f"stead.dev/config-values={name}",
+                              "-o", "json").stdout)["items"]
+    assert sorted(m["metadata"]["name"] for m in maps) == [f"{name}-v1", f"{name}-v2"]
+    assert all(m["immutable"] is True and m["metadata"]["ownerReferences"][0]["name"] == name for m in maps)
+    edit = kubectl("patch", "configmap", f"{name}-v1", "-n", store.namespace, "--type", "merge",
+                   "-p", '{"data":{"data.json":"{}"}}', check=False)
+    assert edit.returncode != 0 and "immutable" in edit.stderr
+    # history, and a kept version read back
+    result = store.cli("history", *level, "--format", "plain")
+    assert [line.split()[0] for line in result.stdout.splitlines()[1:]] == ["1", "2*"]
+    result = store.cli("get", *level, "--no-effective", "--version", "1")
+    assert json.loads(result.stdout) == {"release": "one"}
+    # revert with the CLI: version 1's data in force again, recorded as version 3
+    result = store.cli("revert", *level, "--to-version", "1")
+    assert result.returncode == 0, result.stderr
+    assert store.cli("get", *level, "--key", "release", "--format", "plain").stdout == "one\n"
+    reverted = wait_version(kubectl, store.namespace, name, 3)
+    assert reverted["spec"]["data"] == {"release": "one"} and reverted["status"]["versions"][-1]["source"] == "spec"
+    # revert the GitOps way: spec.revertTo, recorded as version 4
+    kubectl("patch", "cv", name, "-n", store.namespace, "--type", "merge", "-p", '{"spec":{"revertTo":2}}')
+    assert wait_version(kubectl, store.namespace, name, 4)["status"]["revertedTo"] == 2
+    wait_until(lambda: store.cli("get", *level, "--key", "release", "--format", "plain").stdout == "two\n",
+               10, "the API to serve the reverted data")
+    # a revertTo naming a version that is not kept stalls, with the reason
+    kubectl("patch", "cv", name, "-n", store.namespace, "--type", "merge", "-p", '{"spec":{"revertTo":99}}')
+    kubectl("wait", "-n", store.namespace, "--timeout=60s", "--for=condition=Stalled", f"cv/{name}")
+    stalled = cv(kubectl, store.namespace, name)["status"]["conditions"]
+    assert any(c["type"] == "Stalled" and c["reason"] == "RevertUnavailable" for c in stalled)
+    # retention: keep 2; deleting the values takes the history with them
+    kubectl("patch", "cv", name, "-n", store.namespace, "--type", "merge",
+            "-p", '{"spec":{"revertTo":null,"historyLimit":2,"data":{"release":"five"}}}')
+    assert [v["version"] for v in wait_version(kubectl, store.namespace, name, 5)["status"]["versions"]] == [4, 5]
+    assert store.cli("delete", *level).returncode == 0
+    wait_until(lambda: kubectl("get", "configmap", f"{name}-v5", "-n", store.namespace, check=False).returncode != 0,
+               60, "the versions to be garbage-collected")
+
+
+def test_the_operator_publishes_effective_values_into_a_configmap(store: Store, kubectl: Kubectl) -> None:
+    kubectl("apply", "-n", store.namespace, "-f", "-", input=json.dumps({
+        "apiVersion": "stead.dev/v1alpha1", "kind": "ConfigValues", "metadata": {"name": "node-3-astute"},
+        "spec": {"environment": "env-1", "resource": "astute", "level": {"node": "node-3"},
+                 "data": {"nova": {"workers": 2}},
+                 "publish": {"configMap": "node-3-astute", "key": "values.yaml", "format": "yaml"}}}))
+    kubectl("wait", "-n", store.namespace, "--timeout=60s", "--for=condition=Ready", "cv/node-3-astute")
+    assert cv(kubectl, store.namespace, "node-3-astute")["status"]["point"] == "role=compute,node=node-3.domain.tld"
+
+    def published() -> Any:
+        cm = kubectl("get", "configmap", "node-3-astute", "-n", store.namespace, "-o", "json", check=False)
+        return json.loads(cm.stdout)["data"]["values.yaml"] if cm.returncode == 0 else None
+
+    assert "workers: 2" in wait_until(published, 30, "the published ConfigMap")
+    # a change at the root reaches the node's ConfigMap when the operator reconciles the root
+    status, _, _ = store.http("PUT", f"{P}/environments/env-1/resources/astute/values?key=deployment_id",
+                              token=store.writer, body=5)
+    assert status == 200
+    wait_until(lambda: "deployment_id: 5" in (published() or ""), 30, "the root's change to be republished")
+
+
+def test_bad_objects_are_refused_at_apply_time_naming_the_field(store: Store, kubectl: Kubectl) -> None:
+    def apply(spec: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        return kubectl("apply", "-n", store.namespace, "-f", "-", check=False, input=json.dumps({
+            "apiVersion": "stead.dev/v1alpha1", "kind": "ConfigValues", "metadata": {"name": "bad"},
+            "spec": {"environment": "env-1", "resource": "astute", **spec}}))
+
+    result = apply({"kind": "override"})  # the CRD schema
     assert result.returncode != 0 and "spec.kind" in result.stderr
+    result = apply({"level": {"role": "compute", "node": "node-1"}})  # the operator's admission webhook
+    assert result.returncode != 0 and 'spec.level.role: node "node-1" does not have role "compute"' in result.stderr
+    result = apply({"data": {"nova": {"workers": "many"}}})
+    assert result.returncode != 0 and "spec.data.nova.workers: expected integer, got string" in result.stderr
+    assert kubectl("get", "cv", "bad", "-n", store.namespace, check=False).returncode != 0
+
+
+def test_basic_credentials_from_a_secret(store: Store, operator: OperatorProcess, kubectl: Kubectl,
+                                         tmp_path: Path) -> None:
+    """`--config-api-basic-secret`: a second `stead run` (watching only an empty namespace, without
+    webhooks, so it leaves the session's operator alone) whose API also takes HTTP Basic."""
+    kubectl("create", "secret", "generic", "config-basic", "-n", store.namespace,
+            "--from-literal=username=hiera", "--from-literal=password=correct horse")
+    quiet = f"quiet-{uuid.uuid4().hex[:6]}"
+    kubectl("create", "namespace", quiet)
+    port, health = free_port(), free_port()
+    home = tmp_path / "home"
+    log = (tmp_path / "operator.log").open("wb")
+    env = {**os.environ, "STEAD_HOME": str(home)}
+    proc = subprocess.Popen(
+        [str(STEAD), "run", "--kubeconfig", str(operator.cluster.kubeconfig), "--store", str(home / "store"),
+         "--webhook", "off", "--namespace", quiet, "--health-port", str(health), "--replica", "stead-basic",
+         "--config-api-port", str(port), "--config-api-basic-secret", f"{store.namespace}/config-basic"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    try:
+        basic = Store(f"https://127.0.0.1:{port}", home / "config-api" / "ca.crt", store.namespace, "", "")
+
+        def answers() -> bool:
+            assert proc.poll() is None, (tmp_path / "operator.log").read_text()[-3000:]
+            try:
+                return basic.cacert.exists() and basic.http("GET", f"{P}/environments")[0] == 401
+            except (OSError, ssl.SSLError):
+                return False
+
+        wait_until(answers, 60, "the second operator's config API")
+        good = "Basic " + base64.b64encode(b"hiera:correct horse").decode()
+        status, body, _ = basic.http("GET", f"{P}/environments/env-1/nodes/node-1.domain.tld/resources/astute/values"
+                                     "?effective&key=deployment_id", headers={"Authorization": good})
+        assert (status, body) == (200, 2)  # as use case 3 set it
+        wrong = "Basic " + base64.b64encode(b"hiera:wrong").decode()
+        assert basic.http("GET", f"{P}/environments", headers={"Authorization": wrong})[0] == 401
+        assert basic.http("GET", f"{P}/environments", token=store.reader)[0] == 200  # tokens still work
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+        kubectl("delete", "namespace", quiet, "--wait=false")
+        shutil.rmtree(home / "store", ignore_errors=True)

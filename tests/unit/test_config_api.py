@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -60,7 +61,7 @@ class FakeRepository:
             raise Conflict(f'Environment "{name}" already exists')
         self.environments[name] = spec
 
-    async def snapshot(self, namespace: str, environment: str) -> Snapshot | None:
+    async def snapshot(self, namespace: str, environment: str, fresh: bool = False) -> Snapshot | None:
         env = self.environments.get(environment)
         if env is None:
             return None
@@ -89,12 +90,24 @@ class FakeRepository:
             versions.append(Version(number, data, data_hash(data), "spec", "t", f"{name}-v{number}"))
         spec = ConfigValuesSpec.model_validate({"environment": target.environment, "resource": target.resource,
                                                 "kind": target.kind, "level": dict(target.point), "data": data})
-        stored = StoredValues(name, uid, str(self.counter), spec, target.point, data, versions[-1].number)
+        generation = (existing.generation + 1) if existing is not None else 1
+        if existing is not None and existing.data == data:
+            generation = existing.generation  # the API server keeps the generation of an unchanged spec
+        stored = StoredValues(name, uid, str(self.counter), spec, target.point, data, versions[-1].number,
+                              generation=generation)
         self.values[name] = stored
         return stored
 
     async def delete_values(self, namespace: str, stored: StoredValues, expect: str | None) -> None:
+        current = self.values.get(stored.name)
+        if current is None or (expect is not None and current.resource_version != expect):
+            raise Conflict(f'ConfigValues "{stored.name}" changed')
         del self.values[stored.name]
+
+    def touch_status(self, name: str) -> None:
+        """What the operator's status write does: a new resourceVersion, the same generation."""
+        self.counter += 1
+        self.values[name] = replace(self.values[name], resource_version=str(self.counter))
 
     async def versions(self, namespace: str, stored: StoredValues) -> list[Version]:
         return list(self.history.get(stored.name, []))
@@ -270,6 +283,20 @@ def test_if_match_conflicts_and_key_writes_retry_lost_races() -> None:
         await client.put(f"{NODE1}/astute/values", params={"key": "b"}, json=2, headers=TOKEN)
         stale = await client.put(f"{NODE1}/astute/values", json={"a": 9}, headers={**TOKEN, "If-Match": etag})
         assert stale.status == 409 and (await stale.json())["error"] == "Conflict"
+        # the operator writing the status does not make an ETag stale; a data change does
+        current = await client.get(f"{NODE1}/astute/values", headers=TOKEN)
+        name = next(iter(repo.values))
+        repo.touch_status(name)
+        ok = await client.put(f"{NODE1}/astute/values?key=b", json=5,
+                              headers={**TOKEN, "If-Match": current.headers["ETag"]})
+        assert ok.status == 200 and ok.headers["ETag"] != current.headers["ETag"]
+        repo.touch_status(name)
+        gone = await client.delete(f"{NODE1}/astute/values", headers={**TOKEN, "If-Match": current.headers["ETag"]})
+        assert gone.status == 409
+        repo.touch_status(name)
+        assert (await client.delete(f"{NODE1}/astute/values", headers={**TOKEN, "If-Match": ok.headers["ETag"]})
+                ).status == 204
+        await client.put(f"{NODE1}/astute/values", json={"a": 1, "b": 2}, headers=TOKEN)
         repo.conflicts_to_inject = 2
         retried = await client.put(f"{NODE1}/astute/values", params={"key": "c"}, json=3, headers=TOKEN)
         assert retried.status == 200 and await retried.json() == {"a": 1, "b": 2, "c": 3}
@@ -329,5 +356,22 @@ def test_components_environments_and_openapi() -> None:
         assert got["components"] == ["lcm"]
         doc = await (await client.get(f"{P}/openapi.json", headers=TOKEN)).json()
         assert doc["openapi"].startswith("3.") and f"{P}/environments/{{env}}" in doc["paths"]
+
+    run(scenario)
+
+
+def test_a_node_alone_is_under_its_role_and_a_role_it_lacks_is_404() -> None:
+    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+        under_role = f"{P}/environments/2/roles/compute/nodes/node-7/resources/globals/values"
+        assert (await client.put(under_role, headers=TOKEN, json={"a": 1})).status == 200
+        alone = await client.get(f"{P}/environments/2/nodes/node-7.domain.tld/resources/globals/values",
+                                 headers=TOKEN)
+        assert alone.status == 200 and await alone.json() == {"a": 1}
+        wrong = await client.get(f"{P}/environments/2/roles/controller/nodes/node-7/resources/globals/values",
+                                 headers=TOKEN)
+        body = await wrong.json()
+        assert wrong.status == 404 and body["notFound"] == "node"
+        assert body["message"] == ('node "node-7" does not have role "controller" (its roles: compute) '
+                                   'in environment "2"')
 
     run(scenario)

@@ -130,8 +130,10 @@ def test_the_seeds_use_cases_through_the_cli(server: tuple[str, FakeRepository],
     assert json.loads(cli(url, "get", *BASE, "--key", "deployment_id")[1]) == {"deployment_id": 1}
     assert yaml.safe_load(cli(url, "get", *BASE, "--key", "nodes.0.fqdn", "--format", "yaml")[1]) == {
         "nodes.0.fqdn": "node-1.domain.tld"}
-    # use case 3: set a key (typed), look it up again
-    assert cli(url, "set", *BASE, "--key", "deployment_id", "--value", "2", "--type", "int")[0] == 0
+    # use case 3, the seed's command: no --type, the schema says deployment_id is an integer
+    assert cli(url, "set", *BASE, "--key", "deployment_id", "--value", "2")[0] == 0
+    assert json.loads(cli(url, "get", *BASE, "--key", "deployment_id")[1]) == {"deployment_id": 2}
+    assert cli(url, "set", *BASE, "--key", "deployment_id", "--value", "2", "--type", "str")[0] == 1  # the schema
     assert cli(url, "get", *BASE, "--key", "deployment_id", "--format", "plain") == (0, "2\n")
     # override a complex value from stdin, then see it win, with the trace
     assert cli(url, "override", *BASE, "--key", "nova", "--type", "yaml", stdin="debug: true\nworkers: 4\n")[0] == 0
@@ -151,6 +153,8 @@ def test_the_seeds_use_cases_through_the_cli(server: tuple[str, FakeRepository],
     assert cli(url, "set", *BASE, "--key", "gone", "--type", "null")[0] == 0
     assert json.loads(cli(url, "get", *BASE, "--no-effective")[1]) == {
         "deployment_id": 1, "nova": {"debug": False}, "gone": None}
+    assert cli(url, "set", *BASE, "--key", "label", "--value", "2")[0] == 0  # the schema says nothing: a string
+    assert json.loads(cli(url, "get", *BASE, "--key", "label")[1]) == {"label": "2"}
 
 
 def test_cli_errors_name_the_problem_and_set_the_exit_code(server: tuple[str, FakeRepository],

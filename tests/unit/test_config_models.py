@@ -9,6 +9,7 @@ import pytest
 from operators.config.levels import (
     LevelError,
     canonical_point,
+    complete_pairs,
     format_point,
     parse_levels,
     point_from_level,
@@ -21,7 +22,7 @@ from operators.config.models import (
     component_problems,
     values_problems,
 )
-from operators.config.schema import schema_problems, validate
+from operators.config.schema import schema_at, schema_problems, validate, value_from_text
 from operators.environment.models import EnvironmentSpec
 from operators.runtime import crdgen
 
@@ -30,7 +31,8 @@ ENV = EnvironmentSpec.model_validate({
     "hierarchyLevels": ["role", "node"],
     "components": ["fuel", "missing-one"],
     "nodes": [{"name": "node-1", "fqdn": "node-1.domain.tld", "roles": ["controller"]},
-              {"name": "node-2", "roles": ["compute"]}],
+              {"name": "node-2", "roles": ["compute"]},
+              {"name": "node-3", "roles": ["compute", "cinder"]}],
 })
 SCHEMA = {"type": "object", "properties": {"deployment_id": {"type": "integer", "minimum": 1}},
           "additionalProperties": True}
@@ -60,6 +62,22 @@ def test_points_follow_the_environment_order_whatever_the_mapping_order() -> Non
     assert point_from_pairs([("role", "r")], ["role", "node"]) == (("role", "r"),)
     with pytest.raises(LevelError, match="must follow the hierarchy"):
         point_from_pairs([("node", "n"), ("role", "r")], ["role", "node"])
+
+
+def test_a_left_out_role_comes_from_the_node_when_it_has_one() -> None:
+    assert complete_pairs([("node", "node-1.domain.tld")], ENV) == [
+        ("role", "controller"), ("node", "node-1.domain.tld")]
+    assert complete_pairs([("node", "ghost")], ENV) == [("node", "ghost")]  # the node check reports it
+    assert complete_pairs([("role", "x"), ("node", "node-2")], ENV) == [("role", "x"), ("node", "node-2")]
+    with pytest.raises(LevelError, match='node "node-3" has several roles'):
+        complete_pairs([("node", "node-3")], ENV)
+    racks = EnvironmentSpec.model_validate({**ENV.model_dump(by_alias=True),
+                                            "hierarchyLevels": ["rack", "role", "node"]})
+    assert complete_pairs([("rack", "r1"), ("node", "node-2")], racks) == [
+        ("rack", "r1"), ("role", "compute"), ("node", "node-2")]
+    flat = EnvironmentSpec.model_validate({**ENV.model_dump(by_alias=True), "hierarchyLevels": ["node", "role"]})
+    assert complete_pairs([("node", "node-2")], flat) == [("node", "node-2")]
+    assert values_problems(spec(level={"node": "node-1"}), ctx()) == []
 
 
 def test_nodes_are_the_same_point_by_name_or_fqdn() -> None:
@@ -141,8 +159,10 @@ def test_good_values_have_no_problems() -> None:
                            '"env1" (enabled components: fuel, missing-one); ConfigComponent not found: missing-one'),
     ({"level": {"rack": "r1"}}, "spec.level: level 'rack' is not in the hierarchy (role, node) of environment "
                                 '"env1"'),
-    ({"level": {"node": "node-1"}}, "spec.level: levels must be a prefix of the hierarchy (role, node): 'role' "
-                                    "missing before 'node' of environment \"env1\""),
+    ({"level": {"node": "node-3"}}, 'spec.level: node "node-3" has several roles (compute, cinder): name one, '
+                                    'e.g. role=compute,node=node-3 of environment "env1"'),
+    ({"level": {"role": "compute", "node": "node-1"}},
+     'spec.level.role: node "node-1" does not have role "compute" (its roles: controller) in environment "env1"'),
     ({"level": {"role": "compute", "node": "node-9"}},
      'spec.level.node: node "node-9" is not a node of environment "env1"'),
     ({"data": {"deployment_id": "two"}}, "spec.data.deployment_id: expected integer, got string"),
@@ -181,3 +201,24 @@ def test_crd_schemas_are_structural_and_keep_free_form_data() -> None:
     for schema in (values, component):
         assert all("description" in p for p in schema["properties"].values())
     assert ConfigValuesSpec.model_validate({"environment": "e", "resource": "r"}).kind == "values"
+
+
+def test_command_line_values_take_the_type_the_schema_declares() -> None:
+    schema = {"type": "object", "properties": {
+        "id": {"type": "integer"}, "ratio": {"type": "number"}, "on": {"type": "boolean"},
+        "name": {"type": ["string", "null"]}, "maybe": {"type": ["integer", "null"]},
+        "servers": {"type": "array", "items": {"type": "object", "properties": {"port": {"type": "integer"}}}},
+        "tags": {"type": "object", "additionalProperties": {"type": "boolean"}}}}
+    assert schema_at(schema, ("id",)) == {"type": "integer"}
+    assert schema_at(schema, ("servers", "0", "port")) == {"type": "integer"}
+    assert schema_at(schema, ("tags", "anything")) == {"type": "boolean"}
+    assert schema_at(schema, ("unknown",)) is None and schema_at(None, ("id",)) is None
+    assert value_from_text("2", {"type": "integer"}) == 2
+    assert value_from_text("2.5", {"type": "integer"}) == "2.5"  # not an integer: the schema check will say so
+    assert value_from_text("2.5", {"type": "number"}) == 2.5
+    assert value_from_text("True", {"type": "boolean"}) is True
+    assert value_from_text("2", {"type": ["string", "null"]}) == "2"
+    assert value_from_text("null", {"type": ["integer", "null"]}) is None
+    assert value_from_text("[1, 2]", {"type": "array"}) == [1, 2]
+    assert value_from_text('{"a": 1}', {"type": "object"}) == {"a": 1}
+    assert value_from_text("2", None) == "2" and value_from_text("2", {}) == "2"

@@ -11,7 +11,13 @@ import pytest
 
 from operators.config import COMPONENT_KIND, VALUES_KIND
 from operators.config.models import ConfigValuesSpec
-from operators.config.reconcile import admit_values, published_configmap, validate_component, validate_values
+from operators.config.reconcile import (
+    DEPENDS_ON,
+    admit_values,
+    published_configmap,
+    validate_component,
+    validate_values,
+)
 from operators.config.repository import StoredValues
 from operators.runtime.kinds import AdmissionRequest, Refusal
 from operators.runtime.kube import ApiError
@@ -102,3 +108,8 @@ def test_published_configmap_is_owned_by_the_requesting_object() -> None:
     assert json.loads(body["data"]["values.json"]) == {"a": [1], "b": 1}
     assert body["metadata"]["ownerReferences"][0]["uid"] == "u"
     assert body["metadata"]["annotations"]["stead.dev/level"] == "node=n1.tld"
+
+
+def test_which_values_a_change_of_an_environment_or_component_concerns() -> None:
+    assert DEPENDS_ON["Environment"](SPEC, "e") and not DEPENDS_ON["Environment"](SPEC, "other")
+    assert DEPENDS_ON["ConfigComponent"](SPEC, "any-component")

@@ -57,7 +57,6 @@ def test_schemas_are_structural_and_described() -> None:
 
 
 def test_free_form_mappings_are_kept_not_pruned() -> None:
-    from typing import Any
 
     from pydantic import Field
 

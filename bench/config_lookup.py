@@ -1,0 +1,314 @@
+"""Hiera-style lookups against the real operator's configuration API, beside a bare handler (the ceiling).
+
+A Hiera backend asks the configuration API once per key, so the cost that matters is one
+authenticated `GET .../nodes/<node>/resources/<res>/values?effective&key=<k>` on a warm server.
+The benchmark starts a local control plane (kube-apiserver, etcd; non-default ports, a temporary
+home), a real `stead run` against it, and applies one environment the GitOps way: 50 nodes, a
+ConfigComponent, five layers of `astute` values and overrides (root, role, node; about 100 keys)
+to merge. A ServiceAccount token (`kubectl create token`, RBAC through a Role) authenticates.
+Then, one contender at a time, the same client (aiohttp, one keep-alive HTTPS connection per
+concurrent worker, in this process) sends the same lookup for `--seconds`:
+
+- ``ceiling``: an aiohttp server with one route returning a constant JSON body, no
+  authentication, same TLS (EC P-256) in a process of its own. Nothing served by this stack on
+  this machine can answer faster.
+- ``operator``: the configuration API of the real `stead run` (TokenReview + SubjectAccessReview
+  with their short cache, reads from the watch-fed cache, effective values cached per snapshot).
+- ``uncached``: the same API application in a process of its own, reading from the API server on
+  every request (`KubeConfigRepository`: three GETs per lookup), which is what the operator did
+  before the cache. Shown for the difference; skip with `--only ceiling,operator`.
+
+Besides requests per second and latency, the server process's CPU time per request (from
+/proc) is printed: on a shared, busy machine it is the steadier figure. `--repeat N` interleaves
+N runs of each contender and reports medians.
+
+Targets (from the issue): ``operator`` reaches at least 50% of the ceiling's requests per second,
+with p99 under 10 ms at 100 concurrent clients. By Little's law, 100 clients always waiting on
+one answer each cannot see a median under 10 ms unless the server answers more than 10,000 per
+second: compare the operator's p99 with the ceiling's, measured the same way.
+
+    .venv/bin/python bench/config_lookup.py [--concurrency 100] [--seconds 10] [--repeat 3]
+                                            [--only ceiling,operator,uncached]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from operators.cluster import Binaries, LocalControlPlane, ensure_binaries  # noqa: E402
+from operators.config.api import create_app  # noqa: E402
+from operators.config.auth import TokenReviewAuthenticator  # noqa: E402
+from operators.config.repository import KubeConfigRepository  # noqa: E402
+from operators.runtime.certs import make_ca, make_leaf  # noqa: E402
+from operators.runtime.kube import KubeClient, load_access  # noqa: E402
+
+STEAD = Path(sys.executable).parent / "stead"
+NAMESPACE = "bench"
+PATH = "/api/v1/config/environments/env-1/nodes/node-1.domain.tld/resources/astute/values"
+QUERY = f"?effective&key=nova.workers&namespace={NAMESPACE}"
+EXPECTED = b"16"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def manifests() -> list[dict[str, Any]]:
+    """One environment, its component and five layers of values (the GitOps way: plain objects)."""
+    api = "stead.dev/v1alpha1"
+    nodes = [{"name": f"node-{i}", "fqdn": f"node-{i}.domain.tld", "roles": ["controller" if i <= 3 else "compute"]}
+             for i in range(1, 51)]
+    big = {f"key{i}": {"value": i, "list": list(range(5))} for i in range(100)}
+    layers = [
+        ("astute", {}, "values", {"deployment_id": 1, "nova": {"workers": 4, "debug": False}, **big}),
+        ("astute-overrides", {}, "overrides", {"nova": {"debug": True}}),
+        ("astute-controller", {"role": "controller"}, "values", {"nova": {"workers": 8}, "key1": {"value": -1}}),
+        ("astute-node-1", {"role": "controller", "node": "node-1.domain.tld"}, "values", {"local": True}),
+        ("astute-node-1-overrides", {"role": "controller", "node": "node-1.domain.tld"}, "overrides",
+         {"nova": {"workers": 16}}),
+    ]
+    return [
+        {"apiVersion": api, "kind": "Environment", "metadata": {"name": "env-1"},
+         "spec": {"release": "mitaka-9.0", "hierarchyLevels": ["role", "node"], "components": ["fuel"],
+                  "nodes": nodes}},
+        {"apiVersion": api, "kind": "ConfigComponent", "metadata": {"name": "fuel"},
+         "spec": {"resources": [{"name": "astute"}]}},
+        *({"apiVersion": api, "kind": "ConfigValues", "metadata": {"name": name},
+           "spec": {"environment": "env-1", "resource": "astute", "kind": kind, "level": level, "data": data}}
+          for name, level, kind, data in layers),
+    ]
+
+
+class Setup:
+    """The control plane, the operator, the objects and a token; torn down in reverse."""
+
+    def __init__(self, work: Path, binaries: Binaries) -> None:
+        self.work = work
+        self.binaries = binaries
+        self.plane = LocalControlPlane(work / "home", apiserver_port=_free_port(), etcd_client_port=_free_port(),
+                                       etcd_peer_port=_free_port(), controller_manager_port=_free_port(),
+                                       binaries=binaries)
+        self.operator: subprocess.Popen[bytes] | None = None
+        self.api_port = _free_port()
+        self.token = ""
+        self.kubeconfig = Path()
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        result = subprocess.run([str(self.binaries.kubectl), "--kubeconfig", str(self.kubeconfig), *args],
+                                input=input, capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {result.stderr}")
+        return result.stdout
+
+    def up(self) -> None:
+        info = self.plane.up()
+        self.kubeconfig = info.kubeconfig
+        health = _free_port()
+        home = self.work / "stead-home"
+        with (self.work / "operator.log").open("ab") as log:
+            self.operator = subprocess.Popen(
+                [str(STEAD), "run", "--kubeconfig", str(self.kubeconfig), "--install-crds",
+                 "--store", str(home / "store"), "--webhook-port", str(_free_port()), "--health-port", str(health),
+                 "--config-api-port", str(self.api_port)],
+                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "STEAD_HOME": str(home)})
+        deadline = time.monotonic() + 90
+        while True:
+            if self.operator.poll() is not None:
+                raise RuntimeError(f"stead run exited: {(self.work / 'operator.log').read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("stead run did not become ready")
+            time.sleep(0.2)
+        self.cacert = home / "config-api" / "ca.crt"
+        self.kubectl("create", "namespace", NAMESPACE)
+        self.kubectl("create", "serviceaccount", "hiera", "-n", NAMESPACE)
+        self.kubectl("create", "role", "hiera", "-n", NAMESPACE, "--verb=get,list",
+                     "--resource=configvalues.stead.dev,configcomponents.stead.dev,environments.stead.dev")
+        self.kubectl("create", "rolebinding", "hiera", "-n", NAMESPACE, "--role=hiera",
+                     f"--serviceaccount={NAMESPACE}:hiera")
+        self.token = self.kubectl("create", "token", "hiera", "-n", NAMESPACE, "--duration=1h").strip()
+        docs = manifests()
+        self.kubectl("apply", "-n", NAMESPACE, "-f", "-", input="\n".join(json.dumps(d) for d in docs[:2]))
+        self.kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", "--timeout=60s", "env/env-1", "cc/fuel")
+        self.kubectl("apply", "-n", NAMESPACE, "-f", "-", input="\n".join(json.dumps(d) for d in docs[2:]))
+        self.kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", "--timeout=60s", "cv", "--all")
+
+    def down(self) -> None:
+        if self.operator is not None and self.operator.poll() is None:
+            self.operator.send_signal(signal.SIGTERM)
+            try:
+                self.operator.wait(30)
+            except subprocess.TimeoutExpired:
+                self.operator.kill()
+                self.operator.wait(10)
+        self.plane.down()
+
+
+def _serve(which: str, port: int, cert: str, key: str, kubeconfig: str) -> None:
+    """A contender of its own process: the constant route, or the API reading through to the API server."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    if which == "ceiling":
+        app = web.Application()
+
+        async def constant(request: web.Request) -> web.Response:
+            return web.Response(body=EXPECTED, content_type="application/json")
+
+        app.router.add_get(PATH, constant)
+        web.run_app(app, host="127.0.0.1", port=port, ssl_context=context, access_log=None, print=None)
+        return
+
+    async def uncached() -> web.Application:
+        kube = KubeClient(load_access(Path(kubeconfig)), concurrency=100)
+        await kube.__aenter__()
+        return create_app(KubeConfigRepository(kube), TokenReviewAuthenticator(kube), NAMESPACE)
+
+    web.run_app(uncached(), host="127.0.0.1", port=port, ssl_context=context, access_log=None, print=None)
+
+
+async def _load(url: str, cafile: str, token: str, concurrency: int, seconds: float, pid: int
+                ) -> tuple[int, list[float], int, float]:
+    context = ssl.create_default_context(cafile=cafile)
+    connector = aiohttp.TCPConnector(ssl=context, limit=concurrency)
+    latencies: list[float] = []
+    errors = 0
+    headers = {"Authorization": f"Bearer {token}"}
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for _ in range(300):  # wait for the server, and warm caches and connections
+            try:
+                async with session.get(url, headers=headers) as response:
+                    body = await response.read()
+                    if response.status == 200 and body == EXPECTED:
+                        break
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+        else:
+            raise RuntimeError(f"{url} never answered {EXPECTED!r}")
+        deadline = time.perf_counter() + seconds
+
+        async def worker() -> None:
+            nonlocal errors
+            while time.perf_counter() < deadline:
+                start = time.perf_counter()
+                async with session.get(url, headers=headers) as response:
+                    body = await response.read()
+                    if response.status != 200 or body != EXPECTED:
+                        errors += 1
+                latencies.append(time.perf_counter() - start)
+
+        began, cpu = time.perf_counter(), cpu_seconds(pid)
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed, cpu = time.perf_counter() - began, cpu_seconds(pid) - cpu
+    return int(len(latencies) / elapsed), latencies, errors, cpu
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of one process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--only", default="ceiling,operator,uncached", help="comma-separated contenders")
+    parser.add_argument("--repeat", type=int, default=1, help="run the contenders this many times, interleaved; "
+                        "report medians")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs) at the end")
+    args = parser.parse_args()
+    contenders = [c for c in ("ceiling", "operator", "uncached") if c in args.only.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="stead-bench-config-"))
+    ca = make_ca("bench-ca")
+    leaf = make_leaf(ca, "bench", hosts=["127.0.0.1"])
+    (work / "ca.crt").write_bytes(ca.cert_pem)
+    (work / "tls.crt").write_bytes(leaf.cert_pem)
+    (work / "tls.key").write_bytes(leaf.key_pem)
+    setup = Setup(work, ensure_binaries(progress=lambda line: print(line, file=sys.stderr)))
+    runs: dict[str, list[tuple[int, float, float, int, float]]] = {c: [] for c in contenders}
+    try:
+        print("starting a local control plane and `stead run` ...", file=sys.stderr)
+        setup.up()
+        for _ in range(args.repeat):
+            for which in contenders:
+                server = None
+                if which == "operator":
+                    assert setup.operator is not None
+                    pid = setup.operator.pid
+                    url, cafile = f"https://127.0.0.1:{setup.api_port}{PATH}{QUERY}", str(setup.cacert)
+                else:
+                    port = _free_port()
+                    server = multiprocessing.Process(target=_serve, daemon=True, args=(
+                        which, port, str(work / "tls.crt"), str(work / "tls.key"), str(setup.kubeconfig)))
+                    server.start()
+                    assert server.pid is not None
+                    pid = server.pid
+                    url, cafile = f"https://127.0.0.1:{port}{PATH}{QUERY}", str(work / "ca.crt")
+                try:
+                    rps, latencies, errors, cpu = asyncio.run(
+                        _load(url, cafile, setup.token, args.concurrency, args.seconds, pid))
+                finally:
+                    if server is not None:
+                        server.terminate()
+                        server.join(10)
+                cuts = statistics.quantiles(latencies, n=100)
+                runs[which].append((rps, cuts[49] * 1000, cuts[98] * 1000, errors,
+                                    cpu / max(1, len(latencies)) * 1e6))
+                print(f"{which}: {rps} req/s", file=sys.stderr)
+    finally:
+        setup.down()
+        if args.keep:
+            print(f"work directory kept: {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    results = {which: tuple(statistics.median(run[i] for run in done) for i in range(5))
+               for which, done in runs.items() if done}
+    print(f"effective-value lookups over HTTPS, {args.concurrency} concurrent clients, {args.seconds:.0f} s each, "
+          f"median of {args.repeat} ({os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; client and "
+          "servers on one machine)")
+    print(f"{'contender':<10} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'server CPU us/req':>18}")
+    for which, (rate, p50, p99, failed, per_request) in results.items():
+        print(f"{which:<10} {rate:>8.0f} {p50:>8.2f} {p99:>8.2f} {failed:>7.0f} {per_request:>18.0f}")
+    if "ceiling" in results and "operator" in results:
+        ratio = results["operator"][0] / max(1, results["ceiling"][0])
+        print(f"operator / ceiling: {ratio:.2f} req/s (target >= 0.50), "
+              f"{results['ceiling'][4] / max(1, results['operator'][4]):.2f} by server CPU per request; "
+              f"operator p99 {results['operator'][2]:.2f} ms (target < 10 ms; the ceiling's is "
+              f"{results['ceiling'][2]:.2f} ms)")
+    if "uncached" in results:
+        print("(uncached: its CPU column leaves out the kube-apiserver and etcd, which do most of its work)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
