@@ -18,7 +18,14 @@ from operators.config.models import (
     ConfigValuesStatus,
     component_problems,
 )
-from operators.config.reconcile import admit_values, publish, record_version, validate_component, validate_values
+from operators.config.reconcile import (
+    DEPENDS_ON,
+    admit_values,
+    publish,
+    record_version,
+    validate_component,
+    validate_values,
+)
 from operators.runtime.kinds import Kind, PrinterColumn
 from operators.runtime.pipeline import Pipeline
 
@@ -56,6 +63,7 @@ VALUES_KIND = Kind(
         PrinterColumn("Version", ".status.version", type="integer", description="The version in force."),
     ),
     admission=admit_values,
+    depends_on=DEPENDS_ON,
 )
 
 KINDS = (COMPONENT_KIND, VALUES_KIND)

@@ -86,6 +86,7 @@ class Refusal(Exception):
 
 
 AdmissionCheck = Callable[[AdmissionRequest], Awaitable[None]]
+Refers = Callable[[Mapping[str, Any], str], bool]
 Mutation = Callable[[AdmissionRequest], Awaitable[dict[str, Any] | None]]
 
 
@@ -112,6 +113,11 @@ class Kind:
     problems: SpecCheck | None = None
     admission: AdmissionCheck | None = None
     mutation: Mutation | None = None
+    depends_on: Mapping[str, Refers] = field(default_factory=dict)
+    """Other kinds (same namespace) whose objects this kind's objects refer to, each with a test
+    `refers(spec, other_name)`: when such an object becomes Ready at a new generation, stops being
+    Ready or is deleted, the objects referring to it are checked again (a ConfigValues when its
+    Environment changes), though their own generation did not change."""
     cleanup: StepFn | None = None
     """Runs when an object is deleted, before it goes (an App's delete action); the object holds
     the `FINALIZER` meanwhile. TemporaryError retries; PermanentError keeps the object, Stalled

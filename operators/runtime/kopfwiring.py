@@ -101,6 +101,7 @@ async def run_operator(
                        services=services)
             for kind in kinds
         ]
+        _link_dependents(reconcilers)
         for reconciler in reconcilers:
             stack.push_async_callback(reconciler.close)
             swept = reconciler.sweep(await kube.list(reconciler.kind.plural))  # deleted while we were away
@@ -137,6 +138,22 @@ async def run_operator(
             stop_flag=stop,
             ready_flag=ready,
         )
+
+
+def _link_dependents(reconcilers: Sequence[Reconciler]) -> None:
+    """When an object becomes Ready, stops being Ready or goes, the objects of other kinds that
+    refer to it (`Kind.depends_on`) are checked again."""
+    dependents = [r for r in reconcilers if r.kind.depends_on]
+    if not dependents:
+        return
+
+    async def notify(kind: str, namespace: str, name: str) -> None:
+        for dependent in dependents:
+            await dependent.recheck_referrers(kind, namespace, name)
+
+    for reconciler in reconcilers:
+        if any(reconciler.kind.kind in d.kind.depends_on for d in dependents):
+            reconciler.on_ready_change = notify
 
 
 def _background(stack: contextlib.AsyncExitStack, coroutine: Coroutine[Any, Any, None]) -> None:

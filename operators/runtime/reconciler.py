@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from operators.runtime import conditions as cond
 from operators.runtime import pipeline as engine
 from operators.runtime.kinds import FINALIZER, Kind
 from operators.runtime.metrics import Metrics
@@ -65,6 +66,16 @@ class Backoff:
         return float(min(self.cap, self.base * 2 ** max(0, attempt - 1)))
 
 
+_UNSEEN = -1
+
+
+def _ready_generation(obj: Observed) -> int | None:
+    """The generation at which an object is Ready, or None when it is not."""
+    if not cond.is_true(obj.status.get("conditions") or [], cond.READY):
+        return None
+    return int(obj.status.get("observedGeneration") or 0)
+
+
 @dataclass
 class _Pending:
     generation: int
@@ -98,6 +109,9 @@ class Reconciler:
         self._services = services
         self._pending: dict[str, _Pending] = {}
         self._latest: dict[str, Observed] = {}
+        self._seen: dict[str, Observed] = {}  # owned objects, as last observed (for rechecks)
+        self._ready_at: dict[str, int | None] = {}  # every object's Ready generation (for dependents)
+        self.on_ready_change: Callable[[str, str, str], Awaitable[None]] | None = None
         self._attempts: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -106,15 +120,18 @@ class Reconciler:
         obj = Observed.from_body(body)
         key = object_key(self.kind.kind, obj.namespace, obj.name)
         self._count("stead_events_seen_total")
+        await self._track_readiness(event_type, key, obj)
         if event_type == "DELETED":
             self._forget(key)
             self._locks.pop(key, None)
+            self._seen.pop(key, None)
             if self._store.delete(key, uid=obj.uid):
                 self._count("stead_store_deleted_total")
             return
         if not self._ownership.owns(project_of(body)):
             self._count("stead_not_owned_total")
             return
+        self._seen[key] = obj
         if obj.deleting and FINALIZER not in obj.finalizers:
             return  # nothing of ours to do before it goes
         pending = self._pending.get(key)
@@ -124,6 +141,35 @@ class Reconciler:
                 return
             self._forget(key)  # a new spec: start again now, not at the old retry's time
         await self.reconcile(key, obj)
+
+    async def _track_readiness(self, event_type: str | None, key: str, obj: Observed) -> None:
+        """Tell dependents when an object becomes Ready at a new generation, stops being Ready, or goes.
+
+        Every replica tracks every object (dependents may be owned by another replica than their
+        dependency). Kopf's initial listing (`None`) only records: a restart must not re-check
+        everything that refers to something.
+        """
+        ready = _ready_generation(obj) if event_type != "DELETED" else None
+        before = self._ready_at.get(key, _UNSEEN)
+        if event_type == "DELETED":
+            self._ready_at.pop(key, None)
+        else:
+            self._ready_at[key] = ready
+        if event_type is None or before == ready or self.on_ready_change is None:
+            return
+        await self.on_ready_change(self.kind.kind, obj.namespace, obj.name)
+
+    async def recheck_referrers(self, kind: str, namespace: str, name: str) -> None:
+        """Run again, from the update phase, every owned object that refers to `kind` `name`."""
+        refers = self.kind.depends_on.get(kind)
+        if refers is None:
+            return
+        for key, obj in list(self._seen.items()):
+            if obj.namespace == namespace and not obj.deleting and refers(obj.spec, name):
+                self._count("stead_rechecks_total")
+                self._forget(key)
+                async with self._locks.setdefault(key, asyncio.Lock()):
+                    await self._run(key, self._seen.get(key, obj), self.kind.pipeline.update_phase)
 
     async def reconcile(self, key: str, obj: Observed) -> None:
         async with self._locks.setdefault(key, asyncio.Lock()):
@@ -168,6 +214,8 @@ class Reconciler:
         status = engine.compose_status(current, outcome, self._clock())
         if outcome.error is None:
             self._store.put(key, StoredRecord(obj.uid, obj.generation, dict(obj.spec), status))
+        else:  # no longer Provisioned (a recheck failed): a restart must not restore a stale Ready
+            self._store.delete(key, uid=obj.uid)
         changed = await self._write(current, status)
         current = replace(current, status=status)
         error = outcome.error

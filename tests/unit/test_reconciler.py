@@ -249,3 +249,48 @@ def test_a_temporarily_failing_cleanup_is_retried(tmp_path: Path) -> None:
 
     asyncio.run(scenario())
     assert len(calls) == 3 and writer.finalizer_changes == [("remove", "e1")]
+
+
+def test_objects_are_checked_again_when_what_they_refer_to_changes(tmp_path: Path) -> None:
+    runs: list[str] = []
+    env_ok = {"value": True}
+
+    async def check_env(ctx: StepContext) -> Mapping[str, Any]:
+        runs.append(ctx.obj.name)
+        if not env_ok["value"]:
+            raise PermanentError("EnvironmentGone", "spec.environment: not found")
+        return {}
+
+    dependent = dataclasses.replace(
+        KIND, kind="ConfigValues", plural="configvalues",
+        pipeline=Pipeline(phases=("Init", "Provisioned"), steps={"Init": check_env}),
+        depends_on={"Environment": lambda spec, name: spec.get("environment") == name},
+    )
+    envs, _, _, store = make(tmp_path)
+    values = Reconciler(dependent, store=store, ownership=Ownership("stead-0", StaticMembership(["stead-0"])),
+                        writer=RecordingWriter(), events=RecordingEvents(), metrics=Metrics(), clock=lambda: "T")
+    envs.on_ready_change = values.recheck_referrers
+
+    def cv(name: str, environment: str) -> dict[str, Any]:
+        b = body(name, spec={"environment": environment})
+        b["kind"] = "ConfigValues"
+        return b
+
+    ready = {"observedGeneration": 1, "conditions": [{"type": "Ready", "status": "True"}]}
+
+    async def scenario() -> None:
+        await values.on_event("ADDED", cv("a", "e1"))
+        await values.on_event("ADDED", cv("b", "other"))
+        await envs.on_event(None, body("e1", status=ready))  # a restart's listing: records only
+        assert runs == ["a", "b"]
+        await envs.on_event("MODIFIED", body("e1", status=ready, generation=1))  # unchanged: nothing
+        assert runs == ["a", "b"]
+        await envs.on_event("MODIFIED", body("e1", generation=2, status={**ready, "observedGeneration": 2}))
+        assert runs == ["a", "b", "a"]  # only what refers to e1
+        env_ok["value"] = False
+        await envs.on_event("DELETED", body("e1"))
+        assert runs == ["a", "b", "a", "a"]
+
+    asyncio.run(scenario())
+    assert store.get(object_key("ConfigValues", "ns", "a")) is None  # a failed recheck drops the stale record
+    assert store.get(object_key("ConfigValues", "ns", "b")) is not None
