@@ -103,7 +103,11 @@ class OperatorProcess:
         with self.log_path.open("ab") as log:
             env = {**os.environ, "STEAD_HOME": str(self.store.parent)}  # its generated CAs land here, not in ~
             self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-        wait_until(self._ready, 60, "the operator's /readyz")
+        try:
+            wait_until(self._ready, 60, "the operator's /readyz")
+        except BaseException:
+            self.stop()  # a failed start must not leave an operator running after the tests
+            raise
 
     def _ready(self) -> bool:
         assert self.process is not None
