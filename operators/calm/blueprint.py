@@ -16,7 +16,8 @@ from operators.calm.compiler import compile_blueprint
 from operators.calm.models import PRINTER_COLUMNS, BlueprintSpec, BlueprintStatus, CompiledState
 from operators.calm.validation import spec_problems
 from operators.runtime.kinds import AdmissionRequest, Kind, Refusal
-from operators.runtime.pipeline import PermanentError, Pipeline, StepContext
+from operators.runtime.kube import custom_path
+from operators.runtime.pipeline import PermanentError, Pipeline, StepContext, TemporaryError
 from operators.runtime.ring import PROJECT_LABEL
 from operators.runtime.services import Services
 from operators.runtime.vault import VaultError
@@ -47,6 +48,38 @@ async def compile_step(ctx: StepContext) -> Mapping[str, Any]:
     if result.rebuilt and services is not None:
         services.events.record(ctx.obj, "Warning", "ActionsRebuilt", result.rebuilt_message or "actions rebuilt")
     return status
+
+
+IN_USE_RECHECK_SECONDS = 10.0
+
+
+async def release(ctx: StepContext) -> Mapping[str, Any]:
+    """Deleting a blueprint: it is Deleted (no more launches) while apps launched from it exist,
+    because they run its snapshot, which refers to its secrets in the vault; once none is left,
+    its secrets leave the vault and the blueprint goes."""
+    services: Services = ctx.services
+    apps = await services.kube.request("GET", custom_path("apps", ctx.obj.namespace))
+    users = sorted(str((a.get("metadata") or {}).get("name")) for a in apps.get("items") or []
+                   if (a.get("spec") or {}).get("blueprint") == ctx.obj.name)
+    if users:
+        raise TemporaryError("InUse", f"deleted: waits until no app uses it ({', '.join(users)})",
+                             delay=IN_USE_RECHECK_SECONDS, facts={"state": "Deleted"})
+    project = ctx.obj.labels.get(PROJECT_LABEL) or ctx.obj.namespace
+    for ref in sorted(_vault_refs(ctx.obj.spec)):
+        await services.vault.delete(project, ref)
+    return {}
+
+
+def _vault_refs(node: Any) -> Iterator[str]:
+    if isinstance(node, Mapping):
+        ref = node.get("vaultRef")
+        if isinstance(ref, str) and ref != DRY_RUN_VAULT_REF:
+            yield ref
+        for value in node.values():
+            yield from _vault_refs(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _vault_refs(item)
 
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -134,4 +167,5 @@ KIND = Kind(
     columns=PRINTER_COLUMNS,
     problems=spec_problems,
     mutation=move_inline_secrets,
+    cleanup=release,
 )

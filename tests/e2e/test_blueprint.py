@@ -555,3 +555,31 @@ def test_a_refused_blueprint_leaves_nothing_in_the_vault(
     result = kubectl("create", "-f", "-", input=bp_manifest("refused", namespace, spec), check=False)
     assert result.returncode != 0 and 'spec.services[0].dependsOn[0]: no service "S9"' in result.stderr
     assert vault_data(kubectl, namespace) == before
+
+
+def test_a_deleted_blueprint_is_deleted_while_apps_use_it_then_its_secrets_go(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str
+) -> None:
+    kubectl("create", "-f", "-", input=bp_manifest("used", namespace, secret_spec("used-cred-51f0", "used-var-7e2c")))
+    ready(kubectl, namespace, "used")
+    refs = {s["vaultRef"] for s in (get_bp(kubectl, namespace, "used")["spec"]["credentials"][0]["secret"],
+                                    get_bp(kubectl, namespace, "used")["spec"]["variables"][0]["secret"])}
+    assert refs <= set(vault_data(kubectl, namespace)[1])
+    # An App that names it (its launch need not succeed here: being named is what keeps the blueprint).
+    kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "stead.dev/v1alpha1", "kind": "App", "metadata": {"name": "user", "namespace": namespace},
+        "spec": {"blueprint": "used"}}))
+    kubectl("delete", "bp", "used", "-n", namespace, "--wait=false")
+    state = wait_until(lambda: get_bp(kubectl, namespace, "used").get("status", {}).get("state") == "Deleted",
+                       30, "the blueprint to show Deleted")
+    assert state
+    reconciling = condition(get_bp(kubectl, namespace, "used")["status"], "Reconciling")
+    assert reconciling["reason"] == "InUse" and "user" in reconciling["message"]
+    assert refs <= set(vault_data(kubectl, namespace)[1])  # the app's snapshot still needs them
+    app = json.loads(kubectl("get", "app", "user", "-n", namespace, "-o", "json").stdout)
+    if app["metadata"].get("finalizers"):  # its delete action must not wait on scripts in this test
+        kubectl("patch", "app", "user", "-n", namespace, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+    kubectl("delete", "app", "user", "-n", namespace, "--wait=true", "--timeout=30s")
+    wait_until(lambda: kubectl("get", "bp", "used", "-n", namespace, check=False).returncode != 0, 40,
+               "the blueprint to go once no app uses it")
+    assert not refs & set(vault_data(kubectl, namespace)[1])
