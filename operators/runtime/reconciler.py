@@ -237,6 +237,7 @@ class Reconciler:
         """Run the kind's cleanup, then let the object go; failures keep it, with the reason."""
         assert self.kind.cleanup is not None
         self._count("stead_cleanups_total")
+        self._store.delete(key, uid=obj.uid)  # on its way out: nothing may use it as Provisioned any more
         try:
             await self.kind.cleanup(engine.StepContext(obj=obj, facts={}, services=self._services))
         except (PermanentError, TemporaryError) as error:
@@ -246,7 +247,6 @@ class Reconciler:
         else:
             await self._finalizer("remove", obj)
             self._forget(key)
-            self._store.delete(key, uid=obj.uid)
             return
         outcome = engine.Outcome(phase=DELETING, facts=failure.facts, error=failure)
         status = engine.compose_status(obj, outcome, self._clock())
