@@ -30,7 +30,16 @@ from typing import Any, Literal
 from pydantic import Field
 
 from operators.calm import workflow as wf
-from operators.calm.app import APP_LABEL, FINAL_RUN_STATES, active_lock, carry, lock_expired, now
+from operators.calm.app import (
+    APP_LABEL,
+    FINAL_RUN_STATES,
+    active_lock,
+    carry,
+    delete_run_name,
+    lock_expired,
+    now,
+    run_holder_gone,
+)
 from operators.calm.compiler import compile_blueprint
 from operators.calm.models import BlueprintSpec, CompiledAction, CompiledState, SecretSource
 from operators.runtime.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
@@ -166,7 +175,20 @@ async def validate(ctx: StepContext) -> Mapping[str, Any]:
         names = ", ".join(sorted({a.name for a in actions if a.level == "Application"}))
         raise PermanentError("UnknownAction", f"spec.action: app {spec.app} has no action {spec.action} "
                              f"(actions: {names})", facts={"state": "Failed", "reason": f"no action {spec.action}"})
+    refusal = deleting_refusal(app, ctx.obj.name, spec.action)
+    if refusal is not None:
+        raise PermanentError("AppDeleting", refusal, facts={"state": "Failed", "reason": refusal})
     return {"state": "Pending"}
+
+
+def deleting_refusal(app: Mapping[str, Any], run: str, action: str) -> str | None:
+    """Why a run may not start on an app being deleted (only the app's own delete run may)."""
+    meta = app.get("metadata") or {}
+    if not meta.get("deletionTimestamp"):
+        return None
+    if action == "delete" and run == delete_run_name(str(meta.get("name")), int(meta.get("generation") or 0)):
+        return None
+    return f"app {meta.get('name')} is being deleted: only its delete run may start"
 
 
 async def take_lock(ctx: StepContext) -> Mapping[str, Any]:
@@ -181,8 +203,12 @@ async def take_lock(ctx: StepContext) -> Mapping[str, Any]:
     lock = active_lock(status)
     started = ctx.obj.status.get("startTime") or now()
     if lock is not None and lock["lockedBy"] != ctx.obj.name:
-        message = f"app {spec.app} is locked by run {lock['lockedBy']}"
-        raise PermanentError("Locked", message, facts={"state": "Failed", "reason": message, "endTime": now()})
+        if not await run_holder_gone(ctx.services.kube, ctx.obj.namespace, lock):
+            message = f"app {spec.app} is locked by run {lock['lockedBy']}"
+            raise PermanentError("Locked", message, facts={"state": "Failed", "reason": message, "endTime": now()})
+        log.warning("app %s/%s: run %s holds its lock but is gone; run %s takes it", ctx.obj.namespace, spec.app,
+                    lock["lockedBy"], ctx.obj.name)
+        lock = None  # a stale lock: nothing would ever release it before its TTL
     if lock is None:
         ttl = int((app.get("spec") or {}).get("lockTtlSeconds") or 3600)
         patch = {"lock": {"lockedBy": ctx.obj.name, "since": now(), "ttlSeconds": ttl},
@@ -261,6 +287,9 @@ async def supervise(ctx: StepContext) -> Mapping[str, Any]:
     """Running -> Provisioned: run the action's workflow to its end and record it in both objects."""
     facts = {**carry(ctx.obj.status), **ctx.facts}
     paths = run_paths(state_dir(ctx), ctx.obj.uid)
+    concluded = read_conclusion(paths)
+    if concluded is not None:  # whatever the body says (an event queued during the run is stale)
+        return _finished_again(ctx, {**facts, **concluded})
     progress = read_progress(paths)
     if ctx.obj.status.get("state") in FINAL_RUN_STATES and (progress is None or progress.get("finishedAt")):
         return _finished_again(ctx, facts)
@@ -284,11 +313,32 @@ async def supervise(ctx: StepContext) -> Mapping[str, Any]:
 
 
 def _finished_again(ctx: StepContext, facts: dict[str, Any]) -> Mapping[str, Any]:
-    """A spec change (abort: true, say) after the end: the result stands."""
+    """A spec change (abort: true, say) or a stale event after the end: the result stands."""
     if facts.get("state") != "Succeeded":
-        raise PermanentError("Run" + str(facts.get("state")), str(facts.get("reason") or facts.get("state")),
-                             facts=facts)
+        reason = str(facts.get("reason") or facts.get("state"))
+        task = facts.get("failedTask")
+        raise PermanentError("Run" + str(facts.get("state")), f"{task}: {reason}" if task else reason, facts=facts)
     return facts
+
+
+CONCLUSION = "stead-conclusion.json"
+"""Written in the run's directory once the run's outcome reached the App: supervising it again
+(after an operator restart, or for an event that waited behind the run) repeats nothing."""
+
+
+def read_conclusion(paths: Any) -> dict[str, Any] | None:
+    try:
+        data = json.loads((paths.run_dir / CONCLUSION).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_conclusion(paths: Any, result: Mapping[str, Any]) -> None:
+    paths.run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = paths.run_dir / (CONCLUSION + ".tmp")
+    tmp.write_text(json.dumps(dict(result)))
+    tmp.replace(paths.run_dir / CONCLUSION)
 
 
 async def _fail_early(ctx: StepContext, facts: dict[str, Any], reason: str, message: str) -> Mapping[str, Any]:
@@ -420,6 +470,7 @@ async def _conclude(ctx: StepContext, run: _Run, paths: Any, facts: dict[str, An
                   "failure": {"run": ctx.obj.name, "action": spec.action, "task": result["failedTask"],
                               "reason": reason, "at": at}}
     await _release(ctx, spec, fields)
+    write_conclusion(paths, {k: v for k, v in result.items() if k not in ("observedGeneration", "conditions", "phase")})
     if phase == "Succeeded":
         return result
     raise PermanentError("Run" + phase, reason if not result["failedTask"] else f"{result['failedTask']}: {reason}",
@@ -450,8 +501,12 @@ async def admission(request: AdmissionRequest) -> None:
             raise Refusal(f"spec.app: no app {spec.app} in namespace {request.namespace}") from None
         raise
     status = app.get("status") or {}
+    refusal = deleting_refusal(app, request.name, spec.action)
+    if refusal is not None:
+        raise Refusal(refusal, code=409)
     lock = active_lock(status)
-    if lock is not None and lock["lockedBy"] != request.name:
+    if lock is not None and lock["lockedBy"] != request.name and not await run_holder_gone(
+            services.kube, request.namespace, lock):
         raise Refusal(f"app {spec.app} is locked by run {lock['lockedBy']}", code=423)
     snapshot = status.get("snapshot")
     if snapshot:

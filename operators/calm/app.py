@@ -6,7 +6,22 @@ blueprint in the App's status (the seed's "Blueprint-A_for_AppB": later edits of
 not change a running app), creates the entities (one replica per `calm_array_index` of each
 deployment) and runs the create action as an ActionRun named ``<app>-create``, which it waits for.
 
-Pipeline: Init -> Launched (announced: state provisioning) -> Provisioned (the create run finished).
+Pipeline: Init -> Launched -> Provisioned (the create run finished). The first write of a launch
+records the snapshot, state provisioning and the app's lock, already held for the create run, so
+that no other run can slip in before it; the create step then starts the run and is called again
+(a TemporaryError with an explicit short delay and an unchanged status: no write, no Event) until the
+run ends, instead of holding the App's reconciliation for the whole run. A launch costs three App
+status PATCHes: this one, the create run's release, and Provisioned.
+
+Deleting an App runs its delete action first (the `stead.dev/cleanup` finalizer holds the object
+meanwhile): an ActionRun named ``<app>-delete-<generation>`` (not owned by the App: it is the record
+of the deletion and outlives it, and a foreground deletion cannot collect it half-way). A run still
+holding the lock is waited for. A failed delete action leaves the App in phase Deleting, Stalled,
+with the failing task and the reason, state error. Then either set ``spec.softDelete: true``
+(Calm's soft delete: the app goes without running its delete action), or fix its inputs (a new
+generation runs the delete action again), or remove the finalizer by hand. An App that was never
+launched, was soft-deleted or whose delete action already ran goes at once; so does one whose
+namespace is being deleted (nothing can be created in it any more).
 
 Who writes what in status: the App's pipeline writes the snapshot, the initial entities and the
 state after create; ActionRuns write the lock, the current action, the state while and after they
@@ -16,8 +31,9 @@ own forward, so that its final status write removes none of them.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
+import logging
 import re
 from collections.abc import Mapping
 from datetime import UTC, date, datetime, time
@@ -30,15 +46,18 @@ from operators.calm.models import BlueprintSpec
 from operators.calm.workflow import layout
 from operators.runtime.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
 from operators.runtime.kube import ApiError, custom_path
-from operators.runtime.pipeline import PermanentError, Pipeline, StepContext, TemporaryError
+from operators.runtime.pipeline import Observed, PermanentError, Pipeline, StepContext, TemporaryError
 from operators.runtime.ring import PROJECT_LABEL
 from operators.runtime.store import object_key
 
 AppState = Literal["provisioning", "running", "stopped", "starting", "stopping", "restarting", "deleting",
                    "deleted", "error"]
 APP_LABEL = "stead.dev/app"
+APP_UID_LABEL = "stead.dev/app-uid"
 OWN_KEYS = frozenset({"phase", "observedGeneration", "conditions"})
 FINAL_RUN_STATES = frozenset({"Succeeded", "Failed", "Aborted"})
+
+log = logging.getLogger(__name__)
 
 
 class AppSpec(Model):
@@ -53,6 +72,11 @@ class AppSpec(Model):
     lock_ttl_seconds: int = Field(
         3600, ge=1, le=7 * 86400,
         description="How long an action may hold the app's lock; an older lock is released and its run failed.",
+    )
+    soft_delete: bool = Field(
+        False,
+        description="true: deleting the app does not run its delete action (Calm's soft delete), e.g. for an "
+        "app whose delete action fails or whose resources are gone already.",
     )
 
 
@@ -234,50 +258,144 @@ async def launch(ctx: StepContext) -> Mapping[str, Any]:
         raise PermanentError("InvalidInputs", "; ".join(problems), facts={**status, "state": "error"})
     snapshot = {"name": spec.blueprint, "uid": record.uid, "generation": record.generation,
                 "spec": dict(record.spec), "compiledState": record.status.get("compiledState")}
+    run = create_run_name(ctx.obj.name)
+    lock = {"lockedBy": run, "since": now(), "ttlSeconds": spec.lock_ttl_seconds}
     return {**status, "blueprint": spec.blueprint, "snapshot": snapshot,
-            "entities": initial_entities(blueprint), "state": "provisioning"}
+            "entities": initial_entities(blueprint), "state": "provisioning",
+            "lock": lock, "currentAction": "create", "currentRun": run}
 
 
 def create_run_name(app: str) -> str:
     return f"{app}-create"[:253]
 
 
+CREATE_RUNNING = "CreateRunning"
+POLL_SECONDS = 1.0
+
+
+def run_body(obj: Observed, name: str, action: str, owned: bool) -> dict[str, Any]:
+    """An ActionRun the App starts itself (its create and delete runs)."""
+    labels = {APP_LABEL: obj.name, APP_UID_LABEL: obj.uid,
+              **({PROJECT_LABEL: obj.labels[PROJECT_LABEL]} if PROJECT_LABEL in obj.labels else {})}
+    metadata: dict[str, Any] = {"name": name, "namespace": obj.namespace, "labels": labels}
+    if owned:
+        metadata["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "App", "name": obj.name, "uid": obj.uid}]
+    return {"apiVersion": API_VERSION, "kind": "ActionRun", "metadata": metadata,
+            "spec": {"app": obj.name, "action": action}}
+
+
+async def get_run(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        run: dict[str, Any] = await kube.request("GET", custom_path("actionruns", namespace, name))
+    except ApiError as error:
+        if error.status == 404:
+            return None
+        raise
+    return run
+
+
 async def create(ctx: StepContext) -> Mapping[str, Any]:
-    """Launched -> Provisioned: run the create action (an ActionRun) and wait for it to finish."""
-    status = carry(ctx.obj.status)
+    """Launched -> Provisioned: start the create action (an ActionRun) and come back until it ended."""
+    status = {**carry(ctx.obj.status), **ctx.facts}
     if status.get("state") not in (None, "provisioning"):
         return status  # created before (or failed, and left for the user to act on)
-    kube = ctx.services.kube
     name = create_run_name(ctx.obj.name)
-    body = {
-        "apiVersion": API_VERSION, "kind": "ActionRun",
-        "metadata": {
-            "name": name, "namespace": ctx.obj.namespace,
-            "labels": {APP_LABEL: ctx.obj.name, **({PROJECT_LABEL: ctx.obj.labels[PROJECT_LABEL]}
-                                                   if PROJECT_LABEL in ctx.obj.labels else {})},
-            "ownerReferences": [{"apiVersion": API_VERSION, "kind": "App", "name": ctx.obj.name,
-                                 "uid": ctx.obj.uid}],
-        },
-        "spec": {"app": ctx.obj.name, "action": "create"},
-    }
-    try:
-        await kube.request("POST", custom_path("actionruns", ctx.obj.namespace), body)
-    except ApiError as error:
-        if error.status != 409:
-            raise TemporaryError("CreateRunNotStarted", f"ActionRun {name} not created: {error.message}") from None
-    while True:
-        run = await kube.request("GET", custom_path("actionruns", ctx.obj.namespace, name))
-        run_status = run.get("status") or {}
-        if run_status.get("state") in FINAL_RUN_STATES:
-            break
-        await asyncio.sleep(1.0)  # polling a GET: cheap, and survives an operator restart unchanged
+    running = TemporaryError(CREATE_RUNNING, f"running the create action: ActionRun {name}", delay=POLL_SECONDS,
+                             facts=status)
+    if not ctx.obj.status.get("snapshot"):
+        running.delay = 0.1  # the run reads the snapshot from the App: write it (and the lock) first
+        raise running
+    kube = ctx.services.kube
+    run = await get_run(kube, ctx.obj.namespace, name)
+    if run is None:
+        try:
+            await kube.request("POST", custom_path("actionruns", ctx.obj.namespace),
+                               run_body(ctx.obj, name, "create", owned=True))
+        except ApiError as error:
+            if error.status != 409:
+                raise TemporaryError("CreateRunNotStarted", f"ActionRun {name} not created: {error.message}",
+                                     facts=status) from None
+        raise running
+    run_status = run.get("status") or {}
+    if run_status.get("state") not in FINAL_RUN_STATES:
+        raise running  # polling a GET once a second: cheap, and survives an operator restart unchanged
     fresh = await kube.request("GET", custom_path("apps", ctx.obj.namespace, ctx.obj.name))
     status = carry(fresh.get("status") or {})
     if run_status["state"] != "Succeeded":
-        reason = run_status.get("reason") or run_status.get("message") or run_status["state"]
-        raise PermanentError("CreateFailed", f"create run {name} {run_status['state'].lower()}: {reason}",
+        raise PermanentError("CreateFailed", f"create run {name} {run_status['state'].lower()}: {_why(run_status)}",
                              facts={**status, "state": "error"})
     return {**status, "state": "running"}
+
+
+def _why(run_status: Mapping[str, Any]) -> str:
+    reason = str(run_status.get("reason") or run_status.get("message") or run_status.get("state"))
+    task = run_status.get("failedTask")
+    return f"{task}: {reason}" if task and not reason.startswith(f"{task}:") else reason
+
+
+# --- deletion -------------------------------------------------------------------------------------
+
+
+def delete_run_name(app: str, generation: int) -> str:
+    suffix = f"-delete-{generation}"
+    return app[:253 - len(suffix)] + suffix
+
+
+async def run_holder_gone(kube: Any, namespace: str, lock: Mapping[str, Any]) -> bool:
+    """Whether the run holding a lock was deleted (its lock is then stale: nothing will release it)."""
+    return await get_run(kube, namespace, str(lock.get("lockedBy"))) is None
+
+
+async def delete(ctx: StepContext) -> Mapping[str, Any]:
+    """The App's cleanup: run its delete action before it goes (or let it go when there is none to run)."""
+    obj, kube = ctx.obj, ctx.services.kube
+    status = carry(obj.status)
+    spec = AppSpec.model_validate(dict(obj.spec))
+    if spec.soft_delete or not status.get("snapshot") or status.get("state") == "deleted":
+        return {}
+    name = delete_run_name(obj.name, obj.generation)
+    lock = active_lock(status)
+    if lock is not None and lock.get("lockedBy") != name and not await run_holder_gone(kube, obj.namespace, lock):
+        raise TemporaryError("WaitingForRun", f"the delete action waits for run {lock['lockedBy']} to end",
+                             delay=2.0, facts=status)
+    running = TemporaryError("DeleteRunning", f"running the delete action: ActionRun {name}", delay=POLL_SECONDS,
+                             facts=status)
+    run = await get_run(kube, obj.namespace, name)
+    if run is not None and (run.get("metadata") or {}).get("labels", {}).get(APP_UID_LABEL) != obj.uid:
+        run_spec = run.get("spec") or {}
+        if run_spec.get("app") != obj.name or run_spec.get("action") != "delete":
+            raise PermanentError("DeleteRunConflict", f"ActionRun {name} exists and is not this app's delete run",
+                                 facts=status)
+        # the record of an earlier app of the same name: make room for this one's
+        with contextlib.suppress(ApiError):
+            await kube.request("DELETE", custom_path("actionruns", obj.namespace, name))
+        running.delay = 0.5
+        raise running
+    if run is None:
+        try:
+            await kube.request("POST", custom_path("actionruns", obj.namespace),
+                               run_body(obj, name, "delete", owned=False))
+        except ApiError as error:
+            if error.status == 403 and "terminat" in error.message:
+                log.warning("app %s/%s: its namespace is being deleted, so its delete action cannot run",
+                            obj.namespace, obj.name)
+                return {}
+            if error.status != 409:
+                raise TemporaryError("DeleteRunNotStarted", f"ActionRun {name} not created: {error.message}",
+                                     facts=status) from None
+        raise running
+    run_status = run.get("status") or {}
+    if run_status.get("state") not in FINAL_RUN_STATES:
+        raise running
+    if run_status["state"] == "Succeeded":
+        return {}
+    fresh = await kube.request("GET", custom_path("apps", obj.namespace, obj.name))
+    raise PermanentError(
+        "DeleteFailed",
+        f"delete run {name} {run_status['state'].lower()}: {_why(run_status)} (spec.softDelete: true lets the "
+        "app go without it)",
+        facts={**carry(fresh.get("status") or {}), "state": "error"},
+    )
 
 
 async def admission(request: AdmissionRequest) -> None:
@@ -318,8 +436,10 @@ KIND = Kind(
     pipeline=Pipeline(
         phases=("Init", "Launched", "Provisioned"),
         steps={"Init": launch, "Launched": create},
-        announce=frozenset({"Launched"}),
+        # not announced: a step called again starts in its own phase, and the runtime's announcement
+        # then writes a status without the facts (snapshot, lock) the App keeps
     ),
     columns=COLUMNS,
     admission=admission,
+    cleanup=delete,
 )

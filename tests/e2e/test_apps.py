@@ -49,7 +49,10 @@ def action_run(name: str, namespace: str, app_name: str, action: str, **spec: An
 
 def run_state(kubectl: Kubectl, namespace: str, name: str, *states: str, seconds: float = 40) -> dict[str, Any]:
     def reached() -> dict[str, Any] | None:
-        status = get(kubectl, "actionrun", name, namespace).get("status") or {}
+        found = kubectl("get", "actionrun", name, "-n", namespace, "-o", "json", check=False)
+        if found.returncode != 0:
+            return None  # not created yet (the App creates its own create and delete runs)
+        status = json.loads(found.stdout).get("status") or {}
         return status if status.get("state") in states else None
 
     found: dict[str, Any] = wait_until(reached, seconds, f"run {name} in {states}", interval=0.2)
@@ -71,6 +74,7 @@ def small_spec() -> dict[str, Any]:
                 {"name": "consume", "type": "exec", "script": "echo consumed @@{greeting}@@"}],
              "edges": [{"from": "produce", "to": "consume"}]},
             {"name": "slow", "tasks": [{"name": "wait", "type": "delay", "delaySeconds": 30}]},
+            {"name": "nap", "tasks": [{"name": "nap", "type": "exec", "script": "sleep 2; echo rested"}]},
             {"name": "fail", "tasks": [{"name": "ok", "type": "exec", "script": "echo fine"},
                                        {"name": "boom", "type": "exec", "script": "echo about to fail; exit 3"}],
              "edges": [{"from": "ok", "to": "boom"}]},
@@ -133,8 +137,11 @@ def test_app_three_tier_launches_in_dependency_order_and_hides_its_secret(
                            str(operator.cluster.kubeconfig)], capture_output=True, text=True, timeout=30)
     assert logs.returncode == 0 and "Succeeded  [####################] 17/17" in logs.stdout
     assert "    | creating database shop for user shop" in logs.stdout and SECRET not in logs.stdout + logs.stderr
+    app_patches = patches(audit, mark, "apps", "shop")
     print(f"\nlaunch: {elapsed:.1f}s; status PATCHes: run {patches(audit, mark, 'actionruns', 'shop-create')}, "
-          f"app {patches(audit, mark, 'apps', 'shop')}")
+          f"app {app_patches}")
+    # snapshot with the create run's lock, the run's release, Provisioned: nothing more
+    assert app_patches == 3
 
 
 def test_app_user_actions_setvar_lock_abort_and_failure(
@@ -147,8 +154,10 @@ def test_app_user_actions_setvar_lock_abort_and_failure(
     assert status["state"] == "Succeeded", status
     consume = next(t for t in status["runLog"] if t["task"] == "consume")
     assert consume["replicas"][0]["output"].strip() == "consumed hello-stead-demo"
+    app_patches = patches(audit, mark, "apps", "demo")
     print(f"\ngreet: status PATCHes of the run: {patches(audit, mark, 'actionruns', 'greet-1')}, "
-          f"of the app: {patches(audit, mark, 'apps', 'demo')}")
+          f"of the app: {app_patches}")
+    assert app_patches == 2  # the lock and its release (with the new state and entities)
 
     apply(kubectl, action_run("slow-1", namespace, "demo", "slow"))
     wait_until(lambda: (get(kubectl, "app", "demo", namespace)["status"].get("lock") or {}).get("lockedBy"),
@@ -215,3 +224,170 @@ def test_untrusted_namespace_cannot_run_local_scripts(
     app_status = wait_until(lambda: (s := get(kubectl, "app", "demo", namespace)["status"]).get("state") == "error"
                             and s, 20, "the app in error", interval=0.2)
     assert "not trusted" in app_status["failure"]["reason"]
+
+
+def gone(kubectl: Kubectl, kind: str, name: str, namespace: str) -> bool:
+    found = kubectl("get", kind, name, "-n", namespace, "-o", "name", check=False)
+    return found.returncode != 0 and "NotFound" in found.stderr
+
+
+def conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def test_app_delete_runs_its_delete_action_dependents_first(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str, audit: AuditLog
+) -> None:
+    kubectl("create", "secret", "generic", "three-tier-db", "-n", namespace, f"--from-literal=password={SECRET}")
+    body = yaml.safe_load((ROOT / "examples" / "blueprint-three-tier.yaml").read_text())
+    body["metadata"]["namespace"] = namespace
+    for service in body["spec"]["services"]:  # each service removes itself: the order shows in the run log
+        service["actions"].append({"name": "delete", "tasks": [
+            {"name": "remove", "type": "exec", "script": f"echo removing {service['name']}; sleep 0.2"}]})
+    apply(kubectl, body)
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "30s", "blueprint/three-tier")
+    apply(kubectl, app("shop", namespace, "three-tier"))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "50s", "app/shop")
+    shop = get(kubectl, "app", "shop", namespace)
+    assert "stead.dev/cleanup" in shop["metadata"]["finalizers"]
+    mark = audit.mark()
+    kubectl("delete", "app", "shop", "-n", namespace, "--wait=false")
+    wait_until(lambda: gone(kubectl, "app", "shop", namespace), 40, "the app gone", interval=0.2)
+    runs = json.loads(kubectl("get", "actionruns", "-n", namespace, "-l", "stead.dev/app=shop", "-o", "json").stdout)
+    [run] = [r for r in runs["items"] if r["spec"]["action"] == "delete"]  # the deletion's record outlives the app
+    # named after the generation that ran it (deleting a custom resource counts as a change of it)
+    assert run["metadata"]["name"] == f"shop-delete-{shop['metadata']['generation'] + 1}"
+    assert run["status"]["state"] == "Succeeded" and run["spec"]["action"] == "delete"
+    assert not run["metadata"].get("ownerReferences")
+    tasks = {t["task"]: t for t in run["status"]["runLog"]}
+    times = {name: (min(r["startedAt"] for r in tasks[f"{name}/remove"]["replicas"]),
+                    max(r["finishedAt"] for r in tasks[f"{name}/remove"]["replicas"])) for name in ("Web", "App", "DB")}
+    assert times["Web"][1] <= times["App"][0] and times["App"][1] <= times["DB"][0], times
+    assert len(tasks["App/remove"]["replicas"]) == 2  # once per replica of the app tier
+    assert "removing Web" in tasks["Web/remove"]["replicas"][0]["output"]
+    # the app's status: Deleting (with the delete run), the lock and its release
+    assert patches(audit, mark, "apps", "shop") == 3
+
+
+def test_app_whose_delete_action_fails_stays_until_soft_deleted(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str
+) -> None:
+    spec = small_spec()
+    spec["services"][0]["actions"].append({"name": "delete", "tasks": [
+        {"name": "drop", "type": "exec", "script": "echo cannot drop; exit 4"}]})
+    apply(kubectl, blueprint("small", namespace, spec))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "30s", "blueprint/small")
+    apply(kubectl, app("demo", namespace, "small"))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "40s", "app/demo")
+    kubectl("delete", "app", "demo", "-n", namespace, "--wait=false")
+
+    def stalled() -> dict[str, Any] | None:
+        obj = get(kubectl, "app", "demo", namespace)
+        stalled = conditions(obj).get("Stalled") or {}
+        return obj if stalled.get("status") == "True" else None
+
+    obj = wait_until(stalled, 40, "the app Stalled", interval=0.3)
+    status, stall = obj["status"], conditions(obj)["Stalled"]
+    assert status["phase"] == "Deleting" and status["state"] == "error", status
+    assert stall["reason"] == "DeleteFailed"
+    run = status["failure"]["run"]
+    assert status["failure"]["action"] == "delete" and status["failure"]["task"] == "S/drop@tier-0"
+    assert f"delete run {run} failed: S/drop@tier-0: script exited with code 4" in stall["message"], stall
+    assert "spec.softDelete: true" in stall["message"]
+    assert status.get("lock") is None
+    events = kubectl("get", "events", "-n", namespace, "--field-selector", "involvedObject.name=demo,type=Warning",
+                     "-o", "json").stdout
+    assert "DeleteFailed" in events
+    time.sleep(2)  # it stays: no retry loop, no second delete run
+    assert not gone(kubectl, "app", "demo", namespace)
+    runs = json.loads(kubectl("get", "actionruns", "-n", namespace, "-o", "json").stdout)["items"]
+    assert [r["metadata"]["name"] for r in runs if r["spec"]["action"] == "delete"] == [run]
+    refused = apply(kubectl, action_run("greet-late", namespace, "demo", "greet"), check=False)
+    assert refused.returncode != 0 and "app demo is being deleted" in refused.stderr
+    # the user's way out: Calm's soft delete (the app goes without its delete action)
+    kubectl("patch", "app", "demo", "-n", namespace, "--type", "merge", "-p", '{"spec":{"softDelete":true}}')
+    wait_until(lambda: gone(kubectl, "app", "demo", namespace), 20, "the app gone", interval=0.2)
+
+
+def test_app_lock_older_than_its_ttl_is_released_and_its_run_failed(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str
+) -> None:
+    launch_small(kubectl, namespace)
+    kubectl("patch", "app", "demo", "-n", namespace, "--type", "merge", "-p", '{"spec":{"lockTtlSeconds":3}}')
+    wait_until(lambda: get(kubectl, "app", "demo", namespace)["status"].get("observedGeneration") == 2, 20,
+               "the new TTL seen", interval=0.2)
+    started = time.monotonic()
+    apply(kubectl, action_run("slow-1", namespace, "demo", "slow"))
+    lock = wait_until(lambda: get(kubectl, "app", "demo", namespace)["status"].get("lock"), 20, "the lock",
+                      interval=0.2)
+    assert lock["lockedBy"] == "slow-1" and lock["ttlSeconds"] == 3
+    status = run_state(kubectl, namespace, "slow-1", "Failed", "Succeeded", "Aborted", seconds=20)
+    assert status["state"] == "Failed" and status["reason"] == "the app's lock expired after 3s", status
+    assert time.monotonic() - started < 15  # not the action's 30 s
+    app_status = get(kubectl, "app", "demo", namespace)["status"]
+    assert app_status.get("lock") is None and app_status["state"] == "error"
+    assert app_status["failure"]["reason"] == "the app's lock expired after 3s"
+
+
+def test_app_runs_on_different_apps_of_one_project_overlap(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str
+) -> None:
+    launch_small(kubectl, namespace, "one")
+    apply(kubectl, app("two", namespace, "small"))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "40s", "app/two")
+    apply(kubectl, action_run("nap-one", namespace, "one", "nap"))
+    apply(kubectl, action_run("nap-two", namespace, "two", "nap"))
+    spans = []
+    for name in ("nap-one", "nap-two"):
+        status = run_state(kubectl, namespace, name, "Succeeded", "Failed", seconds=30)
+        assert status["state"] == "Succeeded", status
+        nap = next(t for t in status["runLog"] if t["task"] == "nap")["replicas"][0]
+        spans.append((nap["startedAt"], nap["finishedAt"]))
+    # each sleeps 2 s; run one after the other they could not overlap
+    assert max(s for s, _ in spans) < min(e for _, e in spans), spans
+
+
+def stead(operator: OperatorProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(STEAD), *args, "--kubeconfig", str(operator.cluster.kubeconfig)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_app_cli_launch_run_logs_and_abort(operator: OperatorProcess, kubectl: Kubectl, namespace: str) -> None:
+    kubectl("create", "secret", "generic", "cli-cred", "-n", namespace, f"--from-literal=password={SECRET}")
+    spec = small_spec()
+    spec["credentials"] = [{"name": "cred", "type": "password", "username": "ops",
+                            "secret": {"secretRef": {"name": "cli-cred", "key": "password"}}}]
+    spec["actions"].append({"name": "tell", "tasks": [
+        {"name": "say", "type": "exec",
+         "script": "echo user @@{cred.username}@@ pass @@{cred.secret}@@ who @@{who}@@"}]})
+    apply(kubectl, blueprint("small", namespace, spec))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "30s", "blueprint/small")
+
+    launched = stead(operator, "app", "launch", "cli", "--blueprint", "small", "--input", "who=stead", "-n", namespace)
+    assert launched.returncode == 0, launched.stderr
+    assert launched.stdout.strip() == "app/cli launched (its create run: cli-create)"
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "40s", "app/cli")
+    assert get(kubectl, "app", "cli", namespace)["spec"]["inputs"] == {"who": "stead"}
+    bad = stead(operator, "app", "launch", "cli2", "--blueprint", "small", "--input", "who=UPPER", "-n", namespace)
+    assert bad.returncode == 1 and "does not match" in bad.stderr
+
+    told = stead(operator, "app", "run", "cli", "tell", "--arg", "who=other", "-n", namespace, "-f")
+    assert told.returncode == 0, told.stdout + told.stderr
+    assert told.stdout.startswith("actionrun/cli-tell-") and "Succeeded  [####################] 1/1" in told.stdout
+    assert "| user ops pass ******** who other" in told.stdout
+    run_name = told.stdout.split()[0].removeprefix("actionrun/")
+    logs = stead(operator, "run", "logs", run_name, "-n", namespace)
+    assert logs.returncode == 0 and "| user ops pass ******** who other" in logs.stdout
+    assert SECRET not in told.stdout + told.stderr + logs.stdout + logs.stderr
+
+    started = stead(operator, "app", "run", "cli", "slow", "-n", namespace)
+    assert started.returncode == 0 and started.stdout.startswith("actionrun/cli-slow-"), started.stdout
+    slow = started.stdout.split()[0].removeprefix("actionrun/")
+    run_state(kubectl, namespace, slow, "Running", seconds=20)
+    aborted = stead(operator, "run", "abort", slow, "-n", namespace)
+    assert aborted.returncode == 0 and aborted.stdout.strip() == f"actionrun/{slow}: abort requested"
+    run_state(kubectl, namespace, slow, "Aborted", "Failed", "Succeeded", seconds=15)
+    logs = stead(operator, "run", "logs", slow, "-n", namespace)
+    assert logs.returncode == 1 and f"run {slow}  app cli  action slow  Aborted" in logs.stdout, logs.stdout
+    missing = stead(operator, "run", "logs", "no-such-run", "-n", namespace)
+    assert missing.returncode == 1 and "no-such-run" in missing.stderr

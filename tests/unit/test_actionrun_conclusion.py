@@ -1,0 +1,34 @@
+"""A concluded run is not concluded twice: the outcome on disk wins over a stale object body."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from operators.calm.actionrun import _finished_again, deleting_refusal, read_conclusion, write_conclusion
+from operators.runtime.pipeline import Observed, PermanentError, StepContext
+from pipelines.control import run_paths
+
+
+def test_the_conclusion_is_kept_on_disk_and_repeated_as_is(tmp_path: Path) -> None:
+    paths = run_paths(tmp_path, "uid-1")
+    assert read_conclusion(paths) is None
+    result = {"state": "Failed", "failedTask": "boom", "reason": "the app's lock expired after 3s"}
+    write_conclusion(paths, result)
+    assert read_conclusion(paths) == result
+    obj = Observed(kind="ActionRun", namespace="ns", name="r", uid="uid-1", generation=1, labels={}, spec={},
+                   status={"state": "Running"})
+    with pytest.raises(PermanentError) as again:
+        _finished_again(StepContext(obj=obj, facts={}), {"state": "Running", **result})
+    assert again.value.reason == "RunFailed" and again.value.message == "boom: the app's lock expired after 3s"
+    assert _finished_again(StepContext(obj=obj, facts={}), {"state": "Succeeded"}) == {"state": "Succeeded"}
+
+
+def test_only_the_delete_run_may_start_on_an_app_being_deleted() -> None:
+    live = {"metadata": {"name": "shop", "generation": 1}}
+    deleting = {"metadata": {"name": "shop", "generation": 2, "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    assert deleting_refusal(live, "greet-1", "greet") is None
+    assert deleting_refusal(deleting, "shop-delete-2", "delete") is None
+    assert deleting_refusal(deleting, "greet-1", "greet") == "app shop is being deleted: only its delete run may start"
+    assert deleting_refusal(deleting, "shop-delete-1", "delete") is not None

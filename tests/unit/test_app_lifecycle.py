@@ -1,0 +1,157 @@
+"""The App's create step and its cleanup (the delete action), against a fake API server."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from operators.calm.app import CREATE_RUNNING, KIND, delete, delete_run_name
+from operators.runtime.kinds import FINALIZER
+from operators.runtime.kube import ApiError
+from operators.runtime.pipeline import Observed, PermanentError, StepContext, TemporaryError, compose_status, run
+
+SNAPSHOT = {"name": "bp", "uid": "u-bp", "generation": 1, "spec": {}, "compiledState": None}
+
+
+@dataclass
+class FakeKube:
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    refuse_create: ApiError | None = None
+
+    async def request(self, method: str, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
+        self.calls.append((method, path))
+        if method == "POST":
+            if self.refuse_create is not None:
+                raise self.refuse_create
+            name = body["metadata"]["name"]
+            self.objects[f"{path}/{name}"] = body
+            return dict(body)
+        if method == "DELETE":
+            self.objects.pop(path, None)
+            return {}
+        if path not in self.objects:
+            raise ApiError(404, "not found")
+        return self.objects[path]
+
+
+@dataclass
+class FakeServices:
+    kube: FakeKube
+
+
+RUNS = "/apis/stead.dev/v1alpha1/namespaces/ns/actionruns"
+APPS = "/apis/stead.dev/v1alpha1/namespaces/ns/apps"
+
+
+def app(status: dict[str, Any], generation: int = 1, **spec: Any) -> Observed:
+    return Observed(kind="App", namespace="ns", name="shop", uid="u-shop", generation=generation, labels={},
+                    spec={"blueprint": "bp", **spec}, status=status, deleting=True, finalizers=(FINALIZER,))
+
+
+def ctx(obj: Observed, kube: FakeKube) -> StepContext:
+    return StepContext(obj=obj, facts={}, services=FakeServices(kube))
+
+
+def test_the_app_kind_holds_the_cleanup_finalizer() -> None:
+    assert KIND.cleanup is delete and KIND.mutates
+    assert delete_run_name("shop", 3) == "shop-delete-3"
+    assert len(delete_run_name("x" * 253, 12)) == 253
+
+
+def test_nothing_to_run_lets_the_app_go_at_once() -> None:
+    kube = FakeKube()
+    for obj in (app({}), app({"snapshot": SNAPSHOT, "state": "deleted"}),
+                app({"snapshot": SNAPSHOT, "state": "error"}, softDelete=True)):
+        assert asyncio.run(delete(ctx(obj, kube))) == {}
+    assert kube.calls == []
+
+
+def test_the_delete_run_is_started_once_then_followed_to_its_end() -> None:
+    kube = FakeKube()
+    obj = app({"snapshot": SNAPSHOT, "state": "running"}, generation=2)
+    with pytest.raises(TemporaryError) as first:
+        asyncio.run(delete(ctx(obj, kube)))
+    assert first.value.reason == "DeleteRunning" and first.value.delay == 1.0
+    body = kube.objects[f"{RUNS}/shop-delete-2"]
+    assert body["spec"] == {"app": "shop", "action": "delete"}
+    assert "ownerReferences" not in body["metadata"]  # the record outlives the app
+    assert body["metadata"]["labels"]["stead.dev/app-uid"] == "u-shop"
+    with pytest.raises(TemporaryError) as again:
+        asyncio.run(delete(ctx(obj, kube)))
+    assert again.value.message == first.value.message  # same status: no write
+    assert [c for c in kube.calls if c[0] == "POST"] == [("POST", RUNS)]
+    body["status"] = {"state": "Succeeded"}
+    assert asyncio.run(delete(ctx(obj, kube))) == {}
+
+
+def test_a_failed_delete_run_keeps_the_app_with_the_task_and_reason() -> None:
+    kube = FakeKube()
+    obj = app({"snapshot": SNAPSHOT, "state": "deleting"}, generation=2)
+    kube.objects[f"{RUNS}/shop-delete-2"] = {
+        "metadata": {"labels": {"stead.dev/app-uid": "u-shop"}}, "spec": {"app": "shop", "action": "delete"},
+        "status": {"state": "Failed", "failedTask": "S/drop@tier-0", "reason": "script exited with code 4"}}
+    kube.objects[f"{APPS}/shop"] = {"status": {"snapshot": SNAPSHOT, "state": "error", "phase": "Provisioned"}}
+    with pytest.raises(PermanentError) as failed:
+        asyncio.run(delete(ctx(obj, kube)))
+    assert failed.value.reason == "DeleteFailed"
+    assert failed.value.message.startswith("delete run shop-delete-2 failed: S/drop@tier-0: script exited with code 4")
+    assert failed.value.facts["state"] == "error" and "phase" not in failed.value.facts
+
+
+def test_a_run_holding_the_lock_is_waited_for_unless_it_is_gone() -> None:
+    kube = FakeKube()
+    lock = {"lockedBy": "greet-1", "since": "2999-01-01T00:00:00Z", "ttlSeconds": 3600}
+    obj = app({"snapshot": SNAPSHOT, "state": "running", "lock": lock})
+    kube.objects[f"{RUNS}/greet-1"] = {"spec": {"app": "shop", "action": "greet"}}
+    with pytest.raises(TemporaryError) as waiting:
+        asyncio.run(delete(ctx(obj, kube)))
+    assert waiting.value.reason == "WaitingForRun" and "greet-1" in waiting.value.message
+    del kube.objects[f"{RUNS}/greet-1"]
+    with pytest.raises(TemporaryError) as running:
+        asyncio.run(delete(ctx(obj, kube)))
+    assert running.value.reason == "DeleteRunning"
+
+
+def test_a_leftover_delete_run_of_an_earlier_app_is_replaced() -> None:
+    kube = FakeKube()
+    kube.objects[f"{RUNS}/shop-delete-1"] = {"metadata": {"labels": {"stead.dev/app-uid": "old"}},
+                                             "spec": {"app": "shop", "action": "delete"}, "status": {"state": "Failed"}}
+    with pytest.raises(TemporaryError):
+        asyncio.run(delete(ctx(app({"snapshot": SNAPSHOT, "state": "running"}), kube)))
+    assert ("DELETE", f"{RUNS}/shop-delete-1") in kube.calls
+    kube.objects[f"{RUNS}/shop-delete-1"] = {"metadata": {}, "spec": {"app": "shop", "action": "greet"}}
+    with pytest.raises(PermanentError) as conflict:
+        asyncio.run(delete(ctx(app({"snapshot": SNAPSHOT, "state": "running"}), kube)))
+    assert conflict.value.reason == "DeleteRunConflict"
+
+
+def test_a_terminating_namespace_lets_the_app_go() -> None:
+    kube = FakeKube(refuse_create=ApiError(403, "unable to create new content in namespace ns because it is being "
+                                                "terminated"))
+    assert asyncio.run(delete(ctx(app({"snapshot": SNAPSHOT, "state": "running"}), kube))) == {}
+    kube.refuse_create = ApiError(403, "forbidden by RBAC")
+    with pytest.raises(TemporaryError):
+        asyncio.run(delete(ctx(app({"snapshot": SNAPSHOT, "state": "running"}), kube)))
+
+
+def test_create_waits_without_writing_after_the_first_write() -> None:
+    """The first pass writes the snapshot and lock; later passes compose the very same status: no PATCH."""
+    kube = FakeKube()
+    status = {"snapshot": SNAPSHOT, "state": "provisioning", "lock": {"lockedBy": "shop-create"}}
+    obj = Observed(kind="App", namespace="ns", name="shop", uid="u-shop", generation=1, labels={},
+                   spec={"blueprint": "bp"}, status={})
+    first = asyncio.run(run(KIND.pipeline, obj, "Launched", services=FakeServices(kube)))
+    assert isinstance(first.error, TemporaryError) and first.error.delay == 0.1  # nothing posted before the write
+    assert kube.calls == []
+    written = compose_status(obj, first, "2026-01-01T00:00:00Z")
+    obj = Observed(kind="App", namespace="ns", name="shop", uid="u-shop", generation=1, labels={},
+                   spec={"blueprint": "bp"}, status={**written, **status})
+    second = asyncio.run(run(KIND.pipeline, obj, "Launched", services=FakeServices(kube)))
+    assert isinstance(second.error, TemporaryError) and second.error.reason == CREATE_RUNNING
+    assert kube.objects[f"{RUNS}/shop-create"]["metadata"]["ownerReferences"][0]["uid"] == "u-shop"
+    again = compose_status(obj, second, "2026-01-01T00:00:09Z")
+    assert again == obj.status
