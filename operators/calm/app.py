@@ -301,7 +301,7 @@ async def create(ctx: StepContext) -> Mapping[str, Any]:
         return status  # created before (or failed, and left for the user to act on)
     name = create_run_name(ctx.obj.name)
     running = TemporaryError(CREATE_RUNNING, f"running the create action: ActionRun {name}", delay=POLL_SECONDS,
-                             facts=status)
+                             facts=status, waiting=True)
     if not ctx.obj.status.get("snapshot"):
         running.delay = 0.1  # the run reads the snapshot from the App: write it (and the lock) first
         raise running
@@ -357,9 +357,9 @@ async def delete(ctx: StepContext) -> Mapping[str, Any]:
     lock = active_lock(status)
     if lock is not None and lock.get("lockedBy") != name and not await run_holder_gone(kube, obj.namespace, lock):
         raise TemporaryError("WaitingForRun", f"the delete action waits for run {lock['lockedBy']} to end",
-                             delay=2.0, facts=status)
+                             delay=2.0, facts=status, waiting=True)
     running = TemporaryError("DeleteRunning", f"running the delete action: ActionRun {name}", delay=POLL_SECONDS,
-                             facts=status)
+                             facts=status, waiting=True)
     run = await get_run(kube, obj.namespace, name)
     if run is not None and (run.get("metadata") or {}).get("labels", {}).get(APP_UID_LABEL) != obj.uid:
         run_spec = run.get("spec") or {}

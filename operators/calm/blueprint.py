@@ -63,7 +63,7 @@ async def release(ctx: StepContext) -> Mapping[str, Any]:
                    if (a.get("spec") or {}).get("blueprint") == ctx.obj.name)
     if users:
         raise TemporaryError("InUse", f"deleted: waits until no app uses it ({', '.join(users)})",
-                             delay=IN_USE_RECHECK_SECONDS, facts={"state": "Deleted"})
+                             delay=IN_USE_RECHECK_SECONDS, facts={"state": "Deleted"}, waiting=True)
     project = ctx.obj.labels.get(PROJECT_LABEL) or ctx.obj.namespace
     for ref in sorted(_vault_refs(ctx.obj.spec)):
         await services.vault.delete(project, ref)

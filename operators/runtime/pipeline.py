@@ -36,16 +36,22 @@ class PermanentError(Exception):
 
 
 class TemporaryError(Exception):
-    """Something outside the object is not ready yet: retried with exponential backoff."""
+    """Something outside the object is not ready yet: retried with exponential backoff.
+
+    `waiting` marks the expected kind (an action still running, a blueprint still in use): its
+    Event is Normal, not a Warning, because nothing is wrong.
+    """
 
     def __init__(
-        self, reason: str, message: str, delay: float | None = None, facts: Mapping[str, Any] | None = None
+        self, reason: str, message: str, delay: float | None = None, facts: Mapping[str, Any] | None = None,
+        waiting: bool = False,
     ) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
         self.delay = delay
         self.facts = dict(facts or {})
+        self.waiting = waiting
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,7 @@ class Observed:
     status: Mapping[str, Any]
     deleting: bool = False
     finalizers: tuple[str, ...] = ()
+    resource_version: str = ""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Observed:
@@ -77,6 +84,7 @@ class Observed:
             status=dict(body.get("status") or {}),
             deleting=bool(meta.get("deletionTimestamp")),
             finalizers=tuple(meta.get("finalizers") or ()),
+            resource_version=str(meta.get("resourceVersion") or ""),
         )
 
 
@@ -222,7 +230,7 @@ def compose_status(obj: Observed, outcome: Outcome, now: str) -> dict[str, Any]:
     previous = obj.status.get("conditions") or []
     gen = obj.generation
     error = outcome.error
-    status: dict[str, Any] = dict(outcome.facts)
+    status = _kept(obj.status, outcome.facts)
     status["observedGeneration"] = gen
     if error is None:
         status["phase"] = PROVISIONED
@@ -253,7 +261,7 @@ def announce_status(obj: Observed, phase: str, facts: Mapping[str, Any], now: st
     """The status written when an announced phase starts: Reconciling, not yet Ready."""
     previous = obj.status.get("conditions") or []
     gen = obj.generation
-    status: dict[str, Any] = dict(facts)
+    status = _kept(obj.status, facts)
     status["observedGeneration"] = gen
     status["phase"] = phase
     status["conditions"] = [
@@ -261,6 +269,17 @@ def announce_status(obj: Observed, phase: str, facts: Mapping[str, Any], now: st
         cond.condition(cond.RECONCILING, "True", phase, f"in phase {phase}", gen, now, previous),
         cond.condition(cond.STALLED, "False", phase, "", gen, now, previous),
     ]
+    return status
+
+
+_RUNTIME_FIELDS = frozenset({"phase", "observedGeneration", "conditions"})
+
+
+def _kept(old: Mapping[str, Any], facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The kind's status fields as they are, updated with what this run found: a step returns what
+    it changes (None removes a field), so an announce or a failure never erases, say, an App's lock."""
+    status = {key: value for key, value in old.items() if key not in _RUNTIME_FIELDS}
+    status.update(facts)
     return status
 
 

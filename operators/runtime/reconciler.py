@@ -69,6 +69,24 @@ class Backoff:
 _UNSEEN = -1
 
 
+def _event_type(error: PermanentError | TemporaryError) -> str:
+    return "Normal" if isinstance(error, TemporaryError) and error.waiting else "Warning"
+
+
+def _as_int(version: str) -> int | None:
+    try:
+        return int(version)
+    except ValueError:
+        return None
+
+
+def _older(version: str, written: int | None) -> bool:
+    """Whether a body predates our last write. resourceVersions are opaque to clients in general;
+    etcd-backed servers issue increasing integers, and anything else is never called older."""
+    current = _as_int(version)
+    return written is not None and current is not None and current < written
+
+
 def _ready_generation(obj: Observed) -> int | None:
     """The generation at which an object is Ready, or None when it is not."""
     if not cond.is_true(obj.status.get("conditions") or [], cond.READY):
@@ -110,6 +128,8 @@ class Reconciler:
         self._pending: dict[str, _Pending] = {}
         self._latest: dict[str, Observed] = {}
         self._seen: dict[str, Observed] = {}  # owned objects, as last observed (for rechecks)
+        self._written: dict[str, int] = {}  # the resourceVersion of our last write to each object
+        self._newest: dict[str, Observed] = {}  # the freshest body for a reconcile waiting on the lock
         self._ready_at: dict[str, int | None] = {}  # every object's Ready generation (for dependents)
         self.on_ready_change: Callable[[str, str, str], Awaitable[None]] | None = None
         self._attempts: dict[str, int] = {}
@@ -125,11 +145,15 @@ class Reconciler:
             self._forget(key)
             self._locks.pop(key, None)
             self._seen.pop(key, None)
+            self._written.pop(key, None)
             if self._store.delete(key, uid=obj.uid):
                 self._count("stead_store_deleted_total")
             return
         if not self._ownership.owns(project_of(body)):
             self._count("stead_not_owned_total")
+            return
+        if _older(obj.resource_version, self._written.get(key)):
+            self._count("stead_stale_events_total")  # from before our own last write: acting on it would undo it
             return
         self._seen[key] = obj
         if obj.deleting and FINALIZER not in obj.finalizers:
@@ -172,8 +196,16 @@ class Reconciler:
                     await self._run(key, self._seen.get(key, obj), self.kind.pipeline.update_phase)
 
     async def reconcile(self, key: str, obj: Observed) -> None:
+        """Reconcile under the object's lock. Events arriving while a reconcile runs coalesce: one
+        waiter, which takes the freshest body when its turn comes (never a queue of old ones)."""
+        waiting = key in self._newest
+        self._newest[key] = obj
+        if waiting:
+            return
         async with self._locks.setdefault(key, asyncio.Lock()):
-            await self._reconcile_locked(key, obj)
+            latest = self._newest.pop(key, obj)
+            if not _older(latest.resource_version, self._written.get(key)):
+                await self._reconcile_locked(key, latest)
 
     async def _reconcile_locked(self, key: str, obj: Observed) -> None:
         if self.kind.cleanup is not None:
@@ -230,7 +262,7 @@ class Reconciler:
                 self._events.record(current, "Warning", error.reason, error.message)
         else:
             if changed:
-                self._events.record(current, "Warning", error.reason, error.message)
+                self._events.record(current, _event_type(error), error.reason, error.message)
             self._retry(key, current, error)
 
     async def _clean_up(self, key: str, obj: Observed) -> None:
@@ -251,18 +283,19 @@ class Reconciler:
         outcome = engine.Outcome(phase=DELETING, facts=failure.facts, error=failure)
         status = engine.compose_status(obj, outcome, self._clock())
         if await self._write(obj, status):
-            self._events.record(obj, "Warning", failure.reason, failure.message)
+            self._events.record(obj, _event_type(failure), failure.reason, failure.message)
         if isinstance(failure, TemporaryError):
             self._retry(key, replace(obj, status=status), failure)
 
     async def _finalizer(self, action: str, obj: Observed) -> None:
         call = self._writer.add_finalizer if action == "add" else self._writer.remove_finalizer
         try:
-            await call(self.kind.plural, obj.namespace, obj.name, obj.finalizers, FINALIZER)
+            answer = await call(self.kind.plural, obj.namespace, obj.name, obj.finalizers, FINALIZER)
         except Exception as error:
             if getattr(error, "status", None) == 404:
                 return  # already gone
             raise WriteFailed(f"finalizer of {obj.namespace}/{obj.name} not changed: {error}") from error
+        self._remember_write(obj, answer)
         self._count("stead_finalizer_patches_total")
 
     async def _write(self, obj: Observed, status: dict[str, Any]) -> bool:
@@ -271,19 +304,28 @@ class Reconciler:
         if patch is None:
             return False
         try:
-            await self._writer.patch_status(self.kind.plural, obj.namespace, obj.name, patch)
+            answer = await self._writer.patch_status(self.kind.plural, obj.namespace, obj.name, patch)
         except Exception as error:
             if getattr(error, "status", None) == 404:
                 return False  # deleted meanwhile: its DELETED event cleans up
             raise WriteFailed(f"status of {obj.namespace}/{obj.name} not written: {error}") from error
+        self._remember_write(obj, answer)
         self._count("stead_status_patches_total")
         return True
+
+    def _remember_write(self, obj: Observed, answer: Mapping[str, Any]) -> None:
+        version = _as_int(str((answer.get("metadata") or {}).get("resourceVersion") or ""))
+        if version is not None:
+            self._written[object_key(self.kind.kind, obj.namespace, obj.name)] = version
 
     def _retry(self, key: str, obj: Observed, error: TemporaryError) -> None:
         attempt = self._attempts[key] = self._attempts.get(key, 0) + 1
         delay = error.delay if error.delay is not None else self._backoff.delay(attempt)
         log.info("%s %s: %s (retry %d in %.1fs)", self.kind.kind, key, error.message, attempt, delay)
         self._count("stead_retries_total")
+        previous = self._pending.pop(key, None)
+        if previous is not None and previous.task is not asyncio.current_task():
+            previous.task.cancel()
         self._latest[key] = obj
         self._pending[key] = _Pending(obj.generation, asyncio.create_task(self._retry_after(key, delay)))
 

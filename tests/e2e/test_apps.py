@@ -298,12 +298,13 @@ def test_app_whose_delete_action_fails_stays_until_soft_deleted(
     events = kubectl("get", "events", "-n", namespace, "--field-selector", "involvedObject.name=demo,type=Warning",
                      "-o", "json").stdout
     assert "DeleteFailed" in events
-    time.sleep(2)  # it stays: no retry loop, no second delete run
-    assert not gone(kubectl, "app", "demo", namespace)
+    assert not gone(kubectl, "app", "demo", namespace)  # it stays, with the reason
     runs = json.loads(kubectl("get", "actionruns", "-n", namespace, "-o", "json").stdout)["items"]
     assert [r["metadata"]["name"] for r in runs if r["spec"]["action"] == "delete"] == [run]
     refused = apply(kubectl, action_run("greet-late", namespace, "demo", "greet"), check=False)
     assert refused.returncode != 0 and "app demo is being deleted" in refused.stderr
+    runs = json.loads(kubectl("get", "actionruns", "-n", namespace, "-o", "json").stdout)["items"]
+    assert [r["metadata"]["name"] for r in runs if r["spec"]["action"] == "delete"] == [run]  # no second one
     # the user's way out: Calm's soft delete (the app goes without its delete action)
     kubectl("patch", "app", "demo", "-n", namespace, "--type", "merge", "-p", '{"spec":{"softDelete":true}}')
     wait_until(lambda: gone(kubectl, "app", "demo", namespace), 20, "the app gone", interval=0.2)

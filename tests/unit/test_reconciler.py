@@ -294,3 +294,53 @@ def test_objects_are_checked_again_when_what_they_refer_to_changes(tmp_path: Pat
     asyncio.run(scenario())
     assert store.get(object_key("ConfigValues", "ns", "a")) is None  # a failed recheck drops the stale record
     assert store.get(object_key("ConfigValues", "ns", "b")) is not None
+
+
+def test_a_body_older_than_our_own_last_write_is_not_acted_on(tmp_path: Path) -> None:
+    """Events queued from before our write would otherwise Restore over it (and undo later fields)."""
+    rec, writer, _, _ = make(tmp_path)
+
+    async def versioned(plural: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        writer.patches.append((name, status))
+        return {"metadata": {"resourceVersion": "10"}}
+
+    writer.patch_status = versioned  # type: ignore[method-assign]
+    fresh = body()
+    fresh["metadata"]["resourceVersion"] = "7"
+    asyncio.run(rec.on_event("ADDED", fresh))
+    assert len(writer.patches) == 1
+    stale = body()  # an event from before the write (no status yet): Restore would write again
+    stale["metadata"]["resourceVersion"] = "8"
+    asyncio.run(rec.on_event("MODIFIED", stale))
+    assert len(writer.patches) == 1
+    echo = body(status=writer.patches[0][1])
+    echo["metadata"]["resourceVersion"] = "10"
+    asyncio.run(rec.on_event("MODIFIED", echo))
+    assert len(writer.patches) == 1
+
+
+def test_events_arriving_during_a_reconcile_coalesce_into_one_with_the_freshest_body(tmp_path: Path) -> None:
+    seen: list[str] = []
+    gate = asyncio.Event()
+
+    async def slow(ctx: StepContext) -> Mapping[str, Any]:
+        seen.append(ctx.obj.spec["release"])
+        if len(seen) == 1:
+            await gate.wait()
+        return {}
+
+    kind = dataclasses.replace(KIND, pipeline=Pipeline(phases=("Init", "Provisioned"), steps={"Init": slow}))
+    rec, _, _, _ = make(tmp_path, kind=kind)
+    key = object_key("Environment", "ns", "e1")
+
+    async def scenario() -> None:
+        first = asyncio.create_task(rec.reconcile(key, Observed.from_body(body(spec={"release": "r1"}))))
+        await asyncio.sleep(0)  # let the first take the lock
+        bodies = [Observed.from_body(body(generation=g, spec={"release": f"r{g}"})) for g in (2, 3, 4)]
+        later = [asyncio.create_task(rec.reconcile(key, b)) for b in bodies]
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(first, *later)
+
+    asyncio.run(scenario())
+    assert seen == ["r1", "r4"]
