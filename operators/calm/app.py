@@ -32,17 +32,17 @@ own forward, so that its final status write removes none of them.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 from collections.abc import Mapping
-from datetime import UTC, date, datetime, time
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import Field
 
 from operators import API_VERSION
 from operators.calm.models import BlueprintSpec
+from operators.calm.validation import type_problem
 from operators.calm.workflow import layout
 from operators.runtime.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
 from operators.runtime.kube import ApiError, custom_path
@@ -152,23 +152,6 @@ COLUMNS = (
 # --- inputs ---------------------------------------------------------------------------------------
 
 
-def _typed(kind: str, value: str) -> bool:
-    try:
-        if kind == "int":
-            int(value)
-        elif kind == "dict":
-            return isinstance(json.loads(value), dict)
-        elif kind == "date":
-            date.fromisoformat(value)
-        elif kind == "time":
-            time.fromisoformat(value)
-        elif kind == "datetime":
-            datetime.fromisoformat(value)
-    except ValueError:
-        return False
-    return True
-
-
 def input_problems(spec: BlueprintSpec, inputs: Mapping[str, str], field: str = "spec.inputs") -> list[str]:
     """Each problem of the inputs against the blueprint's runtime application variables."""
     problems: list[str] = []
@@ -182,8 +165,9 @@ def input_problems(spec: BlueprintSpec, inputs: Mapping[str, str], field: str = 
         if var.type == "secret":
             problems.append(f"{field}.{name}: a secret variable cannot be given as an input")
             continue
-        if not _typed(var.type, value):
-            problems.append(f"{field}.{name}: {value!r} is not a valid {var.type}")
+        problem = type_problem(var.type, value)
+        if problem is not None:
+            problems.append(f"{field}.{name}: {value!r}: {problem}")
         if var.options and value not in var.options:
             problems.append(f"{field}.{name}: {value!r} is not one of {', '.join(var.options)}")
         if var.regex:

@@ -349,7 +349,7 @@ class _Checker:
         elif var.mandatory and not var.runtime:
             self.out.append(f"{where}.value: required (mandatory, and not set at launch)")
         for place, value in candidates:
-            wrong = _type_problem(var.type, value)
+            wrong = type_problem(var.type, value)
             if wrong is not None:
                 self.out.append(f"{place}: {wrong}")
             elif pattern is not None and pattern.fullmatch(value) is None:
@@ -459,7 +459,7 @@ class _Checker:
             self.out.append(f"{path}: {problem}")
 
 
-def _type_problem(kind: str, value: str) -> str | None:
+def type_problem(kind: str, value: str) -> str | None:
     """Why a (non-secret) value does not fit its variable type, without quoting it; None if it fits."""
     if "@@{" in value:
         return None  # a macro: checked by the compiler, known at run time

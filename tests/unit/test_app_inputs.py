@@ -19,7 +19,7 @@ def test_inputs_are_checked_by_type_options_regex_and_mandatory() -> None:
     assert input_problems(SPEC, {"env": "staging", "port": "8080", "who": "abc"}) == []
     problems = input_problems(SPEC, {"port": "eighty", "who": "ABC", "fixed": "y", "env": "dev"})
     text = "; ".join(problems)
-    assert "spec.inputs.port: 'eighty' is not a valid int" in text
+    assert "spec.inputs.port: 'eighty': not a valid int" in text
     assert "spec.inputs.who: 'ABC' does not match '[a-z]+'" in text
     assert "spec.inputs.fixed: not a runtime variable" in text
     assert "spec.inputs.env: 'dev' is not one of staging, production" in text
