@@ -265,8 +265,9 @@ def test_app_delete_runs_its_delete_action_dependents_first(
     assert times["Web"][1] <= times["App"][0] and times["App"][1] <= times["DB"][0], times
     assert len(tasks["App/remove"]["replicas"]) == 2  # once per replica of the app tier
     assert "removing Web" in tasks["Web/remove"]["replicas"][0]["output"]
-    # the app's status: Deleting (with the delete run), the lock and its release
-    assert patches(audit, mark, "apps", "shop") == 3
+    # the app's status: Deleting (with the delete run), the lock and its release; one more when the
+    # cleanup's poll sees the run's lock before its release (timing: 3 in most runs, 4 in some)
+    assert 3 <= patches(audit, mark, "apps", "shop") <= 4
 
 
 def test_app_whose_delete_action_fails_stays_until_soft_deleted(
