@@ -66,6 +66,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--trust-local-namespaces", nargs="*", metavar="PATTERN",
                      help="namespaces (shell patterns) whose actions may run scripts on this host (Local "
                      "substrates); default: all with --local auto/always, none otherwise")
+    run.add_argument("--exec-in-jobs", action="store_true",
+                     help="run the scripts of namespaces not trusted with --trust-local-namespaces as Jobs in "
+                     "their namespace, under its service account (the runner gets a short-lived token of that "
+                     "account, never the operator's credentials); default: off (those runs fail)")
+    run.add_argument("--job-image", default="python:3.11-slim", help="the image of script Jobs (--exec-in-jobs)")
+    run.add_argument("--job-service-account", default="default",
+                     help="the service account, in each namespace, that script Jobs and the runner act as")
     run.add_argument("--pipelines-state", type=Path, help="where workflow runs keep their state "
                      "(default: next to the store)")
     run.add_argument("-v", "--verbose", action="store_true")
@@ -196,6 +203,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 args.trust_local_namespaces if args.trust_local_namespaces is not None
                 else (["*"] if args.local != "never" else [])),
             **({"pipelines_state": args.pipelines_state} if args.pipelines_state else {}),
+            "exec_in_jobs": args.exec_in_jobs,
+            "job_image": args.job_image,
+            "job_service_account": args.job_service_account,
         },
     )
     addons = []

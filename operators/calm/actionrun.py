@@ -19,6 +19,7 @@ import asyncio
 import base64
 import contextlib
 import fnmatch
+import functools
 import hashlib
 import json
 import logging
@@ -43,7 +44,7 @@ from operators.calm.app import (
 from operators.calm.compiler import compile_blueprint
 from operators.calm.models import BlueprintSpec, CompiledAction, CompiledState, SecretSource
 from operators.runtime.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
-from operators.runtime.kube import ApiError, custom_path
+from operators.runtime.kube import ApiError, custom_path, load_configuration
 from operators.runtime.pipeline import PermanentError, Pipeline, StepContext, TemporaryError
 from operators.runtime.ring import PROJECT_LABEL
 from pipelines.control import (
@@ -56,6 +57,7 @@ from pipelines.control import (
     start_run,
 )
 from pipelines.hooks import new_run_key, seal
+from pipelines.kubeapi import CREDENTIALS_ENV, write_credentials
 from pipelines.model import Workflow
 
 log = logging.getLogger(__name__)
@@ -301,15 +303,20 @@ async def supervise(ctx: StepContext) -> Mapping[str, Any]:
         run = _Run(ctx, app)
     except wf.WorkflowError as error:
         return await _fail_early(ctx, facts, "InvalidAction", str(error))
-    trusted = ctx.services.settings.get("trusted_local_namespaces") or ()
+    settings = ctx.services.settings
+    trusted = settings.get("trusted_local_namespaces") or ()
+    in_jobs = False
     if run.built.scripts_on_runner and not _trusted(ctx.obj.namespace, trusted):
-        where = ", ".join(run.built.scripts_on_runner)
-        return await _fail_early(
-            ctx, facts, "UntrustedNamespace",
-            f"namespace {ctx.obj.namespace} is not trusted to run scripts on the operator's host (Local "
-            f"substrates or the runner: {where}); the operator allows it with --trust-local-namespaces",
-        )
-    return await _follow(ctx, run, paths, facts)
+        if not settings.get("exec_in_jobs"):
+            where = ", ".join(run.built.scripts_on_runner)
+            return await _fail_early(
+                ctx, facts, "UntrustedNamespace",
+                f"namespace {ctx.obj.namespace} is not trusted to run scripts on the operator's host (Local "
+                f"substrates or the runner: {where}); the operator allows it with --trust-local-namespaces, "
+                "or runs them as Jobs in the namespace with --exec-in-jobs",
+            )
+        in_jobs = True
+    return await _follow(ctx, run, paths, facts, in_jobs)
 
 
 def _finished_again(ctx: StepContext, facts: dict[str, Any]) -> Mapping[str, Any]:
@@ -362,7 +369,43 @@ async def _release(ctx: StepContext, spec: ActionRunSpec, fields: Mapping[str, A
         await patch_app(ctx, spec.app, patch)
 
 
-async def _start(run: _Run, paths: Any) -> Any:
+RUNNER_CREDENTIALS = "kube-credentials.json"
+"""The runner's credentials (0600, in the run's directory): a token of the namespace's service account."""
+TOKEN_SECONDS = 3600
+
+
+@functools.cache
+def _api_server() -> tuple[str, str | None]:
+    """The API server's URL and CA (PEM) as the operator reaches it: the runner uses the same ones."""
+    cfg = load_configuration(None)  # $KUBECONFIG (set by `stead run`) or the in-cluster service account
+    ca = Path(cfg.ssl_ca_cert).read_text() if cfg.ssl_ca_cert else None
+    return str(cfg.host).rstrip("/"), ca
+
+
+async def runner_credentials(ctx: StepContext, paths: Any) -> float:
+    """Mint a short-lived token of the namespace's service account (TokenRequest) for the runner.
+
+    Written to a 0600 file in the run's directory, whose path alone reaches the runner's (otherwise
+    scrubbed) environment; the runner reads the file again when it changes. Returns when to refresh it.
+    """
+    namespace = ctx.obj.namespace
+    account = str(ctx.services.settings.get("job_service_account") or "default")
+    seconds = int(ctx.services.settings.get("runner_token_seconds") or TOKEN_SECONDS)
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": seconds}}
+    try:
+        answer = await ctx.services.kube.request(
+            "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token", body)
+    except ApiError as error:
+        raise TemporaryError(
+            "RunnerCredentials", f"cannot get a token of service account {namespace}/{account}: {error.message}",
+            delay=10) from None
+    server, ca = await asyncio.to_thread(_api_server)
+    write_credentials(paths.run_dir / RUNNER_CREDENTIALS, server, str(answer["status"]["token"]), ca)
+    return time.monotonic() + seconds / 2
+
+
+async def _start(run: _Run, paths: Any, in_jobs: bool) -> Any:
     """Seal the secrets for this runner, write the workflow and start the runner (it skips what finished)."""
     key = new_run_key()
     sealed = {}
@@ -370,11 +413,22 @@ async def _start(run: _Run, paths: Any) -> Any:
         sealed[name] = seal(await _secret_value(run.ctx, run.project, source), key, name)
     workflow = Workflow.model_validate({**run.built.data, "secrets": sealed})
     prepare_run(paths.state_dir, paths.uid, workflow)
+    command: dict[str, Any] = {}
+    env: dict[str, str] = {}
+    if in_jobs:
+        settings = run.ctx.services.settings
+        command = {"kube_api": "pipelines.kubeapi:from_environment", "exec_backend": "job",
+                   "job_namespace": run.ctx.obj.namespace,
+                   "job_service_account": str(settings.get("job_service_account") or "default"),
+                   "job_image": str(settings.get("job_image") or "python:3.11-slim")}
+        env = {CREDENTIALS_ENV: str(paths.run_dir / RUNNER_CREDENTIALS)}
     return await start_run(paths, secret_key=key, hooks=HOOKS, extra=["--events", "none"],
-                           stderr=asyncio.subprocess.DEVNULL)
+                           stderr=asyncio.subprocess.DEVNULL, env=env, **command)
 
 
-async def _follow(ctx: StepContext, run: _Run, paths: Any, facts: dict[str, Any]) -> Mapping[str, Any]:
+async def _follow(
+    ctx: StepContext, run: _Run, paths: Any, facts: dict[str, Any], in_jobs: bool = False
+) -> Mapping[str, Any]:
     kube = ctx.services.kube
     name, namespace = ctx.obj.name, ctx.obj.namespace
     starts = int(facts.get("runnerStarts") or 0)
@@ -386,7 +440,11 @@ async def _follow(ctx: StepContext, run: _Run, paths: Any, facts: dict[str, Any]
     aborted_for: str | None = None
     app_lock = ((run.app.get("status") or {}).get("lock")) or {}
     steps = run.built.data["steps"]
+    refresh_at = await runner_credentials(ctx, paths) if in_jobs else None
     while True:
+        if refresh_at is not None and time.monotonic() >= refresh_at:
+            with contextlib.suppress(TemporaryError):  # the current token is still valid for a while
+                refresh_at = await runner_credentials(ctx, paths)
         progress = read_progress(paths)
         final = progress is not None and progress.get("finishedAt") and progress.get("phase") in FINAL_RUN_STATES
         alive = process is not None and process.process.returncode is None
@@ -398,7 +456,7 @@ async def _follow(ctx: StepContext, run: _Run, paths: Any, facts: dict[str, Any]
                 break
             if process is not None or starts:
                 log.warning("run %s/%s: runner not running, starting it again", namespace, name)
-            process = await _start(run, paths)
+            process = await _start(run, paths, in_jobs)
             starts += 1
         if time.monotonic() - last_spec_check >= 1.0:
             last_spec_check = time.monotonic()
@@ -425,6 +483,8 @@ async def _follow(ctx: StepContext, run: _Run, paths: Any, facts: dict[str, Any]
     if process is not None:
         with contextlib.suppress(ProcessLookupError):
             await process.wait()
+    with contextlib.suppress(FileNotFoundError):
+        (paths.run_dir / RUNNER_CREDENTIALS).unlink()
     return await _conclude(ctx, run, paths, facts, starts, writes, aborted_for)
 
 
