@@ -386,6 +386,10 @@ class KubernetesJob:
                 raise StepFailed(f"timed out after {ctx.timeout:g}s (Job {name} deleted)")
             ctx.abort.wait(self.poll_interval)
         code = 0 if outcome == "Complete" else 1
+        if outcome == "Failed":  # why Kubernetes gave up (BackoffLimitExceeded, DeadlineExceeded, ...)
+            for cond in (current.get("status") or {}).get("conditions") or []:
+                if cond.get("type") == "Failed" and cond.get("status") == "True":
+                    ctx.output(f"Job {name} failed: {cond.get('reason', '')}: {cond.get('message', '')}", "stderr")
         pods = self.api.list("v1", "Pod", self.namespace, f"job-name={name}")
         if pods:
             pod = max(pods, key=lambda p: str(p.get("metadata", {}).get("creationTimestamp", "")))

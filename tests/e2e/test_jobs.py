@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from operators.cluster import ClusterInfo
-from pipelines.control import read_status, run_paths
+from pipelines.control import read_output, read_status, run_paths
 from pipelines.kubeapi import CREDENTIALS_ENV, write_credentials
 from tests.e2e.conftest import ROOT, STEAD, Kubectl, OperatorProcess
 from tests.polling import wait_until
@@ -200,6 +200,7 @@ def test_a_failed_job_fails_the_step(runner: Runner, kubectl: Kubectl, namespace
     (step,) = status["steps"]
     assert step["state"] == "failure"
     assert "exited with code 1" in step["message"]
+    assert "failed: BackoffLimitExceeded" in read_output(run_paths(runner.state, uid), "hello")  # Kubernetes' reason
 
 
 def test_the_runner_cannot_act_beyond_the_namespace(runner: Runner, kubectl: Kubectl, namespace: str) -> None:
