@@ -17,6 +17,9 @@ from operators.runtime.kinds import Kind, Model
 CATEGORY = "stead"
 MUTATING_ANNOTATION = "stead.dev/mutating-webhook"
 VALIDATING_ANNOTATION = "stead.dev/validating-webhook"
+FINALIZER_ANNOTATION = "stead.dev/finalizer"
+"""On the CRDs of kinds with a `cleanup`: their objects hold `kinds.FINALIZER`, which the operator
+JSON-patches into and out of metadata.finalizers (the chart grants `patch` on exactly these kinds)."""
 
 
 def _webhook_annotations(kind: Kind) -> dict[str, str]:
@@ -25,7 +28,10 @@ def _webhook_annotations(kind: Kind) -> dict[str, str]:
         annotations[VALIDATING_ANNOTATION] = "true"
     if kind.mutates:
         annotations[MUTATING_ANNOTATION] = "true"
+    if kind.cleanup is not None:
+        annotations[FINALIZER_ANNOTATION] = "true"
     return annotations
+
 _DROP = {"title", "default", "examples"}
 
 
@@ -108,7 +114,8 @@ def crd_for(kind: Kind) -> dict[str, Any]:
         "metadata": {
             "name": kind.crd_name,
             "labels": {"app.kubernetes.io/part-of": "stead"},
-            # Tell the Helm chart (which renders webhooks from the CRD files) which webhooks a kind has.
+            # Tell the Helm chart (which renders webhooks and RBAC from the CRD files) which webhooks a kind
+            # has and whether its objects hold a finalizer.
             **({"annotations": webhooks} if (webhooks := _webhook_annotations(kind)) else {}),
         },
         "spec": {

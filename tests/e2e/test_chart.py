@@ -25,7 +25,7 @@ from cryptography import x509
 
 from operators.cluster import Binaries, ClusterInfo
 from operators.cluster.versions import KUBERNETES_VERSION
-from operators.runtime.crdgen import MUTATING_ANNOTATION, VALIDATING_ANNOTATION
+from operators.runtime.crdgen import FINALIZER_ANNOTATION, MUTATING_ANNOTATION, VALIDATING_ANNOTATION
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "stead"
@@ -37,15 +37,25 @@ KUBE_VERSION = ["--kube-version", KUBERNETES_VERSION]
 CERT_MANAGER = ["--set", "webhook.certManager.enabled=true"]
 CONFIG_API_OFF = ["--set", "configApi.enabled=false"]
 BASIC = ["--set", "configApi.basicAuthSecret=config-basic"]
+JOBS_OFF = ["--set", "actions.jobs.enabled=false"]
+TRUSTED = ["--set", "actions.trustLocalNamespaces={team-*,dev}"]
 CONFIG_API_PORT = 8443
 # What the operator may do to Stead's own kinds beyond get/list/watch and patching their status:
-# only the config API's writes (operators/config/repository.py: POST, PUT, DELETE of ConfigValues,
-# POST of ConfigComponents and Environments). No `patch` on any of them: nothing sends one.
+# the config API's writes (operators/config/repository.py: POST, PUT, DELETE of ConfigValues,
+# POST of ConfigComponents and Environments), `patch` on the kinds whose objects hold the cleanup
+# finalizer (kube.py: a JSON patch of metadata.finalizers) and an App's runs (app.py: POST of its
+# ActionRuns, DELETE of a stale delete run). No other `patch`: nothing sends one.
 CONFIG_API_WRITES = {"configvalues": {"create", "update", "delete"},
                      "configcomponents": {"create"}, "environments": {"create"}}
 # ConfigValues' history (history.py: GET, list, POST, DELETE) and publication (reconcile.py:
 # server-side apply, which is a patch that may create).
 CONFIGMAP_VERBS = {"get", "list", "create", "patch", "delete"}
+# An App's ActionRuns: created and, a stale delete run, deleted.
+ACTIONRUN_WRITES = {"create", "delete"}
+# The runner of a script Job acts as the namespace's service account, with a token the operator
+# requests for it (actionrun.py: POST .../serviceaccounts/<account>/token), by name only.
+TOKEN_RULE = {"apiGroups": [""], "resources": ["serviceaccounts/token"], "resourceNames": ["default"],
+              "verbs": ["create"]}
 
 Helm = Callable[..., subprocess.CompletedProcess[str]]
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
@@ -110,6 +120,10 @@ def _validates(crd: Manifest) -> bool:
     return (crd["metadata"].get("annotations") or {}).get(VALIDATING_ANNOTATION) == "true"
 
 
+def _finalizes(crd: Manifest) -> bool:
+    return (crd["metadata"].get("annotations") or {}).get(FINALIZER_ANNOTATION) == "true"
+
+
 def _named(objects: list[Manifest], kind: str, name: str) -> Manifest:
     found = [obj for obj in _of_kind(objects, kind) if obj["metadata"]["name"] == name]
     assert len(found) == 1, f"expected one {kind} {name}, rendered {len(found)}"
@@ -145,7 +159,15 @@ def _expected_kind_grants(crds: list[Manifest], config_api: bool) -> set[tuple[s
         expected.add((group, f"{plural}/status", "patch"))
         if config_api and "configvalues" in plurals:
             expected |= {(group, plural, verb) for verb in CONFIG_API_WRITES.get(plural, ())}
+        if _finalizes(crd):
+            expected.add((group, plural, "patch"))
+        if plural == "actionruns":
+            expected |= {(group, plural, verb) for verb in ACTIONRUN_WRITES}
     return expected
+
+
+def _token_rules(role: Manifest) -> list[Manifest]:
+    return [rule for rule in role["rules"] if any(r.startswith("serviceaccounts") for r in rule["resources"])]
 
 
 def _chart_copy(tmp_path: Path, edit: Callable[[dict[str, Manifest]], None]) -> Path:
@@ -183,9 +205,9 @@ def _service_names(service: str, namespace: str = NAMESPACE) -> set[str]:
 @pytest.mark.e2e
 @pytest.mark.parametrize("strict", [False, True], ids=["lint", "lint-strict"])
 @pytest.mark.parametrize("values", [[], CERT_MANAGER, ["--set", "replicas=3", "--set", "persistence.enabled=false"],
-                                    CONFIG_API_OFF, [*CERT_MANAGER, *BASIC]],
+                                    CONFIG_API_OFF, [*CERT_MANAGER, *BASIC], [*JOBS_OFF, *TRUSTED]],
                          ids=["default", "cert-manager", "replicas-3-emptydir", "config-api-off",
-                              "cert-manager-basic"])
+                              "cert-manager-basic", "jobs-off-trusted"])
 def test_chart_lints(helm: Helm, strict: bool, values: list[str]) -> None:
     result = helm("lint", str(CHART), *KUBE_VERSION, *(["--strict"] if strict else []), *values)
     assert "0 chart(s) failed" in result.stdout, result.stdout
@@ -208,8 +230,16 @@ def test_rendered_chart_is_least_privilege_and_serves_every_crd(
     operator_role = _named(objects, "ClusterRole", RELEASE)
     granted = _grants(operator_role)
     groups = {crd["spec"]["group"] for crd in crds}
-    # Stead's kinds: exactly get/list/watch, status patches and the config API's writes.
+    # Stead's kinds: exactly get/list/watch, status patches, finalizer patches, an App's runs and
+    # the config API's writes.
     assert {g for g in granted if g[0] in groups} == _expected_kind_grants(crds, config_api=True)
+    finalized = {crd["spec"]["names"]["plural"] for crd in crds if _finalizes(crd)}
+    assert finalized == {"apps", "blueprints"}
+    assert {g[1] for g in granted if g[0] in groups and g[2] == "patch"} == (
+        finalized | {f"{crd['spec']['names']['plural']}/status" for crd in crds})
+    # Script Jobs (actions.jobs.enabled by default): tokens of the namespaces' service account, by name.
+    assert _token_rules(operator_role) == [TOKEN_RULE]
+    assert not {g for g in granted if g[1].startswith("serviceaccounts")}
     assert {g for g in granted if g[:2] == ("", "configmaps")} == {("", "configmaps", v) for v in CONFIGMAP_VERBS}
 
     # CRDs: one per file, same spec, kept on uninstall.
@@ -364,7 +394,8 @@ def test_config_api_rbac_needs_the_configvalues_crd(helm: Helm, tmp_path: Path) 
     crds = [yaml.safe_load(path.read_text()) for path in sorted((chart / "files" / "crds").glob("*.yaml"))]
     granted = _grants(_named(objects, "ClusterRole", RELEASE))
     assert {g for g in granted if g[0] == "stead.dev"} == _expected_kind_grants(crds, config_api=True)
-    assert not {g for g in granted if g[0] == "stead.dev" and g[2] in ("create", "update", "delete")}
+    assert not {g for g in granted if g[0] == "stead.dev" and g[1] != "actionruns"
+                and g[2] in ("create", "update", "delete")}
     assert not {g for g in granted if g[1] == "configmaps"}
     _named(objects, "ClusterRoleBinding", f"{RELEASE}-auth-delegator")
 
@@ -435,7 +466,68 @@ def test_config_api_disabled_renders_none_of_it(helm: Helm, values: list[str]) -
         assert _leaf_names(_one(objects, "Secret")) == (wanted, set())
 
 
-# --- 5. the API server accepts it ------------------------------------------------------------------
+# --- 5. actions: script Jobs and trusted namespaces -------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_actions_run_scripts_as_jobs_by_default_and_trust_no_namespace(helm: Helm) -> None:
+    args = _operator(_objects(_template(helm)))["args"]
+    assert {"--exec-in-jobs", "--job-image=python:3.11-slim", "--job-service-account=default"} <= set(args)
+    assert "--trust-local-namespaces" not in args  # without it (and without --local) no namespace is trusted
+
+    objects = _objects(_template(helm, "--set", "actions.jobs.image=registry.example/py:3.12",
+                                 "--set", "actions.jobs.serviceAccount=stead-runner", *TRUSTED))
+    args = _operator(objects)["args"]
+    assert {"--exec-in-jobs", "--job-image=registry.example/py:3.12", "--job-service-account=stead-runner"} <= set(args)
+    at = args.index("--trust-local-namespaces")
+    assert args[at + 1:at + 3] == ["team-*", "dev"]
+    assert args.count("--trust-local-namespaces") == 1
+    assert _token_rules(_named(objects, "ClusterRole", RELEASE)) == [{**TOKEN_RULE, "resourceNames": ["stead-runner"]}]
+    _assert_no_wildcards(objects)
+
+
+@pytest.mark.e2e
+def test_actions_jobs_disabled_passes_no_job_flags_and_grants_no_tokens(helm: Helm) -> None:
+    objects = _objects(_template(helm, *JOBS_OFF))
+    args = _operator(objects)["args"]
+    assert not [arg for arg in args if arg.startswith(("--exec-in-jobs", "--job-", "--trust-local-namespaces"))]
+    role = _named(objects, "ClusterRole", RELEASE)
+    assert not _token_rules(role)
+    for cluster_role in _of_kind(objects, "ClusterRole"):
+        assert not {g for g in _grants(cluster_role) if g[1].startswith("serviceaccounts")}
+    # An App's runs and the finalizers do not depend on where scripts run.
+    granted = _grants(role)
+    assert {g for g in granted if g[0] == "stead.dev"} == _expected_kind_grants(_crd_files(), config_api=True)
+
+    args = _operator(_objects(_template(helm, *JOBS_OFF, *TRUSTED)))["args"]
+    assert not [arg for arg in args if arg.startswith(("--exec-in-jobs", "--job-"))]
+    assert args[args.index("--trust-local-namespaces") + 1:][:2] == ["team-*", "dev"]
+
+
+@pytest.mark.e2e
+def test_finalizer_and_actionrun_rbac_follow_the_crd_files(helm: Helm, tmp_path: Path) -> None:
+    """`patch` follows the stead.dev/finalizer annotation; without the ActionRun kind there are no
+    writes on runs and no token rule, even with actions.jobs.enabled."""
+    def moved(crds: dict[str, Manifest]) -> None:
+        crds["apps"]["metadata"]["annotations"].pop(FINALIZER_ANNOTATION)
+        crds["environments"]["metadata"].setdefault("annotations", {})[FINALIZER_ANNOTATION] = "true"
+        crds["configvalues"]["metadata"].setdefault("annotations", {})[FINALIZER_ANNOTATION] = "false"
+        del crds["actionruns"]
+
+    chart = _chart_copy(tmp_path, moved)
+    objects = _objects(_template(helm, chart=chart))
+    crds = [yaml.safe_load(path.read_text()) for path in sorted((chart / "files" / "crds").glob("*.yaml"))]
+    role = _named(objects, "ClusterRole", RELEASE)
+    granted = _grants(role)
+    assert {g for g in granted if g[0] == "stead.dev"} == _expected_kind_grants(crds, config_api=True)
+    assert {g[1] for g in granted if g[2] == "patch" and g[0] == "stead.dev" and "/" not in g[1]} == {
+        "blueprints", "environments"}
+    assert not {g for g in granted if g[1].startswith("actionruns")}
+    assert not _token_rules(role)
+    assert "--exec-in-jobs" in _operator(objects)["args"]
+
+
+# --- 6. the API server accepts it ------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -450,7 +542,8 @@ def chart_namespace(kubectl: Kubectl) -> Iterator[str]:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("values", [[], CONFIG_API_OFF, BASIC], ids=["default", "config-api-off", "basic"])
+@pytest.mark.parametrize("values", [[], CONFIG_API_OFF, BASIC, [*JOBS_OFF, *TRUSTED]],
+                         ids=["default", "config-api-off", "basic", "jobs-off-trusted"])
 def test_rendered_chart_passes_server_side_dry_run(
     helm: Helm, kubectl: Kubectl, chart_namespace: str, values: list[str]
 ) -> None:
@@ -516,7 +609,7 @@ def test_generated_certificate_is_replaced_when_made_for_other_names(
     assert _leaf_names(off) == (_service_names(f"{release}-webhook", chart_namespace), set())
 
 
-# --- 6. values.schema.json -------------------------------------------------------------------------
+# --- 7. values.schema.json -------------------------------------------------------------------------
 
 
 @pytest.mark.e2e
@@ -535,6 +628,11 @@ def test_generated_certificate_is_replaced_when_made_for_other_names(
         ("configApi.basicAuthSecret=Not_A_Name", "/configApi/basicAuthSecret"),
         ("configApi.service.type=ExternalName", "/configApi/service/type"),
         ("configApi.tls=true", "/configApi"),
+        ("actions.jobs.enabled=maybe", "/actions/jobs/enabled"),
+        ("actions.jobs.image=", "/actions/jobs/image"),
+        ("actions.jobs.serviceAccount=Not_A_Name", "/actions/jobs/serviceAccount"),
+        ("actions.trustLocalNamespaces=team-*", "/actions/trustLocalNamespaces"),
+        ("actions.local=true", "/actions"),
     ],
 )
 def test_schema_rejects_bad_values_naming_them(

@@ -169,6 +169,14 @@ the kind has checks its schema cannot express; a kind whose schema says it all n
 {{- end }}
 
 {{/*
+"true" when a CRD's objects hold Stead's finalizer (annotation stead.dev/finalizer: "true", written by
+`stead crds` for the kinds with a cleanup): the operator JSON-patches their metadata.finalizers.
+*/}}
+{{- define "stead.finalizes" -}}
+{{- if eq (toString (dig "metadata" "annotations" "stead.dev/finalizer" "" .)) "true" }}true{{ end }}
+{{- end }}
+
+{{/*
 The image tag (appVersion unless set) and the full image reference.
 */}}
 {{- define "stead.imageTag" -}}
