@@ -3,7 +3,7 @@
 ``LocalControlPlane`` starts the three processes from the binaries ``build.py`` caches, keeps
 every piece of state under one *home* directory, and stops exactly the processes it started:
 
-    <home>/pki/           certificates and keys (pki.py), incl. webhook-ca.crt / webhook-ca.key
+    <home>/pki/           certificates and keys (pki.py)
     <home>/kubeconfig     admin credentials (CN=stead-admin, O=system:masters)
     <home>/config/        audit policy, the controller-manager's kubeconfig
     <home>/etcd/          etcd's data (kept across down/up, like a stopped cluster)
@@ -129,10 +129,6 @@ class ClusterInfo:
     home: Path
     ca_cert: Path
     """The serving CA: verifies the apiserver's certificate."""
-    webhook_ca_cert: Path
-    webhook_ca_key: Path
-    """The CA the operator may sign its admission webhook certificate with
-    (``operators.runtime.certs.make_leaf``) and hand to the apiserver as caBundle."""
     audit_log: Path
 
 
@@ -278,8 +274,6 @@ class LocalControlPlane:
             kubeconfig=self.kubeconfig_path,
             home=self.home,
             ca_cert=pki.serving_ca_cert,
-            webhook_ca_cert=pki.webhook_ca_cert,
-            webhook_ca_key=pki.webhook_ca_key,
             audit_log=self.audit_log_path,
         )
 

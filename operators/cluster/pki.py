@@ -130,14 +130,6 @@ class PkiFiles:
     def service_account_public_key(self) -> Path:
         return self._path("service-account.pub")
 
-    @property
-    def webhook_ca_cert(self) -> Path:
-        return self._path("webhook-ca.crt")
-
-    @property
-    def webhook_ca_key(self) -> Path:
-        return self._path("webhook-ca.key")
-
 
 def _read_pair(cert_path: Path, key_path: Path) -> KeyPair | None:
     """The pair in the files, or None when one is missing or the key is not the certificate's."""
@@ -200,7 +192,6 @@ def ensure_pki(directory: Path) -> PkiFiles:
     directory.chmod(0o700)
     serving_ca = _ensure_ca(files.serving_ca_cert, files.serving_ca_key, "stead-serving-ca")
     client_ca = _ensure_ca(files.client_ca_cert, files.client_ca_key, "stead-client-ca")
-    _ensure_ca(files.webhook_ca_cert, files.webhook_ca_key, "stead-webhook-ca")
 
     _ensure_leaf(files.apiserver_cert, files.apiserver_key, serving_ca, "kube-apiserver",
                  hosts=APISERVER_HOSTS)

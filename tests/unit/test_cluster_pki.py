@@ -83,10 +83,10 @@ def test_client_certs_are_signed_by_the_client_ca_and_name_the_user_and_groups(
     assert _usages(cert) == {ExtendedKeyUsageOID.CLIENT_AUTH}
 
 
-def test_the_three_cas_are_distinct(files: pki.PkiFiles) -> None:
-    cas = [files.serving_ca_cert, files.client_ca_cert, files.webhook_ca_cert]
+def test_the_two_cas_are_distinct(files: pki.PkiFiles) -> None:
+    cas = [files.serving_ca_cert, files.client_ca_cert]
     subjects = {_cert(path.read_bytes()).subject.rfc4514_string() for path in cas}
-    assert subjects == {"CN=stead-serving-ca", "CN=stead-client-ca", "CN=stead-webhook-ca"}
+    assert subjects == {"CN=stead-serving-ca", "CN=stead-client-ca"}
 
 
 def test_the_service_account_key_pair_signs_and_verifies() -> None:
@@ -112,8 +112,7 @@ def test_ensure_pki_creates_every_file_once_with_private_keys_unreadable_to_othe
 
     assert again == files
     assert {path: path.read_bytes() for path in paths} == before
-    assert files.webhook_ca_cert == tmp_path / "pki" / "webhook-ca.crt"
-    assert files.webhook_ca_key == tmp_path / "pki" / "webhook-ca.key"
+    assert files.serving_ca_cert.parent == tmp_path / "pki"
     for path in paths:
         if path.suffix == ".key":
             assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
