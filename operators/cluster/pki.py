@@ -5,9 +5,9 @@ pair (RSA, no certificate) is made here.
 
 Kubernetes authenticates everything with X.509 here, as envtest does: a *serving* CA signs the
 kube-apiserver's (and controller-manager's) TLS certificates, a separate *client* CA signs the
-certificates users present (the admin's ``O=system:masters`` one, the controller-manager's),
-an RSA key pair signs and verifies service-account tokens, and a *webhook* CA lets the operator
-sign its admission webhook's serving certificate and hand the CA to the apiserver as caBundle.
+certificates users present (the admin's ``O=system:masters`` one, the controller-manager's), and
+an RSA key pair signs and verifies service-account tokens. (The operator makes its own webhook CA
+each time it starts in local mode: nothing here is needed for that.)
 
 The files persist in ``<home>/pki``: CAs and the service-account key are made once (replacing
 them would invalidate the kubeconfig, tokens and caBundles handed out), leaf certificates are
