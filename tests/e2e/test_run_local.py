@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import urllib.request
 from pathlib import Path
 
 from operators.cli import PORT_VARIABLES
@@ -34,8 +35,11 @@ def test_run_local_starts_everything_and_ctrl_c_stops_it(tmp_path: Path, binarie
     try:
         def ready() -> bool:
             assert proc.poll() is None, (tmp_path / "run.log").read_text()
-            return subprocess.run(["curl", "-sf", f"http://127.0.0.1:{health}/readyz"],
-                                  capture_output=True).returncode == 0
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2) as answer:
+                    return bool(answer.status == 200)
+            except OSError:  # refused while starting, 503 until ready
+                return False
         wait_until(ready, 120, "stead run --local to be ready")
         kubeconfig = home / "kubeconfig"
         kubectl = [str(binaries.kubectl), "--kubeconfig", str(kubeconfig)]
