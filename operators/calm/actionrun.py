@@ -57,7 +57,7 @@ from pipelines.control import (
     start_run,
 )
 from pipelines.hooks import new_run_key, seal
-from pipelines.kubeapi import CREDENTIALS_ENV, write_credentials
+from pipelines.kubeapi import CREDENTIALS_ENV, KubeApiError, RestKubeApi, write_credentials
 from pipelines.model import Workflow
 
 log = logging.getLogger(__name__)
@@ -229,16 +229,29 @@ def _trusted(namespace: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(namespace, p) for p in patterns)
 
 
-async def _secret_value(ctx: StepContext, project: str, source: SecretSource) -> str:
+async def _secret_value(
+    ctx: StepContext, project: str, source: SecretSource, as_namespace: Path | None = None
+) -> str:
+    """A secret's value, at the moment a runner starts. A Secret reference is read with the rights of
+    the namespace's service account when the run executes in Jobs (`as_namespace`: its credentials
+    file), so that the operator needs no right to read Secrets in other namespaces."""
     if source.vault_ref is not None:
         return str(ctx.services.vault.get(project, source.vault_ref))
     if source.secret_ref is not None:
         ref = source.secret_ref
         try:
-            path = f"/api/v1/namespaces/{ctx.obj.namespace}/secrets/{ref.name}"
-            secret = await ctx.services.kube.request("GET", path)
-        except ApiError as error:
-            raise PermanentError("SecretNotFound", f"Secret {ref.name}: {error.message}") from None
+            if as_namespace is not None:
+                api = RestKubeApi.from_credentials_file(as_namespace)
+                found = await asyncio.to_thread(api.get, "v1", "Secret", ctx.obj.namespace, ref.name)
+                if found is None:
+                    raise ApiError(404, f'secrets "{ref.name}" not found')
+                secret: Mapping[str, Any] = found
+            else:
+                path = f"/api/v1/namespaces/{ctx.obj.namespace}/secrets/{ref.name}"
+                secret = await ctx.services.kube.request("GET", path)
+        except (ApiError, KubeApiError, OSError) as error:
+            reason = error.message if isinstance(error, ApiError) else str(error)
+            raise PermanentError("SecretNotFound", f"Secret {ref.name}: {reason}") from None
         data = secret.get("data") or {}
         if ref.key not in data:
             raise PermanentError("SecretNotFound", f"Secret {ref.name} has no key {ref.key}")
@@ -409,8 +422,9 @@ async def _start(run: _Run, paths: Any, in_jobs: bool) -> Any:
     """Seal the secrets for this runner, write the workflow and start the runner (it skips what finished)."""
     key = new_run_key()
     sealed = {}
+    as_namespace = paths.run_dir / RUNNER_CREDENTIALS if in_jobs else None
     for name, source in run.built.secrets.items():
-        sealed[name] = seal(await _secret_value(run.ctx, run.project, source), key, name)
+        sealed[name] = seal(await _secret_value(run.ctx, run.project, source, as_namespace), key, name)
     workflow = Workflow.model_validate({**run.built.data, "secrets": sealed})
     prepare_run(paths.state_dir, paths.uid, workflow)
     command: dict[str, Any] = {}

@@ -90,15 +90,17 @@ def jobs(kubectl: Kubectl, namespace: str) -> list[dict[str, Any]]:
     return items
 
 
-def creators(cluster: ClusterInfo, namespace: str, resource: str) -> set[str]:
-    """Who created objects of `resource` in `namespace`, from the API server's audit log."""
+def creators(cluster: ClusterInfo, namespace: str, resource: str, verb: str = "create",
+             name: str | None = None) -> set[str]:
+    """Who created (or `verb`) objects of `resource` in `namespace`, from the API server's audit log."""
     users = set()
     with cluster.audit_log.open("rb") as log:
         for raw in log:
             event = json.loads(raw)
             ref = event.get("objectRef") or {}
-            if (event.get("stage") == "ResponseComplete" and event.get("verb") == "create"
+            if (event.get("stage") == "ResponseComplete" and event.get("verb") == verb
                     and ref.get("namespace") == namespace and ref.get("resource") == resource
+                    and (name is None or ref.get("name") == name)
                     and not ref.get("subresource") and (event.get("responseStatus") or {}).get("code", 0) < 300):
                 users.add(str((event.get("user") or {}).get("username")))
     return users
@@ -293,9 +295,12 @@ def jobs_operator(operator: OperatorProcess, cluster: ClusterInfo, namespace: st
 
 def app_spec() -> dict[str, Any]:
     return {
+        "credentials": [{"name": "db", "type": "password", "username": "app",
+                         "secret": {"secretRef": {"name": "app-db", "key": "password"}}}],
         "substrates": [{"name": "host", "type": "Local"}],
         "services": [{"name": "S", "actions": [
-            {"name": "create", "tasks": [{"name": "hello", "type": "exec", "script": "echo created S"}]}]}],
+            {"name": "create", "tasks": [{"name": "hello", "type": "exec",
+                                          "script": "echo created S for @@{db.username}@@ @@{db.secret}@@"}]}]}],
         "deployments": [{"name": "tier", "substrate": "host", "services": ["S"]}],
     }
 
@@ -309,6 +314,7 @@ def test_an_untrusted_namespace_runs_its_app_scripts_as_jobs(
     kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(RUNNER_ROLE))
     kubectl("create", "rolebinding", "stead-runner", "-n", namespace, "--role=stead-runner",
             f"--serviceaccount={namespace}:default")
+    kubectl("create", "secret", "generic", "app-db", "-n", namespace, "--from-literal=password=jobs-pw-81c3")
     body = {"apiVersion": "stead.dev/v1alpha1", "kind": "Blueprint", "metadata": {"name": "small"},
             "spec": {"active": True, **app_spec()}}
     kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(body))
@@ -320,6 +326,9 @@ def test_an_untrusted_namespace_runs_its_app_scripts_as_jobs(
     assert job["spec"]["template"]["spec"]["serviceAccountName"] == "default"
     assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "busybox:1.36"
     assert creators(cluster, namespace, "jobs") == {f"system:serviceaccount:{namespace}:default"}
+    # the credential's Secret was read with the namespace's rights, not the operator's
+    assert creators(cluster, namespace, "secrets", verb="get", name="app-db") == {
+        f"system:serviceaccount:{namespace}:default"}
     # the runner: its credential is a 0600 file whose path alone is in its environment
     (credentials,) = jobs_operator.store.parent.rglob("kube-credentials.json")
     assert credentials.stat().st_mode & 0o777 == 0o600
