@@ -420,8 +420,8 @@ KIND = Kind(
     pipeline=Pipeline(
         phases=("Init", "Launched", "Provisioned"),
         steps={"Init": launch, "Launched": create},
-        # not announced: a step called again starts in its own phase, and the runtime's announcement
-        # then writes a status without the facts (snapshot, lock) the App keeps
+        # not announced: the launch write already carries the lock of the create run, so an
+        # announcement would only add a PATCH of its own
     ),
     columns=COLUMNS,
     admission=admission,
