@@ -6,12 +6,16 @@ The benchmark starts a local control plane (kube-apiserver, etcd; non-default po
 home), a real `stead run` against it, and applies one environment the GitOps way: 50 nodes, a
 ConfigComponent, five layers of `astute` values and overrides (root, role, node; about 100 keys)
 to merge. A ServiceAccount token (`kubectl create token`, RBAC through a Role) authenticates.
-Then, one contender at a time, the same client (aiohttp, one keep-alive HTTPS connection per
-concurrent worker, in this process) sends the same lookup for `--seconds`:
+Then, one contender at a time, the same client (wrk when installed, else aiohttp in this
+process; one keep-alive HTTPS connection per concurrent client) cycles for `--seconds` through
+1,000 distinct lookups, 20 keys of each of the 50 nodes, as a puppetserver compiling catalogues
+for many nodes would (one URL asked over and over would flatter every cache keyed by URL, in
+the server and in aiohttp's own URL parsing):
 
-- ``ceiling``: an aiohttp server with one route returning a constant JSON body, no
-  authentication, same TLS (EC P-256) in a process of its own. Nothing served by this stack on
-  this machine can answer faster.
+- ``ceiling``: an aiohttp server with one route under `/environments/` returning a constant
+  JSON body, no authentication, same TLS (EC P-256) in a process of its own, on the same event
+  loop as the operator (uvloop when installed). Nothing served by this stack on this machine
+  can answer faster.
 - ``operator``: the configuration API of the real `stead run` (TokenReview + SubjectAccessReview
   with their short cache, reads from the watch-fed cache, effective values cached per snapshot).
 - ``uncached``: the same API application in a process of its own, reading from the API server on
@@ -57,6 +61,7 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from operators.cli import event_loop_factory  # noqa: E402
 from operators.cluster import Binaries, LocalControlPlane, ensure_binaries  # noqa: E402
 from operators.config.api import create_app  # noqa: E402
 from operators.config.auth import TokenReviewAuthenticator  # noqa: E402
@@ -68,7 +73,10 @@ STEAD = Path(sys.executable).parent / "stead"
 NAMESPACE = "bench"
 PATH = "/api/v1/config/environments/env-1/nodes/node-1.domain.tld/resources/astute/values"
 QUERY = f"?effective&key=nova.workers&namespace={NAMESPACE}"
-EXPECTED = b"16"
+EXPECTED = b"16"  # the answer to PATH + QUERY: node-1's override beats its role's and the root's values
+KEYS = ["nova.workers", "nova.debug", "deployment_id", *(f"key{i}.value" for i in range(0, 100, 6)), "key1.list.2"]
+LOOKUPS = [f"/api/v1/config/environments/env-1/nodes/node-{n}.domain.tld/resources/astute/values"
+           f"?effective&key={key}&namespace={NAMESPACE}" for n in range(1, 51) for key in KEYS]
 
 
 def _free_port() -> int:
@@ -183,8 +191,9 @@ def _serve(which: str, port: int, cert: str, key: str, kubeconfig: str) -> None:
         async def constant(request: web.Request) -> web.Response:
             return web.Response(body=EXPECTED, content_type="application/json")
 
-        app.router.add_get(PATH, constant)
-        web.run_app(app, host="127.0.0.1", port=port, ssl_context=context, access_log=None, print=None)
+        app.router.add_get("/api/v1/config/environments/{tail:.+}", constant)
+        web.run_app(app, host="127.0.0.1", port=port, ssl_context=context, access_log=None, print=None,
+                    loop=_new_loop())
         return
 
     async def uncached() -> web.Application:
@@ -192,11 +201,21 @@ def _serve(which: str, port: int, cert: str, key: str, kubeconfig: str) -> None:
         await kube.__aenter__()
         return create_app(KubeConfigRepository(kube), TokenReviewAuthenticator(kube), NAMESPACE)
 
-    web.run_app(uncached(), host="127.0.0.1", port=port, ssl_context=context, access_log=None, print=None)
+    web.run_app(uncached(), host="127.0.0.1", port=port, ssl_context=context, access_log=None, print=None,
+                loop=_new_loop())
 
 
-async def _load(url: str, cafile: str, token: str, concurrency: int, seconds: float, pid: int
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """The event loop `stead run` uses, so that the contenders differ only in their handlers."""
+    factory = event_loop_factory()
+    return factory() if factory is not None else asyncio.new_event_loop()
+
+
+async def _load(base: str, cafile: str, token: str, concurrency: int, seconds: float, pid: int
                 ) -> tuple[int, list[float], int, float]:
+    """Checks one answer (waiting for the server), then cycles through LOOKUPS from `concurrency`
+    workers; a non-200 answer counts as an error."""
+    url = base + PATH + QUERY
     context = ssl.create_default_context(cafile=cafile)
     connector = aiohttp.TCPConnector(ssl=context, limit=concurrency)
     latencies: list[float] = []
@@ -215,14 +234,16 @@ async def _load(url: str, cafile: str, token: str, concurrency: int, seconds: fl
         else:
             raise RuntimeError(f"{url} never answered {EXPECTED!r}")
         deadline = time.perf_counter() + seconds
+        turn = 0
 
         async def worker() -> None:
-            nonlocal errors
+            nonlocal errors, turn
             while time.perf_counter() < deadline:
+                turn += 1
                 start = time.perf_counter()
-                async with session.get(url, headers=headers) as response:
-                    body = await response.read()
-                    if response.status != 200 or body != EXPECTED:
+                async with session.get(base + LOOKUPS[turn % len(LOOKUPS)], headers=headers) as response:
+                    await response.read()
+                    if response.status != 200:
                         errors += 1
                 latencies.append(time.perf_counter() - start)
 
@@ -243,14 +264,15 @@ def _wrk_ms(text: str) -> float:
     raise ValueError(f"not a wrk duration: {text!r}")
 
 
-def _load_wrk(url: str, token: str, concurrency: int, seconds: float, pid: int
+def _load_wrk(base: str, token: str, concurrency: int, seconds: float, pid: int, script: Path
               ) -> tuple[int, float, float, int, float]:
     """The same lookups from wrk (C, two threads): the load generator costs far less CPU than the
     Python client, which shares the two cores with the servers and inflates their tail latency."""
     cpu = cpu_seconds(pid)
     out = subprocess.run(
-        ["wrk", "-t2", f"-c{concurrency}", f"-d{seconds:.0f}s", "--latency", "-H", f"Authorization: Bearer {token}",
-         url], capture_output=True, text=True, check=True, timeout=seconds + 60,
+        ["wrk", "-t2", f"-c{concurrency}", f"-d{seconds:.0f}s", "--latency", "-s", str(script),
+         "-H", f"Authorization: Bearer {token}", base], capture_output=True, text=True, check=True,
+        timeout=seconds + 60,
     ).stdout
     cpu = cpu_seconds(pid) - cpu
     percentiles = {line.split()[0]: _wrk_ms(line.split()[1]) for line in out.splitlines()
@@ -259,6 +281,15 @@ def _load_wrk(url: str, token: str, concurrency: int, seconds: float, pid: int
     rate = float(next(line.split()[1] for line in out.splitlines() if line.startswith("Requests/sec:")))
     errors = sum(int(line.split()[-1]) for line in out.splitlines() if line.strip().startswith("Non-2xx"))
     return int(rate), percentiles["50%"], percentiles["99%"], errors, cpu / max(1, requests) * 1e6
+
+
+def wrk_script(path: Path) -> Path:
+    """A wrk script cycling through LOOKUPS (each wrk thread from its own place in the list)."""
+    paths = ",\n".join(json.dumps(lookup) for lookup in LOOKUPS)
+    path.write_text(f"local paths = {{\n{paths}\n}}\nlocal turn = math.random(#paths)\n"
+                    "request = function()\n  turn = turn % #paths + 1\n"
+                    "  return wrk.format(\"GET\", paths[turn])\nend\n")
+    return path
 
 
 def cpu_seconds(pid: int) -> float:
@@ -297,7 +328,7 @@ def main() -> int:
                 if which == "operator":
                     assert setup.operator is not None
                     pid = setup.operator.pid
-                    url, cafile = f"https://127.0.0.1:{setup.api_port}{PATH}{QUERY}", str(setup.cacert)
+                    base, cafile = f"https://127.0.0.1:{setup.api_port}", str(setup.cacert)
                 else:
                     port = _free_port()
                     server = multiprocessing.Process(target=_serve, daemon=True, args=(
@@ -305,14 +336,15 @@ def main() -> int:
                     server.start()
                     assert server.pid is not None
                     pid = server.pid
-                    url, cafile = f"https://127.0.0.1:{port}{PATH}{QUERY}", str(work / "ca.crt")
+                    base, cafile = f"https://127.0.0.1:{port}", str(work / "ca.crt")
                 try:
                     if args.client == "wrk":  # the Python client checks the answer and warms up first
-                        asyncio.run(_load(url, cafile, setup.token, args.concurrency, 1.0, pid))
-                        runs[which].append(_load_wrk(url, setup.token, args.concurrency, args.seconds, pid))
+                        asyncio.run(_load(base, cafile, setup.token, args.concurrency, 1.0, pid))
+                        runs[which].append(_load_wrk(base, setup.token, args.concurrency, args.seconds, pid,
+                                                     wrk_script(work / "lookups.lua")))
                     else:
                         rps, latencies, errors, cpu = asyncio.run(
-                            _load(url, cafile, setup.token, args.concurrency, args.seconds, pid))
+                            _load(base, cafile, setup.token, args.concurrency, args.seconds, pid))
                         cuts = statistics.quantiles(latencies, n=100)
                         runs[which].append((rps, cuts[49] * 1000, cuts[98] * 1000, errors,
                                             cpu / max(1, len(latencies)) * 1e6))

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +18,17 @@ if TYPE_CHECKING:
     from operators.cluster import LocalControlPlane
 
 CRD_DIRS = (Path("crds"), Path("charts/stead/files/crds"))  # checked in, and the chart's copy
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop when installed (a dependency on Linux), as Kopf's own CLI does: the operator's
+    loop carries the watches, the webhooks and the configuration API, and uvloop's transports
+    and TLS cost about a fifth less CPU per request than asyncio's (bench/config_lookup.py)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -218,7 +229,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             basic_secret=args.config_api_basic_secret,
         ))
     try:
-        asyncio.run(run_operator(KINDS, options, addons=addons))
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            runner.run(run_operator(KINDS, options, addons=addons))
     except KeyboardInterrupt:
         pass
     finally:

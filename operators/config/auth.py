@@ -11,7 +11,8 @@ Secrets never leak: tokens and passwords are never logged, never put in an error
 caches key on their SHA-256 so the process keeps no plain copy beyond the request. Reviews are
 cached for a few seconds because a lookup-heavy client (Puppet asks once per key) would
 otherwise cost the API server two reviews per lookup; the kube-apiserver's own webhook token
-authenticator caches the same way.
+authenticator caches the same way. The caches (`operators.config.reviewcache`) fetch a review
+once for all concurrent requests and renew it before it expires, so a busy client never waits.
 """
 
 from __future__ import annotations
@@ -23,20 +24,23 @@ import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import aiohttp
 
 from operators import GROUP, VERSION
+from operators.config.reviewcache import ReviewCache
 from operators.runtime.kube import ApiError
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Identity:
-    """An authenticated caller. `scheme` says which authenticator vouched for it."""
+class Identity(NamedTuple):
+    """An authenticated caller. `scheme` says which authenticator vouched for it.
+
+    A named tuple, not a dataclass: identities (with `Access`) key the authorization cache on
+    every request, and a tuple hashes and compares in C.
+    """
 
     user: str
     scheme: str
@@ -45,8 +49,7 @@ class Identity:
     extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
-@dataclass(frozen=True)
-class Access:
+class Access(NamedTuple):
     """What a request wants to do, in RBAC's terms."""
 
     verb: str
@@ -60,6 +63,9 @@ class AuthUnavailable(Exception):
 
 class Authenticator(Protocol):
     """Checks the `Authorization` header of a request, then what the identity may do."""
+
+    scheme: str
+    """The HTTP authentication scheme it checks (`Bearer`, `Basic`)."""
 
     async def authenticate(self, authorization: str) -> Identity | None:
         """The identity behind the header; None when the credentials are absent, wrong or not this scheme."""
@@ -88,27 +94,6 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-@dataclass
-class _TtlCache:
-    """A small time-bounded cache; entries past `ttl` seconds are ignored and replaced."""
-
-    ttl: float
-    max_entries: int = 10_000
-    clock: Callable[[], float] = time.monotonic
-    _entries: dict[Any, tuple[float, Any]] = field(default_factory=dict)
-
-    def get(self, key: Any) -> tuple[bool, Any]:
-        hit = self._entries.get(key)
-        if hit is None or self.clock() - hit[0] > self.ttl:
-            return False, None
-        return True, hit[1]
-
-    def put(self, key: Any, value: Any) -> None:
-        if len(self._entries) >= self.max_entries:
-            self._entries.clear()  # crude, but bounded: a flood of bad tokens cannot grow memory
-        self._entries[key] = (self.clock(), value)
-
-
 class TokenReviewAuthenticator:
     """Bearer tokens checked with TokenReview, access with SubjectAccessReview.
 
@@ -116,12 +101,14 @@ class TokenReviewAuthenticator:
     (the built-in ClusterRole `system:auth-delegator`).
     """
 
+    scheme = "Bearer"
+
     def __init__(self, kube: Requester, audiences: Sequence[str] = (), ttl: float = 10.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._kube = kube
         self._audiences = list(audiences)
-        self._tokens = _TtlCache(ttl, clock=clock)
-        self._reviews = _TtlCache(ttl, clock=clock)
+        self._tokens: ReviewCache[Identity | None] = ReviewCache(ttl, clock=clock)
+        self._reviews: ReviewCache[bool] = ReviewCache(ttl, clock=clock)
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -137,34 +124,30 @@ class TokenReviewAuthenticator:
         token = _split(authorization, "Bearer")
         if token is None:
             return None
-        key = _digest(token)
-        hit, cached = self._tokens.get(key)
-        if hit:
-            return cached if isinstance(cached, Identity) else None
+        return await self._tokens.get(_digest(token), lambda: self._review_token(token))
+
+    async def _review_token(self, token: str) -> Identity | None:
         spec: dict[str, Any] = {"token": token}
         if self._audiences:
             spec["audiences"] = self._audiences
         review = await self._post("/apis/authentication.k8s.io/v1/tokenreviews",
                                   {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec})
         status = review.get("status") or {}
-        identity: Identity | None = None
-        if status.get("authenticated") is True:
-            user = status.get("user") or {}
-            identity = Identity(
-                user=str(user.get("username") or ""), scheme="Bearer", uid=str(user.get("uid") or ""),
-                groups=tuple(str(g) for g in user.get("groups") or ()),
-                extra=tuple(sorted((str(k), tuple(str(x) for x in v)) for k, v in (user.get("extra") or {}).items())),
-            )
-        self._tokens.put(key, identity)
-        return identity
+        if status.get("authenticated") is not True:
+            return None
+        user = status.get("user") or {}
+        return Identity(
+            user=str(user.get("username") or ""), scheme="Bearer", uid=str(user.get("uid") or ""),
+            groups=tuple(str(g) for g in user.get("groups") or ()),
+            extra=tuple(sorted((str(k), tuple(str(x) for x in v)) for k, v in (user.get("extra") or {}).items())),
+        )
 
     async def authorize(self, identity: Identity, access: Access) -> bool:
         if identity.scheme != "Bearer":
             return False
-        key = (identity, access)
-        hit, cached = self._reviews.get(key)
-        if hit:
-            return bool(cached)
+        return await self._reviews.get((identity, access), lambda: self._review_access(identity, access))
+
+    async def _review_access(self, identity: Identity, access: Access) -> bool:
         spec: dict[str, Any] = {
             "user": identity.user, "groups": list(identity.groups),
             "resourceAttributes": {"group": GROUP, "version": VERSION, "resource": access.resource,
@@ -178,9 +161,7 @@ class TokenReviewAuthenticator:
             "/apis/authorization.k8s.io/v1/subjectaccessreviews",
             {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec},
         )
-        allowed = (review.get("status") or {}).get("allowed") is True
-        self._reviews.put(key, allowed)
-        return allowed
+        return (review.get("status") or {}).get("allowed") is True
 
 
 CredentialsLoader = Callable[[], Awaitable[tuple[bytes, bytes] | None]]
@@ -224,10 +205,12 @@ class BasicAuthenticator:
     effect without a restart and a lookup does not cost a GET.
     """
 
+    scheme = "Basic"
+
     def __init__(self, load: CredentialsLoader, ttl: float = 10.0, clock: Callable[[], float] = time.monotonic,
                  user: str = "basic-admin") -> None:
         self._load = load
-        self._cache = _TtlCache(ttl, clock=clock)
+        self._cache: ReviewCache[tuple[bytes, bytes] | None] = ReviewCache(ttl, clock=clock)
         self._user = user
 
     async def authenticate(self, authorization: str) -> Identity | None:
@@ -240,10 +223,7 @@ class BasicAuthenticator:
             return None
         if not sep:
             return None
-        hit, expected = self._cache.get("credentials")
-        if not hit:
-            expected = await self._load()
-            self._cache.put("credentials", expected)
+        expected = await self._cache.get("credentials", self._load)
         if expected is None:
             return None
         want_user, want_password = expected
@@ -259,21 +239,18 @@ class BasicAuthenticator:
 
 
 class ChainAuthenticator:
-    """The first authenticator that recognises the credentials decides; authorization goes back
-    to the authenticator that vouched for the identity."""
+    """One authenticator per scheme: the header's scheme picks who checks the credentials, and
+    authorization goes back to the authenticator that vouched for the identity."""
+
+    scheme = "*"  # whichever its members check
 
     def __init__(self, *authenticators: Authenticator) -> None:
-        self._chain = authenticators
+        self._by_scheme = {authenticator.scheme.lower(): authenticator for authenticator in authenticators}
 
     async def authenticate(self, authorization: str) -> Identity | None:
-        for authenticator in self._chain:
-            identity = await authenticator.authenticate(authorization)
-            if identity is not None:
-                return identity
-        return None
+        authenticator = self._by_scheme.get(authorization.lstrip().partition(" ")[0].lower())
+        return None if authenticator is None else await authenticator.authenticate(authorization)
 
     async def authorize(self, identity: Identity, access: Access) -> bool:
-        for authenticator in self._chain:
-            if await authenticator.authorize(identity, access):
-                return True
-        return False
+        authenticator = self._by_scheme.get(identity.scheme.lower())
+        return authenticator is not None and await authenticator.authorize(identity, access)

@@ -113,8 +113,14 @@ class PublishSpec(Model):
     """Where the effective values at this object's point are published for pods to mount."""
 
     config_map: DnsName = Field(description="The ConfigMap (in this namespace) that receives the effective values.")
-    key: ConfigMapKey = Field("values.json", description="The ConfigMap key holding them (default values.json).")
+    key: ConfigMapKey | None = Field(
+        None, description="The ConfigMap key holding them (default values.json, or values.yaml with format yaml).")
     format: Literal["json", "yaml"] = Field("json", description="json (default) or yaml.")
+
+    @property
+    def data_key(self) -> str:
+        """`key`, or the default that names the format."""
+        return self.key or f"values.{self.format}"
 
 
 class ConfigValuesSpec(Model):

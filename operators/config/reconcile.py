@@ -131,7 +131,7 @@ def published_configmap(owner: StoredValues, namespace: str, values: Mapping[str
             "ownerReferences": [{"apiVersion": API_VERSION, "kind": "ConfigValues", "name": owner.name,
                                  "uid": owner.uid, "blockOwnerDeletion": False, "controller": True}],
         },
-        "data": {publish.key: text},
+        "data": {publish.data_key: text},
     }
 
 
@@ -170,7 +170,7 @@ async def publish(ctx: StepContext) -> Mapping[str, Any]:
                 raise TemporaryError("PublishFailed", error.message) from error
             continue  # another object's publication: its own reconcile reports the failure
         if stored.name == ctx.obj.name:
-            facts["published"] = {"configMap": stored.spec.publish.config_map, "key": stored.spec.publish.key,
+            facts["published"] = {"configMap": stored.spec.publish.config_map, "key": stored.spec.publish.data_key,
                                   "dataHash": data_hash(values)}
     return facts
 

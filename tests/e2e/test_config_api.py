@@ -309,7 +309,7 @@ def test_the_operator_publishes_effective_values_into_a_configmap(store: Store, 
         "apiVersion": "stead.dev/v1alpha1", "kind": "ConfigValues", "metadata": {"name": "node-3-astute"},
         "spec": {"environment": "env-1", "resource": "astute", "level": {"node": "node-3"},
                  "data": {"nova": {"workers": 2}},
-                 "publish": {"configMap": "node-3-astute", "key": "values.yaml", "format": "yaml"}}}))
+                 "publish": {"configMap": "node-3-astute", "format": "yaml"}}}))  # key: values.yaml by default
     kubectl("wait", "-n", store.namespace, "--timeout=60s", "--for=condition=Ready", "cv/node-3-astute")
     assert cv(kubectl, store.namespace, "node-3-astute")["status"]["point"] == "role=compute,node=node-3.domain.tld"
 

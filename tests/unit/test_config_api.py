@@ -26,6 +26,8 @@ READER = {"Authorization": "Bearer reader"}
 class FakeAuth:
     """`good` may do anything, `reader` may only read; everything else is unknown."""
 
+    scheme = "Bearer"
+
     async def authenticate(self, authorization: str) -> Identity | None:
         token = authorization.removeprefix("Bearer ")
         return Identity(user=token, scheme="Bearer") if token in ("good", "reader") else None
@@ -373,5 +375,69 @@ def test_a_node_alone_is_under_its_role_and_a_role_it_lacks_is_404() -> None:
         assert wrong.status == 404 and body["notFound"] == "node"
         assert body["message"] == ('node "node-7" does not have role "controller" (its roles: compute) '
                                    'in environment "2"')
+
+    run(scenario)
+
+
+class KeepingRepository(FakeRepository):
+    """Returns the same Snapshot object until something is written, as the watch-fed cache does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kept: dict[str, Snapshot | None] = {}
+
+    async def snapshot(self, namespace: str, environment: str, fresh: bool = False) -> Snapshot | None:
+        if fresh or environment not in self.kept:
+            self.kept[environment] = await super().snapshot(namespace, environment)
+        return self.kept[environment]
+
+    async def write_values(self, namespace: str, target: ValuesTarget, data: dict[str, Any],
+                           expect: str | None) -> StoredValues:
+        self.kept.clear()
+        return await super().write_values(namespace, target, data, expect)
+
+
+def test_lookups_against_an_unchanged_snapshot_merge_once_and_answer_again_until_it_changes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from operators.config import api
+
+    merges: list[Any] = []
+
+    def counting(point: Any, layers: Any) -> Any:
+        merges.append(point)
+        return api_effective(point, layers)
+
+    api_effective = api.effective
+    monkeypatch.setattr(api, "effective", counting)
+    repo = KeepingRepository()
+    repo.components, repo.environments = make_repo().components, make_repo().environments
+
+    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+        await client.put(f"{NODE1}/astute/values", json={"deployment_id": 1, "nova": {"debug": False}},
+                         headers=TOKEN)
+        for _ in range(3):
+            for key, value in (("deployment_id", 1), ("nova.debug", False)):
+                got = await client.get(f"{NODE1}/astute/values?effective&key={key}", headers=TOKEN)
+                assert got.status == 200 and await got.json() == value
+        assert len(merges) == 1  # six lookups of two keys at one point: one merge
+        # an answer given before is still only given to valid credentials
+        denied = await client.get(f"{NODE1}/astute/values?effective&key=deployment_id",
+                                  headers={"Authorization": "Bearer nobody"})
+        assert denied.status == 401
+        # a write makes a new snapshot: the new value, from a new merge
+        await client.put(f"{NODE1}/astute/values", params={"key": "deployment_id"}, json=5, headers=TOKEN)
+        got = await client.get(f"{NODE1}/astute/values?effective&key=deployment_id", headers=TOKEN)
+        assert await got.json() == 5 and len(merges) == 2
+
+    run(scenario, repo)
+
+
+def test_query_parameters_take_the_first_of_repeated_names_and_decode_like_aiohttp() -> None:
+    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+        await client.put(f"{NODE1}/astute/values", json={"a b": 1}, headers=TOKEN)
+        got = await client.get(f"{NODE1}/astute/values?effective&key=a+b&key=zzz", headers=TOKEN)
+        assert got.status == 200 and await got.json() == 1
+        bad = await client.get(f"{NODE1}/astute/values?namespace=Not_Valid&namespace=default", headers=TOKEN)
+        assert bad.status == 400 and "Not_Valid" in (await bad.json())["message"]
 
     run(scenario)

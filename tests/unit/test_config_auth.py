@@ -13,6 +13,7 @@ from operators.config.auth import (
     Access,
     AuthUnavailable,
     BasicAuthenticator,
+    ChainAuthenticator,
     Identity,
     TokenReviewAuthenticator,
     secret_loader,
@@ -117,3 +118,28 @@ def test_basic_against_a_secret_reread_after_the_ttl() -> None:
     clock.now = 6
     assert run(auth.authenticate(basic(b"admin", b"pw"))) is None
     assert not run(auth.authorize(Identity("x", "Bearer"), ACCESS))
+
+
+def test_concurrent_requests_with_one_token_cost_one_review_each() -> None:
+    async def scenario() -> FakeKube:
+        kube = FakeKube()
+        auth = TokenReviewAuthenticator(kube)
+        identities = await asyncio.gather(*(auth.authenticate("Bearer valid-token") for _ in range(50)))
+        assert identities[0] is not None and all(i == identities[0] for i in identities)
+        assert all(await asyncio.gather(*(auth.authorize(identities[0], ACCESS) for _ in range(50))))
+        return kube
+
+    kube = run(scenario())
+    assert [path.rsplit("/", 1)[-1] for _, path, _ in kube.calls] == ["tokenreviews", "subjectaccessreviews"]
+
+
+def test_the_chain_asks_the_authenticator_of_the_headers_scheme() -> None:
+    kube = FakeKube()
+    chain = ChainAuthenticator(TokenReviewAuthenticator(kube),
+                               BasicAuthenticator(secret_loader(kube, "stead", "api-basic")))
+    basic_identity = run(chain.authenticate(basic(b"admin", b"pw")))
+    assert basic_identity is not None and basic_identity.scheme == "Basic"
+    assert not any(path.endswith("/tokenreviews") for _, path, _ in kube.calls)  # Basic never costs a review
+    bearer = run(chain.authenticate("bearer valid-token"))  # schemes are case-insensitive
+    assert bearer is not None and bearer.scheme == "Bearer" and run(chain.authorize(bearer, ACCESS))
+    assert run(chain.authenticate("Digest abc")) is None

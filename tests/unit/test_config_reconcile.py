@@ -110,6 +110,15 @@ def test_published_configmap_is_owned_by_the_requesting_object() -> None:
     assert body["metadata"]["annotations"]["stead.dev/level"] == "node=n1.tld"
 
 
+def test_the_published_key_defaults_to_the_format_and_may_be_named() -> None:
+    def key(publish: dict[str, str]) -> list[str]:
+        spec = ConfigValuesSpec.model_validate({**SPEC, "publish": {"configMap": "cm", **publish}})
+        return list(published_configmap(StoredValues("cv", "u", "1", spec, (), {}), "ns", {"a": 1})["data"])
+
+    assert key({}) == ["values.json"] and key({"format": "yaml"}) == ["values.yaml"]
+    assert key({"format": "yaml", "key": "hiera.yaml"}) == ["hiera.yaml"]
+
+
 def test_which_values_a_change_of_an_environment_or_component_concerns() -> None:
     assert DEPENDS_ON["Environment"](SPEC, "e") and not DEPENDS_ON["Environment"](SPEC, "other")
     assert DEPENDS_ON["ConfigComponent"](SPEC, "any-component")
