@@ -284,9 +284,9 @@ def _load_wrk(base: str, token: str, concurrency: int, seconds: float, pid: int,
 
 
 def wrk_script(path: Path) -> Path:
-    """A wrk script cycling through LOOKUPS (each wrk thread from its own place in the list)."""
+    """A wrk script cycling through LOOKUPS (in each of wrk's threads)."""
     paths = ",\n".join(json.dumps(lookup) for lookup in LOOKUPS)
-    path.write_text(f"local paths = {{\n{paths}\n}}\nlocal turn = math.random(#paths)\n"
+    path.write_text(f"local paths = {{\n{paths}\n}}\nlocal turn = 0\n"
                     "request = function()\n  turn = turn % #paths + 1\n"
                     "  return wrk.format(\"GET\", paths[turn])\nend\n")
     return path
