@@ -33,7 +33,7 @@ from operators.calm.models import (
     Task,
     Variable,
 )
-from operators.runtime.kinds import field_path
+from operators.runtime.kinds import FirstSeen, field_path
 
 RESERVED_OBJECTS = frozenset(macros.ENTITY_KINDS)
 """Macro objects that mean "the one in the current context" (`@@{Deployment.x}@@`): no entity may take them."""
@@ -315,13 +315,11 @@ class _Checker:
     # variables
 
     def variables(self, path: str, variables: Sequence[Variable]) -> None:
-        first: dict[str, int] = {}
+        names = FirstSeen(path, "variable")
         for i, var in enumerate(variables):
             where = f"{path}[{i}]"
-            if var.name in first:
-                self.out.append(f'{where}.name: duplicate variable "{var.name}" (first at {path}[{first[var.name]}])')
-            else:
-                first[var.name] = i
+            if repeat := names.repeat(i, var.name):
+                self.out.append(repeat)
             if var.name.startswith(BUILTIN_PREFIX):
                 self.out.append(f'{where}.name: names starting with "{BUILTIN_PREFIX}" are for built-in macros')
             self.variable(where, var)
@@ -360,14 +358,11 @@ class _Checker:
     # runbooks
 
     def actions(self, path: str, actions: Sequence[Action], owner: str | None) -> None:
-        first: dict[str, int] = {}
+        names = FirstSeen(path, "action")
         for i, action in enumerate(actions):
             where = f"{path}[{i}]"
-            if action.name in first:
-                self.out.append(f'{where}.name: duplicate action "{action.name}" '
-                                f"(first at {path}[{first[action.name]}])")
-            else:
-                first[action.name] = i
+            if repeat := names.repeat(i, action.name):
+                self.out.append(repeat)
             extra: frozenset[str] = frozenset()
             if owner is None and action.name in SYSTEM_ACTIONS:
                 # A user edit of a generated app-level action: its edges may name the generated
@@ -378,18 +373,15 @@ class _Checker:
 
     def runbook(self, path: str, runbook: Runbook, owner: str | None, named: bool = False,
                 extra_nodes: frozenset[str] = frozenset()) -> None:
-        first: dict[str, int] = {}
+        names = FirstSeen(f"{path}.tasks", "task")
         for i, task in enumerate(runbook.tasks):
             where = f"{path}.tasks[{i}]"
-            if task.name in first:
-                self.out.append(f'{where}.name: duplicate task "{task.name}" '
-                                f"(first at {path}.tasks[{first[task.name]}])")
-            else:
-                first[task.name] = i
+            if repeat := names.repeat(i, task.name):
+                self.out.append(repeat)
             self.task(where, task, owner, named)
         for i, edge in enumerate(runbook.edges):
             for key, end in (("from", edge.from_), ("to", edge.to)):
-                if end not in first and end not in extra_nodes:
+                if end not in names and end not in extra_nodes:
                     self.out.append(f'{path}.edges[{i}].{key}: no task "{end}" in this runbook')
             if edge.from_ == edge.to:
                 self.out.append(f'{path}.edges[{i}]: an edge from "{edge.to}" to itself')

@@ -31,7 +31,7 @@ from operators.config.levels import (
     role_problem,
 )
 from operators.environment.models import EnvironmentSpec
-from operators.runtime.kinds import Model, StatusBase, field_path
+from operators.runtime.kinds import FirstSeen, Model, StatusBase, field_path
 
 FreeForm = Annotated[
     dict[str, Any],
@@ -88,17 +88,13 @@ class ConfigComponentStatus(StatusBase):
 def component_problems(spec: Mapping[str, Any]) -> list[str]:
     """Semantic errors of a ConfigComponent spec: duplicate resources, schemas Stead cannot enforce."""
     problems: list[str] = []
-    first: dict[str, int] = {}
+    names = FirstSeen("spec.resources", "resource")
     for index, resource in enumerate(spec.get("resources") or []):
         if not isinstance(resource, Mapping):
             continue
         name = resource.get("name")
-        if isinstance(name, str):
-            if name in first:
-                problems.append(f'spec.resources[{index}].name: duplicate resource "{name}" '
-                                f"(first at spec.resources[{first[name]}])")
-            else:
-                first[name] = index
+        if isinstance(name, str) and (repeat := names.repeat(index, name)):
+            problems.append(repeat)
         if resource.get("schema") is not None:
             problems.extend(
                 f"spec.resources[{index}].{p}" for p in jsonschema.schema_problems(resource["schema"])

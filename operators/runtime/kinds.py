@@ -157,3 +157,23 @@ def field_path(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
+
+
+class FirstSeen:
+    """Where each name of a list in a spec was first seen, to name a repeat by its field path:
+    `spec.resources[2].name: duplicate resource "x" (first at spec.resources[0])`."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self._path = path
+        self._what = what
+        self._first: dict[str, int] = {}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._first
+
+    def repeat(self, index: int, name: str) -> str | None:
+        """The problem when `name` (at `index`) came before, else None (and it is remembered)."""
+        first = self._first.setdefault(name, index)
+        if first == index:
+            return None
+        return f'{self._path}[{index}].name: duplicate {self._what} "{name}" (first at {self._path}[{first}])'
