@@ -174,6 +174,15 @@ def parse_values_path(environment: str, tail: str) -> ValuesPath | None:
     return ValuesPath(environment, tuple(pairs), "/".join(rest[:-1]), TERMINALS[rest[-1]])
 
 
+def _values_path(request: web.Request) -> ValuesPath:
+    """The request's values path, or the 404 that says what one looks like."""
+    path = parse_values_path(request.match_info["env"], request.match_info["tail"])
+    if path is None:
+        not_found("route", f"no such route: {request.method} {request.path} "
+                           "(expected .../environments/<env>[/<level>/<value>...]/resources/<resource>/values)")
+    return path
+
+
 def _level_name(name: str, hierarchy: list[str]) -> str | None:
     if name in hierarchy:
         return name
@@ -435,18 +444,24 @@ class ConfigApi:
                        ) -> tuple[str, ValuesPath, Snapshot, Point, ResourceDefinition]:
         """Parse and check a values path: environment, levels, node, resource (the seed's 404s)."""
         namespace = self._namespace(request)
-        path = parse_values_path(request.match_info["env"], request.match_info["tail"])
-        if path is None:
-            not_found("route", f"no such route: {request.method} {request.path} "
-                               "(expected .../environments/<env>[/<level>/<value>...]/resources/<resource>/values)")
+        path = _values_path(request)
+        snapshot = await self._snapshot(request, verb, namespace)
+        return (namespace, path, *await self._locate(namespace, path, snapshot))
+
+    async def _snapshot(self, request: web.Request, verb: str, namespace: str) -> Snapshot | None:
+        """The environment's snapshot, once `verb` on values in the namespace is allowed."""
         await self._authorize(request, verb, "configvalues", namespace)
-        snapshot = await self.repository.snapshot(namespace, path.environment)
+        return await self.repository.snapshot(namespace, request.match_info["env"])
+
+    async def _locate(self, namespace: str, path: ValuesPath, snapshot: Snapshot | None
+                      ) -> tuple[Snapshot, Point, ResourceDefinition]:
+        """The point and resource definition `path` names in the snapshot (the seed's 404s)."""
         if snapshot is None:
             not_found("environment", f'environment "{path.environment}" not found in namespace "{namespace}"')
         derived = self._derived_from(snapshot)
         hit = derived.resolved.get((path.pairs, path.resource))
         if hit is not None:  # a path that resolved before against this very snapshot resolves the same again
-            return namespace, path, snapshot, hit[0], hit[1]
+            return snapshot, hit[0], hit[1]
         env = snapshot.environment
         hierarchy = list(env.hierarchy_levels)
         pairs: list[tuple[str, str]] = []
@@ -472,7 +487,7 @@ class ConfigApi:
             not_found("resource", unknown_resource_message(path.resource, path.environment, env,
                                                            snapshot.components))
         _remember(derived.resolved, (path.pairs, path.resource), (point, definition))
-        return namespace, path, snapshot, point, definition
+        return snapshot, point, definition
 
     async def _node_not_found(self, namespace: str, environment: str, node: str) -> NoReturn:
         """The seed's two node cases: unknown everywhere, or assigned to another environment."""
@@ -500,20 +515,15 @@ class ConfigApi:
         kept = ", ".join(str(v.number) for v in versions) or "none yet"
         not_found("version", f"version {number} of the {self._describe(path, point)} not found (kept: {kept})")
 
-    async def _answered_before(self, request: web.Request) -> bytes | None:
-        """The answer to this very lookup (path and query) made from the current snapshot, after
-        the same authorization as any read; None when there is none yet."""
-        namespace = self._namespace(request)
-        await self._authorize(request, "get", "configvalues", namespace)
-        snapshot = await self.repository.snapshot(namespace, request.match_info["env"])
-        derived = self._derived.get(snapshot) if snapshot is not None else None
-        return derived.answers.get(request.raw_path) if derived is not None else None
-
     async def get_values(self, request: web.Request) -> web.Response:
-        answer = await self._answered_before(request)
-        if answer is not None:
+        namespace = self._namespace(request)
+        read = await self._snapshot(request, "get", namespace)
+        derived = self._derived.get(read) if read is not None else None
+        answer = derived.answers.get(request.raw_path) if derived is not None else None
+        if answer is not None:  # this very lookup (path and query), answered before from this snapshot
             return web.Response(body=answer, content_type="application/json")
-        namespace, path, snapshot, point, _ = await self._resolve(request, "get")
+        path = _values_path(request)
+        snapshot, point, _ = await self._locate(namespace, path, read)
         number = _int_param(request, "version")
         key = _query(request).get("key")
         lookup = (number is None and _flag(request, "effective") and not _flag(request, "history")
