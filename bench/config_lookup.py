@@ -13,17 +13,22 @@ for many nodes would (one URL asked over and over would flatter every cache keye
 the server and in aiohttp's own URL parsing):
 
 - ``ceiling``: an aiohttp server with one route under `/environments/` returning a constant
-  JSON body, no authentication, same TLS (EC P-256) in a process of its own, on the same event
-  loop as the operator (uvloop when installed). Nothing served by this stack on this machine
-  can answer faster.
-- ``operator``: the configuration API of the real `stead run` (TokenReview + SubjectAccessReview
-  with their short cache, reads from the watch-fed cache, effective values cached per snapshot).
-- ``uncached``: the same API application in a process of its own, reading from the API server on
-  every request (`KubeConfigRepository`: three GETs per lookup), which is what the operator did
-  before the cache. Shown for the difference; skip with `--only ceiling,operator`.
+  JSON body, no authentication, same TLS (EC P-256), on the same event loop as the operator
+  (uvloop when installed). Nothing served by this stack on this machine can answer faster.
+- ``operator``: the configuration API of the real `stead run --config-api-workers N`
+  (TokenReview + SubjectAccessReview with their short cache, reads from the watch-fed cache,
+  effective values cached per snapshot).
+- ``uncached``: the same API application reading from the API server on every request
+  (`KubeConfigRepository`: three GETs per lookup), which is what the operator did before the
+  cache. Shown for the difference; skip with `--only ceiling,operator`.
 
-Besides requests per second and latency, the server process's CPU time per request (from
-/proc) is printed: on a shared, busy machine it is the steadier figure. `--repeat N` interleaves
+Every contender is served by `--workers` processes (default: one per CPU) sharing its port with
+SO_REUSEPORT, as `stead run --config-api-workers` serves the API; `--workers 0` measures the
+operator serving the API from its own process (the others then use one process).
+
+Besides requests per second and latency, the server processes' CPU time per request (from
+/proc) is printed: on a shared, busy machine it is the steadier figure; and their resident
+memory together at the end of the run. `--repeat N` interleaves
 N runs of each contender and reports medians.
 
 Targets (from the issue): ``operator`` reaches at least 50% of the ceiling's requests per second,
@@ -32,7 +37,7 @@ one answer each cannot see a median under 10 ms unless the server answers more t
 second: compare the operator's p99 with the ceiling's, measured the same way.
 
     .venv/bin/python bench/config_lookup.py [--concurrency 100] [--seconds 10] [--repeat 3]
-                                            [--only ceiling,operator,uncached]
+                                            [--workers 2] [--only ceiling,operator,uncached]
 """
 
 from __future__ import annotations
@@ -61,12 +66,12 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from operators.cli import event_loop_factory  # noqa: E402
 from operators.cluster import Binaries, LocalControlPlane, ensure_binaries  # noqa: E402
 from operators.config.api import create_app  # noqa: E402
 from operators.config.auth import TokenReviewAuthenticator  # noqa: E402
 from operators.config.repository import KubeConfigRepository  # noqa: E402
 from operators.runtime.certs import make_ca, make_leaf  # noqa: E402
+from operators.runtime.eventloop import event_loop_factory  # noqa: E402
 from operators.runtime.kube import KubeClient, load_access  # noqa: E402
 
 STEAD = Path(sys.executable).parent / "stead"
@@ -114,8 +119,9 @@ def manifests() -> list[dict[str, Any]]:
 class Setup:
     """The control plane, the operator, the objects and a token; torn down in reverse."""
 
-    def __init__(self, work: Path, binaries: Binaries) -> None:
+    def __init__(self, work: Path, binaries: Binaries, workers: int) -> None:
         self.work = work
+        self.workers = workers
         self.binaries = binaries
         self.plane = LocalControlPlane(work / "home", apiserver_port=_free_port(), etcd_client_port=_free_port(),
                                        etcd_peer_port=_free_port(), controller_manager_port=_free_port(),
@@ -141,7 +147,7 @@ class Setup:
             self.operator = subprocess.Popen(
                 [str(STEAD), "run", "--kubeconfig", str(self.kubeconfig), "--install-crds",
                  "--store", str(home / "store"), "--webhook-port", str(_free_port()), "--health-port", str(health),
-                 "--config-api-port", str(self.api_port)],
+                 "--config-api-port", str(self.api_port), "--config-api-workers", str(self.workers)],
                 stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "STEAD_HOME": str(home)})
         deadline = time.monotonic() + 90
         while True:
@@ -193,7 +199,7 @@ def _serve(which: str, port: int, cert: str, key: str, kubeconfig: str) -> None:
 
         app.router.add_get("/api/v1/config/environments/{tail:.+}", constant)
         web.run_app(app, host="127.0.0.1", port=port, ssl_context=context, access_log=None, print=None,
-                    loop=_new_loop())
+                    reuse_port=True, loop=_new_loop())
         return
 
     async def uncached() -> web.Application:
@@ -202,7 +208,7 @@ def _serve(which: str, port: int, cert: str, key: str, kubeconfig: str) -> None:
         return create_app(KubeConfigRepository(kube), TokenReviewAuthenticator(kube), NAMESPACE)
 
     web.run_app(uncached(), host="127.0.0.1", port=port, ssl_context=context, access_log=None, print=None,
-                loop=_new_loop())
+                reuse_port=True, loop=_new_loop())
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -211,8 +217,8 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return factory() if factory is not None else asyncio.new_event_loop()
 
 
-async def _load(base: str, cafile: str, token: str, concurrency: int, seconds: float, pid: int
-                ) -> tuple[int, list[float], int, float]:
+async def _load(base: str, cafile: str, token: str, concurrency: int, seconds: float,
+                pids: list[int]) -> tuple[int, list[float], int, float]:
     """Checks one answer (waiting for the server), then cycles through LOOKUPS from `concurrency`
     workers; a non-200 answer counts as an error."""
     url = base + PATH + QUERY
@@ -247,9 +253,9 @@ async def _load(base: str, cafile: str, token: str, concurrency: int, seconds: f
                         errors += 1
                 latencies.append(time.perf_counter() - start)
 
-        began, cpu = time.perf_counter(), cpu_seconds(pid)
+        began, cpu = time.perf_counter(), cpu_seconds(pids)
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed, cpu = time.perf_counter() - began, cpu_seconds(pid) - cpu
+        elapsed, cpu = time.perf_counter() - began, cpu_seconds(pids) - cpu
     return int(len(latencies) / elapsed), latencies, errors, cpu
 
 
@@ -264,17 +270,17 @@ def _wrk_ms(text: str) -> float:
     raise ValueError(f"not a wrk duration: {text!r}")
 
 
-def _load_wrk(base: str, token: str, concurrency: int, seconds: float, pid: int, script: Path
+def _load_wrk(base: str, token: str, concurrency: int, seconds: float, pids: list[int], script: Path
               ) -> tuple[int, float, float, int, float]:
     """The same lookups from wrk (C, two threads): the load generator costs far less CPU than the
     Python client, which shares the two cores with the servers and inflates their tail latency."""
-    cpu = cpu_seconds(pid)
+    cpu = cpu_seconds(pids)
     out = subprocess.run(
         ["wrk", "-t2", f"-c{concurrency}", f"-d{seconds:.0f}s", "--latency", "-s", str(script),
          "-H", f"Authorization: Bearer {token}", base], capture_output=True, text=True, check=True,
         timeout=seconds + 60,
     ).stdout
-    cpu = cpu_seconds(pid) - cpu
+    cpu = cpu_seconds(pids) - cpu
     percentiles = {line.split()[0]: _wrk_ms(line.split()[1]) for line in out.splitlines()
                    if line.strip().split(" ")[0].endswith("%") and len(line.split()) == 2}
     requests = int(next(line.split()[0] for line in out.splitlines() if " requests in " in line))
@@ -292,10 +298,28 @@ def wrk_script(path: Path) -> Path:
     return path
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of one process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def cpu_seconds(pids: list[int]) -> float:
+    """User plus system CPU time of these processes so far."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pids: list[int]) -> float:
+    """Resident memory of these processes together, in MiB."""
+    kib = 0
+    for pid in pids:
+        kib += int(next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                        if line.startswith("VmRSS:")))
+    return kib / 1024
+
+
+def with_children(pid: int) -> list[int]:
+    """A process and its children (the operator and its config API workers)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [pid, *map(int, children)]
 
 
 def main() -> int:
@@ -305,6 +329,9 @@ def main() -> int:
                         help="load generator: wrk (Debian package `wrk`; the default when installed) or the "
                         "Python client")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="processes serving each contender (`stead run --config-api-workers`; the others "
+                        "listen on one port the same way); default: one per CPU")
     parser.add_argument("--only", default="ceiling,operator,uncached", help="comma-separated contenders")
     parser.add_argument("--repeat", type=int, default=1, help="run the contenders this many times, interleaved; "
                         "report medians")
@@ -317,39 +344,41 @@ def main() -> int:
     (work / "ca.crt").write_bytes(ca.cert_pem)
     (work / "tls.crt").write_bytes(leaf.cert_pem)
     (work / "tls.key").write_bytes(leaf.key_pem)
-    setup = Setup(work, ensure_binaries(progress=lambda line: print(line, file=sys.stderr)))
-    runs: dict[str, list[tuple[int, float, float, int, float]]] = {c: [] for c in contenders}
+    setup = Setup(work, ensure_binaries(progress=lambda line: print(line, file=sys.stderr)), args.workers)
+    runs: dict[str, list[tuple[float, ...]]] = {c: [] for c in contenders}
     try:
         print("starting a local control plane and `stead run` ...", file=sys.stderr)
         setup.up()
         for _ in range(args.repeat):
             for which in contenders:
-                server = None
+                servers: list[multiprocessing.Process] = []
                 if which == "operator":
                     assert setup.operator is not None
-                    pid = setup.operator.pid
+                    pids = with_children(setup.operator.pid)
                     base, cafile = f"https://127.0.0.1:{setup.api_port}", str(setup.cacert)
                 else:
                     port = _free_port()
-                    server = multiprocessing.Process(target=_serve, daemon=True, args=(
+                    servers = [multiprocessing.Process(target=_serve, daemon=True, args=(
                         which, port, str(work / "tls.crt"), str(work / "tls.key"), str(setup.kubeconfig)))
-                    server.start()
-                    assert server.pid is not None
-                    pid = server.pid
+                        for _ in range(max(1, args.workers))]
+                    for server in servers:
+                        server.start()
+                    pids = [server.pid for server in servers if server.pid is not None]
                     base, cafile = f"https://127.0.0.1:{port}", str(work / "ca.crt")
                 try:
                     if args.client == "wrk":  # the Python client checks the answer and warms up first
-                        asyncio.run(_load(base, cafile, setup.token, args.concurrency, 1.0, pid))
-                        runs[which].append(_load_wrk(base, setup.token, args.concurrency, args.seconds, pid,
+                        asyncio.run(_load(base, cafile, setup.token, args.concurrency, 1.0, pids))
+                        runs[which].append(_load_wrk(base, setup.token, args.concurrency, args.seconds, pids,
                                                      wrk_script(work / "lookups.lua")))
                     else:
                         rps, latencies, errors, cpu = asyncio.run(
-                            _load(base, cafile, setup.token, args.concurrency, args.seconds, pid))
+                            _load(base, cafile, setup.token, args.concurrency, args.seconds, pids))
                         cuts = statistics.quantiles(latencies, n=100)
                         runs[which].append((rps, cuts[49] * 1000, cuts[98] * 1000, errors,
                                             cpu / max(1, len(latencies)) * 1e6))
+                    runs[which][-1] += (rss_mib(pids),)
                 finally:
-                    if server is not None:
+                    for server in servers:
                         server.terminate()
                         server.join(10)
                 print(f"{which}: {runs[which][-1][0]} req/s", file=sys.stderr)
@@ -359,15 +388,18 @@ def main() -> int:
             print(f"work directory kept: {work}", file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)
-    results = {which: tuple(statistics.median(run[i] for run in done) for i in range(5))
+    results = {which: tuple(statistics.median(run[i] for run in done) for i in range(6))
                for which, done in runs.items() if done}
+    serving = (f"{args.workers} server processes each" if args.workers
+               else "the API in the operator's process, the others in one")
     print(f"effective-value lookups over HTTPS ({args.client}), {args.concurrency} concurrent clients, "
-          f"{args.seconds:.0f} s each, "
+          f"{args.seconds:.0f} s each, {serving}, "
           f"median of {args.repeat} ({os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; client and "
           "servers on one machine)")
-    print(f"{'contender':<10} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'server CPU us/req':>18}")
-    for which, (rate, p50, p99, failed, per_request) in results.items():
-        print(f"{which:<10} {rate:>8.0f} {p50:>8.2f} {p99:>8.2f} {failed:>7.0f} {per_request:>18.0f}")
+    print(f"{'contender':<10} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'server CPU us/req':>18} "
+          f"{'server RSS MiB':>15}")
+    for which, (rate, p50, p99, failed, per_request, rss) in results.items():
+        print(f"{which:<10} {rate:>8.0f} {p50:>8.2f} {p99:>8.2f} {failed:>7.0f} {per_request:>18.0f} {rss:>15.0f}")
     if "ceiling" in results and "operator" in results:
         ratio = results["operator"][0] / max(1, results["ceiling"][0])
         print(f"operator / ceiling: {ratio:.2f} req/s (target >= 0.50), "

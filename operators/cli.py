@@ -7,28 +7,18 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from operators.catalog import KINDS
 from operators.runtime import crdgen
+from operators.runtime.eventloop import event_loop_factory
 
 if TYPE_CHECKING:
     from operators.cluster import LocalControlPlane
 
 CRD_DIRS = (Path("crds"), Path("charts/stead/files/crds"))  # checked in, and the chart's copy
-
-
-def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop when installed (a dependency on Linux), as Kopf's own CLI does: the operator's
-    loop carries the watches, the webhooks and the configuration API, and uvloop's transports
-    and TLS cost about a fifth less CPU per request than asyncio's (bench/config_lookup.py)."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -72,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
                      "$STEAD_HOME/config-api/ca.crt)")
     run.add_argument("--config-api-basic-secret", metavar="NAMESPACE/NAME", type=_namespaced_name,
                      help="also accept HTTP Basic credentials (username, password) from this Secret")
+    run.add_argument("--config-api-workers", type=_non_negative, default=0, metavar="N",
+                     help="serve the config API from N processes of its own on its port, each with its own "
+                     "watches (0, the default: from the operator's process)")
     run.add_argument("--health-listen", default="127.0.0.1")
     run.add_argument("--health-port", type=int, default=8080)
     run.add_argument("--trust-local-namespaces", nargs="*", metavar="PATTERN",
@@ -117,6 +110,12 @@ def _namespaced_name(text: str) -> tuple[str, str]:
     if not namespace or not name:
         raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME, got {text!r}")
     return namespace, name
+
+
+def _non_negative(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
@@ -226,7 +225,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         addons.append(ConfigApiServer(
             listen=args.config_api_listen, port=args.config_api_port,
             tls_dir=args.config_api_cert_dir or home / "config-api", mounted=args.config_api_cert_dir is not None,
-            basic_secret=args.config_api_basic_secret,
+            basic_secret=args.config_api_basic_secret, workers=args.config_api_workers,
         ))
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:

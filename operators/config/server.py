@@ -12,8 +12,10 @@ server. The watches use the same credentials as the operator: `kubeconfig`, else
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import ssl
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,15 +32,24 @@ from operators.config.auth import (
 from operators.config.cache import cached_repository
 from operators.config.repository import ConfigRepository, KubeConfigRepository
 from operators.runtime.certs import make_ca, make_leaf
-from operators.runtime.kube import load_access
+from operators.runtime.kube import KubeClient, load_access
 from operators.runtime.services import Services
+from operators.runtime.workers import WorkerPool
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class ConfigApiServer:
-    """`/api/v1/config` on `listen:port` with TLS; authentication by bearer token, optionally Basic."""
+    """`/api/v1/config` on `listen:port` with TLS; authentication by bearer token, optionally Basic.
+
+    With `workers` = 0 the API is served by the operator's own process and event loop; with N,
+    by N processes of its own listening on the same port (`operators.runtime.workers`), each
+    with its own watches, caches and API-server client: lookups then use every core the pod
+    has, and a busy reconciler never delays them. The kernel gives each connection to one
+    worker; as between replicas, a write made through one worker shows in the others once
+    their watches deliver it (milliseconds), and in the one it went through at once.
+    """
 
     listen: str
     port: int
@@ -49,10 +60,10 @@ class ConfigApiServer:
     name: str = "config-api"
     cache: bool = True  # False: every read goes to the API server (three requests per lookup)
     kubeconfig: Path | None = None
-    _runner: web.AppRunner | None = field(default=None, init=False, repr=False)
+    workers: int = 0
     _stack: contextlib.AsyncExitStack | None = field(default=None, init=False, repr=False)
 
-    def _ssl_context(self) -> ssl.SSLContext:
+    def _tls_files(self) -> tuple[Path, Path]:
         cert, key = self.tls_dir / "tls.crt", self.tls_dir / "tls.key"
         if not self.mounted:
             self.tls_dir.mkdir(parents=True, exist_ok=True)
@@ -62,29 +73,61 @@ class ConfigApiServer:
             key.write_bytes(leaf.key_pem)
             key.chmod(0o600)
             (self.tls_dir / "ca.crt").write_bytes(ca.cert_pem)
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(cert, key)
-        return context
+        return cert, key
 
     async def start(self, services: Services) -> None:
-        authenticators: list[Authenticator] = [TokenReviewAuthenticator(services.kube)]
-        if self.basic_secret is not None:
-            authenticators.append(BasicAuthenticator(secret_loader(services.kube, *self.basic_secret)))
         self._stack = contextlib.AsyncExitStack()
-        repository: ConfigRepository = KubeConfigRepository(services.kube)
+        if self.workers > 0:
+            self._tls_files()  # once, here: every worker serves the same certificate
+            pool = WorkerPool(self.name, [sys.executable, "-m", "operators.config.worker", self.worker_argument()],
+                              self.workers)
+            await pool.start()
+            self._stack.push_async_callback(pool.stop)
+        else:
+            await self.serve(services.kube, self._stack)
+        log.info("config API on https://%s:%d/api/v1/config (%s)", self.listen, self.port,
+                 f"{self.workers} worker processes" if self.workers else "in the operator's process")
+
+    async def serve(self, kube: KubeClient, stack: contextlib.AsyncExitStack, reuse_port: bool = False) -> None:
+        """Serve the API from this process until `stack` closes."""
+        cert, key = self._tls_files()
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert, key)
+        authenticators: list[Authenticator] = [TokenReviewAuthenticator(kube)]
+        if self.basic_secret is not None:
+            authenticators.append(BasicAuthenticator(secret_loader(kube, *self.basic_secret)))
+        repository: ConfigRepository = KubeConfigRepository(kube)
         if self.cache:
-            repository = await self._stack.enter_async_context(
-                cached_repository(services.kube, load_access(self.kubeconfig)))
-        app = create_app(repository, ChainAuthenticator(*authenticators), self.default_namespace)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.listen, self.port, ssl_context=self._ssl_context()).start()
-        log.info("config API on https://%s:%d/api/v1/config", self.listen, self.port)
+            repository = await stack.enter_async_context(cached_repository(kube, load_access(self.kubeconfig)))
+        runner = web.AppRunner(create_app(repository, ChainAuthenticator(*authenticators), self.default_namespace),
+                               access_log=None)
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        await web.TCPSite(runner, self.listen, self.port, ssl_context=context, reuse_port=reuse_port).start()
+
+    def worker_argument(self) -> str:
+        """What a worker process needs to serve as this server does (paths and names, no secret)."""
+        return json.dumps({
+            "listen": self.listen, "port": self.port, "tls_dir": str(self.tls_dir),
+            "basic_secret": self.basic_secret, "default_namespace": self.default_namespace, "name": self.name,
+            "cache": self.cache, "kubeconfig": None if self.kubeconfig is None else str(self.kubeconfig),
+            "log_level": logging.getLogger().getEffectiveLevel(),
+        })
+
+    @classmethod
+    def for_worker(cls, argument: str) -> tuple[ConfigApiServer, int]:
+        """The server a worker runs from `worker_argument()` (its certificates made already), and
+        the log level."""
+        given = json.loads(argument)
+        secret = given["basic_secret"]
+        server = cls(
+            listen=given["listen"], port=given["port"], tls_dir=Path(given["tls_dir"]), mounted=True,
+            basic_secret=None if secret is None else (secret[0], secret[1]),
+            default_namespace=given["default_namespace"], name=given["name"], cache=given["cache"],
+            kubeconfig=None if given["kubeconfig"] is None else Path(given["kubeconfig"]))
+        return server, int(given["log_level"])
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
         if self._stack is not None:
             await self._stack.aclose()
             self._stack = None

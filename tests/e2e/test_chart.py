@@ -406,11 +406,13 @@ def test_config_api_rbac_needs_the_configvalues_crd(helm: Helm, tmp_path: Path) 
 @pytest.mark.e2e
 def test_config_api_args_ports_service_and_rbac(helm: Helm) -> None:
     objects = _objects(_template(helm, *BASIC, "--set", "configApi.port=9000",
-                                 "--set", "configApi.service.type=LoadBalancer"))
+                                 "--set", "configApi.service.type=LoadBalancer", "--set", "configApi.workers=2"))
     container = _operator(objects)
     args = container["args"]
     assert {"--config-api-listen=0.0.0.0", "--config-api-port=9000", "--config-api-cert-dir=/etc/stead/webhook",
-            f"--config-api-basic-secret={NAMESPACE}/config-basic"} <= set(args)
+            f"--config-api-basic-secret={NAMESPACE}/config-basic", "--config-api-workers=2"} <= set(args)
+    default_args = _operator(_objects(_template(helm)))["args"]
+    assert not [arg for arg in default_args if arg.startswith("--config-api-workers")]  # 0: the operator serves
     assert not [arg for arg in args if arg.startswith("--config-api-port=") and arg != "--config-api-port=9000"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["webhook-tls"] == "/etc/stead/webhook"
@@ -626,6 +628,7 @@ def test_generated_certificate_is_replaced_when_made_for_other_names(
         ("configApi.port=9443", "/configApi/port"),
         ("configApi.port=70000", "/configApi/port"),
         ("configApi.basicAuthSecret=Not_A_Name", "/configApi/basicAuthSecret"),
+        ("configApi.workers=-1", "/configApi/workers"),
         ("configApi.service.type=ExternalName", "/configApi/service/type"),
         ("configApi.tls=true", "/configApi"),
         ("actions.jobs.enabled=maybe", "/actions/jobs/enabled"),

@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import shutil
+import signal
 import ssl
 import subprocess
 import urllib.error
@@ -340,44 +341,100 @@ def test_bad_objects_are_refused_at_apply_time_naming_the_field(store: Store, ku
     assert kubectl("get", "cv", "bad", "-n", store.namespace, check=False).returncode != 0
 
 
-def test_basic_credentials_from_a_secret(store: Store, operator: OperatorProcess, kubectl: Kubectl,
-                                         tmp_path: Path) -> None:
-    """`--config-api-basic-secret`: a second `stead run` (watching only an empty namespace, without
-    webhooks, so it leaves the session's operator alone) whose API also takes HTTP Basic."""
+@dataclass
+class WorkersOperator:
+    """A second `stead run` whose API is served by two worker processes and also takes HTTP Basic."""
+
+    process: subprocess.Popen[bytes]
+    api: Store
+    log: Path
+    health_port: int
+
+    def workers(self) -> list[int]:
+        """The pids of the operator's config API workers now."""
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
+        return [int(pid) for pid in children
+                if b"operators.config.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+    def ready(self) -> bool:
+        """/readyz: every worker is serving (one answering is not enough)."""
+        assert self.process.poll() is None, self.log.read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+
+@pytest.fixture(scope="module")
+def workers_operator(store: Store, operator: OperatorProcess, kubectl: Kubectl,
+                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkersOperator]:
+    """Watching only an empty namespace, without webhooks, so it leaves the session's operator alone;
+    its API serves every namespace, `store`'s among them."""
     kubectl("create", "secret", "generic", "config-basic", "-n", store.namespace,
             "--from-literal=username=hiera", "--from-literal=password=correct horse")
     quiet = f"quiet-{uuid.uuid4().hex[:6]}"
     kubectl("create", "namespace", quiet)
+    work = tmp_path_factory.mktemp("workers-operator")
     port, health = free_port(), free_port()
-    home = tmp_path / "home"
-    log = (tmp_path / "operator.log").open("wb")
-    env = {**os.environ, "STEAD_HOME": str(home)}
-    proc = subprocess.Popen(
-        [str(STEAD), "run", "--kubeconfig", str(operator.cluster.kubeconfig), "--store", str(home / "store"),
-         "--webhook", "off", "--namespace", quiet, "--health-port", str(health), "--replica", "stead-basic",
-         "--config-api-port", str(port), "--config-api-basic-secret", f"{store.namespace}/config-basic"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    home = work / "home"
+    log = work / "operator.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(STEAD), "run", "--kubeconfig", str(operator.cluster.kubeconfig), "--store", str(home / "store"),
+             "--webhook", "off", "--namespace", quiet, "--health-port", str(health), "--replica", "stead-workers",
+             "--config-api-port", str(port), "--config-api-basic-secret", f"{store.namespace}/config-basic",
+             "--config-api-workers", "2"],
+            stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "STEAD_HOME": str(home)})
+    second = WorkersOperator(proc, Store(f"https://127.0.0.1:{port}", home / "config-api" / "ca.crt",
+                                         store.namespace, store.writer, store.reader), log, health)
     try:
-        basic = Store(f"https://127.0.0.1:{port}", home / "config-api" / "ca.crt", store.namespace, "", "")
+        wait_until(second.ready, 60, "the second operator's readiness")
+        yield second
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        kubectl("delete", "namespace", quiet, "--wait=false")
+        shutil.rmtree(home / "store", ignore_errors=True)
 
-        def answers() -> bool:
-            assert proc.poll() is None, (tmp_path / "operator.log").read_text()[-3000:]
-            try:
-                return basic.cacert.exists() and basic.http("GET", f"{P}/environments")[0] == 401
-            except (OSError, ssl.SSLError):
-                return False
 
-        wait_until(answers, 60, "the second operator's config API")
-        good = "Basic " + base64.b64encode(b"hiera:correct horse").decode()
+def test_basic_credentials_from_a_secret(workers_operator: WorkersOperator) -> None:
+    """`--config-api-basic-secret` (here served by workers: each reads the Secret itself)."""
+    basic = workers_operator.api
+    good = "Basic " + base64.b64encode(b"hiera:correct horse").decode()
+    for _ in range(4):  # a connection each: the kernel spreads them over both workers
         status, body, _ = basic.http("GET", f"{P}/environments/env-1/nodes/node-1.domain.tld/resources/astute/values"
                                      "?effective&key=deployment_id", headers={"Authorization": good})
         assert (status, body) == (200, 2)  # as use case 3 set it
-        wrong = "Basic " + base64.b64encode(b"hiera:wrong").decode()
-        assert basic.http("GET", f"{P}/environments", headers={"Authorization": wrong})[0] == 401
-        assert basic.http("GET", f"{P}/environments", token=store.reader)[0] == 200  # tokens still work
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
-        kubectl("delete", "namespace", quiet, "--wait=false")
-        shutil.rmtree(home / "store", ignore_errors=True)
+    wrong = "Basic " + base64.b64encode(b"hiera:wrong").decode()
+    assert basic.http("GET", f"{P}/environments", headers={"Authorization": wrong})[0] == 401
+    assert basic.http("GET", f"{P}/environments", token=basic.reader)[0] == 200  # tokens still work
+
+
+def test_api_workers_write_through_survive_a_crash_and_stop_with_the_operator(
+        workers_operator: WorkersOperator, kubectl: Kubectl) -> None:
+    """`--config-api-workers 2`: two processes serve the port; a write goes to the ConfigValues
+    object; a killed worker is replaced while the other keeps answering; SIGTERM ends them all."""
+    api = workers_operator.api
+    first = workers_operator.workers()
+    assert len(first) == 2
+    compute = f"{P}/environments/env-1/roles/compute/resources/astute/values"
+    status, _, headers = api.http("PUT", compute + "?key=nova.scheduler", token=api.writer, body="filter")
+    assert status == 200
+    assert cv(kubectl, api.namespace, headers["X-Stead-Object"])["spec"]["data"]["nova"]["scheduler"] == "filter"
+
+    os.kill(first[0], signal.SIGKILL)
+    wait_until(lambda: not Path(f"/proc/{first[0]}").exists(), 30, "the operator to reap the killed worker")
+    assert api.http("GET", f"{P}/environments", token=api.reader)[0] == 200  # the survivor answers meanwhile
+    wait_until(lambda: len(workers_operator.workers()) == 2 and first[0] not in workers_operator.workers(), 60,
+               "a new worker in place of the killed one")
+    assert first[1] in workers_operator.workers()
+    wait_until(lambda: all(api.http("GET", compute + "?key=nova.scheduler", token=api.reader)[:2] == (200, "filter")
+                           for _ in range(4)), 30, "every worker to read the write")
+    assert "worker 0 (pid" in workers_operator.log.read_text()  # the operator said what happened
+
+    now = workers_operator.workers()
+    workers_operator.process.send_signal(signal.SIGTERM)
+    assert workers_operator.process.wait(timeout=60) == 0
+    assert not [pid for pid in now if Path(f"/proc/{pid}").exists()]

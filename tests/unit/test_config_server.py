@@ -1,0 +1,35 @@
+"""What the operator hands a config API worker: everything it serves by, and nothing secret."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from operators.config.server import ConfigApiServer
+
+
+def test_a_worker_serves_as_the_operator_would_from_the_certificates_made_for_it(tmp_path: Path) -> None:
+    server = ConfigApiServer(listen="0.0.0.0", port=9000, tls_dir=tmp_path / "tls", mounted=False,
+                             basic_secret=("stead-system", "config-basic"), default_namespace="team-a",
+                             cache=False, kubeconfig=tmp_path / "kubeconfig", workers=2)
+    root = logging.getLogger()
+    before = root.level
+    root.setLevel(logging.DEBUG)
+    try:
+        worker, level = ConfigApiServer.for_worker(server.worker_argument())
+    finally:
+        root.setLevel(before)
+    assert level == logging.DEBUG
+    assert worker.mounted  # the operator made the certificate once; every worker loads that one
+    assert worker.workers == 0  # a worker serves; it does not start workers of its own
+    for name in ("listen", "port", "tls_dir", "basic_secret", "default_namespace", "name", "cache", "kubeconfig"):
+        assert getattr(worker, name) == getattr(server, name), name
+
+
+def test_the_worker_argument_names_the_secret_but_never_holds_credentials(tmp_path: Path) -> None:
+    argument = ConfigApiServer(listen="127.0.0.1", port=8443, tls_dir=tmp_path,
+                               basic_secret=("ns", "config-basic")).worker_argument()
+    assert "config-basic" in argument
+    assert not {"password", "token", "BEGIN"} & set(argument.replace('"', " ").split())
+    worker, _ = ConfigApiServer.for_worker(argument)
+    assert worker.kubeconfig is None  # then the worker finds the operator's access as the operator did
