@@ -92,18 +92,20 @@ class WorkerPool:
     async def _supervise(self, index: int) -> None:
         delay = self.restart_delay
         while True:
-            code = await self._processes[index].wait()
-            log.warning("%s worker %d (pid %d) exited with code %s; starting it again in %.0f s",
-                        self.name, index, self._processes[index].pid, code, delay)
-            await asyncio.sleep(delay)
-            try:
-                self._processes[index] = await self._spawn(index)
-            except WorkerFailed as error:
-                log.error("%s", error)
-                delay = min(delay * 2, self.max_restart_delay)
-            else:
-                self.restarts += 1
-                delay = self.restart_delay
+            gone = self._processes[index]
+            code = await gone.wait()
+            log.warning("%s worker %d (pid %d) exited with code %s; starting it again",
+                        self.name, index, gone.pid, code)
+            while True:
+                await asyncio.sleep(delay)
+                try:
+                    self._processes[index] = await self._spawn(index)
+                    break
+                except WorkerFailed as error:
+                    delay = min(delay * 2, self.max_restart_delay)
+                    log.error("%s; trying again in %g s", error, delay)
+            self.restarts += 1
+            delay = self.restart_delay
 
     async def stop(self) -> None:
         """Stop supervising, then end every worker: end of input first, SIGKILL after `stop_timeout`."""

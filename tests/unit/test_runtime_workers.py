@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -168,3 +169,37 @@ def test_stopping_while_a_worker_restarts_leaves_nothing_behind(tmp_path: Path) 
         assert not any(alive(pid) for pid in records(tmp_path))
 
     asyncio.run(scenario())
+
+
+FLAKY = """
+import asyncio, os, sys
+sys.path.insert(0, {root!r})
+from operators.runtime.workers import serve_until_told
+with open({counter!r}, "a") as counter:
+    counter.write("x")
+if os.path.getsize({counter!r}) in (2, 3):  # the second and third starts fail before serving
+    sys.exit(3)
+asyncio.run(serve_until_told())
+"""
+
+
+def test_a_worker_that_cannot_start_again_is_retried_with_a_growing_delay(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    counter = tmp_path / "starts"
+
+    async def scenario() -> None:
+        pool = WorkerPool("test", [sys.executable, "-c", FLAKY.format(root=str(ROOT), counter=str(counter))],
+                          count=1, restart_delay=0.05)
+        await pool.start()
+        (first,) = pool.pids
+        os.kill(first, signal.SIGKILL)
+        await until(lambda: pool.restarts == 1)
+        assert alive(pool.pids[0]) and pool.pids[0] != first
+        await pool.stop()
+
+    with caplog.at_level(logging.ERROR, logger="operators.runtime.workers"):
+        asyncio.run(scenario())
+    assert counter.read_text() == "xxxx"
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
+        "test worker 0 exited with code 3 before serving; trying again in 0.1 s",
+        "test worker 0 exited with code 3 before serving; trying again in 0.2 s"]
