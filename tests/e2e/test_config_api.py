@@ -10,6 +10,7 @@ ConfigMaps written and ConfigValues validated by the operator's reconcilers, nev
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -352,9 +353,12 @@ class WorkersOperator:
 
     def workers(self) -> list[int]:
         """The pids of the operator's config API workers now."""
-        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
-        return [int(pid) for pid in children
-                if b"operators.config.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        pids = []
+        for pid in Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split():
+            with contextlib.suppress(FileNotFoundError):  # a child that is just gone
+                if b"operators.config.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    pids.append(int(pid))
+        return pids
 
     def ready(self) -> bool:
         """/readyz: every worker is serving (one answering is not enough)."""

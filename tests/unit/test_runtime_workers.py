@@ -61,6 +61,14 @@ async def until(condition: Callable[[], bool], seconds: float = 20) -> None:
             await asyncio.sleep(0.02)
 
 
+async def start_and_kill_one(pool: WorkerPool) -> int:
+    """Start the pool, SIGKILL its first worker, and return that worker's pid."""
+    await pool.start()
+    first = pool.pids[0]
+    os.kill(first, signal.SIGKILL)
+    return first
+
+
 def test_workers_start_serving_and_stop_gracefully(tmp_path: Path) -> None:
     async def scenario() -> None:
         pool = WorkerPool("test", command(tmp_path), count=2)
@@ -78,9 +86,8 @@ def test_workers_start_serving_and_stop_gracefully(tmp_path: Path) -> None:
 def test_a_worker_that_dies_is_started_again(tmp_path: Path) -> None:
     async def scenario() -> None:
         pool = WorkerPool("test", command(tmp_path), count=2, restart_delay=0.05)
-        await pool.start()
-        first, second = pool.pids
-        os.kill(first, signal.SIGKILL)
+        first = await start_and_kill_one(pool)
+        second = pool.pids[1]
         await until(lambda: pool.restarts == 1)
         assert pool.pids[1] == second and pool.pids[0] != first and alive(pool.pids[0])
         await pool.stop()
@@ -161,9 +168,7 @@ def test_stopping_while_a_worker_restarts_leaves_nothing_behind(tmp_path: Path) 
     async def scenario() -> None:
         pool = WorkerPool("test", [sys.executable, "-c", slow.format(root=str(ROOT), where=str(tmp_path))],
                           count=1, restart_delay=0.01)
-        await pool.start()
-        (first,) = pool.pids
-        os.kill(first, signal.SIGKILL)
+        await start_and_kill_one(pool)
         await until(lambda: len(records(tmp_path)) == 2)  # the second one is starting, slowly
         await pool.stop()
         assert not any(alive(pid) for pid in records(tmp_path))
@@ -190,9 +195,7 @@ def test_a_worker_that_cannot_start_again_is_retried_with_a_growing_delay(
     async def scenario() -> None:
         pool = WorkerPool("test", [sys.executable, "-c", FLAKY.format(root=str(ROOT), counter=str(counter))],
                           count=1, restart_delay=0.05)
-        await pool.start()
-        (first,) = pool.pids
-        os.kill(first, signal.SIGKILL)
+        first = await start_and_kill_one(pool)
         await until(lambda: pool.restarts == 1)
         assert alive(pool.pids[0]) and pool.pids[0] != first
         await pool.stop()
