@@ -10,11 +10,12 @@ Then, one contender at a time, the same client (wrk when installed, else aiohttp
 process; one keep-alive HTTPS connection per concurrent client) cycles for `--seconds` through
 1,000 distinct lookups, 20 keys of each of the 50 nodes, as a puppetserver compiling catalogues
 for many nodes would (one URL asked over and over would flatter every cache keyed by URL, in
-the server and in aiohttp's own URL parsing):
+the server):
 
-- ``ceiling``: an aiohttp server with one route under `/environments/` returning a constant
-  JSON body, no authentication, same TLS (EC P-256), on the same event loop as the operator
-  (uvloop when installed). Nothing served by this stack on this machine can answer faster.
+- ``ceiling``: the API's HTTP server (`operators.runtime.httpserver`) with a handler that
+  returns a constant JSON body for any request, no authentication, same TLS (EC P-256), on the
+  same event loop as the operator (uvloop when installed). Nothing served by this stack on
+  this machine can answer faster.
 - ``operator``: the configuration API of the real `stead run --config-api-workers N`
   (TokenReview + SubjectAccessReview with their short cache, reads from the watch-fed cache,
   effective values cached per snapshot).
@@ -61,17 +62,17 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from operators.cluster import Binaries, LocalControlPlane, ensure_binaries  # noqa: E402
-from operators.config.api import create_app  # noqa: E402
+from operators.config.api import ConfigApi  # noqa: E402
 from operators.config.auth import TokenReviewAuthenticator  # noqa: E402
 from operators.config.repository import KubeConfigRepository  # noqa: E402
 from operators.runtime.certs import make_ca, make_leaf  # noqa: E402
 from operators.runtime.eventloop import event_loop_factory  # noqa: E402
+from operators.runtime.httpserver import HttpServer, Request, Response  # noqa: E402
 from operators.runtime.kube import KubeClient, load_access  # noqa: E402
 
 STEAD = Path(sys.executable).parent / "stead"
@@ -188,27 +189,27 @@ class Setup:
 
 
 def _serve(which: str, port: int, cert: str, key: str, kubeconfig: str) -> None:
-    """A contender of its own process: the constant route, or the API reading through to the API server."""
+    """A contender of its own process: the constant answer, or the API reading through to the API server."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
-    if which == "ceiling":
-        app = web.Application()
 
-        async def constant(request: web.Request) -> web.Response:
-            return web.Response(body=EXPECTED, content_type="application/json")
+    async def serve() -> None:
+        if which == "ceiling":
+            answer = Response(200, EXPECTED)
 
-        app.router.add_get("/api/v1/config/environments/{tail:.+}", constant)
-        web.run_app(app, host="127.0.0.1", port=port, ssl_context=context, access_log=None, print=None,
-                    reuse_port=True, loop=_new_loop())
-        return
+            async def constant(request: Request) -> Response:
+                return answer
 
-    async def uncached() -> web.Application:
-        kube = KubeClient(load_access(Path(kubeconfig)), concurrency=100)
-        await kube.__aenter__()
-        return create_app(KubeConfigRepository(kube), TokenReviewAuthenticator(kube), NAMESPACE)
+            server = HttpServer(constant)
+        else:
+            kube = KubeClient(load_access(Path(kubeconfig)), concurrency=100)
+            await kube.__aenter__()
+            api = ConfigApi(KubeConfigRepository(kube), TokenReviewAuthenticator(kube), NAMESPACE)
+            server = HttpServer(api, errors=api.problem)
+        await server.start("127.0.0.1", port, context, reuse_port=True)
+        await asyncio.Event().wait()  # until terminated
 
-    web.run_app(uncached(), host="127.0.0.1", port=port, ssl_context=context, access_log=None, print=None,
-                reuse_port=True, loop=_new_loop())
+    _new_loop().run_until_complete(serve())
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:

@@ -4,7 +4,7 @@ Modules: `keys` (dotted key paths), `levels` (hierarchy points), `merge` (effect
 the lookup trace), `schema` (the JSON Schema subset of resource definitions), `models` (the
 kinds' models and semantic checks), `history` (versions as immutable ConfigMaps),
 `repository` (the HTTP API's storage over Kubernetes), `cache` (its reads from a watch-fed
-cache), `auth` (TokenReview/SubjectAccessReview and Basic), `api` (the aiohttp application),
+cache), `auth` (TokenReview/SubjectAccessReview and Basic), `api` (the HTTP API's routes and handlers),
 `server` (the API as an addon of the operator process, over TLS), `cli` (`stead config`),
 `reconcile` (pipeline steps, the admission check, and what a ConfigValues depends on).
 """

@@ -1,7 +1,8 @@
 """The configuration store's HTTP API (seed 001's ConfigDB paths, under `/api/v1/config`).
 
-`create_app(repository, authenticator)` builds an aiohttp application; the operator process
-serves it over TLS (the app itself is TLS-agnostic). Routes:
+`ConfigApi(repository, authenticator)` is the handler of an `operators.runtime.httpserver.HttpServer`
+(its `problem` the server's error answers); the operator process serves it over TLS. Routes
+(HEAD too where GET is allowed):
 
     GET  /components                      list components   POST /components      create one
     GET  /components/<name>
@@ -50,9 +51,9 @@ import urllib.parse
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, Literal, NoReturn, TypeVar
 
-from aiohttp import web
 from pydantic import ValidationError
 
 from operators.config.auth import Access, Authenticator, AuthUnavailable, Identity
@@ -90,6 +91,7 @@ from operators.config.repository import (
 )
 from operators.environment.logic import spec_problems as environment_problems
 from operators.environment.models import EnvironmentSpec
+from operators.runtime.httpserver import Request, Response
 from operators.runtime.kinds import field_path
 
 log = logging.getLogger(__name__)
@@ -99,7 +101,6 @@ TERMINALS: dict[str, Literal["values", "overrides"]] = {
     "values": "values", "overrides": "overrides", "override": "overrides",
 }
 NAMESPACE_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-IDENTITY = web.RequestKey("identity", Identity)
 KEY_WRITE_ATTEMPTS = 5
 K = TypeVar("K")
 V = TypeVar("V")
@@ -115,11 +116,11 @@ class ApiProblem(Exception):
         self.message = message
         self.not_found = not_found
 
-    def response(self) -> web.Response:
+    def response(self, headers: Mapping[str, str] | None = None) -> Response:
         body: dict[str, Any] = {"code": self.status, "error": self.error, "message": self.message}
         if self.not_found is not None:
             body["notFound"] = self.not_found
-        return _json(body, status=self.status)
+        return _json(body, status=self.status, headers=headers)
 
 
 def not_found(what: str, message: str) -> NoReturn:
@@ -134,8 +135,8 @@ def _dumps(body: Any) -> bytes:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
-    return web.Response(body=_dumps(body), status=status, content_type="application/json", headers=headers)
+def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(status, _dumps(body), headers=headers)
 
 
 UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Basic realm="stead", Bearer realm="stead"'}
@@ -174,11 +175,24 @@ def parse_values_path(environment: str, tail: str) -> ValuesPath | None:
     return ValuesPath(environment, tuple(pairs), "/".join(rest[:-1]), TERMINALS[rest[-1]])
 
 
-def _values_path(request: web.Request) -> ValuesPath:
+@dataclass(slots=True)
+class Call:
+    """A request as the handlers see it: what was asked, the path's parameters, and who asks."""
+
+    request: Request
+    params: Mapping[str, str]
+    identity: Identity
+
+    @property
+    def query(self) -> Mapping[str, str]:
+        return _parse_query(self.request.query)
+
+
+def _values_path(call: Call) -> ValuesPath:
     """The request's values path, or the 404 that says what one looks like."""
-    path = parse_values_path(request.match_info["env"], request.match_info["tail"])
+    path = parse_values_path(call.params["env"], call.params["tail"])
     if path is None:
-        not_found("route", f"no such route: {request.method} {request.path} "
+        not_found("route", f"no such route: {call.request.method} {call.request.path} "
                            "(expected .../environments/<env>[/<level>/<value>...]/resources/<resource>/values)")
     return path
 
@@ -193,33 +207,25 @@ def _level_name(name: str, hierarchy: list[str]) -> str | None:
 
 @functools.lru_cache(maxsize=4096)
 def _parse_query(raw: str) -> Mapping[str, str]:
+    """Query parameters, decoded once per distinct query string: a Hiera backend sends the same
+    few thousand queries again and again. The first of repeated names counts."""
     params: dict[str, str] = {}
     for name, value in urllib.parse.parse_qsl(raw, keep_blank_values=True):
-        params.setdefault(name, value)  # the first of repeated names, as aiohttp's `request.query.get`
+        params.setdefault(name, value)
     return types.MappingProxyType(params)
 
 
-def _query(request: web.Request) -> Mapping[str, str]:
-    """The request's query parameters, parsed once per distinct query string.
-
-    Not `request.query`: aiohttp decodes it into a new MultiDict on every request, which cost
-    a tenth of a lookup's CPU time; a Hiera backend sends the same few thousand queries again
-    and again.
-    """
-    return _parse_query(request.rel_url.raw_query_string)
-
-
-def _flag(request: web.Request, *names: str) -> bool:
+def _flag(call: Call, *names: str) -> bool:
     """A query flag: present (`?effective`), or set to a true-ish value."""
-    params = _query(request)
+    params = call.query
     for name in names:
         if name in params:
             return params[name].lower() not in ("0", "false", "no", "off")
     return False
 
 
-def _int_param(request: web.Request, name: str) -> int | None:
-    raw = _query(request).get(name)
+def _int_param(call: Call, name: str) -> int | None:
+    raw = call.query.get(name)
     if raw is None:
         return None
     if not raw.isdigit() or int(raw) < 1:
@@ -227,8 +233,8 @@ def _int_param(request: web.Request, name: str) -> int | None:
     return int(raw)
 
 
-def _if_match(request: web.Request) -> str | None:
-    raw = request.headers.get("If-Match")
+def _if_match(call: Call) -> str | None:
+    raw = call.request.headers.get("if-match")
     if raw is None:
         return None
     value = raw.strip().removeprefix("W/").strip('"')
@@ -237,8 +243,11 @@ def _if_match(request: web.Request) -> str | None:
     return value
 
 
-async def _json_body(request: web.Request) -> Any:
-    text = await request.text()
+def _json_body(call: Call) -> Any:
+    try:
+        text = call.request.body.decode()
+    except UnicodeDecodeError:
+        bad_request("body: not valid UTF-8")
     if not text.strip():
         bad_request("body: expected a JSON document, got an empty body")
     try:
@@ -282,6 +291,7 @@ class ConfigApi:
         self.authenticator = authenticator
         self.default_namespace = default_namespace
         self._derived: weakref.WeakKeyDictionary[Snapshot, _Derived] = weakref.WeakKeyDictionary()
+        self._table = self._routes()
 
     def _derived_from(self, snapshot: Snapshot) -> _Derived:
         derived = self._derived.get(snapshot)
@@ -300,32 +310,44 @@ class ConfigApi:
 
     # --- plumbing ---------------------------------------------------------------------
 
-    @web.middleware
-    async def middleware(self, request: web.Request,
-                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    def _routes(self) -> list[tuple[re.Pattern[str], dict[str, Callable[[Call], Awaitable[Response]]]]]:
+        """Path patterns (on the decoded path; mutually exclusive) and their handlers by method.
+        The values route comes first: nearly every request is a lookup."""
+        name, env = r"(?P<name>[^/]+)", r"(?P<env>[^/]+)"
+        table = [
+            (rf"{PREFIX}/environments/{env}/(?P<tail>.+)",
+             {"GET": self.get_values, "PUT": self.put_values, "DELETE": self.delete_values, "POST": self.post_values}),
+            (rf"{PREFIX}/environments/{env}", {"GET": self.get_environment}),
+            (rf"{PREFIX}/environments", {"GET": self.list_environments, "POST": self.create_environment}),
+            (rf"{PREFIX}/components/{name}", {"GET": self.get_component}),
+            (rf"{PREFIX}/components", {"GET": self.list_components, "POST": self.create_component}),
+            (rf"{PREFIX}/openapi\.json", {"GET": self.openapi}),
+        ]
+        return [(re.compile(pattern + "$"), {**methods, "HEAD": methods["GET"]}) for pattern, methods in table]
+
+    def _route(self, request: Request) -> tuple[Callable[[Call], Awaitable[Response]], dict[str, str]]:
+        for pattern, methods in self._table:
+            match = pattern.match(request.path)
+            if match is not None:
+                handler = methods.get(request.method)
+                if handler is None:
+                    raise ApiProblem(405, "MethodNotAllowed", f"{request.method} is not allowed on {request.path}")
+                return handler, match.groupdict()
+        not_found("route", f"no such route: {request.method} {request.path}")
+
+    async def __call__(self, request: Request) -> Response:
         """Authenticate every request before routing can tell anything, then map errors to JSON."""
         try:
-            identity = await self.authenticator.authenticate(request.headers.get("Authorization", ""))
+            identity = await self.authenticator.authenticate(request.headers.get("authorization", ""))
         except AuthUnavailable:
             return ApiProblem(503, "ServiceUnavailable", "credentials cannot be checked now; retry").response()
         if identity is None:
-            problem = ApiProblem(401, "Unauthorized", "valid credentials are required")
-            response = problem.response()
-            response.headers.update(UNAUTHORIZED_HEADERS)
-            return response
-        request[IDENTITY] = identity
+            return ApiProblem(401, "Unauthorized", "valid credentials are required").response(UNAUTHORIZED_HEADERS)
         try:
-            return await handler(request)
+            handler, params = self._route(request)
+            return await handler(Call(request, params, identity))
         except ApiProblem as problem:
             return problem.response()
-        except web.HTTPException as error:
-            if error.status == 404:
-                return ApiProblem(404, "NotFound", f"no such route: {request.method} {request.path}",
-                                  not_found="route").response()
-            if error.status == 405:
-                return ApiProblem(405, "MethodNotAllowed", f"{request.method} is not allowed on {request.path}"
-                                  ).response()
-            raise
         except AuthUnavailable:
             return ApiProblem(503, "ServiceUnavailable", "permissions cannot be checked now; retry").response()
         except Conflict as error:
@@ -338,14 +360,21 @@ class ConfigApi:
         except RepositoryError as error:
             return ApiProblem(500, "InternalError", str(error)).response()
 
-    def _namespace(self, request: web.Request) -> str:
-        namespace = _query(request).get("namespace", self.default_namespace)
+    @staticmethod
+    def problem(status: int, message: str) -> Response:
+        """The answer to a request the HTTP server refuses itself (malformed, too large, too slow):
+        the API's error body."""
+        error = "InternalError" if status == 500 else HTTPStatus(status).phrase.replace(" ", "").replace("-", "")
+        return ApiProblem(status, error, message).response()
+
+    def _namespace(self, call: Call) -> str:
+        namespace = call.query.get("namespace", self.default_namespace)
         if not NAMESPACE_PATTERN.match(namespace) or len(namespace) > 63:
             bad_request(f"query parameter namespace: {namespace!r} is not a valid namespace name")
         return namespace
 
-    async def _authorize(self, request: web.Request, verb: str, resource: str, namespace: str) -> None:
-        identity = request[IDENTITY]
+    async def _authorize(self, call: Call, verb: str, resource: str, namespace: str) -> None:
+        identity = call.identity
         if not await self.authenticator.authorize(identity, Access(verb, resource, namespace)):
             raise ApiProblem(403, "Forbidden",
                              f'user "{identity.user}" may not {verb} {resource} in namespace "{namespace}"')
@@ -367,25 +396,25 @@ class ConfigApi:
             view["description"] = spec.description
         return view
 
-    async def list_components(self, request: web.Request) -> web.Response:
-        namespace = self._namespace(request)
-        await self._authorize(request, "list", "configcomponents", namespace)
+    async def list_components(self, call: Call) -> Response:
+        namespace = self._namespace(call)
+        await self._authorize(call, "list", "configcomponents", namespace)
         components = await self.repository.list_components(namespace)
         return _json([self._component_view(n, s) for n, s in sorted(components.items())])
 
-    async def get_component(self, request: web.Request) -> web.Response:
-        namespace = self._namespace(request)
-        name = request.match_info["name"]
-        await self._authorize(request, "get", "configcomponents", namespace)
+    async def get_component(self, call: Call) -> Response:
+        namespace = self._namespace(call)
+        name = call.params["name"]
+        await self._authorize(call, "get", "configcomponents", namespace)
         spec = (await self.repository.list_components(namespace)).get(name)
         if spec is None:
             not_found("component", f'component "{name}" not found in namespace "{namespace}"')
         return _json(self._component_view(name, spec))
 
-    async def create_component(self, request: web.Request) -> web.Response:
-        namespace = self._namespace(request)
-        await self._authorize(request, "create", "configcomponents", namespace)
-        body = await _json_body(request)
+    async def create_component(self, call: Call) -> Response:
+        namespace = self._namespace(call)
+        await self._authorize(call, "create", "configcomponents", namespace)
+        body = _json_body(call)
         if not isinstance(body, dict):
             bad_request("body: expected a JSON object with name and resource_definitions")
         name = body.get("name")
@@ -403,25 +432,25 @@ class ConfigApi:
             "nodes": [node.model_dump(by_alias=True, exclude_none=True) for node in spec.nodes],
         }
 
-    async def list_environments(self, request: web.Request) -> web.Response:
-        namespace = self._namespace(request)
-        await self._authorize(request, "list", "environments", namespace)
+    async def list_environments(self, call: Call) -> Response:
+        namespace = self._namespace(call)
+        await self._authorize(call, "list", "environments", namespace)
         environments = await self.repository.list_environments(namespace)
         return _json([self._environment_view(n, s) for n, s in sorted(environments.items())])
 
-    async def get_environment(self, request: web.Request) -> web.Response:
-        namespace = self._namespace(request)
-        name = request.match_info["env"]
-        await self._authorize(request, "get", "environments", namespace)
+    async def get_environment(self, call: Call) -> Response:
+        namespace = self._namespace(call)
+        name = call.params["env"]
+        await self._authorize(call, "get", "environments", namespace)
         snapshot = await self.repository.snapshot(namespace, name)
         if snapshot is None:
             not_found("environment", f'environment "{name}" not found in namespace "{namespace}"')
         return _json(self._environment_view(name, snapshot.environment))
 
-    async def create_environment(self, request: web.Request) -> web.Response:
-        namespace = self._namespace(request)
-        await self._authorize(request, "create", "environments", namespace)
-        body = await _json_body(request)
+    async def create_environment(self, call: Call) -> Response:
+        namespace = self._namespace(call)
+        await self._authorize(call, "create", "environments", namespace)
+        body = _json_body(call)
         if not isinstance(body, dict):
             bad_request("body: expected a JSON object")
         name = body.get("name", body.get("id"))
@@ -440,18 +469,18 @@ class ConfigApi:
 
     # --- values ---------------------------------------------------------------------------
 
-    async def _resolve(self, request: web.Request, verb: str
+    async def _resolve(self, call: Call, verb: str
                        ) -> tuple[str, ValuesPath, Snapshot, Point, ResourceDefinition]:
         """Parse and check a values path: environment, levels, node, resource (the seed's 404s)."""
-        namespace = self._namespace(request)
-        path = _values_path(request)
-        snapshot = await self._snapshot(request, verb, namespace)
+        namespace = self._namespace(call)
+        path = _values_path(call)
+        snapshot = await self._snapshot(call, verb, namespace)
         return (namespace, path, *await self._locate(namespace, path, snapshot))
 
-    async def _snapshot(self, request: web.Request, verb: str, namespace: str) -> Snapshot | None:
+    async def _snapshot(self, call: Call, verb: str, namespace: str) -> Snapshot | None:
         """The environment's snapshot, once `verb` on values in the namespace is allowed."""
-        await self._authorize(request, verb, "configvalues", namespace)
-        return await self.repository.snapshot(namespace, request.match_info["env"])
+        await self._authorize(call, verb, "configvalues", namespace)
+        return await self.repository.snapshot(namespace, call.params["env"])
 
     async def _locate(self, namespace: str, path: ValuesPath, snapshot: Snapshot | None
                       ) -> tuple[Snapshot, Point, ResourceDefinition]:
@@ -515,33 +544,33 @@ class ConfigApi:
         kept = ", ".join(str(v.number) for v in versions) or "none yet"
         not_found("version", f"version {number} of the {self._describe(path, point)} not found (kept: {kept})")
 
-    async def get_values(self, request: web.Request) -> web.Response:
-        namespace = self._namespace(request)
-        read = await self._snapshot(request, "get", namespace)
+    async def get_values(self, call: Call) -> Response:
+        namespace = self._namespace(call)
+        read = await self._snapshot(call, "get", namespace)
         derived = self._derived.get(read) if read is not None else None
-        answer = derived.answers.get(request.raw_path) if derived is not None else None
+        answer = derived.answers.get(call.request.target) if derived is not None else None
         if answer is not None:  # this very lookup (path and query), answered before from this snapshot
-            return web.Response(body=answer, content_type="application/json")
-        path = _values_path(request)
+            return Response(200, answer)
+        path = _values_path(call)
         snapshot, point, _ = await self._locate(namespace, path, read)
-        number = _int_param(request, "version")
-        key = _query(request).get("key")
-        lookup = (number is None and _flag(request, "effective") and not _flag(request, "history")
-                  and not _flag(request, "trace", "show_lookup"))
+        number = _int_param(call, "version")
+        key = call.query.get("key")
+        lookup = (number is None and _flag(call, "effective") and not _flag(call, "history")
+                  and not _flag(call, "trace", "show_lookup"))
         if lookup:  # a Hiera lookup: the same bytes again for as long as the snapshot is the same object
             result = self._effective_at(snapshot, path.resource, point)
             answer = _dumps(result.values if key is None else self._key(result.values, key))
-            _remember(self._derived_from(snapshot).answers, request.raw_path, answer)
-            return web.Response(body=answer, content_type="application/json")
+            _remember(self._derived_from(snapshot).answers, call.request.target, answer)
+            return Response(200, answer)
         stored = snapshot.find(path.resource, path.kind, point)
         headers: dict[str, str] = {}
-        if _flag(request, "history"):
+        if _flag(call, "history"):
             if stored is None:
                 not_found("values", f"no {self._describe(path, point)}")
             versions = await self.repository.versions(namespace, stored)
             return _json({"object": stored.name, "current": stored.version,
                           "versions": [v.info() for v in versions]})
-        if _flag(request, "effective"):
+        if _flag(call, "effective"):
             if number is not None:
                 version = await self._version(namespace, path, point, stored, number)
                 assert stored is not None
@@ -550,7 +579,7 @@ class ConfigApi:
                 result = effective(point, layers)
             else:
                 result = self._effective_at(snapshot, path.resource, point)
-            if _flag(request, "trace", "show_lookup"):
+            if _flag(call, "trace", "show_lookup"):
                 return _json(self._traced(result, key))
             data: Any = result.values
         elif number is not None:
@@ -586,50 +615,50 @@ class ConfigApi:
             not_found("key", str(error))
         return {"value": value, "lookup": {k: layer.describe() for k, layer in origin_of(result, path)}}
 
-    async def put_values(self, request: web.Request) -> web.Response:
-        namespace, path, snapshot, point, definition = await self._resolve(request, "update")
-        body = await _json_body(request)
-        key = _query(request).get("key")
+    async def put_values(self, call: Call) -> Response:
+        namespace, path, snapshot, point, definition = await self._resolve(call, "update")
+        body = _json_body(call)
+        key = call.query.get("key")
         if key is None:
             if not isinstance(body, dict):
                 bad_request("body: the data of a resource is a JSON object (use ?key= to set one key)")
-            stored = await self._write(namespace, path, snapshot, point, definition, _if_match(request),
+            stored = await self._write(namespace, path, snapshot, point, definition, _if_match(call),
                                        lambda _: body)
         else:
             try:
                 parse_key(key)
             except KeyPathError as error:
                 bad_request(f"query parameter key: {error}")
-            stored = await self._write(namespace, path, snapshot, point, definition, _if_match(request),
+            stored = await self._write(namespace, path, snapshot, point, definition, _if_match(call),
                                        lambda current: set_key(current, key, body))
         return self._written(stored)
 
-    async def delete_values(self, request: web.Request) -> web.Response:
-        namespace, path, snapshot, point, definition = await self._resolve(request, "delete")
-        key = _query(request).get("key")
+    async def delete_values(self, call: Call) -> Response:
+        namespace, path, snapshot, point, definition = await self._resolve(call, "delete")
+        key = call.query.get("key")
         stored = snapshot.find(path.resource, path.kind, point)
         if stored is None:
             not_found("values", f"no {self._describe(path, point)}")
         if key is None:
-            await self._delete(namespace, path, snapshot, point, _if_match(request))
-            return web.Response(status=204)
-        result = await self._write(namespace, path, snapshot, point, definition, _if_match(request),
+            await self._delete(namespace, path, snapshot, point, _if_match(call))
+            return Response(204)
+        result = await self._write(namespace, path, snapshot, point, definition, _if_match(call),
                                    lambda current: delete_key(current, key))
         return self._written(result)
 
-    async def post_values(self, request: web.Request) -> web.Response:
-        namespace, path, snapshot, point, definition = await self._resolve(request, "update")
-        number = _int_param(request, "revert")
+    async def post_values(self, call: Call) -> Response:
+        namespace, path, snapshot, point, definition = await self._resolve(call, "update")
+        number = _int_param(call, "revert")
         if number is None:
             bad_request("POST on values needs ?revert=<version>")
         stored = snapshot.find(path.resource, path.kind, point)
         version = await self._version(namespace, path, point, stored, number)
-        result = await self._write(namespace, path, snapshot, point, definition, _if_match(request),
+        result = await self._write(namespace, path, snapshot, point, definition, _if_match(call),
                                    lambda _: version.data)
         return self._written(result)
 
     @staticmethod
-    def _written(stored: StoredValues) -> web.Response:
+    def _written(stored: StoredValues) -> Response:
         return _json(stored.data, headers={"ETag": f'"{stored.etag}"', "X-Stead-Object": stored.name})
 
     def _check_etag(self, path: ValuesPath, point: Point, stored: StoredValues | None, expect: str | None) -> None:
@@ -690,7 +719,7 @@ class ConfigApi:
             current = await self._fresh(namespace, path)
         raise Conflict("the values kept changing during the write; retry")
 
-    async def openapi(self, request: web.Request) -> web.Response:
+    async def openapi(self, call: Call) -> Response:
         return _json(OPENAPI)
 
 
@@ -725,27 +754,6 @@ def _component_spec(body: Mapping[str, Any]) -> ConfigComponentSpec:
     if problems:
         bad_request("; ".join(p.replace("spec.", "body.", 1) for p in problems))
     return spec
-
-
-def create_app(repository: ConfigRepository, authenticator: Authenticator,
-               default_namespace: str = "default") -> web.Application:
-    """The API as an aiohttp application, mounted at `/api/v1/config`; the caller adds TLS."""
-    api = ConfigApi(repository, authenticator, default_namespace)
-    app = web.Application(middlewares=[api.middleware], client_max_size=1 << 20)
-    app.add_routes([
-        web.get(f"{PREFIX}/openapi.json", api.openapi),
-        web.get(f"{PREFIX}/components", api.list_components),
-        web.post(f"{PREFIX}/components", api.create_component),
-        web.get(f"{PREFIX}/components/{{name}}", api.get_component),
-        web.get(f"{PREFIX}/environments", api.list_environments),
-        web.post(f"{PREFIX}/environments", api.create_environment),
-        web.get(f"{PREFIX}/environments/{{env}}", api.get_environment),
-        web.get(f"{PREFIX}/environments/{{env}}/{{tail:.+}}", api.get_values),
-        web.put(f"{PREFIX}/environments/{{env}}/{{tail:.+}}", api.put_values),
-        web.delete(f"{PREFIX}/environments/{{env}}/{{tail:.+}}", api.delete_values),
-        web.post(f"{PREFIX}/environments/{{env}}/{{tail:.+}}", api.post_values),
-    ])
-    return app
 
 
 # --- OpenAPI ------------------------------------------------------------------------------

@@ -19,9 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiohttp import web
-
-from operators.config.api import create_app
+from operators.config.api import ConfigApi
 from operators.config.auth import (
     Authenticator,
     BasicAuthenticator,
@@ -32,6 +30,7 @@ from operators.config.auth import (
 from operators.config.cache import cached_repository
 from operators.config.repository import ConfigRepository, KubeConfigRepository
 from operators.runtime.certs import make_ca, make_leaf
+from operators.runtime.httpserver import HttpServer
 from operators.runtime.kube import KubeClient, load_access
 from operators.runtime.services import Services
 from operators.runtime.workers import WorkerPool
@@ -99,11 +98,10 @@ class ConfigApiServer:
         repository: ConfigRepository = KubeConfigRepository(kube)
         if self.cache:
             repository = await stack.enter_async_context(cached_repository(kube, load_access(self.kubeconfig)))
-        runner = web.AppRunner(create_app(repository, ChainAuthenticator(*authenticators), self.default_namespace),
-                               access_log=None)
-        await runner.setup()
-        stack.push_async_callback(runner.cleanup)
-        await web.TCPSite(runner, self.listen, self.port, ssl_context=context, reuse_port=reuse_port).start()
+        api = ConfigApi(repository, ChainAuthenticator(*authenticators), self.default_namespace)
+        server = HttpServer(api, errors=api.problem)
+        await server.start(self.listen, self.port, context, reuse_port=reuse_port)
+        stack.push_async_callback(server.stop)
 
     def worker_argument(self) -> str:
         """What a worker process needs to serve as this server does (paths and names, no secret)."""

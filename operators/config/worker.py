@@ -35,7 +35,6 @@ def main(argv: list[str]) -> int:
         level=level,
         format=f"%(asctime)s %(levelname)s %(name)s[worker {os.environ.get('STEAD_WORKER', '?')}]: %(message)s",
     )
-    logging.getLogger("aiohttp.access").setLevel(max(level, logging.WARNING))
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         runner.run(serve(server))
     return 0

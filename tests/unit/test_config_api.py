@@ -9,14 +9,15 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp import ClientSession
 
-from operators.config.api import create_app, parse_values_path
+from operators.config.api import ConfigApi, parse_values_path
 from operators.config.auth import Access, BasicAuthenticator, ChainAuthenticator, Identity, static_credentials
 from operators.config.history import Version, data_hash
 from operators.config.models import ConfigComponentSpec, ConfigValuesSpec
 from operators.config.repository import Conflict, Snapshot, StoredValues, ValuesTarget
 from operators.environment.models import EnvironmentSpec
+from operators.runtime.httpserver import HttpServer
 
 P = "/api/v1/config"
 TOKEN = {"Authorization": "Bearer good"}
@@ -129,16 +130,21 @@ def make_repo() -> FakeRepository:
     return repo
 
 
-Scenario = Callable[[TestClient[Any, Any], FakeRepository], Awaitable[None]]
+Scenario = Callable[[ClientSession, FakeRepository], Awaitable[None]]
 
 
 def run(scenario: Scenario, repo: FakeRepository | None = None, auth: Any = None) -> None:
     repository = repo or make_repo()
 
     async def main() -> None:
-        app = create_app(repository, auth or FakeAuth())
-        async with TestClient(TestServer(app)) as client:
-            await scenario(client, repository)
+        api = ConfigApi(repository, auth or FakeAuth())
+        server = HttpServer(api, errors=api.problem)
+        await server.start("127.0.0.1", 0)
+        try:
+            async with ClientSession(f"http://127.0.0.1:{server.port}") as client:
+                await scenario(client, repository)
+        finally:
+            await server.stop()
 
     asyncio.run(main())
 
@@ -157,7 +163,7 @@ def test_paths_parse_levels_resources_with_slashes_and_the_seed_override_alias()
 
 
 def test_use_cases_put_get_key_and_effective_with_trace() -> None:
-    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+    async def scenario(client: ClientSession, repo: FakeRepository) -> None:
         put = await client.put(f"{NODE1}/astute/values", json={"deployment_id": 1, "nova": {"debug": False}},
                                headers=TOKEN)
         assert put.status == 200 and await put.json() == {"deployment_id": 1, "nova": {"debug": False}}
@@ -207,7 +213,7 @@ def test_use_cases_put_get_key_and_effective_with_trace() -> None:
     (f"{P}/environments/1/whatever", "route", "no such route"),
 ])
 def test_every_404_names_what_was_not_found(path: str, what: str, message: str) -> None:
-    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+    async def scenario(client: ClientSession, repo: FakeRepository) -> None:
         await client.put(f"{NODE1}/astute/values", json={"x": 1}, headers=TOKEN)
         response = await client.get(path, headers=TOKEN)
         body = await response.json()
@@ -219,7 +225,7 @@ def test_every_404_names_what_was_not_found(path: str, what: str, message: str) 
 
 
 def test_without_valid_credentials_every_path_is_401_with_the_same_body() -> None:
-    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+    async def scenario(client: ClientSession, repo: FakeRepository) -> None:
         bodies = set()
         for method, path, headers in [
             ("GET", f"{NODE1}/astute/values", {}),
@@ -243,7 +249,7 @@ def test_basic_auth_against_credentials_and_chain() -> None:
     def basic(user: str, password: str) -> dict[str, str]:
         return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
-    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+    async def scenario(client: ClientSession, repo: FakeRepository) -> None:
         assert (await client.get(f"{P}/environments", headers=basic("admin", "s3cret"))).status == 200
         assert (await client.get(f"{P}/environments", headers=basic("admin", "wrong"))).status == 401
         assert (await client.get(f"{P}/environments", headers=basic("root", "s3cret"))).status == 401
@@ -254,7 +260,7 @@ def test_basic_auth_against_credentials_and_chain() -> None:
 
 
 def test_forbidden_writes_and_schema_and_malformed_bodies() -> None:
-    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+    async def scenario(client: ClientSession, repo: FakeRepository) -> None:
         forbidden = await client.put(f"{NODE1}/astute/values", json={}, headers=READER)
         assert forbidden.status == 403 and 'user "reader" may not update configvalues' in (await forbidden.json())[
             "message"]
@@ -279,7 +285,7 @@ def test_forbidden_writes_and_schema_and_malformed_bodies() -> None:
 
 
 def test_if_match_conflicts_and_key_writes_retry_lost_races() -> None:
-    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+    async def scenario(client: ClientSession, repo: FakeRepository) -> None:
         first = await client.put(f"{NODE1}/astute/values", json={"a": 1}, headers=TOKEN)
         etag = first.headers["ETag"]
         await client.put(f"{NODE1}/astute/values", params={"key": "b"}, json=2, headers=TOKEN)
@@ -309,7 +315,7 @@ def test_if_match_conflicts_and_key_writes_retry_lost_races() -> None:
 
 
 def test_history_versions_revert_and_delete() -> None:
-    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+    async def scenario(client: ClientSession, repo: FakeRepository) -> None:
         for n in (1, 2, 3):
             await client.put(f"{NODE1}/astute/values", json={"deployment_id": n}, headers=TOKEN)
         history = await (await client.get(f"{NODE1}/astute/values?history", headers=TOKEN)).json()
@@ -335,7 +341,7 @@ def test_history_versions_revert_and_delete() -> None:
 
 
 def test_components_environments_and_openapi() -> None:
-    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+    async def scenario(client: ClientSession, repo: FakeRepository) -> None:
         created = await client.post(f"{P}/components", headers=TOKEN, json={
             "name": "lcm", "resource_definitions": {"override/node": {}, "hiera": {"schema": {"type": "object"}}}})
         assert created.status == 200
@@ -363,7 +369,7 @@ def test_components_environments_and_openapi() -> None:
 
 
 def test_a_node_alone_is_under_its_role_and_a_role_it_lacks_is_404() -> None:
-    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+    async def scenario(client: ClientSession, repo: FakeRepository) -> None:
         under_role = f"{P}/environments/2/roles/compute/nodes/node-7/resources/globals/values"
         assert (await client.put(under_role, headers=TOKEN, json={"a": 1})).status == 200
         alone = await client.get(f"{P}/environments/2/nodes/node-7.domain.tld/resources/globals/values",
@@ -412,7 +418,7 @@ def test_lookups_against_an_unchanged_snapshot_merge_once_and_answer_again_until
     repo = KeepingRepository()
     repo.components, repo.environments = make_repo().components, make_repo().environments
 
-    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+    async def scenario(client: ClientSession, repo: FakeRepository) -> None:
         await client.put(f"{NODE1}/astute/values", json={"deployment_id": 1, "nova": {"debug": False}},
                          headers=TOKEN)
         for _ in range(3):
@@ -433,7 +439,7 @@ def test_lookups_against_an_unchanged_snapshot_merge_once_and_answer_again_until
 
 
 def test_query_parameters_take_the_first_of_repeated_names_and_decode_like_aiohttp() -> None:
-    async def scenario(client: TestClient[Any, Any], repo: FakeRepository) -> None:
+    async def scenario(client: ClientSession, repo: FakeRepository) -> None:
         await client.put(f"{NODE1}/astute/values", json={"a b": 1}, headers=TOKEN)
         got = await client.get(f"{NODE1}/astute/values?effective&key=a+b&key=zzz", headers=TOKEN)
         assert got.status == 200 and await got.json() == 1

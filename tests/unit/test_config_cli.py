@@ -6,16 +6,15 @@ import argparse
 import asyncio
 import io
 import json
-import socket
 import threading
 from collections.abc import Iterator
 
 import pytest
 import yaml
-from aiohttp import web
 
-from operators.config.api import create_app
+from operators.config.api import ConfigApi
 from operators.config.cli import add_config_commands, check_args, run_config, values_url
+from operators.runtime.httpserver import HttpServer
 from tests.unit.test_config_api import FakeAuth, FakeRepository, make_repo
 
 
@@ -86,24 +85,21 @@ def server() -> Iterator[tuple[str, FakeRepository]]:
     """The API on a loopback port in a thread, so the synchronous CLI can talk to it."""
     repo = make_repo()
     loop = asyncio.new_event_loop()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    runner = web.AppRunner(create_app(repo, FakeAuth()))
+    api = ConfigApi(repo, FakeAuth())
+    http = HttpServer(api, errors=api.problem)
     started = threading.Event()
 
     def serve() -> None:
         asyncio.set_event_loop(loop)
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+        loop.run_until_complete(http.start("127.0.0.1", 0))
         started.set()
         loop.run_forever()
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     started.wait(10)
-    yield f"http://127.0.0.1:{port}", repo
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+    yield f"http://127.0.0.1:{http.port}", repo
+    asyncio.run_coroutine_threadsafe(http.stop(), loop).result(10)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
 
