@@ -140,7 +140,7 @@ class HttpServer:
             connection.finish()
         if self._connections:
             try:
-                await asyncio.wait_for(asyncio.shield(self._all_closed), grace)
+                await asyncio.wait_for(self._all_closed, grace)
             except TimeoutError:
                 log.warning("%d connections still busy after %g s; aborting them", len(self._connections), grace)
                 for connection in list(self._connections):
@@ -153,7 +153,7 @@ class HttpServer:
         if not self._connections and self._all_closed is not None and not self._all_closed.done():
             self._all_closed.set_result(None)
 
-    def encode(self, response: Response, close: bool, head_only: bool) -> bytes:
+    def _encode(self, response: Response, close: bool, head_only: bool) -> bytes:
         """The bytes of a response: status line, headers, body."""
         status = response.status
         lines = [b"HTTP/1.1 %d %s\r\nDate: %s\r\n" % (status, _REASONS.get(status, "Unknown").encode(),
@@ -382,7 +382,7 @@ class _Connection(asyncio.Protocol):
     def _write(self, response: Response, close: bool, head_only: bool) -> None:
         if self._transport is None:
             return
-        self._transport.write(self._server.encode(response, close, head_only))
+        self._transport.write(self._server._encode(response, close, head_only))
         if close:
             self._closing = True
             self._transport.close()
