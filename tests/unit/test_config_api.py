@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -438,7 +439,7 @@ def test_lookups_against_an_unchanged_snapshot_merge_once_and_answer_again_until
     run(scenario, repo)
 
 
-def test_query_parameters_take_the_first_of_repeated_names_and_decode_like_aiohttp() -> None:
+def test_query_parameters_take_the_first_of_repeated_names_and_decode_plus_as_space() -> None:
     async def scenario(client: ClientSession, repo: FakeRepository) -> None:
         await client.put(f"{NODE1}/astute/values", json={"a b": 1}, headers=TOKEN)
         got = await client.get(f"{NODE1}/astute/values?effective&key=a+b&key=zzz", headers=TOKEN)
@@ -447,3 +448,31 @@ def test_query_parameters_take_the_first_of_repeated_names_and_decode_like_aioht
         assert bad.status == 400 and "Not_Valid" in (await bad.json())["message"]
 
     run(scenario)
+
+
+def test_head_answers_like_get_without_the_body_and_server_refusals_use_the_api_error_body() -> None:
+    async def scenario(client: ClientSession, repo: FakeRepository) -> None:
+        head = await client.head(f"{P}/environments/1", headers=TOKEN)
+        get = await client.get(f"{P}/environments/1", headers=TOKEN)
+        assert head.status == 200 and await head.read() == b""
+        assert head.headers["Content-Length"] == str(len(await get.read()))
+        assert (await client.head(f"{P}/environments/nope", headers=TOKEN)).status == 404
+
+    run(scenario)
+
+    async def refused() -> None:
+        api = ConfigApi(make_repo(), FakeAuth())
+        server = HttpServer(api, errors=api.problem)
+        await server.start("127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(f"PUT {NODE1}/astute/values HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer good\r\n"
+                     f"Content-Length: {2 << 20}\r\n\r\n".encode())
+        answer = await asyncio.wait_for(reader.read(-1), 5)  # refused on the headers, before any body
+        writer.close()
+        await server.stop()
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 413 ") and b"Content-Type: application/json" in head
+        assert json.loads(body) == {"code": 413, "error": "RequestEntityTooLarge",
+                                    "message": f"the request body exceeds {1 << 20} bytes"}
+
+    asyncio.run(refused())
