@@ -13,14 +13,23 @@ SP 800-38D: up to 2**32 per key); every rotation starts the count again.
 Blob format (the bytes kept in LMDB; the cluster copy holds the same bytes, base64-encoded
 as every Secret's `data` is)::
 
-    version (1 byte, 0x01) | n = len(key id) (1 byte) | key id (n ASCII bytes)
+    version (1 byte, 0x02) | n = len(key id) (1 byte) | key id (n ASCII bytes)
+    | created (8 bytes, unix seconds) | m = len(owner) (2 bytes) | owner (m UTF-8 bytes)
     | nonce (12 bytes) | AES-GCM ciphertext of the UTF-8 value | GCM tag (16 bytes)
 
     associated data = b"stead.dev/vault" | version | n | key id
                       | len(project) (2 bytes, big-endian) | project | len(uuid) (2 bytes) | uuid
 
 The key id in clear tells rotation (and a restarted operator holding several keys) which key
-encrypted what, without trying each.
+encrypted what, without trying each. The owner (the object that stored the value, for example
+`Blueprint/web`) and the creation time are in clear too, and authenticated: a reference from any
+other object is refused (`get(..., owner=...)`), a delete by another object removes nothing, and
+entries no object refers to are found by owner and age. Version 1 blobs (no owner) still decrypt
+but belong to no object.
+
+Tenancy. The project of a secret is the namespace of the object that owns it, never a label a
+user can set: the namespace is the tenant boundary, so a uuid of another namespace is simply
+not found.
 
 Master key. A Kubernetes Secret (default `stead-vault-key`, in the operator's namespace) holds
 one or more 32-byte keys and names the current one; the operator creates it on first start, or
@@ -58,6 +67,7 @@ import hashlib
 import hmac
 import re
 import secrets
+import time
 import uuid as uuidlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -73,7 +83,7 @@ from operators.runtime.masking import Masker
 from operators.runtime.ring import PROJECT_LABEL
 from operators.runtime.store import LocalStore
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 KEY_BYTES = 32
 NONCE_BYTES = 12
 TAG_BYTES = 16
@@ -202,9 +212,27 @@ class MasterKey:
 # --- the blob --------------------------------------------------------------------------------
 
 
-def _header(key_id: str) -> bytes:
-    raw = key_id.encode("ascii")
-    return bytes((FORMAT_VERSION, len(raw))) + raw
+@dataclass(frozen=True)
+class BlobHeader:
+    """What a blob says of itself in clear (and authenticates, as part of the associated data).
+
+    `owner` is the object the secret belongs to (`Blueprint/<name>`: the vault refuses it to any
+    other) and `created` when it was first stored (unix seconds: entries that no object refers to
+    are collected only once no admission request that wrote them can still be in flight).
+    Format version 1 blobs carry neither: their owner is "" (nobody's, usable by no reference).
+    """
+
+    version: int
+    key_id: str
+    created: int
+    owner: str
+    end: int  # where the nonce starts
+
+
+def _header(key_id: str, owner: str, created: int) -> bytes:
+    raw, who = key_id.encode("ascii"), owner.encode()
+    return (bytes((FORMAT_VERSION, len(raw))) + raw + created.to_bytes(8, "big")
+            + len(who).to_bytes(2, "big") + who)
 
 
 def _associated_data(header: bytes, project: str, uuid: str) -> bytes:
@@ -214,26 +242,44 @@ def _associated_data(header: bytes, project: str, uuid: str) -> bytes:
     return b"".join(parts)
 
 
-def _malformed(blob: bytes) -> str | None:
-    """Why `blob` is no well-formed vault blob, or None."""
-    if len(blob) < 2 or blob[0] != FORMAT_VERSION:
-        return f"not a vault blob of format version {FORMAT_VERSION}"
-    if len(blob) < 2 + blob[1] + NONCE_BYTES + TAG_BYTES:
+def blob_header(blob: bytes) -> BlobHeader:
+    """The clear header of a blob; a malformed one is a VaultError."""
+    header = _parse_header(blob)
+    if isinstance(header, str):
+        raise VaultError(header)
+    return header
+
+
+def _parse_header(blob: bytes) -> BlobHeader | str:
+    """The clear header of a blob, or why it is malformed."""
+    version = blob[0] if blob else 0
+    if version not in (1, FORMAT_VERSION) or len(blob) < 2:
+        return f"not a vault blob of format version 1 or {FORMAT_VERSION}"
+    end = 2 + blob[1]
+    key_id = blob[2:end].decode("ascii", "replace")
+    created, owner = 0, ""
+    if version == FORMAT_VERSION:
+        if len(blob) >= end + 10:
+            created = int.from_bytes(blob[end:end + 8], "big")
+            size = int.from_bytes(blob[end + 8:end + 10], "big")
+            owner = blob[end + 10:end + 10 + size].decode("utf-8", "replace")
+            end += 10 + size
+        else:
+            end = len(blob) + 1
+    if len(blob) < end + NONCE_BYTES + TAG_BYTES:
         return "vault blob is truncated"
-    return None
+    return BlobHeader(version=version, key_id=key_id, created=created, owner=owner, end=end)
 
 
 def blob_key_id(blob: bytes) -> str:
     """The id of the key that encrypted `blob` (read from its clear header)."""
-    problem = _malformed(blob)
-    if problem:
-        raise VaultError(problem)
-    return blob[2:2 + blob[1]].decode("ascii", "replace")
+    return blob_header(blob).key_id
 
 
-def encrypt(keys: MasterKey, project: str, uuid: str, plaintext: bytes) -> bytes:
-    """Seal `plaintext` for (project, uuid) under the keyring's current key, with a fresh nonce."""
-    header = _header(keys.current_id)
+def encrypt(keys: MasterKey, project: str, uuid: str, plaintext: bytes, owner: str = "",
+            created: int | None = None) -> bytes:
+    """Seal `plaintext` for (project, uuid, owner) under the keyring's current key, with a fresh nonce."""
+    header = _header(keys.current_id, owner, int(time.time()) if created is None else created)
     aead = keys.aead(keys.current_id)
     assert aead is not None  # MasterKey guarantees the current key exists
     nonce = secrets.token_bytes(NONCE_BYTES)
@@ -243,24 +289,22 @@ def encrypt(keys: MasterKey, project: str, uuid: str, plaintext: bytes) -> bytes
 def decrypt(keys: MasterKey, project: str, uuid: str, blob: bytes) -> bytes:
     """Open a blob sealed for (project, uuid); any tampering, move or wrong key is a VaultError."""
     where = f"secret {uuid} of project {project}"
-    problem = _malformed(blob)
-    if problem:
-        raise VaultError(f"{where}: {problem}")
-    key_id = blob_key_id(blob)
-    aead = keys.aead(key_id)
+    header = _parse_header(blob)
+    if isinstance(header, str):
+        raise VaultError(f"{where}: {header}")
+    aead = keys.aead(header.key_id)
     if aead is None:
-        raise VaultError(f"{where} is encrypted with master key {key_id}, which this vault does not hold "
+        raise VaultError(f"{where} is encrypted with master key {header.key_id}, which this vault does not hold "
                          f"(it holds {list(keys.ids)}); reload the master key Secret")
-    header_end = 2 + blob[1]
-    nonce = blob[header_end:header_end + NONCE_BYTES]
+    nonce = blob[header.end:header.end + NONCE_BYTES]
     plaintext: bytes | None = None
     # Raised below, outside the suppressing block, so that no exception context is attached.
     with contextlib.suppress(InvalidTag):
-        plaintext = aead.decrypt(nonce, blob[header_end + NONCE_BYTES:],
-                                 _associated_data(blob[:header_end], project, uuid))
+        plaintext = aead.decrypt(nonce, blob[header.end + NONCE_BYTES:],
+                                 _associated_data(blob[:header.end], project, uuid))
     if plaintext is None:
         raise VaultError(f"{where} was refused: its ciphertext was altered, belongs to another uuid or project, "
-                         f"or master key {key_id} is not the key that encrypted it")
+                         f"or master key {header.key_id} is not the key that encrypted it")
     return plaintext
 
 
@@ -549,6 +593,15 @@ class Recovery:
     refused: tuple[str, ...]  # uuids in the cluster copy that do not decrypt for this project
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One secret as the vault lists it: no value, only who stored it and when."""
+
+    uuid: str
+    owner: str
+    created: int  # unix seconds; 0 for a version 1 blob
+
+
 def _is_uuid(uuid: str) -> bool:
     try:
         return str(uuidlib.UUID(uuid)) == uuid
@@ -635,14 +688,52 @@ class Vault:
             raise VaultError(f"secret {uuid} of project {project} is not UTF-8 text")
         return value
 
-    def get(self, project: str, uuid: str) -> str:
-        """The value of a secret. Missing, tampered, moved or undecryptable: VaultError."""
+    def get(self, project: str, uuid: str, owner: str | None = None) -> str:
+        """The value of a secret. Missing, tampered, moved or undecryptable: VaultError.
+
+        With `owner`, a secret stored by any other object is refused with the same message as a
+        missing one: a reference tells nothing about secrets that are not its object's.
+        """
         _check(project, uuid)
         blob = self._blob(project, uuid)
+        if owner is not None and (blob is None or blob_header(blob).owner != owner):
+            raise VaultError(f"secret {uuid} is not one of {owner}'s in namespace {project}")
         if blob is None:
             raise VaultError(f"no secret {uuid} in project {project} in this operator's store "
                              "(if the project moved here, recover it from its cluster copy)")
         return self._decrypt_str(project, uuid, blob)
+
+    def owner_of(self, project: str, uuid: str) -> str | None:
+        """Who stored a secret ("" for a version 1 blob), or None when the project has no such uuid."""
+        _check(project, uuid)
+        blob = self._blob(project, uuid)
+        return None if blob is None else blob_header(blob).owner
+
+    def entries(self, project: str) -> list[Entry]:
+        """A project's secrets as (uuid, owner, created), without decrypting any."""
+        _check(project)
+        return [Entry(uuid, header.owner, header.created)
+                for uuid, header in ((u, blob_header(b)) for u, b in self._items(project))]
+
+    def find(self, project: str, owner: str, value: str) -> str | None:
+        """The uuid of a secret of `owner` holding exactly `value`, if there is one.
+
+        So that a GitOps tool applying the same inline value again reuses the entry instead of
+        adding one per apply. Every candidate is compared in constant time.
+        """
+        _check(project)
+        wanted = value.encode("utf-8", "surrogatepass")
+        found: str | None = None
+        for uuid, blob in self._items(project):
+            if blob_header(blob).owner != owner:
+                continue
+            try:
+                plaintext = decrypt(self._keys, project, uuid, blob)
+            except VaultError:
+                continue
+            if hmac.compare_digest(plaintext, wanted) and found is None:
+                found = uuid
+        return found
 
     def uuids(self, project: str) -> list[str]:
         """The uuids of a project's secrets, sorted."""
@@ -675,8 +766,8 @@ class Vault:
 
     # asynchronous writes: cluster copy first, then one LMDB transaction
 
-    async def put(self, project: str, value: str) -> str:
-        """Encrypt and store a new secret; its new uuid is the only thing to keep elsewhere."""
+    async def put(self, project: str, value: str, owner: str = "") -> str:
+        """Encrypt and store a new secret of `owner`; its new uuid is the only thing to keep elsewhere."""
         _check(project)
         plaintext: bytes | None = None
         with contextlib.suppress(UnicodeEncodeError):  # it carries the whole string: raise our own, below
@@ -685,18 +776,26 @@ class Vault:
             raise VaultError(f"a secret of project {project} is not encodable as UTF-8 (lone surrogate)")
         uuid = str(uuidlib.uuid4())
         async with self._lock(project):
-            blob = encrypt(self._keys, project, uuid, plaintext)
+            blob = encrypt(self._keys, project, uuid, plaintext, owner)
             await self._cluster.save(project, uuid, blob)
             self._write(project, {uuid: blob})
         return uuid
 
-    async def delete(self, project: str, uuid: str) -> None:
-        """Forget a secret in both copies; deleting an absent one is not an error."""
+    async def delete(self, project: str, uuid: str, owner: str | None = None) -> bool:
+        """Forget a secret in both copies; True if it was there. Deleting an absent one is not an error.
+
+        With `owner`, a secret stored by another object is left alone (and False returned): an
+        object that names another's uuid cannot delete it.
+        """
         _check(project, uuid)
         async with self._lock(project):
+            blob = self._blob(project, uuid)
+            if owner is not None and (blob is None or blob_header(blob).owner != owner):
+                return False
             await self._cluster.remove(project, uuid)
             with self._env.begin(db=self._db, write=True) as txn:
                 txn.delete(f"{project}/{uuid}".encode())
+            return blob is not None
 
     async def rotate(self, new_keys: MasterKey) -> int:
         """Make `new_keys`' current key this vault's current key and re-encrypt every secret under it.
@@ -717,13 +816,14 @@ class Vault:
                 fresh: dict[str, bytes] = {}
                 for uuid, blob in self._items(project):
                     try:
-                        if blob_key_id(blob) == keys.current_id:
+                        header = blob_header(blob)
+                        if header.key_id == keys.current_id:
                             continue
                         plaintext = decrypt(keys, project, uuid, blob)
                     except VaultError:
                         stuck.append(f"{project}/{uuid}")
                         continue
-                    fresh[uuid] = encrypt(keys, project, uuid, plaintext)
+                    fresh[uuid] = encrypt(keys, project, uuid, plaintext, header.owner, header.created or None)
                 if fresh:
                     await self._cluster.save_many(project, fresh)
                     self._write(project, fresh)

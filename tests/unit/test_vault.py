@@ -137,7 +137,7 @@ def test_tampered_ciphertext_is_refused(vault: Vault, store: LocalStore, keys: M
 
 def test_truncated_and_garbage_blobs_are_refused(vault: Vault, store: LocalStore) -> None:
     ref = run(vault.put(PROJECT, SECRET))
-    for garbage in [b"", b"\x01", raw_blob(store, PROJECT, ref)[:20], b"\x02" + raw_blob(store, PROJECT, ref)[1:]]:
+    for garbage in [b"", b"\x01", raw_blob(store, PROJECT, ref)[:20], b"\x03" + raw_blob(store, PROJECT, ref)[1:]]:
         write_blob(store, PROJECT, ref, garbage)
         with pytest.raises(VaultError):
             vault.get(PROJECT, ref)
@@ -468,3 +468,76 @@ def test_api_errors_become_vault_errors_without_secrets() -> None:
     assert isinstance(caught.value.__cause__, ApiError)
     with pytest.raises(VaultError, match="read failed: 500"):
         run(load_or_create_master_key(Down(), "ns"))
+
+
+# --- owners: a secret belongs to the object that stored it ------------------------------------
+
+OWNER = "Blueprint/web"
+
+
+def test_a_secret_is_refused_to_every_reference_but_its_owners(vault: Vault) -> None:
+    ref = run(vault.put(PROJECT, SECRET, owner=OWNER))
+    assert vault.get(PROJECT, ref, owner=OWNER) == SECRET
+    assert vault.owner_of(PROJECT, ref) == OWNER
+    with pytest.raises(VaultError) as other:
+        vault.get(PROJECT, ref, owner="Blueprint/eve")
+    absent = "11111111-1111-4111-8111-111111111111"
+    with pytest.raises(VaultError) as missing:
+        vault.get(PROJECT, absent, owner="Blueprint/eve")
+    # Not owned and absent read the same: a reference learns nothing of secrets that are not its own.
+    assert str(other.value).replace(ref, "U") == str(missing.value).replace(absent, "U")
+    assert SECRET not in str(other.value)
+    with pytest.raises(VaultError):  # another namespace's uuid is simply not there
+        vault.get("eve", ref, owner=OWNER)
+
+
+def test_the_owner_is_authenticated_not_just_written_in_clear(vault: Vault, store: LocalStore) -> None:
+    ref = run(vault.put(PROJECT, SECRET, owner="Blueprint/abc"))
+    blob = raw_blob(store, PROJECT, ref)
+    forged = blob.replace(b"Blueprint/abc", b"Blueprint/eve")
+    assert forged != blob
+    write_blob(store, PROJECT, ref, forged)
+    with pytest.raises(VaultError, match="refused"):
+        vault.get(PROJECT, ref, owner="Blueprint/eve")
+
+
+def test_delete_by_another_owner_removes_nothing(vault: Vault, copy: MemoryClusterCopy) -> None:
+    ref = run(vault.put(PROJECT, SECRET, owner=OWNER))
+    assert run(vault.delete(PROJECT, ref, owner="Blueprint/eve")) is False
+    assert run(vault.delete("eve", ref, owner=OWNER)) is False
+    assert vault.get(PROJECT, ref, owner=OWNER) == SECRET and ref in copy.projects[PROJECT]
+    assert run(vault.delete(PROJECT, ref, owner=OWNER)) is True
+    assert vault.owner_of(PROJECT, ref) is None and ref not in copy.projects.get(PROJECT, {})
+
+
+def test_find_returns_the_owners_entry_with_that_value_only(vault: Vault) -> None:
+    mine = run(vault.put(PROJECT, SECRET, owner=OWNER))
+    run(vault.put(PROJECT, SECRET, owner="Blueprint/other"))
+    run(vault.put(PROJECT, "something-else", owner=OWNER))
+    assert vault.find(PROJECT, OWNER, SECRET) == mine
+    assert vault.find(PROJECT, OWNER, SECRET + "x") is None
+    assert vault.find("eve", OWNER, SECRET) is None
+
+
+def test_entries_list_owner_and_age_and_rotation_keeps_both(vault: Vault) -> None:
+    ref = run(vault.put(PROJECT, SECRET, owner=OWNER))
+    [entry] = vault.entries(PROJECT)
+    assert (entry.uuid, entry.owner) == (ref, OWNER) and entry.created > 0
+    run(vault.rotate(MasterKey.generate("k2")))
+    assert vault.entries(PROJECT) == [entry]
+    assert vault.get(PROJECT, ref, owner=OWNER) == SECRET
+
+
+def test_version_1_blobs_still_decrypt_but_belong_to_nobody(vault: Vault, store: LocalStore, keys: MasterKey) -> None:
+    ref = "22222222-2222-4222-8222-222222222222"
+    header = bytes((1, 2)) + b"k1"
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: PLC0415
+    aead = keys.aead("k1")
+    assert isinstance(aead, AESGCM)
+    nonce = b"\x00" * NONCE_BYTES
+    aad = b"stead.dev/vault" + header + len(PROJECT).to_bytes(2, "big") + PROJECT.encode() + (36).to_bytes(2, "big") + ref.encode()
+    write_blob(store, PROJECT, ref, header + nonce + aead.encrypt(nonce, b"legacy-value", aad))
+    assert vault.get(PROJECT, ref) == "legacy-value"
+    assert vault.owner_of(PROJECT, ref) == ""
+    with pytest.raises(VaultError):
+        vault.get(PROJECT, ref, owner=OWNER)
