@@ -17,6 +17,7 @@ from operators.runtime.eventloop import event_loop_factory
 
 if TYPE_CHECKING:
     from operators.cluster import LocalControlPlane
+    from operators.runtime.addons import Addon
 
 CRD_DIRS = (Path("crds"), Path("charts/stead/files/crds"))  # checked in, and the chart's copy
 
@@ -79,6 +80,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="the service account, in each namespace, that script Jobs and the runner act as")
     run.add_argument("--pipelines-state", type=Path, help="where workflow runs keep their state "
                      "(default: next to the store)")
+    run.add_argument("--vault-grace-seconds", type=float, default=120.0, metavar="S",
+                     help="age after which a vault entry no object refers to is removed (longer than any "
+                          "admission request)")
+    run.add_argument("--vault-collect-seconds", type=float, default=60.0, metavar="S",
+                     help="how often unreferenced vault entries are looked for")
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=_cmd_run)
 
@@ -218,7 +224,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             "job_service_account": args.job_service_account,
         },
     )
-    addons = []
+    from operators.calm.vaultgc import VaultCollector
+
+    addons: list[Addon] = [VaultCollector(grace=args.vault_grace_seconds, interval=args.vault_collect_seconds)]
     if args.config_api_port:
         from operators.config.server import ConfigApiServer
 

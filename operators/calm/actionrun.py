@@ -41,12 +41,14 @@ from operators.calm.app import (
     now,
     run_holder_gone,
 )
+from operators.calm.blueprint import secret_owner
 from operators.calm.compiler import compile_blueprint
 from operators.calm.models import BlueprintSpec, CompiledAction, CompiledState, SecretSource
 from operators.runtime.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
 from operators.runtime.kube import ApiError, custom_path, load_configuration
 from operators.runtime.pipeline import PermanentError, Pipeline, StepContext, TemporaryError
 from operators.runtime.ring import PROJECT_LABEL
+from operators.runtime.vault import VaultError
 from pipelines.control import (
     is_running,
     prepare_run,
@@ -230,13 +232,20 @@ def _trusted(namespace: str, patterns: Sequence[str]) -> bool:
 
 
 async def _secret_value(
-    ctx: StepContext, project: str, source: SecretSource, as_namespace: Path | None = None
+    ctx: StepContext, blueprint: str, source: SecretSource, as_namespace: Path | None = None
 ) -> str:
     """A secret's value, at the moment a runner starts. A Secret reference is read with the rights of
     the namespace's service account when the run executes in Jobs (`as_namespace`: its credentials
-    file), so that the operator needs no right to read Secrets in other namespaces."""
+    file), so that the operator needs no right to read Secrets in other namespaces.
+
+    A vault reference opens only in the run's own namespace and only if the blueprint the app
+    was launched from stored it: the `stead.dev/project` label plays no part (anyone may set it).
+    """
     if source.vault_ref is not None:
-        return str(ctx.services.vault.get(project, source.vault_ref))
+        try:
+            return str(ctx.services.vault.get(ctx.obj.namespace, source.vault_ref, owner=secret_owner(blueprint)))
+        except VaultError as error:  # names the uuid and the owner, never a value
+            raise PermanentError("SecretNotFound", str(error)) from None
     if source.secret_ref is not None:
         ref = source.secret_ref
         try:
@@ -424,7 +433,7 @@ async def _start(run: _Run, paths: Any, in_jobs: bool) -> Any:
     sealed = {}
     as_namespace = paths.run_dir / RUNNER_CREDENTIALS if in_jobs else None
     for name, source in run.built.secrets.items():
-        sealed[name] = seal(await _secret_value(run.ctx, run.project, source, as_namespace), key, name)
+        sealed[name] = seal(await _secret_value(run.ctx, run.info.blueprint_name, source, as_namespace), key, name)
     workflow = Workflow.model_validate({**run.built.data, "secrets": sealed})
     prepare_run(paths.state_dir, paths.uid, workflow)
     command: dict[str, Any] = {}

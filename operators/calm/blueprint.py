@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from operators.calm.compiler import compile_blueprint
@@ -18,9 +18,8 @@ from operators.calm.validation import spec_problems
 from operators.runtime.kinds import AdmissionRequest, Kind, Refusal
 from operators.runtime.kube import custom_path
 from operators.runtime.pipeline import PermanentError, Pipeline, StepContext, TemporaryError
-from operators.runtime.ring import PROJECT_LABEL
 from operators.runtime.services import Services
-from operators.runtime.vault import VaultError
+from operators.runtime.vault import Vault, VaultError
 
 DRY_RUN_VAULT_REF = "00000000-0000-4000-8000-000000000000"
 """What a dry run shows in place of a vault uuid: a dry run must not write to the vault."""
@@ -31,6 +30,10 @@ async def validate(ctx: StepContext) -> Mapping[str, Any]:
     problems = KIND.check_spec(ctx.obj.spec)
     if problems:
         raise PermanentError("InvalidSpec", "; ".join(problems), facts={"state": "Error", "errors": problems})
+    services: Services | None = ctx.services
+    foreign = [] if services is None else foreign_refs(services.vault, ctx.obj.namespace, ctx.obj.name, ctx.obj.spec)
+    if foreign:
+        raise PermanentError("ForeignSecret", "; ".join(foreign), facts={"state": "Error", "errors": foreign})
     return {}
 
 
@@ -64,22 +67,61 @@ async def release(ctx: StepContext) -> Mapping[str, Any]:
     if users:
         raise TemporaryError("InUse", f"deleted: waits until no app uses it ({', '.join(users)})",
                              delay=IN_USE_RECHECK_SECONDS, facts={"state": "Deleted"}, waiting=True)
-    project = ctx.obj.labels.get(PROJECT_LABEL) or ctx.obj.namespace
-    for ref in sorted(_vault_refs(ctx.obj.spec)):
-        await services.vault.delete(project, ref)
+    owner = secret_owner(ctx.obj.name)
+    for _, ref in sorted(vault_refs(ctx.obj.spec)):
+        await services.vault.delete(ctx.obj.namespace, ref, owner=owner)  # another's uuid: left alone
     return {}
 
 
-def _vault_refs(node: Any) -> Iterator[str]:
+def secret_owner(blueprint: str) -> str:
+    """How the vault names a blueprint that owns secrets (the namespace is the vault's project)."""
+    return f"Blueprint/{blueprint}"
+
+
+def vault_refs(node: Any, path: str = "spec") -> Iterator[tuple[str, str]]:
+    """Every `vaultRef` under `node`, with its field path."""
     if isinstance(node, Mapping):
         ref = node.get("vaultRef")
-        if isinstance(ref, str) and ref != DRY_RUN_VAULT_REF:
-            yield ref
-        for value in node.values():
-            yield from _vault_refs(value)
+        if isinstance(ref, str):
+            yield f"{path}.vaultRef", ref
+        for key, value in node.items():
+            yield from vault_refs(value, f"{path}.{key}")
     elif isinstance(node, list):
-        for item in node:
-            yield from _vault_refs(item)
+        for index, item in enumerate(node):
+            yield from vault_refs(item, f"{path}[{index}]")
+
+
+def foreign_refs(vault: Vault, namespace: str, blueprint: str, spec: Mapping[str, Any],
+                 dry_run: bool = False, already: Collection[str] = ()) -> list[str]:
+    """The problems of `vaultRef`s that are not this blueprint's own secrets, one per field.
+
+    A uuid of another namespace, of another object, or of nothing at all read the same: the
+    message says only that this blueprint has no such secret. A dry run's placeholder passes
+    only in a dry run. References `already` in the stored object pass: refusing them would
+    refuse every later update of it, its finalizer's removal included (it stays Stalled instead,
+    and no run of it opens them).
+    """
+    owner = secret_owner(blueprint)
+    return [f"{path}: {ref} is not a secret of blueprint {blueprint} (set secret.value or secretRef instead)"
+            for path, ref in vault_refs(spec)
+            if ref not in already and not (dry_run and ref == DRY_RUN_VAULT_REF)
+            and _owner_of(vault, namespace, ref) != owner]
+
+
+def _owner_of(vault: Vault, namespace: str, ref: str) -> str | None:
+    try:
+        return vault.owner_of(namespace, ref)
+    except VaultError:  # not a uuid: the schema says so too
+        return None
+
+
+async def check_vault_refs(request: AdmissionRequest) -> None:
+    """Validating webhook: every vaultRef must be a secret this blueprint stored itself."""
+    services: Services = request.services
+    already = {ref for _, ref in vault_refs((request.old or {}).get("spec") or {})}
+    problems = foreign_refs(services.vault, request.namespace, request.name, request.spec, request.dry_run, already)
+    if problems:
+        raise Refusal("; ".join(problems), code=403)
 
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -125,13 +167,20 @@ async def move_inline_secrets(request: AdmissionRequest) -> dict[str, Any] | Non
         raise Refusal("; ".join(problems))
     refs: dict[str, str] = {}
     if not request.dry_run:
+        if request.generated_name:
+            raise Refusal("metadata.name: an inline secret value needs a fixed name (not generateName): "
+                          "the vault records which blueprint owns it")
         services: Services = request.services
-        project = request.labels.get(PROJECT_LABEL) or request.namespace
+        owner = secret_owner(request.name)
         for (path, secret), value in zip(found, values, strict=True):
             try:
-                secret["vaultRef"] = refs[path] = await services.vault.put(project, value)
+                # The same value applied again (a GitOps tool's every sync) reuses its entry.
+                ref = services.vault.find(request.namespace, owner, value)
+                if ref is None:
+                    ref = await services.vault.put(request.namespace, value, owner=owner)
             except VaultError as error:  # its message names no value
                 raise Refusal(f"{path}: not stored: {error}", code=500) from None
+            secret["vaultRef"] = refs[path] = ref
     patch: dict[str, Any] = {"spec": {key: spec[key] for key in {p.split(".")[1].split("[")[0] for p, _ in found}}}
     last_applied = request.annotations.get(LAST_APPLIED)
     if last_applied is not None:
@@ -167,5 +216,6 @@ KIND = Kind(
     columns=PRINTER_COLUMNS,
     problems=spec_problems,
     mutation=move_inline_secrets,
+    admission=check_vault_refs,
     cleanup=release,
 )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from operators.runtime.kinds import Model, PrinterColumn, StatusBase
 
@@ -65,7 +65,19 @@ class SecretSource(Model):
     accepted once: the mutating webhook stores it encrypted in the vault and replaces it with
     `vaultRef`. One object with optional fields rather than a union, because a CRD schema must be
     structural.
+
+    The CRD refuses a `value` that is still there when the object is stored (an `x-kubernetes-
+    validations` rule, checked by the API server after the mutating webhooks and with no webhook
+    at all): with the webhook unreachable, ignored or switched off, an inline value is refused
+    rather than kept in plain text.
     """
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        "rule": "!has(self.value)",
+        "message": "an inline secret value is accepted only through Stead's admission webhook, which moves it "
+                   "into the vault; the webhook did not run (is the operator up?). Use secretRef, or retry",
+        "fieldPath": ".value",
+    }]})
 
     secret_ref: SecretKeyRef | None = Field(
         None, description="A Kubernetes Secret name and key holding the value (the GitOps way)."

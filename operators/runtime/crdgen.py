@@ -7,6 +7,7 @@ into the user's spec (a GitOps tool would then see a diff). `structural` rewrite
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import yaml
@@ -65,7 +66,9 @@ def _rewrite(node: Any, defs: dict[str, Any]) -> Any:
     for key, value in node.items():
         if key in _DROP:
             continue
-        if key == "properties":
+        if key.startswith("x-kubernetes-"):
+            out[key] = copy.deepcopy(value)  # CEL rules, list types: verbatim
+        elif key == "properties":
             out[key] = {name: _rewrite(sub, defs) for name, sub in value.items()}
         elif key == "additionalProperties":
             if value is False:

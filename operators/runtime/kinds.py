@@ -74,6 +74,7 @@ class AdmissionRequest:
     dry_run: bool
     services: Any = None
     annotations: Mapping[str, str] = field(default_factory=dict)
+    generated_name: bool = False  # `name` is a generateName prefix: the final name is not known yet
 
 
 class Refusal(Exception):

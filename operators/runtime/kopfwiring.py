@@ -228,6 +228,7 @@ def _register(registry: kopf.OperatorRegistry, reconciler: Reconciler, services:
             annotations=dict(meta.get("annotations") or {}),
             spec=dict(body.get("spec") or {}),
             old=dict(old) if old else None, dry_run=dryrun, services=services,
+            generated_name=not meta.get("name"),
         )
 
     if kind.validates:

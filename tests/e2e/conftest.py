@@ -99,6 +99,8 @@ class OperatorProcess:
             "--health-port", str(self.health_port), "--replica", "stead-0",
             "--config-api-port", str(self.config_api_port),
             "--trust-local-namespaces", "t-test-app*",  # tests/e2e/test_apps.py runs scripts on this host
+            # short, so that tests/e2e/test_tenancy.py sees unreferenced vault entries collected
+            "--vault-grace-seconds", "3", "--vault-collect-seconds", "0.5",
         ]
         with self.log_path.open("ab") as log:
             env = {**os.environ, "STEAD_HOME": str(self.store.parent)}  # its generated CAs land here, not in ~

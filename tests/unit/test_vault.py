@@ -531,11 +531,11 @@ def test_entries_list_owner_and_age_and_rotation_keeps_both(vault: Vault) -> Non
 def test_version_1_blobs_still_decrypt_but_belong_to_nobody(vault: Vault, store: LocalStore, keys: MasterKey) -> None:
     ref = "22222222-2222-4222-8222-222222222222"
     header = bytes((1, 2)) + b"k1"
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: PLC0415
     aead = keys.aead("k1")
-    assert isinstance(aead, AESGCM)
+    assert aead is not None
     nonce = b"\x00" * NONCE_BYTES
-    aad = b"stead.dev/vault" + header + len(PROJECT).to_bytes(2, "big") + PROJECT.encode() + (36).to_bytes(2, "big") + ref.encode()
+    aad = b"".join([b"stead.dev/vault", header, len(PROJECT).to_bytes(2, "big"), PROJECT.encode(),
+                    (36).to_bytes(2, "big"), ref.encode()])
     write_blob(store, PROJECT, ref, header + nonce + aead.encrypt(nonce, b"legacy-value", aad))
     assert vault.get(PROJECT, ref) == "legacy-value"
     assert vault.owner_of(PROJECT, ref) == ""

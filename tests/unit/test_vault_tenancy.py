@@ -1,0 +1,215 @@
+"""Secrets belong to a namespace and to the blueprint that stored them: the admission checks, the
+run-time check and the collector of unreferenced entries, without a cluster."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Iterator, Mapping
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, TypeVar
+
+import pytest
+
+from operators.calm import vaultgc
+from operators.calm.actionrun import _secret_value
+from operators.calm.blueprint import (
+    DRY_RUN_VAULT_REF,
+    check_vault_refs,
+    foreign_refs,
+    move_inline_secrets,
+    release,
+    validate,
+)
+from operators.calm.models import SecretSource
+from operators.runtime.kinds import AdmissionRequest, Refusal
+from operators.runtime.pipeline import Observed, PermanentError, StepContext
+from operators.runtime.store import LocalStore
+from operators.runtime.vault import Entry, MasterKey, MemoryClusterCopy, Vault
+
+T = TypeVar("T")
+TEAM, EVE = "team", "eve"
+VALUE = "team-password-81x!"
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+@pytest.fixture
+def vault(tmp_path: Path) -> Iterator[Vault]:
+    store = LocalStore(tmp_path / "store")
+    yield Vault(store, MasterKey.generate("k1"), MemoryClusterCopy())
+    store.close()
+
+
+class FakeKube:
+    """Lists of blueprints and apps by namespace; counts the requests."""
+
+    def __init__(self, objects: Mapping[str, list[dict[str, Any]]] | None = None) -> None:
+        self.objects = dict(objects or {})
+        self.requests: list[str] = []
+
+    async def request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        self.requests.append(f"{method} {path}")
+        return {"items": self.objects.get(path, [])}
+
+
+def services(vault: Vault, kube: FakeKube | None = None) -> Any:
+    return SimpleNamespace(vault=vault, kube=kube or FakeKube(), settings={})
+
+
+def spec_with(secret: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "substrates": [{"name": "host", "type": "Local"}],
+        "services": [{"name": "S", "actions": [{"name": "create", "tasks": [
+            {"name": "t", "type": "exec", "script": "echo @@{c.secret}@@"}]}]}],
+        "deployments": [{"name": "tier", "substrate": "host", "services": ["S"]}],
+        "credentials": [{"name": "c", "type": "password", "username": "u", "secret": secret}],
+    }
+
+
+def admission(vault: Vault, namespace: str, name: str, spec: dict[str, Any], *, old: dict[str, Any] | None = None,
+              labels: Mapping[str, str] | None = None, dry_run: bool = False, generated: bool = False,
+              ) -> AdmissionRequest:
+    return AdmissionRequest(operation="UPDATE" if old else "CREATE", namespace=namespace, name=name,
+                            labels=dict(labels or {}), spec=spec, old=old, dry_run=dry_run,
+                            services=services(vault), generated_name=generated)
+
+
+def stored_ref(vault: Vault, namespace: str, name: str, value: str = VALUE) -> str:
+    patch = run(move_inline_secrets(admission(vault, namespace, name, spec_with({"value": value}))))
+    assert patch is not None
+    ref: str = patch["spec"]["credentials"][0]["secret"]["vaultRef"]
+    return ref
+
+
+def test_the_webhook_stores_a_value_under_the_namespace_and_the_blueprint_whatever_the_label(vault: Vault) -> None:
+    request = admission(vault, TEAM, "web", spec_with({"value": VALUE}), labels={"stead.dev/project": EVE})
+    patch = run(move_inline_secrets(request))
+    assert patch is not None
+    ref = patch["spec"]["credentials"][0]["secret"]["vaultRef"]
+    assert vault.owner_of(TEAM, ref) == "Blueprint/web"
+    assert vault.projects() == [TEAM]  # the label chose nothing
+
+
+def test_a_reference_to_another_namespaces_or_objects_secret_is_refused_naming_the_field(vault: Vault) -> None:
+    ref = stored_ref(vault, TEAM, "web")
+    for namespace, name in ((EVE, "steal"), (TEAM, "thief")):
+        request = admission(vault, namespace, name, spec_with({"vaultRef": ref}), labels={"stead.dev/project": TEAM})
+        with pytest.raises(Refusal) as refused:
+            run(check_vault_refs(request))
+        assert refused.value.message == (f"spec.credentials[0].secret.vaultRef: {ref} is not a secret of blueprint "
+                                         f"{name} (set secret.value or secretRef instead)")
+    run(check_vault_refs(admission(vault, TEAM, "web", spec_with({"vaultRef": ref}))))  # its own: fine
+
+
+def test_a_uuid_of_nothing_reads_like_a_uuid_of_someone_else(vault: Vault) -> None:
+    ref = stored_ref(vault, TEAM, "web")
+    absent = "33333333-3333-4333-8333-333333333333"
+    theirs = foreign_refs(vault, EVE, "x", spec_with({"vaultRef": ref}))
+    nothing = foreign_refs(vault, EVE, "x", spec_with({"vaultRef": absent}))
+    assert [p.replace(ref, "U") for p in theirs] == [p.replace(absent, "U") for p in nothing]
+
+
+def test_the_dry_run_placeholder_passes_only_in_a_dry_run(vault: Vault) -> None:
+    spec = spec_with({"vaultRef": DRY_RUN_VAULT_REF})
+    run(check_vault_refs(admission(vault, TEAM, "web", spec, dry_run=True)))
+    with pytest.raises(Refusal):
+        run(check_vault_refs(admission(vault, TEAM, "web", spec)))
+
+
+def test_a_reference_already_stored_passes_so_that_the_object_can_still_be_deleted(vault: Vault) -> None:
+    ref = stored_ref(vault, TEAM, "web")
+    old = {"spec": spec_with({"vaultRef": ref})}
+    run(check_vault_refs(admission(vault, EVE, "sneak", spec_with({"vaultRef": ref}), old=old)))
+
+
+def test_inline_secrets_need_a_fixed_name(vault: Vault) -> None:
+    with pytest.raises(Refusal, match=r"metadata\.name"):
+        run(move_inline_secrets(admission(vault, TEAM, "web-", spec_with({"value": VALUE}), generated=True)))
+    assert vault.projects() == []
+
+
+def test_the_same_value_applied_again_reuses_its_entry(vault: Vault) -> None:
+    first = stored_ref(vault, TEAM, "web")
+    assert stored_ref(vault, TEAM, "web") == first
+    assert stored_ref(vault, TEAM, "other") != first  # another blueprint's own entry
+    assert stored_ref(vault, TEAM, "web", "a-new-value-9") != first
+    assert len(vault.entries(TEAM)) == 3
+
+
+def obj(namespace: str, name: str, spec: dict[str, Any], labels: Mapping[str, str] | None = None) -> Observed:
+    return Observed(kind="Blueprint", namespace=namespace, name=name, uid="u", generation=1, labels=dict(labels or {}),
+                    spec=spec, status={})
+
+
+def test_the_reconciler_stalls_a_foreign_reference_that_bypassed_the_webhook(vault: Vault) -> None:
+    ref = stored_ref(vault, TEAM, "web")
+    ctx = StepContext(obj=obj(EVE, "sneak", spec_with({"vaultRef": ref}), {"stead.dev/project": TEAM}), facts={},
+                      services=services(vault))
+    with pytest.raises(PermanentError) as stalled:
+        run(validate(ctx))
+    assert stalled.value.reason == "ForeignSecret"
+
+
+def test_deleting_a_blueprint_that_names_anothers_uuid_deletes_nothing(vault: Vault) -> None:
+    ref = stored_ref(vault, TEAM, "web")
+    for namespace, name in ((EVE, "sneak"), (TEAM, "thief")):
+        ctx = StepContext(obj=obj(namespace, name, spec_with({"vaultRef": ref}), {"stead.dev/project": TEAM}),
+                          facts={}, services=services(vault))
+        run(release(ctx))
+    assert vault.get(TEAM, ref, owner="Blueprint/web") == VALUE
+    run(release(StepContext(obj=obj(TEAM, "web", spec_with({"vaultRef": ref})), facts={}, services=services(vault))))
+    assert vault.owner_of(TEAM, ref) is None
+
+
+def test_a_run_opens_only_its_blueprints_secret_in_its_own_namespace_and_says_nothing_of_others(
+    vault: Vault,
+) -> None:
+    ref = stored_ref(vault, TEAM, "web")
+    source = SecretSource.model_validate({"vaultRef": ref})
+
+    def ctx(namespace: str) -> StepContext:
+        run_obj = Observed(kind="ActionRun", namespace=namespace, name="r", uid="u", generation=1,
+                           labels={"stead.dev/project": TEAM}, spec={}, status={})
+        return StepContext(obj=run_obj, facts={}, services=services(vault))
+
+    assert run(_secret_value(ctx(TEAM), "web", source)) == VALUE
+    for namespace, blueprint in ((EVE, "web"), (TEAM, "thief")):
+        with pytest.raises(PermanentError) as failed:
+            run(_secret_value(ctx(namespace), blueprint, source))
+        assert failed.value.reason == "SecretNotFound" and VALUE not in str(failed.value)
+
+
+# --- collecting unreferenced entries -------------------------------------------------------------
+
+
+def test_garbage_is_blueprint_owned_unreferenced_and_older_than_grace() -> None:
+    entries = [Entry("a", "Blueprint/x", 100), Entry("b", "Blueprint/x", 100), Entry("c", "Blueprint/x", 195),
+               Entry("d", "", 0), Entry("e", "ServiceInstance/y", 100)]
+    assert vaultgc.garbage(entries, {"b"}, now=200, grace=10) == [entries[0]]
+
+
+def test_the_collector_removes_replaced_and_refused_entries_and_keeps_what_apps_still_run(vault: Vault) -> None:
+    clock = [1_000_000_000.0]
+    kept = stored_ref(vault, TEAM, "web", "in-the-spec")
+    snapshot = stored_ref(vault, TEAM, "web", "in-an-apps-snapshot")
+    orphan = stored_ref(vault, TEAM, "web", "refused-request")
+    kube = FakeKube({
+        f"/apis/stead.dev/v1alpha1/namespaces/{TEAM}/blueprints": [{"spec": spec_with({"vaultRef": kept})}],
+        f"/apis/stead.dev/v1alpha1/namespaces/{TEAM}/apps": [
+            {"status": {"snapshot": {"spec": spec_with({"vaultRef": snapshot})}}}],
+    })
+    collector = vaultgc.VaultCollector(grace=120, interval=60, recheck=600, clock=lambda: clock[0])
+    svc = services(vault, kube)
+    # Young entries: a request may still be storing them.
+    assert run(collector.sweep(svc)) == 0
+    assert {e.uuid for e in vault.entries(TEAM)} == {kept, snapshot, orphan}
+    clock[0] = 2e12  # long after
+    assert run(collector.sweep(svc)) == 1
+    assert {e.uuid for e in vault.entries(TEAM)} == {kept, snapshot}
+    asked = len(kube.requests)
+    clock[0] += 60
+    assert run(collector.sweep(svc)) == 0
+    assert len(kube.requests) == asked  # nothing new since: the API server is not asked again
