@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from pipelines.executors.base import (
@@ -129,6 +129,9 @@ class LocalProcess:
     The environment is built from nothing (PATH, LANG, HOME = the step's working directory, the
     step's variables), never inherited: whatever the runner's own environment holds stays there.
     A timeout or an abort sends SIGTERM to the whole group, then SIGKILL after `kill_grace`.
+    When a step ends, however it ends, nothing it started outlives it: its process group is
+    killed, and so is every process that still carries the step's marker in its environment
+    (a daemon that called setsid() left the group, not the environment it inherited).
     """
 
     def __init__(self, kill_grace: float = 3.0, path: str | None = None) -> None:
@@ -160,8 +163,9 @@ class LocalProcess:
         try:
             return self._watch(ctx, proc, on_line)
         finally:
-            if proc.poll() is None:
-                _kill_group(proc, 0.0)
+            _kill_group(proc, 0.0)  # the script's background children, even when the script itself is done
+            if ctx.marker:
+                kill_marked(ctx.marker)
             feeder.join(timeout=1.0)
 
     def _watch(self, ctx: StepContext, proc: subprocess.Popen[bytes], on_line: LineSink) -> int:
@@ -250,6 +254,38 @@ def _kill_group(proc: subprocess.Popen[bytes], grace: float) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+def _marked(marker: str) -> Iterator[tuple[int, int]]:
+    """(pid, pgid) of every process whose environment holds ``STEAD_MARKER=marker``."""
+    needle = f"STEAD_MARKER={marker}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if needle not in fh.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            yield int(entry), int(fields[2])
+        except (OSError, IndexError, ValueError):
+            continue
+
+
+def kill_marked(marker: str) -> int:
+    """SIGKILL every process that carries `marker`; how many there were. Repeated until none is
+    left (a process may fork while it is being killed), at most a few rounds."""
+    killed = 0
+    for _ in range(5):
+        found = [pid for pid, _ in _marked(marker) if pid != os.getpid()]
+        if not found:
+            break
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed += len(found)
+    return killed
+
+
 def kill_leftover(pgid: int, marker: str) -> bool:
     """Kill the process group `pgid` if its processes carry ``STEAD_MARKER=marker``.
 
@@ -257,21 +293,7 @@ def kill_leftover(pgid: int, marker: str) -> bool:
     steps that were running, before running them again. The marker check makes a recycled pgid
     that now belongs to someone else safe.
     """
-    needle = f"STEAD_MARKER={marker}".encode()
-    found = False
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            if int(fields[2]) != pgid:
-                continue
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                if needle in fh.read().split(b"\0"):
-                    found = True
-        except (OSError, IndexError, ValueError):
-            continue
+    found = any(group == pgid for _, group in _marked(marker))
     if found:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)

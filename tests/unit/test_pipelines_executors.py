@@ -112,6 +112,19 @@ def test_exec_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     wait_until(lambda: not _alive(child), what="the background child to die")
 
 
+def test_a_finished_step_leaves_no_background_child_behind(tmp_path: Path) -> None:
+    """Children started with `&` stay in the step's group; `setsid` ones leave it but keep its marker."""
+    pids = tmp_path / "pids"
+    script = (f"sleep 300 & echo $! >> {pids}; setsid sleep 301 & echo $! >> {pids}; "
+              f"(setsid sh -c 'sleep 302 & echo $! >> {pids}' &); sleep 0.2; echo done")
+    ctx, out = make_ctx(tmp_path, {"script": script})
+    ScriptExecutor(LocalProcess()).run(ctx)
+    assert ("stdout", "done") in out.lines
+    children = [int(p) for p in pids.read_text().split()]
+    assert len(children) == 3
+    wait_until(lambda: not any(_alive(c) for c in children), 5, "every background child to be gone")
+
+
 def test_exec_abort_stops_a_running_script(tmp_path: Path) -> None:
     abort = threading.Event()
     ctx, out = make_ctx(tmp_path, {"script": "echo started; sleep 30"}, abort=abort)
