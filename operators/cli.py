@@ -70,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--health-port", type=int, default=8080)
     run.add_argument("--trust-local-namespaces", nargs="*", metavar="PATTERN",
                      help="namespaces (shell patterns) whose actions may run scripts on this host (Local "
-                     "substrates); default: all with --local auto/always, none otherwise")
+                     "substrates); default: all when Stead runs on the local control plane it starts (--local "
+                     "always, or auto finding no cluster), none on any other cluster")
     run.add_argument("--exec-in-jobs", action="store_true",
                      help="run the scripts of namespaces not trusted with --trust-local-namespaces as Jobs in "
                      "their namespace, under its service account (the runner gets a short-lived token of that "
@@ -168,6 +169,15 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
     return 0
 
 
+def trusted_namespaces(explicit: Sequence[str] | None, on_local_plane: bool) -> tuple[str, ...]:
+    """Namespaces whose scripts run on this host. Unless named, every namespace of the control plane
+    Stead started on this machine (it is the user's own), and none of any other cluster, even
+    with `--local auto`: a reachable real cluster's tenants must not get a shell on this host."""
+    if explicit is not None:
+        return tuple(explicit)
+    return ("*",) if on_local_plane else ()
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from operators.runtime.kopfwiring import OperatorOptions, WebhookOptions, run_operator
 
@@ -181,6 +191,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     home = _home()
     kubeconfig: Path | None = args.kubeconfig
     started = None
+    on_local_plane = False
     if args.local != "never":
         from operators.cluster import ControlPlaneError, reaches_cluster
 
@@ -193,6 +204,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 print(f"stead run: local control plane: {error}", file=sys.stderr)
                 return 1
             started = None if was_running else plane
+            on_local_plane = True
             kubeconfig = info.kubeconfig
             print(f"local control plane at {info.server}; export KUBECONFIG={info.kubeconfig}", file=sys.stderr)
     if kubeconfig is not None:
@@ -215,9 +227,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         health_listen=args.health_listen,
         health_port=args.health_port,
         settings={
-            "trusted_local_namespaces": tuple(
-                args.trust_local_namespaces if args.trust_local_namespaces is not None
-                else (["*"] if args.local != "never" else [])),
+            "trusted_local_namespaces": trusted_namespaces(args.trust_local_namespaces, on_local_plane),
             **({"pipelines_state": args.pipelines_state} if args.pipelines_state else {}),
             "exec_in_jobs": args.exec_in_jobs,
             "job_image": args.job_image,

@@ -29,3 +29,31 @@ def test_unknown_option_is_a_usage_error() -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["run", "--no-such-flag"])
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize(("local", "reachable", "explicit", "trusted"), [
+    ("auto", True, None, ()),  # a real cluster's tenants get no shell on this host
+    ("auto", True, ["team-*"], ("team-*",)),
+    ("never", True, None, ()),
+])
+def test_run_trusts_no_namespace_of_a_cluster_it_did_not_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, local: str, reachable: bool, explicit: list[str] | None,
+    trusted: tuple[str, ...],
+) -> None:
+    import operators.cluster
+    import operators.runtime.kopfwiring
+
+    seen: dict[str, object] = {}
+
+    async def fake_run_operator(kinds: object, options: operators.runtime.kopfwiring.OperatorOptions,
+                                addons: object = ()) -> None:
+        seen.update(options.settings)
+
+    monkeypatch.setattr(operators.cluster, "reaches_cluster", lambda kubeconfig: reachable)
+    monkeypatch.setattr(operators.runtime.kopfwiring, "run_operator", fake_run_operator)
+    monkeypatch.setenv("STEAD_HOME", str(tmp_path))
+    args = ["run", "--local", local, "--config-api-port", "0", "--webhook", "off", "--store", str(tmp_path / "s")]
+    if explicit is not None:
+        args += ["--trust-local-namespaces", *explicit]
+    assert main(args) == 0
+    assert seen["trusted_local_namespaces"] == trusted
