@@ -204,9 +204,9 @@ def _service_names(service: str, namespace: str = NAMESPACE) -> set[str]:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("strict", [False, True], ids=["lint", "lint-strict"])
-@pytest.mark.parametrize("values", [[], CERT_MANAGER, ["--set", "replicas=3", "--set", "persistence.enabled=false"],
+@pytest.mark.parametrize("values", [[], CERT_MANAGER, ["--set", "persistence.enabled=false"],
                                     CONFIG_API_OFF, [*CERT_MANAGER, *BASIC], [*JOBS_OFF, *TRUSTED]],
-                         ids=["default", "cert-manager", "replicas-3-emptydir", "config-api-off",
+                         ids=["default", "cert-manager", "emptydir", "config-api-off",
                               "cert-manager-basic", "jobs-off-trusted"])
 def test_chart_lints(helm: Helm, strict: bool, values: list[str]) -> None:
     result = helm("lint", str(CHART), *KUBE_VERSION, *(["--strict"] if strict else []), *values)
@@ -645,6 +645,25 @@ def test_schema_rejects_bad_values_naming_them(
     assert result.returncode != 0
     assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
     assert named in result.stderr, result.stderr
+
+
+@pytest.mark.e2e
+def test_more_than_one_replica_is_refused_saying_why(helm: Helm) -> None:
+    result = helm("template", RELEASE, str(CHART), *KUBE_VERSION, "--set", "replicas=2", check=False)
+    assert result.returncode != 0
+    assert "replicas: 2 refused" in result.stderr and "do not split the projects" in result.stderr, result.stderr
+
+
+@pytest.mark.e2e
+def test_runs_keep_their_state_on_the_store_volume(helm: Helm) -> None:
+    objects = _objects(_template(helm))
+    container = _operator(objects)
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    [state] = [a.split("=", 1)[1] for a in container["args"] if a.startswith("--pipelines-state=")]
+    [store] = [a.split("=", 1)[1] for a in container["args"] if a.startswith("--store=")]
+    volume = next(path for path in mounts if store == path or store.startswith(path + "/"))
+    assert state.startswith(volume + "/") and not mounts[volume].get("readOnly")
 
 
 def test_template_without_kube_version_uses_the_pinned_capabilities(helm: Helm) -> None:
