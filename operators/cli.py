@@ -81,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="the service account, in each namespace, that script Jobs and the runner act as")
     run.add_argument("--pipelines-state", type=Path, help="where workflow runs keep their state "
                      "(default: next to the store)")
+    run.add_argument("--http-allow-networks", nargs="*", default=[], metavar="CIDR",
+                     help="networks that http tasks may reach although they are the operator's own host "
+                          "(loopback, its pod addresses) or link-local; default: none")
     run.add_argument("--vault-grace-seconds", type=float, default=120.0, metavar="S",
                      help="age after which a vault entry no object refers to is removed (longer than any "
                           "admission request)")
@@ -232,6 +235,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             "exec_in_jobs": args.exec_in_jobs,
             "job_image": args.job_image,
             "job_service_account": args.job_service_account,
+            "http_allow": tuple(args.http_allow_networks),
         },
     )
     from operators.calm.vaultgc import VaultCollector

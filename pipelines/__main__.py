@@ -78,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--job-namespace", help="namespace of exec Jobs (exec-backend job)")
     run.add_argument("--job-service-account", default="default")
     run.add_argument("--job-image", default="python:3.11-slim")
+    run.add_argument("--http-allow", action="append", default=[], metavar="CIDR",
+                     help="a network http steps may reach although it is this host's own (repeatable)")
     run.add_argument("--events", choices=("stdout", "none"), default="stdout")
     run.add_argument("--durable", action="store_true", help="fsync every commit of the run store")
     run.add_argument("--log-level", default="WARNING")
@@ -119,7 +121,7 @@ def _command_run(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
         backend = KubernetesJob(kube, args.job_namespace, args.job_service_account, args.job_image)
     runner = Runner(
-        workflow, args.run_id, args.state, hooks=hooks, executors=default_executors(backend, kube),
+        workflow, args.run_id, args.state, hooks=hooks, executors=default_executors(backend, kube, args.http_allow),
         scheduler_url=args.scheduler_url, abort_file=args.abort_file, durable=args.durable,
         events=JsonLines(sys.stdout) if args.events == "stdout" else None,
     )

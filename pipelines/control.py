@@ -63,6 +63,7 @@ def runner_command(
     hooks: str | None = None, kube_api: str | None = None, exec_backend: str = "local",
     job_namespace: str | None = None, job_service_account: str | None = None, job_image: str | None = None,
     secret_key_stdin: bool = False, python: str = sys.executable, extra: Sequence[str] = (),
+    http_allow: Sequence[str] = (),
 ) -> list[str]:
     """The argv of ``python -m pipelines run`` for this run."""
     argv = [
@@ -81,6 +82,8 @@ def runner_command(
                         ("--job-image", job_image)):
         if value:
             argv += [flag, value]
+    for network in http_allow:
+        argv += ["--http-allow", network]
     if secret_key_stdin:
         argv.append("--secret-key-stdin")
     return [*argv, *extra]

@@ -7,7 +7,7 @@ mapping to the runner (``ssh``, a cloud API...). The `exec` and `setvar` types s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pipelines.executors.base import (
     Executor,
@@ -18,6 +18,7 @@ from pipelines.executors.base import (
     StepResult,
 )
 from pipelines.executors.delay import DelayExecutor, NoopExecutor
+from pipelines.executors.egress import EgressPolicy
 from pipelines.executors.http_request import HttpExecutor
 from pipelines.executors.kube import KubernetesExecutor
 from pipelines.executors.script import KubernetesJob, LocalProcess, ScriptBackend, ScriptExecutor, SetVarExecutor
@@ -31,13 +32,15 @@ __all__ = [
 
 def default_executors(
     script_backend: ScriptBackend | None = None, kube_api: KubeApi | None = None,
+    http_allow: Sequence[str] = (),
 ) -> dict[str, Executor]:
-    """The built-in step types. Without a `kube_api`, `kubernetes` steps fail with a clear message."""
+    """The built-in step types. Without a `kube_api`, `kubernetes` steps fail with a clear message.
+    `http_allow`: networks `http` steps may reach although they are this host's own (see `egress`)."""
     backend = script_backend or LocalProcess()
     registry: Mapping[str, Executor] = {
         "exec": ScriptExecutor(backend),
         "setvar": SetVarExecutor(backend),
-        "http": HttpExecutor(),
+        "http": HttpExecutor(EgressPolicy(http_allow)),
         "delay": DelayExecutor(),
         "noop": NoopExecutor(),
         "kubernetes": KubernetesExecutor(kube_api),

@@ -9,6 +9,8 @@ otherwise), ``expectedStatus`` (codes that count as success; default any 2xx), `
 
 It uses the standard library's client. The blocking call runs in a helper thread so that an abort
 is honoured at once: the step returns "aborted" and the abandoned request ends at its timeout.
+Connections go only where `egress.EgressPolicy` lets them: not to the runner's own host
+(loopback, its interface addresses) nor to link-local metadata endpoints, unless allowed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import urllib.request
 from typing import Any
 
 from pipelines.executors.base import ParameterError, StepContext, StepFailed, StepResult, parameter
+from pipelines.executors.egress import EgressPolicy
 
 _PATH_TOKEN = re.compile(r"([^.\[\]]+)|\[(-?\d+)\]")
 DEFAULT_TIMEOUT = 30.0
@@ -53,6 +56,9 @@ def _text(value: Any) -> str:
 
 
 class HttpExecutor:
+    def __init__(self, policy: EgressPolicy | None = None) -> None:
+        self.policy = policy or EgressPolicy()
+
     def run(self, ctx: StepContext) -> StepResult:
         url = parameter(ctx, "url", str)
         if not url.startswith(("http://", "https://")):
@@ -85,7 +91,7 @@ class HttpExecutor:
 
         def call() -> None:
             try:
-                with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+                with self.policy.opener(context).open(request, timeout=timeout) as response:
                     outcome.append((response.status, str(response.reason), response.read()))
             except urllib.error.HTTPError as err:
                 outcome.append((err.code, str(err.reason), err.read()))
@@ -101,7 +107,7 @@ class HttpExecutor:
         result = outcome[0]
         if isinstance(result, BaseException):
             reason = getattr(result, "reason", result)
-            raise StepFailed(f"{method} {url}: {reason}")
+            raise StepFailed(f"http step {ctx.step_id!r}: {method} {url}: {reason}")
         status, reason, raw = result
         text = raw.decode("utf-8", errors="replace")
         ctx.output(f"HTTP {status} {reason}", "stderr")

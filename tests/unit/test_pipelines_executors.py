@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import ipaddress
 import os
 import threading
 import time
@@ -20,9 +21,17 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from pipelines.executors import KubernetesJob, LocalProcess, StepAborted, StepContext, StepFailed
+from pipelines.executors import (
+    KubernetesJob,
+    LocalProcess,
+    StepAborted,
+    StepContext,
+    StepFailed,
+    default_executors,
+)
 from pipelines.executors.base import ParameterError
 from pipelines.executors.delay import DelayExecutor
+from pipelines.executors.egress import EgressPolicy, host_addresses
 from pipelines.executors.http_request import HttpExecutor, json_path
 from pipelines.executors.kube import KubernetesExecutor, readiness
 from pipelines.executors.script import ScriptExecutor, SetVarExecutor, kill_leftover
@@ -209,6 +218,8 @@ def test_parameters_are_checked(tmp_path: Path) -> None:
 
 # -- http --------------------------------------------------------------------------------------
 
+LOOPBACK_OK = EgressPolicy(["127.0.0.1/32"])  # the test server; the rest of 127/8 stays refused
+
 
 @dataclass
 class Server:
@@ -239,7 +250,11 @@ def http_server() -> Iterator[Server]:
         await asyncio.sleep(30)
         return web.Response(text="late")
 
+    async def redirect(request: web.Request) -> web.Response:
+        raise web.HTTPFound(request.query["to"])
+
     app = web.Application()
+    app.router.add_get("/redirect", redirect)
     app.router.add_get("/doc", doc)
     app.router.add_route("*", "/echo", echo)
     app.router.add_get("/status/{code}", status)
@@ -253,7 +268,7 @@ def http_server() -> Iterator[Server]:
     def serve() -> None:
         asyncio.set_event_loop(loop)
         loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "0.0.0.0", 0)  # so that 127.0.0.2 and the host's addresses reach it too
         loop.run_until_complete(site.start())
         port.append(runner.addresses[0][1])
         ready.set()
@@ -272,7 +287,7 @@ def test_http_get_takes_values_from_the_json_response(tmp_path: Path, http_serve
     ctx, out = make_ctx(tmp_path, {"url": f"{http_server.url}/doc",
                                    "variables": {"item": "$.data.items[0].id", "n": "data.items[0].n", "ok": "ok"}},
                         step_type="http")
-    result = HttpExecutor().run(ctx)
+    result = HttpExecutor(LOOPBACK_OK).run(ctx)
     assert result.variables == {"item": "x1", "n": "3", "ok": "true"}
     assert result.details == {"statusCode": 200}
     assert "HTTP 200 OK" in out.text("stderr")
@@ -283,39 +298,70 @@ def test_http_post_with_headers_and_json_body(tmp_path: Path, http_server: Serve
                                  "body": {"name": "web", "replicas": 2}, "expectedStatus": [201],
                                  "variables": {"method": "method", "token": "token", "name": "body.name"}},
                       step_type="http")
-    assert HttpExecutor().run(ctx).variables == {"method": "POST", "token": "t0k", "name": "web"}
+    assert HttpExecutor(LOOPBACK_OK).run(ctx).variables == {"method": "POST", "token": "t0k", "name": "web"}
 
 
 def test_http_unexpected_status_fails(tmp_path: Path, http_server: Server) -> None:
     ctx, out = make_ctx(tmp_path, {"url": f"{http_server.url}/status/404"}, step_type="http")
     with pytest.raises(StepFailed, match=r"HTTP 404 Not Found \(expected 2xx\)") as info:
-        HttpExecutor().run(ctx)
+        HttpExecutor(LOOPBACK_OK).run(ctx)
     assert info.value.details == {"statusCode": 404} and "status page" in out.text("stdout")
     ctx, _ = make_ctx(tmp_path, {"url": f"{http_server.url}/status/200", "expectedStatus": [204, 304]},
                       step_type="http")
     with pytest.raises(StepFailed, match=r"expected 204, 304"):
-        HttpExecutor().run(ctx)
+        HttpExecutor(LOOPBACK_OK).run(ctx)
 
 
 def test_http_missing_value_and_unreachable_server_fail(tmp_path: Path, http_server: Server) -> None:
     ctx, _ = make_ctx(tmp_path, {"url": f"{http_server.url}/doc", "variables": {"x": "data.nope"}}, step_type="http")
     with pytest.raises(StepFailed, match=r"no 'data\.nope' in the response"):
-        HttpExecutor().run(ctx)
+        HttpExecutor(LOOPBACK_OK).run(ctx)
     ctx, _ = make_ctx(tmp_path, {"url": "http://127.0.0.1:1/"}, step_type="http")
     with pytest.raises(StepFailed, match="refused"):
+        HttpExecutor(LOOPBACK_OK).run(ctx)
+
+
+@pytest.mark.parametrize("where", ["127.0.0.1", "127.0.0.2", "[::ffff:127.0.0.1]", "own"])
+def test_http_to_the_runners_own_host_is_refused_by_default(tmp_path: Path, http_server: Server, where: str) -> None:
+    port = http_server.url.rsplit(":", 1)[1]
+    host = where if where != "own" else next(str(a) for a in host_addresses() if a.version == 4 and not a.is_loopback)
+    ctx, _ = make_ctx(tmp_path, {"url": f"http://{host}:{port}/doc"}, step_type="http")
+    with pytest.raises(StepFailed) as refused:
         HttpExecutor().run(ctx)
+    assert "http step 's1'" in str(refused.value) and "which http steps may not reach" in str(refused.value)
+    assert http_server.hits == {}
+
+
+def test_http_redirects_are_judged_where_they_lead(tmp_path: Path, http_server: Server) -> None:
+    port = http_server.url.rsplit(":", 1)[1]
+    ctx, _ = make_ctx(tmp_path, {"url": f"{http_server.url}/redirect?to=http://127.0.0.2:{port}/doc"},
+                      step_type="http")
+    with pytest.raises(StepFailed, match=r"127\.0\.0\.2 is a loopback address"):
+        HttpExecutor(LOOPBACK_OK).run(ctx)
+
+
+@pytest.mark.parametrize(("address", "why"), [
+    ("169.254.169.254", "a link-local"), ("fe80::1", "a link-local"), ("::1", "a loopback"),
+    ("::ffff:169.254.169.254", "a link-local"), ("0.0.0.0", "the unspecified"), ("224.0.0.1", "a multicast"),
+    ("192.0.2.77", "the runner's own host"),
+])
+def test_egress_policy_names_the_class_of_a_refused_address(address: str, why: str) -> None:
+    policy = EgressPolicy(own=lambda: {ipaddress.ip_address("192.0.2.77")})
+    assert why in (policy.refusal(address) or "")
+    assert policy.refusal("10.1.2.3") is None and policy.refusal("8.8.8.8") is None
+    assert EgressPolicy(["169.254.0.0/16"]).refusal("169.254.169.254") is None
 
 
 def test_http_timeout_and_abort(tmp_path: Path, http_server: Server) -> None:
     ctx, _ = make_ctx(tmp_path, {"url": f"{http_server.url}/slow"}, timeout=0.3, step_type="http")
     with pytest.raises(StepFailed, match="timed out"):
-        HttpExecutor().run(ctx)
+        HttpExecutor(LOOPBACK_OK).run(ctx)
     abort = threading.Event()
     ctx, _ = make_ctx(tmp_path, {"url": f"{http_server.url}/slow"}, abort=abort, step_type="http")
     threading.Timer(0.2, abort.set).start()
     started = time.monotonic()
     with pytest.raises(StepAborted):
-        HttpExecutor().run(ctx)
+        HttpExecutor(LOOPBACK_OK).run(ctx)
     assert time.monotonic() - started < 5
 
 
@@ -558,7 +604,8 @@ def test_http_retries_with_interval_through_the_engine(tmp_path: Path, http_serv
         {"id": "call", "type": "http", "retries": 3, "retryIntervalSeconds": 0.05,
          "parameters": {"url": f"{http_server.url}/flaky", "variables": {"n": "n"}}},
     ]})
-    assert run_workflow(workflow, "h1", tmp_path).phase == "Succeeded"
+    executors = default_executors(http_allow=["127.0.0.1/32"])
+    assert run_workflow(workflow, "h1", tmp_path, executors=executors).phase == "Succeeded"
     status = read_status(RunPaths(tmp_path, "h1"))
     assert status is not None
     (record,) = status["steps"]
