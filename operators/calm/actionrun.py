@@ -45,7 +45,7 @@ from operators.calm.blueprint import secret_owner
 from operators.calm.compiler import compile_blueprint
 from operators.calm.models import BlueprintSpec, CompiledAction, CompiledState, SecretSource
 from operators.runtime.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
-from operators.runtime.kube import ApiError, custom_path, load_configuration
+from operators.runtime.kube import ApiError, core_path, custom_path, load_configuration
 from operators.runtime.pipeline import PermanentError, Pipeline, StepContext, TemporaryError
 from operators.runtime.ring import PROJECT_LABEL
 from operators.runtime.vault import VaultError
@@ -256,7 +256,7 @@ async def _secret_value(
                     raise ApiError(404, f'secrets "{ref.name}" not found')
                 secret: Mapping[str, Any] = found
             else:
-                path = f"/api/v1/namespaces/{ctx.obj.namespace}/secrets/{ref.name}"
+                path = core_path("secrets", ctx.obj.namespace, ref.name)
                 secret = await ctx.services.kube.request("GET", path)
         except (ApiError, KubeApiError, OSError) as error:
             reason = error.message if isinstance(error, ApiError) else str(error)
@@ -417,7 +417,7 @@ async def runner_credentials(ctx: StepContext, paths: Any) -> float:
             "spec": {"expirationSeconds": seconds}}
     try:
         answer = await ctx.services.kube.request(
-            "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token", body)
+            "POST", core_path("serviceaccounts", namespace, account) + "/token", body)
     except ApiError as error:
         raise TemporaryError(
             "RunnerCredentials", f"cannot get a token of service account {namespace}/{account}: {error.message}",

@@ -54,8 +54,10 @@ BlueprintState = Literal["Draft", "Compiled", "Active", "Inactive", "Error", "De
 class SecretKeyRef(Model):
     """A key of a Kubernetes Secret in the blueprint's namespace."""
 
-    name: str = Field(min_length=1, max_length=253, description="The Secret's name.")
-    key: str = Field(min_length=1, max_length=253, description="The key in the Secret's data.")
+    name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+                      description="The Secret's name (a Kubernetes object name).")
+    key: str = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$",
+                     description="The key in the Secret's data.")
 
 
 class SecretSource(Model):

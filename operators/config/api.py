@@ -56,7 +56,7 @@ from typing import Any, Literal, NoReturn, TypeVar
 
 from pydantic import ValidationError
 
-from operators.config.auth import Access, Authenticator, AuthUnavailable, Identity
+from operators.config.auth import Access, Authenticator, AuthUnavailable, Identity, TooManyAttempts
 from operators.config.history import Version
 from operators.config.keys import KeyPathError, delete_key, get_key, parse_key, set_key
 from operators.config.levels import (
@@ -195,6 +195,14 @@ def _values_path(call: Call) -> ValuesPath:
         not_found("route", f"no such route: {call.request.method} {call.request.path} "
                            "(expected .../environments/<env>[/<level>/<value>...]/resources/<resource>/values)")
     return path
+
+
+_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+def _object_name(name: str) -> bool:
+    """Whether `name` (percent-decoded from a URL) can be a Kubernetes object's name at all."""
+    return len(name) <= 253 and _OBJECT_NAME.fullmatch(name) is not None
 
 
 def _level_name(name: str, hierarchy: list[str]) -> str | None:
@@ -338,9 +346,11 @@ class ConfigApi:
     async def __call__(self, request: Request) -> Response:
         """Authenticate every request before routing can tell anything, then map errors to JSON."""
         try:
-            identity = await self.authenticator.authenticate(request.headers.get("authorization", ""))
+            identity = await self.authenticator.authenticate(request.headers.get("authorization", ""), request.peer)
         except AuthUnavailable:
             return ApiProblem(503, "ServiceUnavailable", "credentials cannot be checked now; retry").response()
+        except TooManyAttempts as error:
+            return ApiProblem(429, "TooManyRequests", str(error)).response({"Retry-After": "1"})
         if identity is None:
             return ApiProblem(401, "Unauthorized", "valid credentials are required").response(UNAUTHORIZED_HEADERS)
         try:
@@ -373,11 +383,19 @@ class ConfigApi:
             bad_request(f"query parameter namespace: {namespace!r} is not a valid namespace name")
         return namespace
 
-    async def _authorize(self, call: Call, verb: str, resource: str, namespace: str) -> None:
+    async def _authorize(self, call: Call, verb: str, resource: str, namespace: str, name: str = "") -> None:
         identity = call.identity
-        if not await self.authenticator.authorize(identity, Access(verb, resource, namespace)):
+        if not await self.authenticator.authorize(identity, Access(verb, resource, namespace, name)):
             raise ApiProblem(403, "Forbidden",
                              f'user "{identity.user}" may not {verb} {resource} in namespace "{namespace}"')
+
+    async def _authorize_write(self, call: Call, verb: str, namespace: str, stored: StoredValues | None) -> None:
+        """A write of values, as RBAC sees it: `create` when no object holds them yet (a PUT that
+        creates), else `verb` on that very object (by name)."""
+        if stored is None:
+            await self._authorize(call, "create", "configvalues", namespace)
+        else:
+            await self._authorize(call, verb, "configvalues", namespace, stored.name)
 
     # --- components and environments ---------------------------------------------------
 
@@ -405,7 +423,7 @@ class ConfigApi:
     async def get_component(self, call: Call) -> Response:
         namespace = self._namespace(call)
         name = call.params["name"]
-        await self._authorize(call, "get", "configcomponents", namespace)
+        await self._authorize(call, "get", "configcomponents", namespace, name)
         spec = (await self.repository.list_components(namespace)).get(name)
         if spec is None:
             not_found("component", f'component "{name}" not found in namespace "{namespace}"')
@@ -441,8 +459,8 @@ class ConfigApi:
     async def get_environment(self, call: Call) -> Response:
         namespace = self._namespace(call)
         name = call.params["env"]
-        await self._authorize(call, "get", "environments", namespace)
-        snapshot = await self.repository.snapshot(namespace, name)
+        await self._authorize(call, "get", "environments", namespace, name)
+        snapshot = await self.repository.snapshot(namespace, name) if _object_name(name) else None
         if snapshot is None:
             not_found("environment", f'environment "{name}" not found in namespace "{namespace}"')
         return _json(self._environment_view(name, snapshot.environment))
@@ -478,9 +496,11 @@ class ConfigApi:
         return (namespace, path, *await self._locate(namespace, path, snapshot))
 
     async def _snapshot(self, call: Call, verb: str, namespace: str) -> Snapshot | None:
-        """The environment's snapshot, once `verb` on values in the namespace is allowed."""
+        """The environment's snapshot, once `verb` on values in the namespace is allowed (None when
+        there is none, or the name cannot be one: it never reaches an API-server path)."""
         await self._authorize(call, verb, "configvalues", namespace)
-        return await self.repository.snapshot(namespace, call.params["env"])
+        name = call.params["env"]
+        return await self.repository.snapshot(namespace, name) if _object_name(name) else None
 
     async def _locate(self, namespace: str, path: ValuesPath, snapshot: Snapshot | None
                       ) -> tuple[Snapshot, Point, ResourceDefinition]:
@@ -522,8 +542,8 @@ class ConfigApi:
         """The seed's two node cases: unknown everywhere, or assigned to another environment."""
         for name, spec in sorted((await self.repository.list_environments(namespace)).items()):
             if name != environment and find_node(spec, node) is not None:
-                not_found("node", f'node "{node}" is not assigned to environment "{environment}" '
-                                  f'(it belongs to environment "{name}")')
+                # Which environment has it is not said: the caller may read values, not list environments.
+                not_found("node", f'node "{node}" is not assigned to environment "{environment}"')
         not_found("node", f'node "{node}" not found: no environment in namespace "{namespace}" has a node '
                           "with this FQDN or name")
 
@@ -616,7 +636,8 @@ class ConfigApi:
         return {"value": value, "lookup": {k: layer.describe() for k, layer in origin_of(result, path)}}
 
     async def put_values(self, call: Call) -> Response:
-        namespace, path, snapshot, point, definition = await self._resolve(call, "update")
+        namespace, path, snapshot, point, definition = await self._resolve(call, "get")
+        await self._authorize_write(call, "update", namespace, snapshot.find(path.resource, path.kind, point))
         body = _json_body(call)
         key = call.query.get("key")
         if key is None:
@@ -634,11 +655,12 @@ class ConfigApi:
         return self._written(stored)
 
     async def delete_values(self, call: Call) -> Response:
-        namespace, path, snapshot, point, definition = await self._resolve(call, "delete")
+        namespace, path, snapshot, point, definition = await self._resolve(call, "get")
         key = call.query.get("key")
         stored = snapshot.find(path.resource, path.kind, point)
         if stored is None:
             not_found("values", f"no {self._describe(path, point)}")
+        await self._authorize_write(call, "delete" if key is None else "update", namespace, stored)
         if key is None:
             await self._delete(namespace, path, snapshot, point, _if_match(call))
             return Response(204)
@@ -647,11 +669,12 @@ class ConfigApi:
         return self._written(result)
 
     async def post_values(self, call: Call) -> Response:
-        namespace, path, snapshot, point, definition = await self._resolve(call, "update")
+        namespace, path, snapshot, point, definition = await self._resolve(call, "get")
         number = _int_param(call, "revert")
         if number is None:
             bad_request("POST on values needs ?revert=<version>")
         stored = snapshot.find(path.resource, path.kind, point)
+        await self._authorize_write(call, "update", namespace, stored)
         version = await self._version(namespace, path, point, stored, number)
         result = await self._write(namespace, path, snapshot, point, definition, _if_match(call),
                                    lambda _: version.data)

@@ -4,8 +4,9 @@ The seed asks for the platform's own authentication plus Basic. On Kubernetes th
 is a bearer token: `TokenReview` says who it belongs to and `SubjectAccessReview` whether that
 user may `get`/`update` `configvalues.stead.dev` (or `configcomponents`, `environments`) in the
 namespace, so the API is governed by the same RBAC as `kubectl`. Basic credentials come from
-one Secret (`username`, `password`) for clients that cannot carry a token (a Hiera backend);
-whoever holds them is an administrator of the API, by design.
+one Secret (`username`, `password`, optionally `namespaces`) for clients that cannot carry a
+token (a Hiera backend); whoever holds them may do anything through the API, in the namespaces
+the Secret lists (comma-separated), or in every namespace when it lists none.
 
 Secrets never leak: tokens and passwords are never logged, never put in an error, and the
 caches key on their SHA-256 so the process keeps no plain copy beyond the request. Reviews are
@@ -23,6 +24,7 @@ import hashlib
 import hmac
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -30,7 +32,7 @@ import aiohttp
 
 from operators import GROUP, VERSION
 from operators.config.reviewcache import ReviewCache
-from operators.runtime.kube import ApiError
+from operators.runtime.kube import ApiError, core_path
 
 log = logging.getLogger(__name__)
 
@@ -50,15 +52,51 @@ class Identity(NamedTuple):
 
 
 class Access(NamedTuple):
-    """What a request wants to do, in RBAC's terms."""
+    """What a request wants to do, in RBAC's terms; `name` when it is about one object, so that a
+    Role limited by `resourceNames` is honoured."""
 
     verb: str
     resource: str
     namespace: str
+    name: str = ""
 
 
 class AuthUnavailable(Exception):
     """Credentials could not be checked (the API server is unreachable): HTTP 503, not 401."""
+
+
+class TooManyAttempts(Exception):
+    """A peer presented more unknown credentials than it may have reviewed: HTTP 429."""
+
+
+class PeerBudget:
+    """A token bucket per peer address for reviews of credentials not seen before.
+
+    A client that sends junk tokens would otherwise make the operator send a TokenReview per
+    token under its own identity. Known tokens (cached) never spend the budget, so a flood from
+    one peer neither slows others nor evicts their cache entries. At most `max_peers` buckets
+    are kept (the least recently used go first).
+    """
+
+    def __init__(self, rate: float = 5.0, burst: float = 20.0, max_peers: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate, self.burst, self.max_peers = rate, burst, max_peers
+        self._clock = clock
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def take(self, peer: str) -> bool:
+        now = self._clock()
+        tokens, last = self._buckets.pop(peer, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        allowed = tokens >= 1.0
+        self._buckets[peer] = (tokens - 1.0 if allowed else tokens, now)
+        while len(self._buckets) > self.max_peers:
+            self._buckets.popitem(last=False)
+        return allowed
+
+
+class _Rejected(Exception):
+    """A TokenReview said no: raised out of the review cache so that nothing is kept there."""
 
 
 class Authenticator(Protocol):
@@ -67,8 +105,9 @@ class Authenticator(Protocol):
     scheme: str
     """The HTTP authentication scheme it checks (`Bearer`, `Basic`)."""
 
-    async def authenticate(self, authorization: str) -> Identity | None:
-        """The identity behind the header; None when the credentials are absent, wrong or not this scheme."""
+    async def authenticate(self, authorization: str, peer: str = "") -> Identity | None:
+        """The identity behind the header; None when the credentials are absent, wrong or not this scheme.
+        `peer` is the client's address, for limits per client."""
         ...
 
     async def authorize(self, identity: Identity, access: Access) -> bool:
@@ -104,10 +143,16 @@ class TokenReviewAuthenticator:
     scheme = "Bearer"
 
     def __init__(self, kube: Requester, audiences: Sequence[str] = (), ttl: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, budget: PeerBudget | None = None,
+                 max_rejected: int = 4096) -> None:
         self._kube = kube
         self._audiences = list(audiences)
-        self._tokens: ReviewCache[Identity | None] = ReviewCache(ttl, clock=clock)
+        self._ttl = ttl
+        self._clock = clock
+        self._tokens: ReviewCache[Identity] = ReviewCache(ttl, clock=clock)  # good tokens only
+        self._rejected: OrderedDict[str, float] = OrderedDict()  # digest -> when refused; bounded, LRU
+        self._max_rejected = max_rejected
+        self._budget = budget or PeerBudget(clock=clock)
         self._reviews: ReviewCache[bool] = ReviewCache(ttl, clock=clock)
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -120,13 +165,26 @@ class TokenReviewAuthenticator:
             log.warning("%s failed: %s", path.rsplit("/", 1)[-1], type(error).__name__)
             raise AuthUnavailable("credentials cannot be checked now") from error
 
-    async def authenticate(self, authorization: str) -> Identity | None:
+    async def authenticate(self, authorization: str, peer: str = "") -> Identity | None:
         token = _split(authorization, "Bearer")
         if token is None:
             return None
-        return await self._tokens.get(_digest(token), lambda: self._review_token(token))
+        digest = _digest(token)
+        refused = self._rejected.get(digest)
+        if refused is not None and self._clock() - refused <= self._ttl:
+            return None  # refused a moment ago: not worth another review
+        if not self._tokens.holds(digest) and not self._budget.take(peer):
+            raise TooManyAttempts("too many unknown credentials from this client; retry later")
+        try:
+            return await self._tokens.get(digest, lambda: self._review_token(token))
+        except _Rejected:
+            self._rejected.pop(digest, None)
+            self._rejected[digest] = self._clock()
+            while len(self._rejected) > self._max_rejected:
+                self._rejected.popitem(last=False)
+            return None
 
-    async def _review_token(self, token: str) -> Identity | None:
+    async def _review_token(self, token: str) -> Identity:
         spec: dict[str, Any] = {"token": token}
         if self._audiences:
             spec["audiences"] = self._audiences
@@ -134,7 +192,7 @@ class TokenReviewAuthenticator:
                                   {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec})
         status = review.get("status") or {}
         if status.get("authenticated") is not True:
-            return None
+            raise _Rejected
         user = status.get("user") or {}
         return Identity(
             user=str(user.get("username") or ""), scheme="Bearer", uid=str(user.get("uid") or ""),
@@ -151,7 +209,8 @@ class TokenReviewAuthenticator:
         spec: dict[str, Any] = {
             "user": identity.user, "groups": list(identity.groups),
             "resourceAttributes": {"group": GROUP, "version": VERSION, "resource": access.resource,
-                                   "verb": access.verb, "namespace": access.namespace},
+                                   "verb": access.verb, "namespace": access.namespace,
+                                   **({"name": access.name} if access.name else {})},
         }
         if identity.uid:
             spec["uid"] = identity.uid
@@ -164,15 +223,29 @@ class TokenReviewAuthenticator:
         return (review.get("status") or {}).get("allowed") is True
 
 
-CredentialsLoader = Callable[[], Awaitable[tuple[bytes, bytes] | None]]
+class BasicCredentials(NamedTuple):
+    """The one set of Basic credentials, and the namespaces they are good for (None: all)."""
+
+    username: bytes
+    password: bytes
+    namespaces: frozenset[str] | None = None
+
+
+CredentialsLoader = Callable[[], Awaitable[BasicCredentials | None]]
+
+
+def _namespaces(raw: bytes | None) -> frozenset[str] | None:
+    if raw is None:
+        return None
+    return frozenset(n.strip() for n in raw.decode(errors="replace").split(",") if n.strip())
 
 
 def secret_loader(kube: Requester, namespace: str, name: str) -> CredentialsLoader:
-    """Reads `username` and `password` from a Secret; None when it or a key is missing."""
+    """Reads `username`, `password` and `namespaces` from a Secret; None when it or a key is missing."""
 
-    async def load() -> tuple[bytes, bytes] | None:
+    async def load() -> BasicCredentials | None:
         try:
-            secret = await kube.request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+            secret = await kube.request("GET", core_path("secrets", namespace, name))
         except ApiError as error:
             if error.status == 404:
                 return None
@@ -181,19 +254,21 @@ def secret_loader(kube: Requester, namespace: str, name: str) -> CredentialsLoad
         try:
             username = base64.b64decode(data["username"], validate=True)
             password = base64.b64decode(data["password"], validate=True)
+            limit = base64.b64decode(data["namespaces"], validate=True) if "namespaces" in data else None
         except (KeyError, binascii.Error, TypeError):
             log.warning("Secret %s/%s lacks a valid username or password key", namespace, name)
             return None
-        return username, password
+        return BasicCredentials(username, password, _namespaces(limit))
 
     return load
 
 
-def static_credentials(username: str, password: str) -> CredentialsLoader:
+def static_credentials(username: str, password: str, namespaces: Sequence[str] | None = None) -> CredentialsLoader:
     """Fixed credentials (tests, a single-user local mode)."""
 
-    async def load() -> tuple[bytes, bytes]:
-        return username.encode(), password.encode()
+    async def load() -> BasicCredentials:
+        return BasicCredentials(username.encode(), password.encode(),
+                                None if namespaces is None else frozenset(namespaces))
 
     return load
 
@@ -210,10 +285,10 @@ class BasicAuthenticator:
     def __init__(self, load: CredentialsLoader, ttl: float = 10.0, clock: Callable[[], float] = time.monotonic,
                  user: str = "basic-admin") -> None:
         self._load = load
-        self._cache: ReviewCache[tuple[bytes, bytes] | None] = ReviewCache(ttl, clock=clock)
+        self._cache: ReviewCache[BasicCredentials | None] = ReviewCache(ttl, clock=clock)
         self._user = user
 
-    async def authenticate(self, authorization: str) -> Identity | None:
+    async def authenticate(self, authorization: str, peer: str = "") -> Identity | None:
         encoded = _split(authorization, "Basic")
         if encoded is None:
             return None
@@ -226,7 +301,7 @@ class BasicAuthenticator:
         expected = await self._cache.get("credentials", self._load)
         if expected is None:
             return None
-        want_user, want_password = expected
+        want_user, want_password, _ = expected
         # both comparisons always run, so timing does not tell which part was wrong
         user_ok = hmac.compare_digest(hashlib.sha256(username).digest(), hashlib.sha256(want_user).digest())
         password_ok = hmac.compare_digest(hashlib.sha256(password).digest(), hashlib.sha256(want_password).digest())
@@ -235,7 +310,12 @@ class BasicAuthenticator:
         return Identity(user=username.decode(errors="replace"), scheme="Basic")
 
     async def authorize(self, identity: Identity, access: Access) -> bool:
-        return identity.scheme == "Basic"
+        """Anything, in the namespaces the credentials are limited to (read again: a narrowed Secret
+        takes effect within `ttl`)."""
+        if identity.scheme != "Basic":
+            return False
+        current = await self._cache.get("credentials", self._load)
+        return current is not None and (current.namespaces is None or access.namespace in current.namespaces)
 
 
 class ChainAuthenticator:
@@ -247,9 +327,9 @@ class ChainAuthenticator:
     def __init__(self, *authenticators: Authenticator) -> None:
         self._by_scheme = {authenticator.scheme.lower(): authenticator for authenticator in authenticators}
 
-    async def authenticate(self, authorization: str) -> Identity | None:
+    async def authenticate(self, authorization: str, peer: str = "") -> Identity | None:
         authenticator = self._by_scheme.get(authorization.lstrip().partition(" ")[0].lower())
-        return None if authenticator is None else await authenticator.authenticate(authorization)
+        return None if authenticator is None else await authenticator.authenticate(authorization, peer)
 
     async def authorize(self, identity: Identity, access: Access) -> bool:
         authenticator = self._by_scheme.get(identity.scheme.lower())

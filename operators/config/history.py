@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from operators import API_VERSION
-from operators.runtime.kube import ApiError
+from operators.runtime.kube import ApiError, core_path
 
 DATA_KEY = "data.json"
 LABEL_UID = "stead.dev/config-values-uid"
@@ -186,8 +186,7 @@ def now_rfc3339() -> str:
 
 
 def _configmaps(namespace: str, name: str | None = None) -> str:
-    path = f"/api/v1/namespaces/{namespace}/configmaps"
-    return f"{path}/{name}" if name else path
+    return core_path("configmaps", namespace, name or None)
 
 
 class History:

@@ -40,7 +40,7 @@ from operators.config.models import (
 from operators.config.repository import COMPONENTS, ENVIRONMENTS, VALUES, KubeConfigRepository, Requester, StoredValues
 from operators.environment.models import EnvironmentSpec
 from operators.runtime.kinds import AdmissionRequest, Refusal
-from operators.runtime.kube import ApiError, custom_path
+from operators.runtime.kube import ApiError, core_path, custom_path
 from operators.runtime.pipeline import PermanentError, StepContext, TemporaryError
 
 FIELD_MANAGER = "stead-config"
@@ -161,7 +161,7 @@ async def publish(ctx: StepContext) -> Mapping[str, Any]:
         body = published_configmap(stored, ctx.obj.namespace, values)
         try:
             await kube.request(
-                "PATCH", f"/api/v1/namespaces/{ctx.obj.namespace}/configmaps/{stored.spec.publish.config_map}",
+                "PATCH", core_path("configmaps", ctx.obj.namespace, stored.spec.publish.config_map),
                 body, content_type="application/apply-patch+yaml",
                 params={"fieldManager": FIELD_MANAGER, "force": "true"},
             )

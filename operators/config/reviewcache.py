@@ -41,6 +41,11 @@ class ReviewCache(Generic[V]):
         self._entries: dict[Hashable, tuple[float, V]] = {}
         self._fetching: dict[Hashable, asyncio.Future[V]] = {}
 
+    def holds(self, key: Hashable) -> bool:
+        """Whether a value of `key` is kept and not older than `ttl` (or being fetched)."""
+        held = self._entries.get(key)
+        return key in self._fetching or (held is not None and self._clock() - held[0] <= self.ttl)
+
     async def get(self, key: Hashable, fetch: Callable[[], Awaitable[V]]) -> V:
         """The value of `key`, from the cache when fresh enough, else from one shared `fetch()`."""
         held = self._entries.get(key)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from operators import API_VERSION
-from operators.runtime.kube import ApiError, KubeClient
+from operators.runtime.kube import ApiError, KubeClient, core_path
 from operators.runtime.metrics import Metrics
 from operators.runtime.pipeline import Observed
 
@@ -84,4 +84,4 @@ class EventRecorder:
             "lastTimestamp": now,
             "count": 1,
         }
-        await self._kube.request("POST", f"/api/v1/namespaces/{obj.namespace}/events", body)
+        await self._kube.request("POST", core_path("events", obj.namespace), body)

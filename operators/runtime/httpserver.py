@@ -55,6 +55,7 @@ class Request:
     query: str  # as sent, without the "?"
     headers: Mapping[str, str]
     body: bytes = b""
+    peer: str = ""  # the client's address (rate limits are per peer)
 
 
 @dataclass(slots=True)
@@ -203,6 +204,7 @@ class _Connection(asyncio.Protocol):
         self._deadline: float | None = None  # when the timer acts; None: it has nothing to do
         self._receiving = False  # part of a request has arrived
         self._half_close = False  # plain TCP can stay open to answer after the client's EOF; TLS cannot
+        self._peer = ""
         self._reset()
 
     def _reset(self) -> None:
@@ -217,6 +219,8 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's TLS transport is not a subclass
         self._half_close = transport.get_extra_info("sslcontext") is None
+        peername = transport.get_extra_info("peername")
+        self._peer = str(peername[0]) if isinstance(peername, tuple) and peername else ""
         self._server._connections.add(self)
         if self._server._all_closed is not None:  # accepted while stopping
             self.finish()
@@ -326,7 +330,7 @@ class _Connection(asyncio.Protocol):
             target = raw_path + (f"?{query}" if query else "")
         path = urllib.parse.unquote(raw_path) if "%" in raw_path else raw_path
         request = Request(self._parser.get_method().decode("ascii"), target, path, query, self._headers,
-                          b"".join(self._body))
+                          b"".join(self._body), self._peer)
         self._queue.append(_Pending(request, self._parser.should_keep_alive()))
         self._reset()
 

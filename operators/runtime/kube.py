@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import ssl
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,14 +79,33 @@ def load_access(kubeconfig: Path | None = None) -> ClusterAccess:
     return ClusterAccess(server=cfg.host.rstrip("/"), ssl_context=context, headers=headers)
 
 
+def segment(name: str) -> str:
+    """A name as one URL path segment, percent-escaped.
+
+    Names reach API-server paths from URLs and specs: unescaped, `?` (or `%3F` decoded on the
+    way in) would add query parameters and `/` or `..` path segments (another namespace's
+    Secret). No Kubernetes name is empty, `.` or `..`: those are refused outright.
+    """
+    if name in ("", ".", ".."):
+        raise ValueError(f"{name!r} is not a Kubernetes object name")
+    return urllib.parse.quote(name, safe="")
+
+
 def custom_path(plural: str, namespace: str | None = None, name: str | None = None) -> str:
+    """The path of Stead's custom resources, of one namespace, or one object."""
     path = f"/apis/{GROUP}/{VERSION}"
     if namespace:
-        path += f"/namespaces/{namespace}"
+        path += f"/namespaces/{segment(namespace)}"
     path += f"/{plural}"
     if name:
-        path += f"/{name}"
+        path += f"/{segment(name)}"
     return path
+
+
+def core_path(plural: str, namespace: str, name: str | None = None) -> str:
+    """The path of a core (v1) namespaced resource, or one object of it; names escaped."""
+    path = f"/api/v1/namespaces/{segment(namespace)}/{plural}"
+    return path if name is None else f"{path}/{segment(name)}"
 
 
 class KubeClient:

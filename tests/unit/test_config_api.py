@@ -30,7 +30,7 @@ class FakeAuth:
 
     scheme = "Bearer"
 
-    async def authenticate(self, authorization: str) -> Identity | None:
+    async def authenticate(self, authorization: str, peer: str = "") -> Identity | None:
         token = authorization.removeprefix("Bearer ")
         return Identity(user=token, scheme="Bearer") if token in ("good", "reader") else None
 
@@ -202,7 +202,7 @@ def test_use_cases_put_get_key_and_effective_with_trace() -> None:
     (f"{P}/environments/1/nodes/ghost/resources/astute/values", "node",
      'node "ghost" not found: no environment in namespace "default" has a node with this FQDN or name'),
     (f"{P}/environments/1/nodes/node-7.domain.tld/resources/astute/values", "node",
-     'node "node-7.domain.tld" is not assigned to environment "1" (it belongs to environment "2")'),
+     'node "node-7.domain.tld" is not assigned to environment "1"'),
     (f"{NODE1}/astute/values?version=3", "version",
      'version 3 of the values of resource "astute" at node=node-1.domain.tld in environment "1" not found '
      "(kept: 1)"),
@@ -263,7 +263,7 @@ def test_basic_auth_against_credentials_and_chain() -> None:
 def test_forbidden_writes_and_schema_and_malformed_bodies() -> None:
     async def scenario(client: ClientSession, repo: FakeRepository) -> None:
         forbidden = await client.put(f"{NODE1}/astute/values", json={}, headers=READER)
-        assert forbidden.status == 403 and 'user "reader" may not update configvalues' in (await forbidden.json())[
+        assert forbidden.status == 403 and 'user "reader" may not create configvalues' in (await forbidden.json())[
             "message"]
         for body, message in [
             ("{not json", "body: not valid JSON"),
@@ -476,3 +476,84 @@ def test_head_answers_like_get_without_the_body_and_server_refusals_use_the_api_
                                     "message": f"the request body exceeds {1 << 20} bytes"}
 
     asyncio.run(refused())
+
+
+class RecordingAuth(FakeAuth):
+    """Says yes to `good` only for the verbs in `verbs`, and records every question asked."""
+
+    def __init__(self, verbs: set[str]) -> None:
+        self.verbs = verbs
+        self.asked: list[Access] = []
+
+    async def authorize(self, identity: Identity, access: Access) -> bool:
+        self.asked.append(access)
+        return access.verb in self.verbs
+
+
+def test_a_put_that_creates_is_authorized_as_create_and_an_update_by_object_name() -> None:
+    update_only = RecordingAuth({"get", "list", "update"})
+
+    async def scenario(client: ClientSession, repo: FakeRepository) -> None:
+        created = await client.put(f"{NODE1}/astute/values", json={"deployment_id": 2}, headers=TOKEN)
+        assert created.status == 403 and "may not create configvalues" in (await created.json())["message"]
+        assert Access("create", "configvalues", "default") in update_only.asked
+        update_only.verbs.add("create")
+        created = await client.put(f"{NODE1}/astute/values", json={"deployment_id": 2}, headers=TOKEN)
+        assert created.status == 200
+        name = created.headers["X-Stead-Object"]
+        update_only.verbs.discard("create")
+        updated = await client.put(f"{NODE1}/astute/values", json={"deployment_id": 3}, headers=TOKEN)
+        assert updated.status == 200
+        assert Access("update", "configvalues", "default", name) in update_only.asked
+        environment = await client.get(f"{P}/environments/1", headers=TOKEN)
+        assert environment.status == 200 and Access("get", "environments", "default", "1") in update_only.asked
+
+    run(scenario, auth=update_only)
+
+
+@pytest.mark.parametrize("name", ["1%3Fwatch%3Dtrue", "1%3F", "..", "1%252F", "1%23x", "UPPER"])
+def test_names_from_urls_that_cannot_be_object_names_are_not_found(name: str) -> None:
+    async def scenario(client: ClientSession, repo: FakeRepository) -> None:
+        asked: list[str] = []
+        snapshot = repo.snapshot
+
+        async def recording(namespace: str, environment: str, fresh: bool = False) -> Snapshot | None:
+            asked.append(environment)
+            return await snapshot(namespace, environment, fresh)
+
+        repo.snapshot = recording  # type: ignore[method-assign]
+        for path in (f"{P}/environments/{name}", f"{P}/environments/{name}/resources/astute/values"):
+            response = await client.get(path, headers=TOKEN)
+            assert response.status == 404, path
+        assert asked == []  # never handed on towards an API-server path
+
+    run(scenario)
+
+
+def test_object_paths_escape_names() -> None:
+    from operators.runtime.kube import core_path, custom_path
+
+    assert custom_path("environments", "ns", "a?b=c") == "/apis/stead.dev/v1alpha1/namespaces/ns/environments/a%3Fb%3Dc"
+    assert core_path("secrets", "ns", "../../x/secrets/y") == "/api/v1/namespaces/ns/secrets/..%2F..%2Fx%2Fsecrets%2Fy"
+    for bad in ("", ".", ".."):
+        with pytest.raises(ValueError, match="not a Kubernetes object name"):
+            core_path("secrets", "ns", bad)
+
+
+def test_a_client_over_its_review_budget_gets_429_with_retry_after() -> None:
+    from operators.config.auth import TooManyAttempts
+
+    peers: list[str] = []
+
+    class Limited(FakeAuth):
+        async def authenticate(self, authorization: str, peer: str = "") -> Identity | None:
+            peers.append(peer)
+            raise TooManyAttempts("too many unknown credentials from this client; retry later")
+
+    async def scenario(client: ClientSession, repo: FakeRepository) -> None:
+        response = await client.get(f"{P}/environments", headers={"Authorization": "Bearer junk"})
+        assert response.status == 429 and response.headers["Retry-After"] == "1"
+        assert (await response.json())["error"] == "TooManyRequests"
+        assert peers == ["127.0.0.1"]
+
+    run(scenario, auth=Limited())

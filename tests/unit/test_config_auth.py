@@ -143,3 +143,78 @@ def test_the_chain_asks_the_authenticator_of_the_headers_scheme() -> None:
     bearer = run(chain.authenticate("bearer valid-token"))  # schemes are case-insensitive
     assert bearer is not None and bearer.scheme == "Bearer" and run(chain.authorize(bearer, ACCESS))
     assert run(chain.authenticate("Digest abc")) is None
+
+
+# --- bounds: junk tokens, namespaces of Basic, object names --------------------------------------
+
+
+def test_a_flood_of_junk_tokens_costs_a_bounded_number_of_reviews_and_keeps_good_entries() -> None:
+    from operators.config.auth import PeerBudget, TooManyAttempts
+
+    kube, clock = FakeKube(), Clock()
+    auth = TokenReviewAuthenticator(kube, clock=clock, budget=PeerBudget(rate=5, burst=20, clock=clock))
+
+    def reviews() -> int:
+        return sum(1 for _, path, _ in kube.calls if path.endswith("/tokenreviews"))
+
+    async def scenario() -> tuple[int, int]:
+        good = await auth.authenticate("Bearer valid-token", "10.0.0.9")
+        assert good is not None and reviews() == 1
+        refused = limited = 0
+        for i in range(10_001):  # one client, 10,001 different junk tokens, as fast as it can
+            try:
+                refused += await auth.authenticate(f"Bearer junk-{i}", "10.0.0.66") is None
+            except TooManyAttempts:
+                limited += 1
+        return refused, limited
+
+    refused, limited = run(scenario())
+    assert reviews() <= 1 + 20 and refused + limited == 10_001 and limited >= 10_001 - 20
+    # The good token is still cached (no new review) and its owner is not limited.
+    calls = reviews()
+    assert run(auth.authenticate("Bearer valid-token", "10.0.0.9")) is not None
+    assert reviews() == calls
+    # The same junk token again within the ttl is refused from memory.
+    clock.now += 1
+    assert run(auth.authenticate("Bearer junk-0", "10.0.0.66")) is None and reviews() == calls
+    # Budgets refill: a second later the peer may have a few reviews again.
+    clock.now += 1
+    assert run(auth.authenticate("Bearer another-junk", "10.0.0.66")) is None and reviews() == calls + 1
+
+
+def test_the_negative_cache_is_bounded() -> None:
+    from operators.config.auth import PeerBudget
+
+    kube, clock = FakeKube(), Clock()
+    auth = TokenReviewAuthenticator(kube, clock=clock, budget=PeerBudget(rate=1e9, burst=1e9, clock=clock),
+                                    max_rejected=100)
+    for i in range(1000):
+        assert run(auth.authenticate(f"Bearer junk-{i}", f"10.0.{i // 250}.{i % 250}")) is None
+    assert len(auth._rejected) == 100
+
+
+def test_subject_access_reviews_carry_the_object_name() -> None:
+    kube = FakeKube()
+    auth = TokenReviewAuthenticator(kube)
+    identity = run(auth.authenticate("Bearer valid-token"))
+    assert identity is not None
+    run(auth.authorize(identity, Access("get", "environments", "ns", "env-1")))
+    run(auth.authorize(identity, Access("list", "environments", "ns")))
+    attributes = [body["spec"]["resourceAttributes"] for _, path, body in kube.calls
+                  if path.endswith("/subjectaccessreviews")]
+    assert attributes[0]["name"] == "env-1" and "name" not in attributes[1]
+
+
+def test_basic_credentials_can_be_limited_to_namespaces() -> None:
+    kube = FakeKube()
+    assert kube.secret is not None
+    kube.secret["data"]["namespaces"] = base64.b64encode(b"team-a, team-b").decode()
+    auth = BasicAuthenticator(secret_loader(kube, "stead-system", "basic"))
+    identity = run(auth.authenticate("Basic " + base64.b64encode(b"admin:pw").decode()))
+    assert identity is not None
+    assert run(auth.authorize(identity, Access("get", "configvalues", "team-a")))
+    assert run(auth.authorize(identity, Access("update", "configvalues", "team-b")))
+    assert not run(auth.authorize(identity, Access("get", "configvalues", "team-c")))
+    del kube.secret["data"]["namespaces"]  # no list: every namespace (as before)
+    unlimited = BasicAuthenticator(secret_loader(kube, "stead-system", "basic"))
+    assert run(unlimited.authorize(identity, Access("get", "configvalues", "team-c")))
