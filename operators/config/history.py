@@ -251,6 +251,9 @@ class History:
         except ApiError:
             return  # gone already, or unreadable: the retry will tell
         uid = ((existing.get("metadata") or {}).get("labels") or {}).get(LABEL_UID)
+        if uid is None:
+            raise HistoryError(f"ConfigMap {name} exists and is not one of Stead's versions; it is left as it is: "
+                               "rename it, or this object")
         if uid != self.owner.uid:
             raise StaleHistory(f"ConfigMap {name} belongs to an earlier object named {self.owner.name}; "
                                "waiting for the garbage collector to remove it")

@@ -135,6 +135,24 @@ def published_configmap(owner: StoredValues, namespace: str, values: Mapping[str
     }
 
 
+def stead_published(config_map: Mapping[str, Any]) -> bool:
+    """Whether a ConfigMap is one Stead published: controlled by a ConfigValues. Anything else of
+    the same name is a user's, and is never overwritten or taken over."""
+    refs = (config_map.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("controller") and r.get("kind") == "ConfigValues" and r.get("apiVersion") == API_VERSION
+               for r in refs)
+
+
+async def _foreign_configmap(kube: Requester, namespace: str, name: str) -> bool:
+    try:
+        current = await kube.request("GET", core_path("configmaps", namespace, name))
+    except ApiError as error:
+        if error.status == 404:
+            return False
+        raise
+    return not stead_published(current)
+
+
 def json_text(values: Mapping[str, Any]) -> str:
     return json.dumps(values, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
@@ -159,7 +177,14 @@ async def publish(ctx: StepContext) -> Mapping[str, Any]:
             continue  # not at or below this object: its effective values do not include ours
         values = effective(stored.point, layers).values
         body = published_configmap(stored, ctx.obj.namespace, values)
+        name = stored.spec.publish.config_map
         try:
+            if await _foreign_configmap(kube, ctx.obj.namespace, name):
+                if stored.name == ctx.obj.name:
+                    raise PermanentError(
+                        "ConfigMapNotOwned", f"spec.publish.configMap: ConfigMap {name} exists and was not "
+                        "published by Stead; it is left as it is: choose another name, or delete it and apply again")
+                continue  # another object's publication: its own reconcile reports it
             await kube.request(
                 "PATCH", core_path("configmaps", ctx.obj.namespace, stored.spec.publish.config_map),
                 body, content_type="application/apply-patch+yaml",

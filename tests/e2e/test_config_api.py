@@ -228,7 +228,7 @@ def test_a_gitops_change_shows_in_the_api(store: Store, kubectl: Kubectl) -> Non
     ("/environments/env-1/nodes/ghost.domain.tld/resources/astute/values", "node",
      'node "ghost.domain.tld" not found'),
     ("/environments/env-1/nodes/node-9.domain.tld/resources/astute/values", "node",
-     'node "node-9.domain.tld" is not assigned to environment "env-1" (it belongs to environment "env-2")'),
+     'node "node-9.domain.tld" is not assigned to environment "env-1"'),
     ("/environments/env-1/roles/compute/nodes/node-1/resources/astute/values", "node",
      'node "node-1" does not have role "compute"'),
     ("/environments/env-1/resources/astute/values?version=7", "version",
@@ -259,7 +259,13 @@ def test_401_without_credentials_403_without_permission(store: Store) -> None:
     assert result.returncode == 1 and "valid credentials are required" in result.stderr
     status, body, _ = store.http("PUT", f"{P}/environments/env-1/resources/globals/values", token=store.reader,
                                  body={"a": 1})
+    assert status == 403 and "may not create configvalues" in body["message"]  # nothing there yet: a create
+    status, body, _ = store.http("PUT", f"{P}/environments/env-1/resources/astute/values", token=store.reader,
+                                 body={"a": 1})
     assert status == 403 and "may not update configvalues" in body["message"]
+    # A name from the URL never reaches an API-server path as more than a name (%3F was a query).
+    status, body, _ = store.http("GET", f"{P}/environments/env-1%3Fwatch%3D1", token=store.reader)
+    assert status == 404 and body["notFound"] == "environment", body
 
 
 def test_revert_to_an_earlier_version(store: Store, kubectl: Kubectl) -> None:
@@ -325,6 +331,22 @@ def test_the_operator_publishes_effective_values_into_a_configmap(store: Store, 
                               token=store.writer, body=5)
     assert status == 200
     wait_until(lambda: "deployment_id: 5" in (published() or ""), 30, "the root's change to be republished")
+
+
+def test_a_users_configmap_of_the_same_name_is_never_overwritten(store: Store, kubectl: Kubectl) -> None:
+    kubectl("create", "configmap", "users-own", "-n", store.namespace, "--from-literal=values.yaml=mine")
+    kubectl("apply", "-n", store.namespace, "-f", "-", input=json.dumps({
+        "apiVersion": "stead.dev/v1alpha1", "kind": "ConfigValues", "metadata": {"name": "takes-over"},
+        "spec": {"environment": "env-1", "resource": "astute", "level": {"node": "node-2"},
+                 "data": {"nova": {"workers": 3}}, "publish": {"configMap": "users-own", "format": "yaml"}}}))
+    kubectl("wait", "-n", store.namespace, "--timeout=60s", "--for=condition=Stalled", "cv/takes-over")
+    stalled = next(c for c in cv(kubectl, store.namespace, "takes-over")["status"]["conditions"]
+                   if c["type"] == "Stalled")
+    assert stalled["reason"] == "ConfigMapNotOwned" and "ConfigMap users-own exists" in stalled["message"]
+    mine = json.loads(kubectl("get", "configmap", "users-own", "-n", store.namespace, "-o", "json").stdout)
+    assert mine["data"] == {"values.yaml": "mine"} and not mine["metadata"].get("ownerReferences")
+    kubectl("delete", "cv", "takes-over", "-n", store.namespace)
+    assert kubectl("get", "configmap", "users-own", "-n", store.namespace, check=False).returncode == 0
 
 
 def test_bad_objects_are_refused_at_apply_time_naming_the_field(store: Store, kubectl: Kubectl) -> None:

@@ -122,3 +122,13 @@ def test_the_published_key_defaults_to_the_format_and_may_be_named() -> None:
 def test_which_values_a_change_of_an_environment_or_component_concerns() -> None:
     assert DEPENDS_ON["Environment"](SPEC, "e") and not DEPENDS_ON["Environment"](SPEC, "other")
     assert DEPENDS_ON["ConfigComponent"](SPEC, "any-component")
+
+
+def test_only_configmaps_controlled_by_a_configvalues_count_as_steads() -> None:
+    from operators.config.reconcile import stead_published
+
+    spec = ConfigValuesSpec.model_validate({**SPEC, "publish": {"configMap": "cm", "format": "json"}})
+    assert stead_published(published_configmap(StoredValues("cv", "u", "1", spec, (), {}), "ns", {"a": 1}))
+    assert not stead_published({"metadata": {"name": "cm", "labels": {"app.kubernetes.io/managed-by": "stead"}}})
+    assert not stead_published({"metadata": {"ownerReferences": [{"kind": "Deployment", "apiVersion": "apps/v1",
+                                                                    "controller": True}]}})
