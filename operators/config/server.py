@@ -11,10 +11,10 @@ server. The watches use the same credentials as the operator: `kubeconfig`, else
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
-import ssl
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +33,7 @@ from operators.runtime.certs import make_ca, make_leaf
 from operators.runtime.httpserver import HttpServer
 from operators.runtime.kube import KubeClient, load_access
 from operators.runtime.services import Services
+from operators.runtime.tls import reload_certificate, server_context, write_private
 from operators.runtime.workers import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ class ConfigApiServer:
     cache: bool = True  # False: every read goes to the API server (three requests per lookup)
     kubeconfig: Path | None = None
     workers: int = 0
+    cert_reload_seconds: float = 30.0  # how often mounted certificates are checked for a renewal
     _stack: contextlib.AsyncExitStack | None = field(default=None, init=False, repr=False)
 
     def _tls_files(self) -> tuple[Path, Path]:
@@ -68,9 +70,8 @@ class ConfigApiServer:
             self.tls_dir.mkdir(parents=True, exist_ok=True)
             ca = make_ca("stead-config-api-ca")
             leaf = make_leaf(ca, "stead-config-api", hosts=[self.listen, "localhost", "127.0.0.1"])
+            write_private(key, leaf.key_pem)
             cert.write_bytes(leaf.cert_pem)
-            key.write_bytes(leaf.key_pem)
-            key.chmod(0o600)
             (self.tls_dir / "ca.crt").write_bytes(ca.cert_pem)
         return cert, key
 
@@ -90,8 +91,11 @@ class ConfigApiServer:
     async def serve(self, kube: KubeClient, stack: contextlib.AsyncExitStack, reuse_port: bool = False) -> None:
         """Serve the API from this process until `stack` closes."""
         cert, key = self._tls_files()
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(cert, key)
+        context = server_context(cert, key)
+        if self.mounted:  # cert-manager renews them in place: serve the renewal without a restart
+            reloader = asyncio.create_task(
+                reload_certificate(context, cert, key, self.cert_reload_seconds, what="config API"))
+            stack.push_async_callback(_cancel, reloader)
         authenticators: list[Authenticator] = [TokenReviewAuthenticator(kube)]
         if self.basic_secret is not None:
             authenticators.append(BasicAuthenticator(secret_loader(kube, *self.basic_secret)))
@@ -129,3 +133,9 @@ class ConfigApiServer:
         if self._stack is not None:
             await self._stack.aclose()
             self._stack = None
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -42,7 +42,7 @@ from operators.runtime.reconciler import Reconciler
 from operators.runtime.ring import Ownership, StaticMembership
 from operators.runtime.services import Services
 from operators.runtime.store import LocalStore
-from operators.runtime.tls import reload_certificate, server_context
+from operators.runtime.tls import reload_certificate, server_context, write_private
 from operators.runtime.vault import SecretClusterCopy, Vault, load_or_create_master_key
 
 log = logging.getLogger(__name__)
@@ -293,7 +293,7 @@ async def _webhook_server(
     host = opts.register_url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
     leaf: KeyPair = make_leaf(ca, "stead-webhook", hosts=[host, "localhost"])
     (tmp / "tls.crt").write_bytes(leaf.cert_pem)
-    (tmp / "tls.key").write_bytes(leaf.key_pem)
+    write_private(tmp / "tls.key", leaf.key_pem)
     api = "/apis/admissionregistration.k8s.io/v1"
     config = validating_configuration(kinds, opts.register_url, ca.cert_pem)
     await kube.apply(f"{api}/validatingwebhookconfigurations/{WEBHOOK_CONFIGURATION}", config)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import ssl
 from pathlib import Path
 
@@ -17,11 +19,32 @@ def server_context(certfile: Path, keyfile: Path) -> ssl.SSLContext:
     return context
 
 
-async def reload_certificate(context: ssl.SSLContext, certfile: Path, keyfile: Path, every: float = 30.0) -> None:
+def write_private(path: Path, data: bytes) -> None:
+    """Write a private key: the file exists only with mode 0600 (never readable by others, not
+    even between a write and a chmod), and appears whole (written aside, then renamed)."""
+    aside = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        aside.unlink()
+    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(aside, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            aside.unlink()
+        raise
+
+
+async def reload_certificate(context: ssl.SSLContext, certfile: Path, keyfile: Path, every: float = 30.0,
+                             what: str = "webhook") -> None:
     """Load a renewed certificate into the live TLS context (cert-manager renews the mounted Secret).
 
     Without this, a renewal would leave the webhook serving an expired certificate until a
-    restart, and with `failurePolicy: Fail` every write to a Stead kind would be refused.
+    restart, and with `failurePolicy: Fail` every write to a Stead kind would be refused; the
+    configuration API would fail every client's handshake.
     """
     def stamp() -> tuple[float, float]:
         return certfile.stat().st_mtime, keyfile.stat().st_mtime
@@ -34,6 +57,6 @@ async def reload_certificate(context: ssl.SSLContext, certfile: Path, keyfile: P
             if current != seen:
                 context.load_cert_chain(certfile, keyfile)
                 seen = current
-                log.info("webhook certificate reloaded from %s", certfile)
+                log.info("%s certificate reloaded from %s", what, certfile)
         except (OSError, ssl.SSLError) as error:
-            log.warning("webhook certificate not reloaded (keeping the previous one): %s", error)
+            log.warning("%s certificate not reloaded (keeping the previous one): %s", what, error)
