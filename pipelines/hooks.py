@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from pipelines import masking
+
 RenderHook = Callable[[str, Mapping[str, str]], str]
 MaskHook = Callable[[str], str]
 SecretHook = Callable[[str], str]
 
-MASK = "********"
+MASK = masking.MASK
 SEALED_PREFIX = "sealed:"
-_MIN_MASKED = 3
-"""Shorter secrets are not masked inside other text: masking every "a" would destroy the output."""
 
 
 def no_render(text: str, variables: Mapping[str, str]) -> str:
@@ -60,33 +60,32 @@ class Hooks:
 
 
 class Masker:
-    """Masks the secrets revealed in this process, then applies the caller's mask.
-
-    Multi-line secrets (keys, certificates) are also masked line by line, because output is
-    captured and stored a line at a time.
-    """
+    """Masks the secrets revealed in this process (`pipelines.masking`: every encoding a script
+    can print), then applies the caller's mask. Values are added as steps reveal them."""
 
     def __init__(self, extra: MaskHook = no_mask) -> None:
         self._extra = extra
         self._lock = threading.Lock()
-        self._values: set[str] = set()
-        self._pattern: re.Pattern[str] | None = None
+        self._values: dict[str, None] = {}
+        self._masker = masking.Masker()
 
     def add(self, value: str) -> None:
-        parts = {value, *(line.strip() for line in value.splitlines())}
-        fresh = {p for p in parts if len(p) >= _MIN_MASKED} - self._values
-        if not fresh:
+        if value in self._values:
             return
         with self._lock:
-            self._values |= fresh
-            ordered = sorted(self._values, key=len, reverse=True)
-            self._pattern = re.compile("|".join(re.escape(v) for v in ordered))
+            self._values[value] = None
+            self._masker = masking.Masker(self._values)
 
     def __call__(self, text: str) -> str:
-        pattern = self._pattern
-        if pattern is not None and text:
-            text = pattern.sub(MASK, text)
-        return self._extra(text)
+        return self._extra(self._masker.mask(text) if text else text)
+
+    def safe_cut(self, text: str, at: int) -> int:
+        """Where to cut a long line near `at` without splitting a secret (`masking.Masker.safe_cut`)."""
+        return self._masker.safe_cut(text, at)
+
+    @property
+    def longest(self) -> int:
+        return self._masker.longest
 
 
 def new_run_key() -> bytes:

@@ -817,7 +817,8 @@ class Runner:
                         self._close(inst, running, output, "aborted", "aborted between attempts", None, {})
                         raise StepAborted(f"{inst.key}: aborted") from None
                     continue
-                self._close(inst, running, output, "failure", message, failure.exit_code, failure.details)
+                self._close(inst, running, output, "failure", message, failure.exit_code,
+                            _masked(failure.details, self.masker))
                 self._on_failure()
                 raise StepFailed(f"{inst.key}: {message}", failure.exit_code) from None
             except Exception as exc:  # an executor's or a hook's bug: a failure, not a crash
@@ -831,7 +832,7 @@ class Runner:
                 seq = self._seq
                 self._remember(inst.target, values)
             self._close(inst, running, output, "success", self.masker(result.message), result.exit_code,
-                        result.details, values=values, seq=seq)
+                        _masked(result.details, self.masker), values=values, seq=seq)
             return
 
     def _attempt(self, inst: Instance, step: Step, executor: Executor, attempt: int, output: _Output) -> StepResult:
@@ -846,6 +847,7 @@ class Runner:
             deadline=None if timeout is None else time.monotonic() + timeout, timeout=timeout,
             abort=self._abort, output=output, mask=self.masker,
             note_process=lambda pgid: self._note_process(inst, pgid), marker=f"{self.uid}/{inst.key}",
+            safe_cut=self.masker.safe_cut, mask_reach=self.masker.longest,
         )
         return executor.run(ctx)
 
@@ -874,6 +876,17 @@ class Runner:
     def _on_failure(self) -> None:
         if not self.workflow.continue_on_failure and self._worker is not None:
             self._worker.stop_requesting_work()
+
+
+def _masked(details: Any, mask: Callable[[str], str]) -> Any:
+    """A step's details (JSON-like) with every string masked: they are stored and shown too."""
+    if isinstance(details, str):
+        return mask(details)
+    if isinstance(details, Mapping):
+        return {str(k): _masked(v, mask) for k, v in details.items()}
+    if isinstance(details, list | tuple):
+        return [_masked(v, mask) for v in details]
+    return details
 
 
 def run_workflow(workflow: Workflow, run_uid: str, state_dir: Path, **options: Any) -> RunOutcome:

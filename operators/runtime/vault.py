@@ -2,7 +2,7 @@
 
 A Blueprint's credential or secret variable is stored here once and from then on only its uuid
 travels (in specs, status, workflow parameters); the value is decrypted when a step starts and
-masked (`operators.runtime.masking`) in everything stored or shown.
+masked (`pipelines.masking`) in everything stored or shown.
 
 Encryption. AES-256-GCM with a fresh random 96-bit nonce per encryption. The associated data
 bind each ciphertext to its project, its uuid and its header, so a blob copied to another
@@ -79,7 +79,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from operators.runtime.kube import ApiError
-from operators.runtime.masking import Masker
+from pipelines.masking import Masker
 from operators.runtime.ring import PROJECT_LABEL
 from operators.runtime.store import LocalStore
 

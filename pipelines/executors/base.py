@@ -71,6 +71,10 @@ class StepContext:
     """Record the process group of a local process, so a restarted run can stop a leftover."""
     marker: str = ""
     """``<uid>/<step@target>``: exported to local processes so leftovers can be recognised."""
+    safe_cut: Callable[[str, int], int] = lambda text, at: at
+    """Where to cut a too long line near `at` without splitting a secret (`masking.Masker.safe_cut`)."""
+    mask_reach: int = 0
+    """How much text past a cut `safe_cut` needs to see (the longest masked form)."""
 
     @property
     def key(self) -> str:

@@ -197,9 +197,8 @@ class LocalProcess:
                     while True:
                         cut = buf.find(b"\n")
                         if cut < 0:
-                            if len(buf) > _MAX_LINE:
-                                emit(stream, bytes(buf[:_MAX_LINE]))
-                                del buf[:_MAX_LINE]
+                            if len(buf) > _MAX_LINE + ctx.mask_reach:
+                                emit(stream, _long_line_piece(ctx, buf))
                             break
                         emit(stream, bytes(buf[:cut]))
                         del buf[: cut + 1]
@@ -225,6 +224,16 @@ class LocalProcess:
         if stop == "timeout":
             raise StepFailed(f"timed out after {ctx.timeout:g}s", exit_code=_exit_code(code))
         return _exit_code(code)
+
+
+def _long_line_piece(ctx: StepContext, buf: bytearray) -> bytes:
+    """Take the first ~64 KiB of an overlong line off `buf`, cut where no secret is split (a secret
+    straddling the cut would be in clear in both halves, each too short to be recognised)."""
+    text = bytes(buf).decode("utf-8", "surrogateescape")  # round-trips any bytes exactly
+    at = len(bytes(buf[:_MAX_LINE]).decode("utf-8", "surrogateescape"))
+    piece = text[:ctx.safe_cut(text, at) or at].encode("utf-8", "surrogateescape")
+    del buf[:len(piece)]
+    return piece
 
 
 def _exit_code(returncode: int) -> int:

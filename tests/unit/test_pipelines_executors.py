@@ -611,3 +611,24 @@ def test_http_retries_with_interval_through_the_engine(tmp_path: Path, http_serv
     (record,) = status["steps"]
     assert (record["attempts"], record["variables"], record["details"]) == (3, {"n": "3"}, {"statusCode": 200})
     assert http_server.hits["flaky"] == 3
+
+
+@pytest.mark.parametrize("offset", [1, 5, 9, 16])
+def test_a_secret_straddling_the_64k_cut_of_a_long_line_is_not_in_clear(tmp_path: Path, offset: int) -> None:
+    from pipelines.hooks import Masker
+
+    secret = "straddling-secret-0123456789"
+    masker = Masker()
+    masker.add(secret)
+    start = 64 * 1024 - offset  # the secret begins `offset` bytes before the cut
+    ctx, out = make_ctx(tmp_path, {"script": f"printf '%0{start}d{secret}%070000d\\n' 0 0"})
+    ctx.output = lambda line, stream: out(masker(line), stream)
+    ctx.safe_cut, ctx.mask_reach = masker.safe_cut, masker.longest
+    ScriptExecutor(LocalProcess()).run(ctx)
+    pieces = [line for stream, line in out.lines if stream == "stdout"]
+    assert len(pieces) >= 2
+    for piece in pieces:
+        for part in (secret[:offset], secret[offset:]):
+            assert not piece.endswith(part) or len(part) < 4
+        assert secret[4:-4] not in piece
+    assert sum(piece.count("********") for piece in pieces) == 1

@@ -1,4 +1,4 @@
-"""Masking of known secret values in any text before it is stored or shown.
+r"""Masking of known secret values in any text before it is stored or shown.
 
 Runs capture the output of scripts that received decrypted credentials; that output ends up in
 an ActionRun's status, in Events and in logs, where a secret must never appear. A `Masker` is
@@ -11,13 +11,23 @@ What is masked, per known value (the *forms* of a value):
   common, output rarely keeps it) and, for a multi-line value such as a PEM key, each of its
   stripped lines, because programs re-wrap, indent or print such values line by line;
 - its JSON-escaped forms (a value with quotes, backslashes or non-ASCII text appears escaped in
-  JSON output) and its URL-encoded forms (`quote` and `quote_plus`, upper-case escapes, as
-  Python, curl and most HTTP libraries write them: a password inside a connection URL);
+  JSON output; `\/` for `/` as PHP and some Java writers do; `\u0026`, `\u003c`, `\u003e` for
+  `&`, `<`, `>` as Go's encoder does), its URL-encoded forms (`quote` and `quote_plus`, upper- and
+  lower-case escapes: a password inside a connection URL) and its hexadecimal forms (both cases:
+  `xxd -p`, `od`, a hash tool's dump);
+- when the value is itself base64 (a key, a token), the text it decodes to (what
+  `calm_b64decode` or `base64 -d` prints);
 - its base64 forms, standard and URL-safe alphabets, at the three byte alignments: base64 of a
   value embedded in a longer payload (`Authorization: Basic base64("user:" + password)`, a
   Kubernetes Secret manifest) does not contain `b64(value)`, but it does contain the characters
   that depend only on the value's bytes; those are masked. This is what turns a base64 dump of a
   secret into stars instead of a string anyone can decode.
+
+Cuts. Output is masked a line (or a 64 KiB piece of a long line) at a time, and `base64` wraps at
+76 columns: a form can straddle the cut. Two rules cover it. A piece that ends with the start of
+a base64 form, or starts with its end (at least `MIN_FORM_LENGTH` characters of it), has that
+part masked: a wrapped encoding is masked line by line. And whoever cuts long lines asks
+`safe_cut` where to cut, which moves the cut out of any occurrence of any form.
 
 Thresholds. A value shorter than `MIN_LENGTH` (4) characters is not masked: replacing every "a",
 "on" or "123" in a run's output would make it unreadable, and the positions of the stars would
@@ -39,8 +49,10 @@ value was and how many values were adjacent.
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 import json
+import re
 from collections.abc import Iterable
 from urllib.parse import quote, quote_plus
 
@@ -69,21 +81,55 @@ def _base64_cores(data: bytes) -> set[str]:
     return cores
 
 
+_HTML_SAFE = {"&": "\\u0026", "<": "\\u003c", ">": "\\u003e"}
+_ESCAPE = re.compile(r"%[0-9A-F]{2}")
+
+
+def _json_forms(value: str) -> set[str]:
+    forms = set()
+    for ascii_only in (True, False):
+        plain = json.dumps(value, ensure_ascii=ascii_only)[1:-1]
+        html = "".join(_HTML_SAFE.get(c, c) for c in plain)
+        forms |= {plain, html, plain.replace("/", "\\/"), html.replace("/", "\\/")}
+    return forms
+
+
+def _decoded(value: str) -> str | None:
+    """The text a base64 value decodes to, if it is base64 of UTF-8 text."""
+    compact = "".join(value.split())
+    if len(compact) < MIN_LENGTH or len(compact) % 4 == 1:
+        return None
+    for decode in (base64.b64decode, base64.urlsafe_b64decode):
+        try:
+            text = decode(compact + "=" * (-len(compact) % 4)).decode("utf-8")
+        except (binascii.Error, ValueError):
+            continue
+        if text.isprintable() or text.strip().isprintable():
+            return text
+    return None
+
+
 def _forms(value: str) -> set[str]:
     """Every string whose presence in a text would disclose `value` (see the module docstring)."""
-    whole = {value, value.strip()}
-    whole.add(json.dumps(value)[1:-1])
-    whole.add(json.dumps(value, ensure_ascii=False)[1:-1])
-    whole.add(quote(value, safe=""))
-    whole.add(quote_plus(value, safe=""))
+    whole = {value, value.strip()} | _json_forms(value)
+    for encoded in (quote(value, safe=""), quote_plus(value, safe="")):
+        whole |= {encoded, _ESCAPE.sub(lambda m: m.group(0).lower(), encoded)}
     fragments: set[str] = set()
     if "\n" in value or "\r" in value:
         fragments.update(line.strip() for line in value.splitlines())
     with contextlib.suppress(UnicodeEncodeError):  # a lone surrogate: no byte form, the others stay
-        fragments.update(_base64_cores(value.encode("utf-8")))
+        raw = value.encode("utf-8")
+        whole |= {raw.hex(), raw.hex().upper()}
+        fragments.update(_base64_cores(raw))
+    decoded = _decoded(value)
+    if decoded is not None and decoded.strip() != value.strip():
+        whole |= {decoded, decoded.strip()}
     forms = {f for f in whole if len(f) >= MIN_LENGTH}
     forms.update(f for f in fragments if len(f) >= MIN_FORM_LENGTH)
     return {f for f in forms if f.strip("*")}
+
+
+_B64_EDGE = re.compile(r"[A-Za-z0-9+/_-]+")
 
 
 def _occurrences(text: str, form: str) -> Iterable[tuple[int, int]]:
@@ -101,7 +147,7 @@ class Masker:
     every line or chunk of output. `repr` never shows a value.
     """
 
-    __slots__ = ("_forms", "_ignored", "_refixpoint", "_values")
+    __slots__ = ("_encodings", "_forms", "_ignored", "_longest", "_refixpoint", "_values")
 
     def __init__(self, values: Iterable[str] = ()) -> None:
         accepted: list[str] = []
@@ -119,6 +165,10 @@ class Masker:
         # hit covers the short forms inside it, which keeps the interval list short.
         self._forms = tuple(sorted(forms, key=lambda f: (-len(f), f)))
         self._ignored = ignored
+        self._longest = max((len(f) for f in self._forms), default=0)
+        # The base64 forms, whose wrapped lines are masked at piece edges (see the docstring).
+        self._encodings = tuple(f for f in self._forms
+                                if len(f) >= MIN_FORM_LENGTH and _B64_EDGE.fullmatch(f.rstrip("=")))
         # Only a form containing the mask character can be re-created by a mask next to text.
         self._refixpoint = any("*" in f for f in self._forms)
 
@@ -152,10 +202,57 @@ class Masker:
                 return masked
             text = masked
 
+    @property
+    def longest(self) -> int:
+        """The length of the longest form: a cut needs at most this much text after it to be judged."""
+        return self._longest
+
+    def _spans(self, text: str) -> list[tuple[int, int]]:
+        spans = [span for form in self._forms for span in _occurrences(text, form)]
+        spans += self._edges(text)
+        return sorted(spans)
+
+    def _edges(self, text: str) -> list[tuple[int, int]]:
+        """Parts of base64 forms cut by the start or the end of `text` (a wrapped or cut encoding)."""
+        if not self._encodings:
+            return []
+        found: list[tuple[int, int]] = []
+        head = _B64_EDGE.match(text)
+        tail = _B64_EDGE.search(text[-self._longest:]) if text else None
+        whole = head is not None and head.end() == len(text.rstrip("=\r\n"))
+        for form in self._encodings:
+            core = form.rstrip("=")
+            if whole and head is not None and len(head.group(0)) >= MIN_FORM_LENGTH and head.group(0) in core:
+                found.append((0, len(text)))  # a whole wrapped line from the middle of a form
+                break
+            if head is not None:  # the text starts with the end of a form
+                run = head.group(0)
+                for size in range(min(len(run), len(core) - 1), MIN_FORM_LENGTH - 1, -1):
+                    if core.endswith(run[:size]):
+                        found.append((0, size))
+                        break
+            if tail is not None and tail.end() + len(text) - min(len(text), self._longest) == len(text):
+                run = tail.group(0)
+                for size in range(min(len(run), len(core) - 1), MIN_FORM_LENGTH - 1, -1):
+                    if core.startswith(run[-size:]):
+                        found.append((len(text) - size, len(text)))
+                        break
+        return found
+
+    def safe_cut(self, text: str, at: int) -> int:
+        """Where to cut `text` near `at` so that no occurrence of a form is split: `at`, or the start
+        of an occurrence that covers it (its end, when it starts the text). `text` should reach at
+        least `longest` characters past `at`."""
+        cut = at
+        for start, end in sorted(span for form in self._forms for span in _occurrences(text, form)):
+            if start < cut < end:
+                cut = start if start > 0 else end
+        return cut
+
     def _mask_once(self, text: str) -> str:
         if not self._forms or not text:
             return text
-        spans = sorted(span for form in self._forms for span in _occurrences(text, form))
+        spans = self._spans(text)
         if not spans:
             return text
         pieces: list[str] = []
