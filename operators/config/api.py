@@ -1,6 +1,6 @@
 """The configuration store's HTTP API (seed 001's ConfigDB paths, under `/api/v1/config`).
 
-`ConfigApi(repository, authenticator)` is the handler of an `operators.runtime.httpserver.HttpServer`
+`ConfigApi(repository, authenticator)` is the handler of an `operators.runtime.serving.HttpServer`
 (its `problem` the server's error answers); the operator process serves it over TLS. Routes
 (HEAD too where GET is allowed):
 
@@ -91,8 +91,8 @@ from operators.config.repository import (
 )
 from operators.environment.logic import spec_problems as environment_problems
 from operators.environment.models import EnvironmentSpec
-from operators.runtime.httpserver import Request, Response
 from operators.runtime.kinds import field_path
+from operators.runtime.serving import Request, Response
 
 log = logging.getLogger(__name__)
 

@@ -30,10 +30,10 @@ from operators.config.auth import (
 from operators.config.cache import cached_repository
 from operators.config.repository import ConfigRepository, KubeConfigRepository
 from operators.runtime.certs import make_ca, make_leaf
-from operators.runtime.httpserver import HttpServer
 from operators.runtime.kube import KubeClient, load_access
 from operators.runtime.services import Services
-from operators.runtime.tls import reload_certificate, server_context, write_private
+from operators.runtime.serving import HttpServer
+from operators.runtime.tls import on_renewal, write_private
 from operators.runtime.workers import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -88,14 +88,9 @@ class ConfigApiServer:
         log.info("config API on https://%s:%d/api/v1/config (%s)", self.listen, self.port,
                  f"{self.workers} worker processes" if self.workers else "in the operator's process")
 
-    async def serve(self, kube: KubeClient, stack: contextlib.AsyncExitStack, reuse_port: bool = False) -> None:
+    async def serve(self, kube: KubeClient, stack: contextlib.AsyncExitStack) -> None:
         """Serve the API from this process until `stack` closes."""
         cert, key = self._tls_files()
-        context = server_context(cert, key)
-        if self.mounted:  # cert-manager renews them in place: serve the renewal without a restart
-            reloader = asyncio.create_task(
-                reload_certificate(context, cert, key, self.cert_reload_seconds, what="config API"))
-            stack.push_async_callback(_cancel, reloader)
         authenticators: list[Authenticator] = [TokenReviewAuthenticator(kube)]
         if self.basic_secret is not None:
             authenticators.append(BasicAuthenticator(secret_loader(kube, *self.basic_secret)))
@@ -104,8 +99,11 @@ class ConfigApiServer:
             repository = await stack.enter_async_context(cached_repository(kube, load_access(self.kubeconfig)))
         api = ConfigApi(repository, ChainAuthenticator(*authenticators), self.default_namespace)
         server = HttpServer(api, errors=api.problem)
-        await server.start(self.listen, self.port, context, reuse_port=reuse_port)
+        await server.start(self.listen, self.port, (cert, key))
         stack.push_async_callback(server.stop)
+        if self.mounted:  # cert-manager renews them in place: serve the renewal without a restart
+            reloader = asyncio.create_task(on_renewal(cert, key, server.reload, self.cert_reload_seconds, "config API"))
+            stack.push_async_callback(_cancel, reloader)
 
     def worker_argument(self) -> str:
         """What a worker process needs to serve as this server does (paths and names, no secret)."""

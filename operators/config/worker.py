@@ -22,7 +22,7 @@ from operators.runtime.workers import serve_until_told
 
 async def serve(server: ConfigApiServer) -> None:
     async with KubeClient(load_access(server.kubeconfig)) as kube, contextlib.AsyncExitStack() as stack:
-        await server.serve(kube, stack, reuse_port=True)
+        await server.serve(kube, stack)  # several workers on one port: SO_REUSEPORT (granian)
         await serve_until_told()
 
 

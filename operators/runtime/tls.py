@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,17 @@ async def reload_certificate(context: ssl.SSLContext, certfile: Path, keyfile: P
     """Load a renewed certificate into the live TLS context (cert-manager renews the mounted Secret).
 
     Without this, a renewal would leave the webhook serving an expired certificate until a
-    restart, and with `failurePolicy: Fail` every write to a Stead kind would be refused; the
-    configuration API would fail every client's handshake.
+    restart, and with `failurePolicy: Fail` every write to a Stead kind would be refused.
+    """
+    await on_renewal(certfile, keyfile, lambda: context.load_cert_chain(certfile, keyfile), every, what)
+
+
+async def on_renewal(certfile: Path, keyfile: Path, renewed: Callable[[], None], every: float = 30.0,
+                     what: str = "webhook") -> None:
+    """Call `renewed` each time the certificate or key file changes (polled every `every` seconds).
+
+    A server that does not pick up a renewal serves an expired certificate until it restarts:
+    the webhooks would refuse every write, the configuration API fail every handshake.
     """
     def stamp() -> tuple[float, float]:
         return certfile.stat().st_mtime, keyfile.stat().st_mtime
@@ -55,7 +65,7 @@ async def reload_certificate(context: ssl.SSLContext, certfile: Path, keyfile: P
         try:
             current = stamp()
             if current != seen:
-                context.load_cert_chain(certfile, keyfile)
+                renewed()
                 seen = current
                 log.info("%s certificate reloaded from %s", what, certfile)
         except (OSError, ssl.SSLError) as error:

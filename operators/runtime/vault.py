@@ -79,9 +79,9 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from operators.runtime.kube import ApiError
-from pipelines.masking import Masker
 from operators.runtime.ring import PROJECT_LABEL
 from operators.runtime.store import LocalStore
+from pipelines.masking import Masker
 
 FORMAT_VERSION = 2
 KEY_BYTES = 32

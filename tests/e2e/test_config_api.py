@@ -22,6 +22,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from email.message import Message
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ class Store:
     reader: str
 
     def http(self, method: str, path: str, token: str | None = None, body: Any = None,
-             headers: dict[str, str] | None = None) -> tuple[int, Any, dict[str, str]]:
+             headers: dict[str, str] | None = None) -> tuple[int, Any, Message]:
         context = ssl.create_default_context(cafile=str(self.cacert))  # read now: a restart makes a new CA
         data = None if body is None else json.dumps(body).encode()
         hdrs = {"Content-Type": "application/json", **(headers or {})}
@@ -60,9 +61,10 @@ class Store:
         try:
             with urllib.request.urlopen(request, context=context, timeout=30) as response:
                 text = response.read().decode()
-                return response.status, json.loads(text) if text else None, dict(response.headers)
+                # header names case-insensitive, as HTTP's are
+                return response.status, json.loads(text) if text else None, response.headers
         except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read().decode() or "null"), dict(error.headers)
+            return error.code, json.loads(error.read().decode() or "null"), error.headers
 
     def cli(self, action: str, *argv: str, stdin: str = "", token: str | None = None
             ) -> subprocess.CompletedProcess[str]:

@@ -18,7 +18,7 @@ from operators.config.history import Version, data_hash
 from operators.config.models import ConfigComponentSpec, ConfigValuesSpec
 from operators.config.repository import Conflict, Snapshot, StoredValues, ValuesTarget
 from operators.environment.models import EnvironmentSpec
-from operators.runtime.httpserver import HttpServer
+from operators.runtime.serving import HttpServer
 
 P = "/api/v1/config"
 TOKEN = {"Authorization": "Bearer good"}
@@ -471,9 +471,9 @@ def test_head_answers_like_get_without_the_body_and_server_refusals_use_the_api_
         writer.close()
         await server.stop()
         head, _, body = answer.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 413 ") and b"Content-Type: application/json" in head
+        assert head.startswith(b"HTTP/1.1 413 ") and b"content-type: application/json" in head.lower()
         assert json.loads(body) == {"code": 413, "error": "RequestEntityTooLarge",
-                                    "message": f"the request body exceeds {1 << 20} bytes"}
+                                    "message": f"the request body is over {1 << 20} bytes"}
 
     asyncio.run(refused())
 

@@ -1,0 +1,214 @@
+"""Serving Stead's own HTTP APIs (the configuration API, and the next ones) on granian.
+
+Stead does not frame HTTP itself: granian (a maintained server, HTTP/1.1 in Rust on hyper) reads
+the request line, headers and body, and enforces what a misbehaving client could otherwise use to
+exhaust the operator's memory. It runs embedded, in the operator's own event loop (its Rust
+runtime on a thread of its own), so a handler calls the operator's services directly.
+
+Chosen by measurement (`bench/config_lookup.py`, and ../shared/notes/http-servers.md): granian
+served ~2x uvicorn's requests per second on the same two cores, and of the two it alone refused
+a 64 MiB header without buffering it (uvicorn with httptools answered 200 after holding all of it).
+
+What is bounded, and where:
+
+- request line and headers: `max_head` bytes (granian's HTTP/1 buffer; the connection is closed
+  beyond it), and they must arrive within `header_timeout` seconds (slow clients, slow-loris);
+- bodies: `max_body` bytes, checked here as they arrive (413 without reading further; at once when
+  a Content-Length announces more);
+- requests in progress: at most `concurrency` at a time (granian's backpressure; the others wait
+  in the kernel's accept queue, unread, costing no memory here);
+- pipelined requests from a client that never reads its answers: one is answered at a time per
+  connection, and writing waits for the client, so at most one answer is held per connection;
+- `Transfer-Encoding` other than exactly `chunked` is refused (400): no smuggling through
+  `identity, chunked`; trailers never become headers (ASGI has no trailers).
+
+`Request` and `Response` are what a handler sees: plain values, no framework types.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from granian.constants import HTTPModes, Interfaces, SSLProtocols
+from granian.http import HTTP1Settings
+from granian.server.embed import Server
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request as the handler sees it. Header names are lower case; a repeated header's
+    values are joined with ", " (RFC 9110, 5.3)."""
+
+    method: str
+    target: str  # path and query as sent (percent-encoded)
+    path: str  # percent-decoded
+    query: str  # as sent, without the "?"
+    headers: Mapping[str, str]
+    body: bytes = b""
+    peer: str = ""  # the client's address (rate limits are per peer)
+
+
+@dataclass(slots=True)
+class Response:
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "application/json"
+    headers: Mapping[str, str] | None = None
+
+
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+ErrorResponder = Callable[[int, str], Response]
+Send = Callable[[dict[str, Any]], Coroutine[Any, Any, None]]
+Receive = Callable[[], Coroutine[Any, Any, dict[str, Any]]]
+
+
+def plain_error(status: int, message: str) -> Response:
+    return Response(status, message.encode() + b"\n", "text/plain; charset=utf-8")
+
+
+def free_port(host: str) -> int:
+    """A port free on `host` now (granian binds by number: it cannot report a port 0 chose)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+class _TooLarge(Exception):
+    pass
+
+
+@dataclass
+class HttpServer:
+    """Serves `handler` on one address; see the module's docstring for what it guarantees."""
+
+    handler: Handler
+    errors: ErrorResponder = plain_error
+    max_head: int = 64 * 1024
+    max_body: int = 1 << 20
+    header_timeout: float = 10.0
+    concurrency: int = 256
+    _server: Server | None = field(default=None, init=False, repr=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+    _port: int = field(default=0, init=False, repr=False)
+
+    async def start(self, host: str, port: int, tls: tuple[Path, Path] | None = None,
+                    ready_within: float = 10.0) -> None:
+        """Listen on `host:port` (0: a free port), with TLS from (certificate, key) files.
+
+        Several processes may listen on the same port (granian sets SO_REUSEPORT on Linux): the
+        kernel spreads connections between them.
+        """
+        self._port = port or free_port(host)
+        self._server = Server(
+            self._asgi, address=host, port=self._port, interface=Interfaces.ASGINL, http=HTTPModes.http1,
+            websockets=False, backlog=1024, backpressure=self.concurrency, runtime_threads=1,
+            http1_settings=HTTP1Settings(header_read_timeout=int(self.header_timeout * 1000), keep_alive=True,
+                                         max_buffer_size=self.max_head, pipeline_flush=False),
+            ssl_cert=None if tls is None else tls[0], ssl_key=None if tls is None else tls[1],
+            ssl_protocol_min=SSLProtocols.tls12, log_enabled=False,
+        )
+        self._task = asyncio.create_task(self._server.serve(), name=f"http-{host}:{self._port}")
+        await self._listening(host, ready_within)
+
+    async def _listening(self, host: str, within: float) -> None:
+        deadline = time.monotonic() + within
+        while True:
+            assert self._task is not None
+            if self._task.done():
+                self._task.result()  # raises what stopped it
+                raise OSError(f"the HTTP server on {host}:{self._port} stopped while starting")
+            with contextlib.suppress(OSError):
+                _, writer = await asyncio.open_connection(host, self._port)
+                writer.close()
+                return
+            if time.monotonic() > deadline:
+                raise OSError(f"the HTTP server on {host}:{self._port} did not listen within {within:g} s")
+            await asyncio.sleep(0.01)  # a readiness poll with a deadline
+
+    @property
+    def port(self) -> int:
+        """The port listened on (also after `start(port=0)`)."""
+        assert self._server is not None, "not started"
+        return self._port
+
+    def reload(self) -> None:
+        """Start fresh workers (they read the certificate files again), then stop the old ones."""
+        if self._server is not None:
+            self._server.reload()  # type: ignore[no-untyped-call]  # granian is not typed
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Stop listening and let requests being handled finish, up to `grace` seconds."""
+        if self._server is None or self._task is None:
+            return
+        self._server.workers_kill_timeout = int(grace) or 1
+        self._server.stop()  # type: ignore[no-untyped-call]  # granian is not typed
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._server = self._task = None
+
+    # --- the ASGI side ---------------------------------------------------------------------
+
+    async def _asgi(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        headers: dict[str, str] = {}
+        for raw_name, raw_value in scope["headers"]:
+            name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        head_only = scope["method"] == "HEAD"
+        coding = headers.get("transfer-encoding")
+        if coding is not None and coding.strip().lower() != "chunked":
+            await self._answer(send, self.errors(400, f"Transfer-Encoding {coding!r} is not supported"), head_only)
+            return
+        try:
+            body = await self._body(headers, receive)
+        except _TooLarge:
+            await self._answer(send, self.errors(413, f"the request body is over {self.max_body} bytes"), head_only)
+            return
+        raw_path = scope.get("raw_path") or scope["path"].encode()
+        query = scope.get("query_string", b"").decode("latin-1")
+        target = raw_path.decode("latin-1") + (f"?{query}" if query else "")
+        client = scope.get("client")
+        request = Request(scope["method"], target, scope["path"], query, headers, body,
+                          str(client[0]) if client else "")
+        try:
+            response = await self.handler(request)
+        except Exception:
+            log.exception("%s %s failed", request.method, request.path)
+            response = self.errors(500, "internal error")
+        await self._answer(send, response, head_only)
+
+    async def _body(self, headers: Mapping[str, str], receive: Receive) -> bytes:
+        announced = headers.get("content-length", "")
+        if announced.isdigit() and int(announced) > self.max_body:
+            raise _TooLarge
+        body = bytearray()  # one buffer: a body in 2-byte chunks must not cost an object per chunk
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break  # the client went away
+            body += message.get("body", b"")
+            if len(body) > self.max_body:
+                raise _TooLarge
+            if not message.get("more_body"):
+                break
+        return bytes(body)
+
+    @staticmethod
+    async def _answer(send: Send, response: Response, head_only: bool) -> None:
+        headers = [(b"content-type", response.content_type.encode("latin-1")),
+                   (b"content-length", str(len(response.body)).encode())]
+        headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in (response.headers or {}).items()]
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        await send({"type": "http.response.body", "body": b"" if head_only else response.body})
