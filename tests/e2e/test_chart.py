@@ -668,10 +668,17 @@ def test_the_operator_identity_cannot_change_or_delete_a_users_configmap(
         kubectl("create", "rolebinding", "cm", "-n", chart_namespace, "--role=cm",
                 f"--serviceaccount={chart_namespace}:{account}")
         kubectl("create", "configmap", "users", "-n", chart_namespace, "--from-literal=k=mine")
+        # a real owner: the garbage collector deletes a ConfigMap whose owner does not exist
+        kubectl("apply", "-f", str(REPO / "crds" / "configvalues.yaml"))
+        kubectl("wait", "--for=condition=Established", "--timeout=30s", "crd/configvalues.stead.dev")
+        values = {"apiVersion": "stead.dev/v1alpha1", "kind": "ConfigValues", "metadata": {
+            "name": "cv", "namespace": chart_namespace}, "spec": {"environment": "none", "resource": "r",
+                                                                   "level": {}, "data": {}}}
+        owner = json.loads(kubectl("create", "-o", "json", "-f", "-", input=json.dumps(values)).stdout)
         owned = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
             "name": "steads", "namespace": chart_namespace, "ownerReferences": [{
                 "apiVersion": "stead.dev/v1alpha1", "kind": "ConfigValues", "name": "cv", "controller": True,
-                "uid": "00000000-0000-4000-8000-000000000001"}]}, "data": {"k": "v1"}}
+                "uid": owner["metadata"]["uid"]}]}, "data": {"k": "v1"}}
         kubectl("create", "-f", "-", input=json.dumps(owned))
 
         patch = ["patch", "configmap", "users", "--type=merge", "-p", '{"data":{"k":"stead"}}']
