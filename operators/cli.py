@@ -72,6 +72,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="namespaces (shell patterns) whose actions may run scripts on this host (Local "
                      "substrates); default: all when Stead runs on the local control plane it starts (--local "
                      "always, or auto finding no cluster), none on any other cluster")
+    run.add_argument("--script-user", default="auto", metavar="USER[:GROUP]",
+                     help="the user the scripts of trusted namespaces run as on this host, so that they cannot "
+                     "read the operator's keys, credentials or other runs' files: auto (the default) is "
+                     "65534:65534 (nobody) when the operator runs as root, its own user otherwise; 'none' keeps "
+                     "the operator's user")
     run.add_argument("--exec-in-jobs", action="store_true",
                      help="run the scripts of namespaces not trusted with --trust-local-namespaces as Jobs in "
                      "their namespace, under its service account (the runner gets a short-lived token of that "
@@ -181,6 +186,19 @@ def trusted_namespaces(explicit: Sequence[str] | None, on_local_plane: bool) -> 
     return ("*",) if on_local_plane else ()
 
 
+def script_user(given: str, euid: int) -> str | None:
+    """Who local scripts run as (None: the operator's own user). Only root can switch users."""
+    if given == "none":
+        return None
+    if given == "auto":
+        return "65534:65534" if euid == 0 else None
+    if euid != 0:
+        raise ValueError(f"--script-user {given}: the operator must run as root to run scripts as another user")
+    from pipelines.executors import ScriptUser
+
+    return str(ScriptUser.parse(given))
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from operators.runtime.kopfwiring import OperatorOptions, WebhookOptions, run_operator
 
@@ -212,6 +230,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"local control plane at {info.server}; export KUBECONFIG={info.kubeconfig}", file=sys.stderr)
     if kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(kubeconfig)  # Kopf's login reads it too
+    try:
+        run_scripts_as = script_user(args.script_user, os.geteuid())
+    except ValueError as error:
+        print(f"stead run: {error}", file=sys.stderr)
+        return 2
+    trusted = trusted_namespaces(args.trust_local_namespaces, on_local_plane)
+    if trusted and run_scripts_as is None:
+        logging.getLogger("stead").warning(
+            "scripts of trusted namespaces (%s) run as the operator's own user and can read its files; run the "
+            "operator as root (scripts then run as an unprivileged user) or use --exec-in-jobs", ", ".join(trusted))
     webhook = None
     if args.webhook == "local":
         webhook = WebhookOptions(listen=args.webhook_listen, port=args.webhook_port,
@@ -230,7 +258,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         health_listen=args.health_listen,
         health_port=args.health_port,
         settings={
-            "trusted_local_namespaces": trusted_namespaces(args.trust_local_namespaces, on_local_plane),
+            "trusted_local_namespaces": trusted,
+            "script_user": run_scripts_as,
             **({"pipelines_state": args.pipelines_state} if args.pipelines_state else {}),
             "exec_in_jobs": args.exec_in_jobs,
             "job_image": args.job_image,

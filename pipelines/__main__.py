@@ -18,6 +18,7 @@ import argparse
 import base64
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -30,7 +31,7 @@ import yaml
 from pydantic import ValidationError
 
 from pipelines.control import read_output, read_progress, read_status, request_abort
-from pipelines.executors import KubernetesJob, LocalProcess, ScriptBackend, default_executors
+from pipelines.executors import KubernetesJob, LocalProcess, ScriptBackend, ScriptUser, default_executors
 from pipelines.hooks import Hooks, SealedSecrets, load_hooks
 from pipelines.kubeapi import KubeApi, load_kube_api
 from pipelines.model import Instance, Workflow
@@ -74,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--hooks", help="MODULE:ATTR of a pipelines.hooks.Hooks (or a factory of one)")
     run.add_argument("--secret-key-stdin", action="store_true", help="read the run key for sealed secrets")
     run.add_argument("--exec-backend", choices=("local", "job"), default="local")
+    run.add_argument("--script-user", metavar="USER[:GROUP]",
+                     help="run local scripts as this unprivileged user (the runner must be root); "
+                     "default: the runner's own user")
     run.add_argument("--kube-api", help="MODULE:FACTORY of a pipelines.kubeapi.KubeApi")
     run.add_argument("--job-namespace", help="namespace of exec Jobs (exec-backend job)")
     run.add_argument("--job-service-account", default="default")
@@ -114,7 +118,18 @@ def _command_run(args: argparse.Namespace) -> int:
         key = base64.b64decode(sys.stdin.readline().strip())
         hooks = Hooks(render=hooks.render, mask=hooks.mask, secret=SealedSecrets(key, fallback=hooks.secret))
     kube: KubeApi | None = load_kube_api(args.kube_api) if args.kube_api else None
-    backend: ScriptBackend = LocalProcess()
+    local = LocalProcess()
+    if args.script_user:
+        try:
+            user = ScriptUser.parse(args.script_user)
+        except ValueError as exc:
+            print(f"--script-user: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if os.geteuid() != 0:
+            print("--script-user needs the runner to run as root (it switches to that user)", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        local = LocalProcess(user=user)
+    backend: ScriptBackend = local
     if args.exec_backend == "job":
         if kube is None or not args.job_namespace:
             print("--exec-backend job needs --kube-api and --job-namespace", file=sys.stderr)
@@ -137,6 +152,8 @@ def _command_run(args: argparse.Namespace) -> int:
     except AlreadyRunning as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_ALREADY_RUNNING
+    finally:
+        local.close()
     return outcome.exit_code
 
 

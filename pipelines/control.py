@@ -63,7 +63,7 @@ def runner_command(
     hooks: str | None = None, kube_api: str | None = None, exec_backend: str = "local",
     job_namespace: str | None = None, job_service_account: str | None = None, job_image: str | None = None,
     secret_key_stdin: bool = False, python: str = sys.executable, extra: Sequence[str] = (),
-    http_allow: Sequence[str] = (),
+    http_allow: Sequence[str] = (), script_user: str | None = None,
 ) -> list[str]:
     """The argv of ``python -m pipelines run`` for this run."""
     argv = [
@@ -79,7 +79,7 @@ def runner_command(
     if exec_backend != "local":
         argv += ["--exec-backend", exec_backend]
     for flag, value in (("--job-namespace", job_namespace), ("--job-service-account", job_service_account),
-                        ("--job-image", job_image)):
+                        ("--job-image", job_image), ("--script-user", script_user)):
         if value:
             argv += [flag, value]
     for network in http_allow:

@@ -45,11 +45,15 @@ class KubeApi(Protocol):
     def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool:
         """Delete with background propagation; False when it did not exist."""
 
+    def events(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+        """The core/v1 Events about one object (field selector on ``involvedObject``); `KubeApiError`
+        (403) when the credential may not list events."""
+
     def list(self, api_version: str, kind: str, namespace: str | None, label_selector: str) -> list[dict[str, Any]]:
         """Objects matching a label selector."""
 
-    def logs(self, namespace: str, pod: str) -> str:
-        """A pod's (first container's) log."""
+    def logs(self, namespace: str, pod: str, limit_bytes: int | None = None) -> str:
+        """A pod's (first container's) log; at most `limit_bytes` of it when given (``limitBytes``)."""
 
 
 def load_kube_api(spec: str) -> KubeApi:
@@ -159,6 +163,12 @@ class RestKubeApi:
             raise
         return True
 
+    def events(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+        selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+        path = f"/api/v1/namespaces/{_seg(namespace)}/events?" + urllib.parse.urlencode({"fieldSelector": selector})
+        items = self._json("GET", path).get("items") or []
+        return [{"apiVersion": "v1", "kind": "Event", **item} for item in items]
+
     def list(self, api_version: str, kind: str, namespace: str | None, label_selector: str) -> list[dict[str, Any]]:
         path = self._path(api_version, kind, namespace, None)
         if label_selector:
@@ -166,8 +176,10 @@ class RestKubeApi:
         items = self._json("GET", path).get("items") or []
         return [{"apiVersion": api_version, "kind": kind, **item} for item in items]
 
-    def logs(self, namespace: str, pod: str) -> str:
+    def logs(self, namespace: str, pod: str, limit_bytes: int | None = None) -> str:
         path = f"/api/v1/namespaces/{_seg(namespace)}/pods/{_seg(pod)}/log"
+        if limit_bytes is not None:
+            path += "?" + urllib.parse.urlencode({"limitBytes": max(1, int(limit_bytes))})
         try:
             return self._request("GET", path).decode("utf-8", errors="replace")
         except KubeApiError as error:

@@ -445,6 +445,8 @@ async def _start(run: _Run, paths: Any, in_jobs: bool) -> Any:
                    "job_service_account": str(settings.get("job_service_account") or "default"),
                    "job_image": str(settings.get("job_image") or "python:3.11-slim")}
         env = {CREDENTIALS_ENV: str(paths.run_dir / RUNNER_CREDENTIALS)}
+    else:
+        command = {"script_user": run.ctx.services.settings.get("script_user")}
     http_allow = tuple(run.ctx.services.settings.get("http_allow") or ())
     return await start_run(paths, secret_key=key, hooks=HOOKS, extra=["--events", "none"],
                            stderr=asyncio.subprocess.DEVNULL, env=env, http_allow=http_allow, **command)

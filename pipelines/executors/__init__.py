@@ -21,12 +21,19 @@ from pipelines.executors.delay import DelayExecutor, NoopExecutor
 from pipelines.executors.egress import EgressPolicy
 from pipelines.executors.http_request import HttpExecutor
 from pipelines.executors.kube import KubernetesExecutor
-from pipelines.executors.script import KubernetesJob, LocalProcess, ScriptBackend, ScriptExecutor, SetVarExecutor
+from pipelines.executors.script import (
+    KubernetesJob,
+    LocalProcess,
+    ScriptBackend,
+    ScriptExecutor,
+    ScriptUser,
+    SetVarExecutor,
+)
 from pipelines.kubeapi import KubeApi
 
 __all__ = [
-    "Executor", "KubernetesJob", "LocalProcess", "ParameterError", "ScriptBackend", "StepAborted", "StepContext",
-    "StepFailed", "StepResult", "default_executors",
+    "Executor", "KubernetesJob", "LocalProcess", "ParameterError", "ScriptBackend", "ScriptUser", "StepAborted",
+    "StepContext", "StepFailed", "StepResult", "default_executors",
 ]
 
 

@@ -19,17 +19,22 @@ secrets a rendered script may hold): the interpreter reads it from a pipe (``/de
 from __future__ import annotations
 
 import contextlib
+import grp
 import hashlib
 import os
+import pwd
 import re
 import selectors
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from pipelines.executors.base import (
@@ -40,7 +45,7 @@ from pipelines.executors.base import (
     StepResult,
     parameter,
 )
-from pipelines.kubeapi import KubeApi
+from pipelines.kubeapi import KubeApi, KubeApiError
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SETVAR_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*=(.*)$")
@@ -123,6 +128,47 @@ INTERPRETERS: dict[str, list[str]] = {
 }
 
 
+@dataclass(frozen=True)
+class ScriptUser:
+    """The unprivileged user local scripts run as, when the runner is root.
+
+    A script running with the runner's own user could read whatever the runner can: the operator's
+    keys and kubeconfig, other runs' credentials, the runner's environment and memory through
+    /proc. Running it as another user (its own supplementary groups cleared) leaves it only what
+    that user may read; its working directory is a fresh one it owns, outside the runner's state.
+    """
+
+    uid: int
+    gid: int
+
+    @classmethod
+    def parse(cls, text: str) -> ScriptUser:
+        """``NAME``, ``UID``, ``NAME:GROUP`` or ``UID:GID``; the group defaults to the user's own."""
+        name, _, group = text.partition(":")
+        try:
+            entry = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+            uid, default_gid = entry.pw_uid, entry.pw_gid
+        except KeyError:
+            if not name.isdigit():
+                raise ValueError(f"no user {name!r} on this host") from None
+            uid = default_gid = int(name)  # a bare uid need not have a passwd entry (as in images)
+        if not group:
+            gid = default_gid
+        elif group.isdigit():
+            gid = int(group)
+        else:
+            try:
+                gid = grp.getgrnam(group).gr_gid
+            except KeyError:
+                raise ValueError(f"no group {group!r} on this host") from None
+        if uid == 0 or gid == 0:
+            raise ValueError("scripts must not run as root (uid or gid 0)")
+        return cls(uid, gid)
+
+    def __str__(self) -> str:
+        return f"{self.uid}:{self.gid}"
+
+
 class LocalProcess:
     """Runs scripts as child processes of the runner, each in its own session and process group.
 
@@ -132,29 +178,40 @@ class LocalProcess:
     When a step ends, however it ends, nothing it started outlives it: its process group is
     killed, and so is every process that still carries the step's marker in its environment
     (a daemon that called setsid() left the group, not the environment it inherited).
+
+    With a `user`, scripts run as that user (see `ScriptUser`), each attempt in a fresh working
+    directory of its own under a private root (mode 0711: enterable, not listable), removed when
+    the attempt ends.
     """
 
-    def __init__(self, kill_grace: float = 3.0, path: str | None = None) -> None:
+    def __init__(self, kill_grace: float = 3.0, path: str | None = None, user: ScriptUser | None = None) -> None:
         self.kill_grace = kill_grace
         self.path = path or os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+        self.user = user
+        self._homes: Path | None = None
 
     def execute(
         self, ctx: StepContext, interpreter: str, script: str, env: dict[str, str], on_line: LineSink
     ) -> int:
         ctx.check()
-        ctx.workdir.mkdir(parents=True, exist_ok=True)
-        full_env = {"PATH": self.path, "LANG": "C.UTF-8", "HOME": str(ctx.workdir), "STEAD_MARKER": ctx.marker}
+        workdir = self._workdir(ctx)
+        full_env = {"PATH": self.path, "LANG": "C.UTF-8", "HOME": str(workdir), "STEAD_MARKER": ctx.marker}
         full_env.update(env)
         read_fd, write_fd = os.pipe()
+        as_user: dict[str, Any] = {}
+        if self.user is not None:
+            os.fchown(read_fd, self.user.uid, self.user.gid)  # the script opens it by /dev/fd: it must be its own
+            as_user = {"user": self.user.uid, "group": self.user.gid, "extra_groups": []}
         try:
             proc = subprocess.Popen(
                 [*INTERPRETERS[interpreter], f"/dev/fd/{read_fd}"],
-                cwd=ctx.workdir, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, pass_fds=(read_fd,), start_new_session=True, close_fds=True,
+                cwd=workdir, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, pass_fds=(read_fd,), start_new_session=True, close_fds=True, **as_user,
             )
         except OSError as exc:
             os.close(read_fd)
             os.close(write_fd)
+            self._drop(workdir)
             raise StepFailed(f"cannot start {interpreter}: {exc}") from exc
         os.close(read_fd)
         ctx.note_process(proc.pid)
@@ -167,6 +224,28 @@ class LocalProcess:
             if ctx.marker:
                 kill_marked(ctx.marker)
             feeder.join(timeout=1.0)
+            self._drop(workdir)
+
+    def _workdir(self, ctx: StepContext) -> Path:
+        if self.user is None:
+            ctx.workdir.mkdir(parents=True, exist_ok=True)
+            return ctx.workdir
+        if self._homes is None:
+            self._homes = Path(tempfile.mkdtemp(prefix="stead-scripts-"))
+            self._homes.chmod(0o711)
+        workdir = Path(tempfile.mkdtemp(prefix="step-", dir=self._homes))
+        os.chown(workdir, self.user.uid, self.user.gid)
+        return workdir
+
+    def _drop(self, workdir: Path) -> None:
+        if self.user is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def close(self) -> None:
+        """Remove the private root of the scripts' working directories (with a `user`)."""
+        if self._homes is not None:
+            shutil.rmtree(self._homes, ignore_errors=True)
+            self._homes = None
 
     def _watch(self, ctx: StepContext, proc: subprocess.Popen[bytes], on_line: LineSink) -> int:
         assert proc.stdout is not None and proc.stderr is not None
@@ -316,18 +395,53 @@ class KubernetesJob:
     can list Jobs reads), owned by the Job so Kubernetes collects both. The Job name is derived
     from the run, the instance and the attempt: a restarted runner finds the Job of the attempt it
     was waiting for and waits again instead of starting the script a second time.
+
+    The pod passes the Pod Security "restricted" profile: a non-root user, group and fsGroup
+    (`run_as_user`, 65532 by default), the RuntimeDefault seccomp profile, no privilege escalation,
+    every capability dropped, a read-only root filesystem with size-limited emptyDirs at /work (the
+    working directory and ``HOME``) and /tmp, and requests and limits of cpu, memory and ephemeral
+    storage (`requests`, `limits`; a namespace's ResourceQuota may demand them). No service-account
+    token is mounted (`automount_token`): the runner talks to the API server, the script does not.
+
+    A Job whose pods cannot be created (refused by Pod Security admission, a ResourceQuota, a
+    missing service account...) never fails by itself: the Job controller records FailedCreate
+    Events on it and retries forever. So once the Job has had no pod for `failed_create_grace`
+    seconds, its FailedCreate Events fail the step with Kubernetes' message and the Job is deleted;
+    when the runner may not read Events (they need ``list`` on ``events``), the step fails after
+    `no_pod_timeout` seconds without a pod, saying so. The pod's log is read with ``limitBytes``
+    (`log_limit_bytes`); a log that was cut is said to be on stderr.
     """
+
+    DEFAULT_REQUESTS: Mapping[str, str] = {"cpu": "50m", "memory": "64Mi", "ephemeral-storage": "64Mi"}
+    DEFAULT_LIMITS: Mapping[str, str] = {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "1Gi"}
 
     def __init__(
         self, api: KubeApi, namespace: str, service_account: str = "default",
-        image: str = "python:3.11-slim", poll_interval: float = 1.0, ttl_seconds: int = 3600,
+        image: str = "python:3.11-slim", poll_interval: float = 1.0, ttl_seconds: int = 3600, *,
+        run_as_user: int = 65532, requests: Mapping[str, str] | None = None,
+        limits: Mapping[str, str] | None = None, work_size_limit: str = "1Gi", tmp_size_limit: str = "256Mi",
+        automount_token: bool = False, failed_create_grace: float = 20.0, no_pod_timeout: float = 60.0,
+        log_limit_bytes: int = 1024 * 1024,
     ) -> None:
+        if run_as_user <= 0:
+            raise ValueError("run_as_user must be a non-root id (> 0): the restricted profile refuses root")
+        if log_limit_bytes <= 0:
+            raise ValueError("log_limit_bytes must be positive")
         self.api = api
         self.namespace = namespace
         self.service_account = service_account
         self.image = image
         self.poll_interval = poll_interval
         self.ttl_seconds = ttl_seconds
+        self.run_as_user = run_as_user
+        self.requests = dict(self.DEFAULT_REQUESTS if requests is None else requests)
+        self.limits = dict(self.DEFAULT_LIMITS if limits is None else limits)
+        self.work_size_limit = work_size_limit
+        self.tmp_size_limit = tmp_size_limit
+        self.automount_token = automount_token
+        self.failed_create_grace = failed_create_grace
+        self.no_pod_timeout = max(no_pod_timeout, failed_create_grace)
+        self.log_limit_bytes = log_limit_bytes
 
     def job_name(self, ctx: StepContext) -> str:
         digest = hashlib.sha256(f"{ctx.run_uid}/{ctx.key}/{ctx.attempt}".encode()).hexdigest()[:24]
@@ -361,24 +475,42 @@ class KubernetesJob:
                     "spec": {
                         "restartPolicy": "Never",
                         "serviceAccountName": self.service_account,
+                        "automountServiceAccountToken": self.automount_token,
+                        "securityContext": {
+                            "runAsNonRoot": True,
+                            "runAsUser": self.run_as_user,
+                            "runAsGroup": self.run_as_user,
+                            "fsGroup": self.run_as_user,
+                            "seccompProfile": {"type": "RuntimeDefault"},
+                        },
                         "containers": [{
                             "name": "step",
                             "image": self.image,
                             "command": [command, "/stead/script"],
                             "workingDir": "/work",
                             "env": [
-                                {"name": k, "valueFrom": {"secretKeyRef": {"name": name, "key": f"env-{k}"}}}
-                                for k in env
+                                *([] if "HOME" in env else [{"name": "HOME", "value": "/work"}]),
+                                *({"name": k, "valueFrom": {"secretKeyRef": {"name": name, "key": f"env-{k}"}}}
+                                  for k in env),
                             ],
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "capabilities": {"drop": ["ALL"]},
+                                "readOnlyRootFilesystem": True,
+                                "runAsNonRoot": True,
+                            },
+                            "resources": {"requests": dict(self.requests), "limits": dict(self.limits)},
                             "volumeMounts": [
                                 {"name": "script", "mountPath": "/stead", "readOnly": True},
                                 {"name": "work", "mountPath": "/work"},
+                                {"name": "tmp", "mountPath": "/tmp"},
                             ],
                         }],
                         "volumes": [
                             {"name": "script", "secret": {"secretName": name, "defaultMode": 0o555,
                                                           "items": [{"key": "script", "path": "script"}]}},
-                            {"name": "work", "emptyDir": {}},
+                            {"name": "work", "emptyDir": {"sizeLimit": self.work_size_limit}},
+                            {"name": "tmp", "emptyDir": {"sizeLimit": self.tmp_size_limit}},
                         ],
                     },
                 },
@@ -402,6 +534,7 @@ class KubernetesJob:
             self.api.create(secret)
         else:
             ctx.output(f"waiting again for Job {self.namespace}/{name} of this attempt", "stderr")
+        no_pod_since: float | None = None
         while True:
             current = self.api.get("batch/v1", "Job", self.namespace, name)
             if current is None:
@@ -415,6 +548,13 @@ class KubernetesJob:
             if ctx.timed_out():
                 self.api.delete("batch/v1", "Job", self.namespace, name)
                 raise StepFailed(f"timed out after {ctx.timeout:g}s (Job {name} deleted)")
+            if _job_has_pods(current):
+                no_pod_since = None
+            else:
+                now = time.monotonic()
+                no_pod_since = now if no_pod_since is None else no_pod_since
+                if now - no_pod_since >= self.failed_create_grace:
+                    self._fail_if_pods_cannot_be_created(current, now - no_pod_since)
             ctx.abort.wait(self.poll_interval)
         code = 0 if outcome == "Complete" else 1
         if outcome == "Failed":  # why Kubernetes gave up (BackoffLimitExceeded, DeadlineExceeded, ...)
@@ -425,9 +565,45 @@ class KubernetesJob:
         if pods:
             pod = max(pods, key=lambda p: str(p.get("metadata", {}).get("creationTimestamp", "")))
             code = _container_exit_code(pod, default=code)
-            for line in self.api.logs(self.namespace, pod["metadata"]["name"]).splitlines():
+            pod_name = pod["metadata"]["name"]
+            # one byte more than kept: a log longer than the limit is then known to have been cut
+            text = self.api.logs(self.namespace, pod_name, limit_bytes=self.log_limit_bytes + 1)
+            raw = text.encode("utf-8", errors="replace")
+            cut = len(raw) > self.log_limit_bytes
+            if cut:
+                text = raw[: self.log_limit_bytes].decode("utf-8", errors="ignore")
+            for line in text.splitlines():
                 on_line(ctx.output(line, "stdout"), "stdout")
+            if cut:
+                ctx.output(f"the log of pod {pod_name} was cut: only its first {self.log_limit_bytes} bytes "
+                           "were read", "stderr")
         return code
+
+    def _fail_if_pods_cannot_be_created(self, job: Mapping[str, Any], waited: float) -> None:
+        """Raise `StepFailed` (deleting the Job) when the Job's FailedCreate Events say why it has no
+        pod, or when it has had none for `no_pod_timeout` seconds and its Events cannot be read."""
+
+        meta = job.get("metadata") or {}
+        name, uid = str(meta.get("name", "")), meta.get("uid")
+        try:
+            events = self.api.events(self.namespace, "Job", name)
+        except KubeApiError as error:
+            if waited < self.no_pod_timeout:
+                return
+            reason = (f"Job {name}: no pod was created in {waited:.0f}s and the runner cannot read the Job's "
+                      f"events to tell why ({_clip(str(error), 300)}; it needs get and list on events)")
+        else:
+            refused = [e for e in events if e.get("reason") == "FailedCreate"
+                       and (e.get("involvedObject") or {}).get("uid") in (None, "", uid)]
+            if not refused:
+                return
+            message = str(max(refused, key=_event_time).get("message") or "").removeprefix("Error creating: ")
+            reason = f"Job {name}: pods cannot be created: FailedCreate: {_clip(message, 1000)}"
+        try:
+            self.api.delete("batch/v1", "Job", self.namespace, name)
+        except KubeApiError as error:
+            raise StepFailed(f"{reason} (deleting the Job failed: {_clip(str(error), 300)})") from None
+        raise StepFailed(f"{reason} (Job deleted)")
 
 
 def _job_outcome(job: Mapping[str, Any]) -> str | None:
@@ -448,3 +624,22 @@ def _container_exit_code(pod: Mapping[str, Any], default: int) -> int:
         if terminated and "exitCode" in terminated:
             return int(terminated["exitCode"])
     return default
+
+
+def _job_has_pods(job: Mapping[str, Any]) -> bool:
+    """Whether the Job controller reports any pod of the Job (running, pending, ended or ending)."""
+    status = job.get("status") or {}
+    if any(status.get(key) for key in ("active", "ready", "succeeded", "failed", "terminating")):
+        return True
+    uncounted = status.get("uncountedTerminatedPods") or {}
+    return bool(uncounted.get("succeeded") or uncounted.get("failed"))
+
+
+def _event_time(event: Mapping[str, Any]) -> str:
+    series = event.get("series") or {}
+    return str(series.get("lastObservedTime") or event.get("lastTimestamp") or event.get("eventTime")
+               or event.get("firstTimestamp") or (event.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from operators.runtime.kube import USER_AGENT
@@ -186,11 +190,45 @@ def test_app_user_actions_setvar_lock_abort_and_failure(
     assert stalled["Stalled"]["status"] == "True" and "boom" in stalled["Stalled"]["message"]
 
 
+def test_app_scripts_run_as_an_unprivileged_user_out_of_reach_of_the_operator(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str
+) -> None:
+    """The session's operator runs as root: a trusted namespace's scripts run as 65534, and what the
+    operator holds (its API key, the cluster's admin kubeconfig, its environment) is not theirs to read."""
+    assert operator.process is not None
+    launch_small(kubectl, namespace)
+    held = [operator.store.parent / "config-api" / "tls.key", operator.cluster.kubeconfig,
+            Path(f"/proc/{operator.process.pid}/environ")]
+    assert all(path.exists() for path in held)
+    probe = "id -u\n" + "".join(f"cat {path} >/dev/null 2>&1 && echo READ {path} || echo refused\n" for path in held)
+    body = blueprint("small", namespace, small_spec())
+    body["spec"]["actions"].append({"name": "probe", "tasks": [{"name": "probe", "type": "exec", "script": probe}]})
+    apply(kubectl, body)
+    wait_until(lambda: get(kubectl, "blueprint", "small", namespace)["status"].get("observedGeneration") == 2, 20,
+               "generation 2 compiled", interval=0.2)
+    apply(kubectl, app("probed", namespace, "small", inputs={"who": "stead"}))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "40s", "app/probed")
+    apply(kubectl, action_run("probe-1", namespace, "probed", "probe"))
+    status = run_state(kubectl, namespace, "probe-1", "Succeeded", "Failed")
+    assert status["state"] == "Succeeded", status
+    (task,) = [t for t in status["runLog"] if t["task"] == "probe"]
+    assert task["replicas"][0]["output"].split() == ["65534", "refused", "refused", "refused"]
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory the scripts' unprivileged user can write (pytest's tmp_path is root's own, 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="stead-e2e-"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def test_app_killed_runner_resumes_without_repeating_finished_steps(
-    operator: OperatorProcess, kubectl: Kubectl, namespace: str, tmp_path: Path
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str, shared_dir: Path
 ) -> None:
     launch_small(kubectl, namespace)
-    log = tmp_path / "staged.log"
+    log = shared_dir / "staged.log"
     body = blueprint("small", namespace, small_spec())
     staged = next(a for a in body["spec"]["actions"] if a["name"] == "staged")
     for task in staged["tasks"]:

@@ -37,6 +37,7 @@ RUNNER_ROLE = {
                                                                    "patch"]},
         {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["get", "create", "delete", "patch"]},
         {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list"]},
     ],
 }
 
@@ -203,6 +204,83 @@ def test_a_failed_job_fails_the_step(runner: Runner, kubectl: Kubectl, namespace
     assert step["state"] == "failure"
     assert "exited with code 1" in step["message"]
     assert "failed: BackoffLimitExceeded" in read_output(run_paths(runner.state, uid), "hello")  # Kubernetes' reason
+
+
+def job_pods(kubectl: Kubectl, namespace: str, job: str) -> list[dict[str, Any]]:
+    out = kubectl("get", "pods", "-n", namespace, "-l", f"job-name={job}", "-o", "json")
+    items: list[dict[str, Any]] = json.loads(out.stdout)["items"]
+    return items
+
+
+@pytest.mark.timeout(120)
+def test_the_job_pod_is_admitted_where_pod_security_is_restricted(
+    runner: Runner, kubectl: Kubectl, namespace: str
+) -> None:
+    kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/enforce-version=latest")
+    # the admission is really on here: an ordinary pod is refused
+    plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain"},
+             "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}
+    refused = kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(plain), check=False)
+    assert refused.returncode != 0 and 'violates PodSecurity "restricted:latest"' in refused.stderr, refused.stderr
+    uid, proc = runner.start(exec_workflow("x"), "--exec-backend", "job", "--job-namespace", namespace)
+    try:
+        job = wait_until(lambda: first_job(kubectl, namespace), 20, "the step's Job")
+        name = job["metadata"]["name"]
+        (pod,) = wait_until(lambda: job_pods(kubectl, namespace, name), 30, "the Job's pod, admitted")
+        spec = pod["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] == 65532
+        assert spec["automountServiceAccountToken"] is False
+        assert not any(v["name"].startswith("kube-api-access") for v in spec["volumes"]), "a token is mounted"
+        container = spec["containers"][0]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert set(container["resources"]["limits"]) == {"cpu", "memory", "ephemeral-storage"}
+        assert proc.poll() is None, "the step must wait for the Job"
+        write_job_status(kubectl, namespace, name, "Complete")
+        code, err = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0, err
+    assert runner.status(uid)["phase"] == "Succeeded"
+
+
+@pytest.mark.timeout(120)
+def test_a_job_whose_pod_is_refused_fails_the_step_with_the_reason_within_a_minute(
+    runner: Runner, kubectl: Kubectl, namespace: str
+) -> None:
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods"},
+             "spec": {"hard": {"pods": "0"}}}
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(quota))
+
+    def counted() -> bool:  # the quota controller's first pass: the refusal then names the quota
+        out = kubectl("get", "resourcequota", "no-pods", "-n", namespace, "-o", "jsonpath={.status.hard.pods}")
+        return out.stdout.strip() == "0"
+
+    wait_until(counted, 30, "the quota controller to count pods")
+    workflow = exec_workflow("x")
+    workflow["steps"][0]["timeoutSeconds"] = 600  # a timeout is not what must end this step
+    uid, proc = runner.start(workflow, "--exec-backend", "job", "--job-namespace", namespace)
+    try:
+        job = wait_until(lambda: first_job(kubectl, namespace), 20, "the step's Job")
+        seen = time.monotonic()
+        name = job["metadata"]["name"]
+        code, err = finish(proc, 60)
+        elapsed = time.monotonic() - seen
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 1, err
+    (step,) = runner.status(uid)["steps"]
+    print(f"Job {name}: created to step failure in {elapsed:.1f}s: {step['message']}")
+    assert elapsed < 60
+    assert step["state"] == "failure"
+    assert f"Job {name}: pods cannot be created: FailedCreate: pods " in step["message"], step["message"]
+    assert "exceeded quota: no-pods" in step["message"], step["message"]
+    assert step["message"].endswith("(Job deleted)"), step["message"]
+    assert not job_pods(kubectl, namespace, name)
+    wait_until(lambda: kubectl("get", "job", name, "-n", namespace, check=False).returncode != 0, 20,
+               "the Job to be deleted")
 
 
 def test_the_runner_cannot_act_beyond_the_namespace(runner: Runner, kubectl: Kubectl, namespace: str) -> None:

@@ -404,6 +404,11 @@ class FakeKube:
         self.job_exit = job_exit
         self.calls: list[str] = []
         self.deleting: set[tuple[str, str | None, str]] = set()
+        self.log_text = "line one\nsecret-free line two\n"
+        self.log_limits: list[int | None] = []
+        self.refusal: str | None = None  # the message of FailedCreate events on every Job, if any
+        self.events_error: KubeApiError | None = None
+        self.event_reads = 0
 
     @staticmethod
     def _key(kind: str, namespace: str | None, name: str) -> tuple[str, str | None, str]:
@@ -470,8 +475,32 @@ class FakeKube:
         return [copy.deepcopy(o) for (k, ns, _), o in self.objects.items()
                 if k == kind and ns == namespace and o["metadata"].get("labels", {}).get(name) == value]
 
-    def logs(self, namespace: str, pod: str) -> str:
-        return "line one\nsecret-free line two\n"
+    def logs(self, namespace: str, pod: str, limit_bytes: int | None = None) -> str:
+        self.log_limits.append(limit_bytes)
+        raw = self.log_text.encode()
+        return (raw if limit_bytes is None else raw[:limit_bytes]).decode(errors="replace")
+
+    def events(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+        """What the Job controller records when it cannot create a Job's pod (and a stale event of an
+        earlier object of the same name, which must not count)."""
+        self.event_reads += 1
+        if self.events_error is not None:
+            raise self.events_error
+        obj = self.objects.get(self._key(kind, namespace, name))
+        if obj is None or self.refusal is None:
+            return []
+        involved = {"kind": kind, "namespace": namespace, "name": name}
+        return [
+            {"reason": "FailedCreate", "type": "Warning", "lastTimestamp": "2026-01-01T00:00:09Z",
+             "message": "Error creating: stale", "involvedObject": {**involved, "uid": "an-older-job"}},
+            {"reason": "SuccessfulCreate", "type": "Normal", "lastTimestamp": "2026-01-01T00:00:01Z",
+             "message": "Created pod: x", "involvedObject": {**involved, "uid": obj["metadata"]["uid"]}},
+            {"reason": "FailedCreate", "type": "Warning", "lastTimestamp": "2026-01-01T00:00:02Z",
+             "message": "Error creating: first", "involvedObject": {**involved, "uid": obj["metadata"]["uid"]}},
+            {"reason": "FailedCreate", "type": "Warning", "lastTimestamp": "2026-01-01T00:00:05Z",
+             "message": f"Error creating: {self.refusal}",
+             "involvedObject": {**involved, "uid": obj["metadata"]["uid"]}},
+        ]
 
 
 DEPLOYMENT = """
@@ -592,6 +621,117 @@ def test_job_abort_deletes_the_job(tmp_path: Path) -> None:
     with pytest.raises(StepAborted):
         ScriptExecutor(backend).run(ctx)
     assert kube.calls[-1] == "delete Job"
+
+
+def test_the_job_pod_is_restricted_and_bounded(tmp_path: Path) -> None:
+    """Pod Security "restricted", no service-account token, requests and limits, size-limited scratch space."""
+    backend = KubernetesJob(FakeKube(), "team-a", run_as_user=1234, requests={"cpu": "10m"},
+                            limits={"cpu": "2", "memory": "1Gi", "ephemeral-storage": "2Gi"}, work_size_limit="3Gi")
+    ctx, _ = make_ctx(tmp_path, {"script": "true"})
+    job, _ = backend.manifests(ctx, "sh", "true", {"A": "1"})
+    pod = job["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1234, "runAsGroup": 1234, "fsGroup": 1234,
+                                      "seccompProfile": {"type": "RuntimeDefault"}}
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                            "readOnlyRootFilesystem": True, "runAsNonRoot": True}
+    assert container["resources"] == {"requests": {"cpu": "10m"},
+                                      "limits": {"cpu": "2", "memory": "1Gi", "ephemeral-storage": "2Gi"}}
+    # writable: /work (the working directory and HOME) and /tmp, both emptyDirs with a size limit
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts["/work"]]["emptyDir"] == {"sizeLimit": "3Gi"}
+    assert volumes[mounts["/tmp"]]["emptyDir"] == {"sizeLimit": "256Mi"}
+    assert {"name": "HOME", "value": "/work"} in container["env"]
+    assert [v for v in pod["volumes"] if set(v) - {"name", "emptyDir", "secret"}] == []
+
+    # the defaults
+    job, _ = KubernetesJob(FakeKube(), "team-a").manifests(ctx, "sh", "true", {"HOME": "/elsewhere"})
+    pod = job["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsUser"] == pod["securityContext"]["fsGroup"] == 65532
+    assert pod["containers"][0]["resources"] == {
+        "requests": {"cpu": "50m", "memory": "64Mi", "ephemeral-storage": "64Mi"},
+        "limits": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "1Gi"}}
+    assert [e["name"] for e in pod["containers"][0]["env"]] == ["HOME"]  # the step's own HOME, from the Secret
+    assert "valueFrom" in pod["containers"][0]["env"][0]
+    assert all(v["emptyDir"].get("sizeLimit") for v in pod["volumes"] if "emptyDir" in v)
+    with pytest.raises(ValueError, match="non-root"):
+        KubernetesJob(FakeKube(), "team-a", run_as_user=0)
+
+
+def test_a_job_whose_pods_cannot_be_created_fails_the_step_with_the_reason(tmp_path: Path) -> None:
+    kube = FakeKube(ready_after=10**6)  # no controller ever reports a pod
+    kube.refusal = ('pods "stead-step-1-abcde" is forbidden: violates PodSecurity "restricted:latest": '
+                    'runAsNonRoot != true')
+    backend = KubernetesJob(kube, "team-a", poll_interval=0.01, failed_create_grace=0.3)
+    ctx, _ = make_ctx(tmp_path, {"script": "echo hi", "env": {"TOKEN": "tok-7f3a"}}, timeout=30)
+    started = time.monotonic()
+    with pytest.raises(StepFailed) as info:
+        ScriptExecutor(backend).run(ctx)
+    elapsed = time.monotonic() - started
+    name = backend.job_name(ctx)
+    assert str(info.value) == (
+        f'Job {name}: pods cannot be created: FailedCreate: pods "stead-step-1-abcde" is forbidden: '
+        'violates PodSecurity "restricted:latest": runAsNonRoot != true (Job deleted)')
+    assert 0.3 <= elapsed < 10, elapsed  # the grace, then at once: not the step's 30 s timeout
+    assert kube.calls[-1] == "delete Job" and ("Job", "team-a", name) in kube.deleting
+    assert "tok-7f3a" not in str(info.value)
+
+
+def test_failed_create_events_do_not_fail_a_job_that_has_its_pod(tmp_path: Path) -> None:
+    """A transient FailedCreate (the quota freed a moment later): once the pod exists, the Job's own outcome counts."""
+    kube = FakeKube(ready_after=10**6)
+    kube.refusal = "exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1"
+    backend = KubernetesJob(kube, "team-a", poll_interval=0.01, failed_create_grace=0.0, no_pod_timeout=0.0)
+    ctx, _ = make_ctx(tmp_path, {"script": "echo hi"}, timeout=30)
+    name = backend.job_name(ctx)
+    job, _ = backend.manifests(ctx, "sh", "echo hi", {})
+    kube.create(job)
+    kube.objects[("Job", "team-a", name)]["status"] = {"active": 1}
+    threading.Timer(0.3, lambda: kube.objects[("Job", "team-a", name)].update(
+        status={"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})).start()
+    assert ScriptExecutor(backend).run(ctx).exit_code == 0
+    assert "delete Job" not in kube.calls and kube.event_reads == 0
+
+
+def test_unreadable_events_fail_the_step_after_the_bound_saying_why(tmp_path: Path) -> None:
+    kube = FakeKube(ready_after=10**6)
+    kube.refusal = "exceeded quota"
+    kube.events_error = KubeApiError(403, 'events is forbidden: User "system:serviceaccount:team-a:default" '
+                                          'cannot list resource "events" in API group "" in the namespace "team-a"')
+    backend = KubernetesJob(kube, "team-a", poll_interval=0.01, failed_create_grace=0.1, no_pod_timeout=0.6)
+    ctx, _ = make_ctx(tmp_path, {"script": "echo hi", "env": {"TOKEN": "tok-7f3a"}}, timeout=30)
+    started = time.monotonic()
+    with pytest.raises(StepFailed) as info:
+        ScriptExecutor(backend).run(ctx)
+    elapsed = time.monotonic() - started
+    message = str(info.value)
+    assert 0.6 <= elapsed < 10, elapsed
+    assert f"Job {backend.job_name(ctx)}: no pod was created in " in message
+    assert "the runner cannot read the Job's events" in message and "403" in message
+    assert message.endswith("(Job deleted)") and kube.calls[-1] == "delete Job"
+    assert kube.event_reads > 1  # tried again until the bound (rights may have been granted meanwhile)
+    assert "tok-7f3a" not in message
+
+
+def test_job_logs_are_read_with_a_limit_and_a_cut_is_said(tmp_path: Path) -> None:
+    kube = FakeKube(ready_after=2)
+    kube.log_text = "first line\n" + "x" * 100 + "\n"
+    backend = KubernetesJob(kube, "team-a", poll_interval=0.01, log_limit_bytes=20)
+    ctx, out = make_ctx(tmp_path, {"script": "echo hi"}, timeout=30)
+    ScriptExecutor(backend).run(ctx)
+    assert kube.log_limits == [21]  # one byte more than kept: a longer log is known to be cut
+    assert out.text("stdout") == "first line\n" + "x" * 9
+    assert "was cut: only its first 20 bytes were read" in out.text("stderr")
+
+    kube = FakeKube(ready_after=2)
+    kube.log_text = "x" * 20 + "\n"  # exactly the limit: whole, nothing to say
+    backend = KubernetesJob(kube, "team-a", poll_interval=0.01, log_limit_bytes=21)
+    ctx, out = make_ctx(tmp_path, {"script": "echo hi"}, timeout=30)
+    ScriptExecutor(backend).run(ctx)
+    assert out.text("stdout") == "x" * 20 and out.text("stderr") == ""
+    assert KubernetesJob(FakeKube(), "team-a").log_limit_bytes == 1024 * 1024
 
 
 def test_http_retries_with_interval_through_the_engine(tmp_path: Path, http_server: Server) -> None:

@@ -56,7 +56,13 @@ class FakeApi(BaseHTTPRequestHandler):
         if path in DISCOVERY:
             return self._answer(200, DISCOVERY[path])
         if path.endswith("/log"):
+            if "limitBytes" in query:
+                return self._answer(200, "abc", "text/plain")
             return self._answer(400, {"kind": "Status", "message": "container is waiting"})
+        if path.endswith("/events"):
+            if "/namespaces/locked/" in path:
+                return self._answer(403, {"kind": "Status", "message": "events is forbidden"})
+            return self._answer(200, {"items": [{"reason": "FailedCreate", "message": "m"}]})
         if self.command == "GET" and path.endswith("/configmaps"):
             return self._answer(200, {"items": [{"metadata": {"name": "a"}}]})
         if self.command == "POST":
@@ -114,6 +120,16 @@ def test_verbs_and_paths(fake: tuple[str, type[FakeApi]]) -> None:
                                                           "metadata": {"name": "a"}}]
     assert "labelSelector=a%3Db" in handler.calls[-1]["query"]
     assert api.logs("ns", "p") == ""
+    assert api.logs("ns", "p", limit_bytes=1024) == "abc"
+    assert handler.calls[-1]["path"] == "/api/v1/namespaces/ns/pods/p/log"
+    assert handler.calls[-1]["query"] == "limitBytes=1024"
+    assert api.events("ns", "Job", "j") == [{"apiVersion": "v1", "kind": "Event", "reason": "FailedCreate",
+                                             "message": "m"}]
+    assert handler.calls[-1]["path"] == "/api/v1/namespaces/ns/events"
+    assert handler.calls[-1]["query"] == "fieldSelector=involvedObject.kind%3DJob%2CinvolvedObject.name%3Dj"
+    with pytest.raises(KubeApiError) as info:
+        api.events("locked", "Job", "j")
+    assert info.value.status == 403
     assert {c["auth"] for c in handler.calls} == {"Bearer t0"}
     # discovery once per group/version, and only for served kinds
     assert [c["path"] for c in handler.calls if c["path"] in DISCOVERY] == ["/api/v1", "/apis/batch/v1"]
