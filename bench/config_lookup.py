@@ -17,7 +17,7 @@ the server):
   P-256), on the same event loop as the operator (uvloop when installed). Nothing served by this
   stack on this machine can answer faster.
 - ``uvicorn``: the contender not chosen, uvicorn with httptools and uvloop, serving the same
-  constant answer through the same ASGI adapter's shape (an ASGI app), same TLS.
+  constant answer as a bare ASGI app, same TLS.
 - ``operator``: the configuration API of the real `stead run --config-api-workers N`
   (TokenReview + SubjectAccessReview with their short cache, reads from the watch-fed cache,
   effective values cached per snapshot).

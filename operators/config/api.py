@@ -270,12 +270,13 @@ class _Derived:
 
     A repository serving from memory returns the same snapshot until something changes, so a
     Hiera backend asking the same lookups again (every Puppet run, every node) costs dictionary
-    hits: `answers` holds encoded lookup answers by request target (path and query).
+    hits: `answers` holds encoded lookup answers by (decoded path, query as sent): a tuple, since a
+    decoded path may hold a `?` that would make path and query ambiguous in one string.
     """
 
     effective: dict[tuple[str, Point], Effective] = field(default_factory=dict)
     resolved: dict[tuple[Any, ...], tuple[Point, ResourceDefinition]] = field(default_factory=dict)
-    answers: dict[str, bytes] = field(default_factory=dict)
+    answers: dict[tuple[str, str], bytes] = field(default_factory=dict)
 
 
 DERIVED_LIMIT = 10_000
@@ -568,7 +569,7 @@ class ConfigApi:
         namespace = self._namespace(call)
         read = await self._snapshot(call, "get", namespace)
         derived = self._derived.get(read) if read is not None else None
-        answer = derived.answers.get(call.request.target) if derived is not None else None
+        answer = derived.answers.get((call.request.path, call.request.query)) if derived is not None else None
         if answer is not None:  # this very lookup (path and query), answered before from this snapshot
             return Response(200, answer)
         path = _values_path(call)
@@ -580,7 +581,7 @@ class ConfigApi:
         if lookup:  # a Hiera lookup: the same bytes again for as long as the snapshot is the same object
             result = self._effective_at(snapshot, path.resource, point)
             answer = _dumps(result.values if key is None else self._key(result.values, key))
-            _remember(self._derived_from(snapshot).answers, call.request.target, answer)
+            _remember(self._derived_from(snapshot).answers, (call.request.path, call.request.query), answer)
             return Response(200, answer)
         stored = snapshot.find(path.resource, path.kind, point)
         headers: dict[str, str] = {}

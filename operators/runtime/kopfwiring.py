@@ -34,6 +34,7 @@ from operators.runtime.admission import (
 )
 from operators.runtime.certs import KeyPair, make_ca, make_leaf
 from operators.runtime.crdgen import crd_for
+from operators.runtime.eventloop import freeze_startup_objects
 from operators.runtime.events import EventRecorder
 from operators.runtime.kinds import FINALIZER, AdmissionRequest, Kind, Refusal
 from operators.runtime.kube import ApiError, KubeClient, bearer_token, load_access, load_configuration
@@ -129,6 +130,7 @@ async def run_operator(
         stack.push_async_callback(recorder.drain)  # runs before the poster is cancelled
         ready = asyncio.Event()
         _background(stack, _become_ready(ready, health, options.webhook))
+        freeze_startup_objects()
         await kopf.operator(
             registry=registry,
             settings=settings,

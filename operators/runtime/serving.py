@@ -3,16 +3,18 @@
 Stead does not frame HTTP itself: granian (a maintained server, HTTP/1.1 in Rust on hyper) reads
 the request line, headers and body, and enforces what a misbehaving client could otherwise use to
 exhaust the operator's memory. It runs embedded, in the operator's own event loop (its Rust
-runtime on a thread of its own), so a handler calls the operator's services directly.
+runtime on a thread of its own), so a handler calls the operator's services directly, through
+granian's own interface (RSGI; see `_rsgi` for why not ASGI).
 
-Chosen by measurement (`bench/config_lookup.py`, and ../shared/notes/http-servers.md): granian
-served ~2x uvicorn's requests per second on the same two cores, and of the two it alone refused
-a 64 MiB header without buffering it (uvicorn with httptools answered 200 after holding all of it).
+Chosen by measurement (`bench/config_lookup.py` runs both): granian served 1.65x uvicorn's
+requests per second with bare handlers on the same two cores, and of the two it alone refused a
+64 MiB header early (431 after reading under 1 MiB; uvicorn with httptools read all of it, grew
+65 MiB and answered 200).
 
 What is bounded, and where:
 
-- request line and headers: `max_head` bytes (granian's HTTP/1 buffer; the connection is closed
-  beyond it), and they must arrive within `header_timeout` seconds (slow clients, slow-loris);
+- request line and headers: `max_head` bytes (granian's HTTP/1 buffer; 431 and the connection
+  closed beyond it), and they must arrive within `header_timeout` seconds (slow clients, slow-loris);
 - bodies: `max_body` bytes, checked here as they arrive (413 without reading further; at once when
   a Content-Length announces more);
 - requests in progress: at most `concurrency` at a time (granian's backpressure; the others wait
@@ -20,7 +22,7 @@ What is bounded, and where:
 - pipelined requests from a client that never reads its answers: one is answered at a time per
   connection, and writing waits for the client, so at most one answer is held per connection;
 - `Transfer-Encoding` other than exactly `chunked` is refused (400): no smuggling through
-  `identity, chunked`; trailers never become headers (ASGI has no trailers).
+  `identity, chunked`; trailers never become headers (granian hands them to no one).
 
 `Request` and `Response` are what a handler sees: plain values, no framework types.
 """
@@ -50,7 +52,6 @@ class Request:
     values are joined with ", " (RFC 9110, 5.3)."""
 
     method: str
-    target: str  # path and query as sent (percent-encoded)
     path: str  # percent-decoded
     query: str  # as sent, without the "?"
     headers: Mapping[str, str]
@@ -68,8 +69,6 @@ class Response:
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 ErrorResponder = Callable[[int, str], Response]
-Send = Callable[[dict[str, Any]], Coroutine[Any, Any, None]]
-Receive = Callable[[], Coroutine[Any, Any, dict[str, Any]]]
 
 
 def plain_error(status: int, message: str) -> Response:
@@ -111,7 +110,7 @@ class HttpServer:
         """
         self._port = port or free_port(host)
         self._server = Server(
-            self._asgi, address=host, port=self._port, interface=Interfaces.ASGINL, http=HTTPModes.http1,
+            self._rsgi, address=host, port=self._port, interface=Interfaces.RSGI, http=HTTPModes.http1,
             websockets=False, backlog=1024, backpressure=self.concurrency, runtime_threads=1,
             http1_settings=HTTP1Settings(header_read_timeout=int(self.header_timeout * 1000), keep_alive=True,
                                          max_buffer_size=self.max_head, pipeline_flush=False),
@@ -157,58 +156,54 @@ class HttpServer:
             await self._task
         self._server = self._task = None
 
-    # --- the ASGI side ---------------------------------------------------------------------
+    # --- granian's native interface (RSGI) -----------------------------------------------------
 
-    async def _asgi(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+    async def _rsgi(self, scope: Any, protocol: Any) -> None:
+        """One request: granian's scope and protocol in, one answer out (`response_bytes`, which
+        sets Content-Length and leaves the body out for HEAD).
+
+        RSGI, not ASGI: an answer is one call instead of two awaited messages, and a request
+        without a body is not asked for one; on this machine that is ~35% more requests per second
+        per core (bench/config_lookup.py). RSGI gives the path decoded only, which is what routing
+        needs.
+        """
+        if scope.proto != "http":
             return
         headers: dict[str, str] = {}
-        for raw_name, raw_value in scope["headers"]:
-            name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+        for name, value in scope.headers.items():  # names arrive in lower case
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        head_only = scope["method"] == "HEAD"
         coding = headers.get("transfer-encoding")
         if coding is not None and coding.strip().lower() != "chunked":
-            await self._answer(send, self.errors(400, f"Transfer-Encoding {coding!r} is not supported"), head_only)
+            self._answer(protocol, self.errors(400, f"Transfer-Encoding {coding!r} is not supported"))
             return
         try:
-            body = await self._body(headers, receive)
+            body = await self._body(headers, coding, protocol)
         except _TooLarge:
-            await self._answer(send, self.errors(413, f"the request body is over {self.max_body} bytes"), head_only)
+            self._answer(protocol, self.errors(413, f"the request body is over {self.max_body} bytes"))
             return
-        raw_path = scope.get("raw_path") or scope["path"].encode()
-        query = scope.get("query_string", b"").decode("latin-1")
-        target = raw_path.decode("latin-1") + (f"?{query}" if query else "")
-        client = scope.get("client")
-        request = Request(scope["method"], target, scope["path"], query, headers, body,
-                          str(client[0]) if client else "")
+        query = scope.query_string
+        request = Request(scope.method, scope.path, query, headers, body, scope.client.rpartition(":")[0].strip("[]"))
         try:
             response = await self.handler(request)
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
             response = self.errors(500, "internal error")
-        await self._answer(send, response, head_only)
+        self._answer(protocol, response)
 
-    async def _body(self, headers: Mapping[str, str], receive: Receive) -> bytes:
+    async def _body(self, headers: Mapping[str, str], coding: str | None, protocol: Any) -> bytes:
         announced = headers.get("content-length", "")
+        if coding is None and announced in ("", "0"):
+            return b""  # nothing to read: asking granian for it costs a round trip per request
         if announced.isdigit() and int(announced) > self.max_body:
             raise _TooLarge
         body = bytearray()  # one buffer: a body in 2-byte chunks must not cost an object per chunk
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break  # the client went away
-            body += message.get("body", b"")
+        async for chunk in protocol:
+            body += chunk
             if len(body) > self.max_body:
                 raise _TooLarge
-            if not message.get("more_body"):
-                break
         return bytes(body)
 
     @staticmethod
-    async def _answer(send: Send, response: Response, head_only: bool) -> None:
-        headers = [(b"content-type", response.content_type.encode("latin-1")),
-                   (b"content-length", str(len(response.body)).encode())]
-        headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in (response.headers or {}).items()]
-        await send({"type": "http.response.start", "status": response.status, "headers": headers})
-        await send({"type": "http.response.body", "body": b"" if head_only else response.body})
+    def _answer(protocol: Any, response: Response) -> None:
+        headers = [("content-type", response.content_type), *(response.headers or {}).items()]
+        protocol.response_bytes(response.status, headers, response.body)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from aiohttp import ClientSession
+from yarl import URL
 
 from operators.config.api import ConfigApi, parse_values_path
 from operators.config.auth import Access, BasicAuthenticator, ChainAuthenticator, Identity, static_credentials
@@ -435,6 +436,23 @@ def test_lookups_against_an_unchanged_snapshot_merge_once_and_answer_again_until
         await client.put(f"{NODE1}/astute/values", params={"key": "deployment_id"}, json=5, headers=TOKEN)
         got = await client.get(f"{NODE1}/astute/values?effective&key=deployment_id", headers=TOKEN)
         assert await got.json() == 5 and len(merges) == 2
+
+    run(scenario, repo)
+
+
+def test_a_path_holding_an_escaped_question_mark_is_not_answered_from_another_lookups_cache() -> None:
+    """Answers are cached by (decoded path, query): joined into one string, this path would be the
+    lookup before it and get its answer."""
+    repo = KeepingRepository()
+    repo.components, repo.environments = make_repo().components, make_repo().environments
+
+    async def scenario(client: ClientSession, repo: FakeRepository) -> None:
+        await client.put(f"{NODE1}/astute/values", json={"deployment_id": 1}, headers=TOKEN)
+        got = await client.get(f"{NODE1}/astute/values?effective&key=deployment_id", headers=TOKEN)
+        assert got.status == 200 and await got.json() == 1
+        twin = await client.get(URL(f"{NODE1}/astute/values%3Feffective&key=deployment_id", encoded=True),
+                                headers=TOKEN)
+        assert twin.status == 404, await twin.text()
 
     run(scenario, repo)
 
