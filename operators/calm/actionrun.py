@@ -1,16 +1,15 @@
-"""The ActionRun kind (seed 000): one run of an action on an App, and the supervisor of its runner.
+"""The ActionRun kind: one run of an action on an App (docs/calm.md).
 
 Pipeline: Init (the app and the action exist) -> Pending (take the app's lock) -> Running
-(announced: build the workflow, start `python -m pipelines run`, follow it) -> Provisioned.
-A run that fails or is aborted stops in Running, Stalled, with the failing task and the reason in
-status; `status.state` is the run's own phase (Pending, Running, Succeeded, Failed, Aborted).
+(announced: build the workflow and run it) -> Provisioned. A run that fails or is aborted stops
+in Running, Stalled, with the failing task and the reason in status; `status.state` is the run's
+own phase (Pending, Running, Succeeded, Failed, Aborted).
 
-Following a run costs the API server little: the supervisor reads the runner's `status.json` and
-run store (local files), and writes the ActionRun's status at most once a second, only when what a
-user sees changed (progress, the run log tree). It reads the ActionRun once a second for `abort`.
-Everything a run needs to survive an operator restart is on disk (the workflow, the run store):
-a restarted operator finds the run in Running, follows a runner still alive, or starts the runner
-again, which skips the steps that finished. A killed runner is restarted the same way.
+Running the workflow is the runtime's shared run supervision (`operators.runtime.runs`): this
+module says what the run is (the action's workflow, the blueprint's secrets) and what the
+ActionRun shows of it (progress and the run log tree, at most one status write a second, only
+when they changed); it aborts the run when `spec.abort` is set or the app's lock expires, and at
+the end records the outcome in the App (its entities, state and failure) and releases the lock.
 """
 
 from __future__ import annotations
@@ -18,12 +17,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import fnmatch
 import functools
 import hashlib
 import json
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -33,7 +30,6 @@ from pydantic import Field
 from operators.calm import workflow as wf
 from operators.calm.app import (
     APP_LABEL,
-    FINAL_RUN_STATES,
     active_lock,
     carry,
     delete_run_name,
@@ -45,30 +41,29 @@ from operators.calm.blueprint import secret_owner
 from operators.calm.compiler import compile_blueprint
 from operators.calm.models import BlueprintSpec, CompiledAction, CompiledState, SecretSource
 from operators.runtime.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
-from operators.runtime.kube import ApiError, core_path, custom_path, load_configuration
+from operators.runtime.kube import ApiError, core_path, custom_path
 from operators.runtime.pipeline import PermanentError, Pipeline, StepContext, TemporaryError
 from operators.runtime.ring import PROJECT_LABEL
-from operators.runtime.vault import VaultError
-from pipelines.control import (
-    is_running,
-    prepare_run,
-    read_progress,
-    read_status,
-    request_abort,
-    run_paths,
-    start_run,
+from operators.runtime.runs import (
+    FINAL_RUN_STATES,
+    Abort,
+    Followed,
+    RunRequest,
+    UntrustedNamespace,
+    follow_run,
+    paths_for,
+    read_conclusion,
+    write_conclusion,
 )
-from pipelines.hooks import new_run_key, seal
-from pipelines.kubeapi import CREDENTIALS_ENV, KubeApiError, RestKubeApi, write_credentials
-from pipelines.model import Workflow
+from operators.runtime.vault import VaultError
+from pipelines.control import read_progress
+from pipelines.kubeapi import KubeApiError, RestKubeApi
+from pipelines.paths import RunPaths
 
 log = logging.getLogger(__name__)
 
 RunState = Literal["Pending", "Running", "Succeeded", "Failed", "Aborted"]
 HOOKS = "operators.calm.runhooks:hooks"
-MAX_RUNNER_STARTS = 5
-PATCH_INTERVAL = 1.0
-POLL_INTERVAL = 0.25
 TRANSITIONAL = {"create": "provisioning", "start": "starting", "stop": "stopping", "restart": "restarting",
                 "delete": "deleting"}
 AFTER = {"create": "running", "start": "running", "stop": "stopped", "restart": "running", "delete": "deleted"}
@@ -227,10 +222,6 @@ async def take_lock(ctx: StepContext) -> Mapping[str, Any]:
     return {"state": "Running", "startTime": started}
 
 
-def _trusted(namespace: str, patterns: Sequence[str]) -> bool:
-    return any(fnmatch.fnmatchcase(namespace, p) for p in patterns)
-
-
 async def _secret_value(
     ctx: StepContext, blueprint: str, source: SecretSource, as_namespace: Path | None = None
 ) -> str:
@@ -298,19 +289,37 @@ class _Run:
         self.built = wf.build_workflow(snapshot["spec"], self.actions, self.action, self.info, self.place)
 
 
-def state_dir(ctx: StepContext) -> Path:
-    settings = ctx.services.settings
-    explicit = settings.get("pipelines_state")
-    if explicit:
-        return Path(explicit)
-    store = Path(settings.get("store_path") or "store")
-    return store.with_name(store.name + "-runs")
+class _Observer:
+    """What an ActionRun shows of its run: progress and the run log tree; it aborts the run when
+    `spec.abort` is set or the app's lock (taken for the run) expires."""
+
+    def __init__(self, ctx: StepContext, run: _Run) -> None:
+        self.ctx, self.run = ctx, run
+        self.lock = ((run.app.get("status") or {}).get("lock")) or {}
+
+    async def abort(self) -> Abort | None:
+        with contextlib.suppress(ApiError):
+            current = await self.ctx.services.kube.request(
+                "GET", custom_path("actionruns", self.ctx.obj.namespace, self.ctx.obj.name))
+            if (current.get("spec") or {}).get("abort"):
+                return Abort()
+        if self.lock and lock_expired(self.lock):
+            return Abort(f"the app's lock expired after {self.lock.get('ttlSeconds')}s")
+        return None
+
+    def progress_patch(self, status: Mapping[str, Any], progress: Mapping[str, Any]) -> Mapping[str, Any]:
+        done = progress.get("progress") or {}
+        return {"progress": done, "progressText": f"{done.get('done', 0)}/{done.get('total', 0)}",
+                "runLog": wf.run_log(status, self.run.built.data["steps"])}
+
+    async def write(self, patch: Mapping[str, Any]) -> None:
+        await self.ctx.services.kube.patch_status("actionruns", self.ctx.obj.namespace, self.ctx.obj.name, patch)
 
 
 async def supervise(ctx: StepContext) -> Mapping[str, Any]:
     """Running -> Provisioned: run the action's workflow to its end and record it in both objects."""
     facts = {**carry(ctx.obj.status), **ctx.facts}
-    paths = run_paths(state_dir(ctx), ctx.obj.uid)
+    paths = paths_for(ctx)
     concluded = read_conclusion(paths)
     if concluded is not None:  # whatever the body says (an event queued during the run is stale)
         return _finished_again(ctx, {**facts, **concluded})
@@ -325,20 +334,17 @@ async def supervise(ctx: StepContext) -> Mapping[str, Any]:
         run = _Run(ctx, app)
     except wf.WorkflowError as error:
         return await _fail_early(ctx, facts, "InvalidAction", str(error))
-    settings = ctx.services.settings
-    trusted = settings.get("trusted_local_namespaces") or ()
-    in_jobs = False
-    if run.built.scripts_on_runner and not _trusted(ctx.obj.namespace, trusted):
-        if not settings.get("exec_in_jobs"):
-            where = ", ".join(run.built.scripts_on_runner)
-            return await _fail_early(
-                ctx, facts, "UntrustedNamespace",
-                f"namespace {ctx.obj.namespace} is not trusted to run scripts on the operator's host (Local "
-                f"substrates or the runner: {where}); the operator allows it with --trust-local-namespaces, "
-                "or runs them as Jobs in the namespace with --exec-in-jobs",
-            )
-        in_jobs = True
-    return await _follow(ctx, run, paths, facts, in_jobs)
+    blueprint = run.info.blueprint_name
+    request = RunRequest(
+        paths, run.built.data, hooks=HOOKS, scripts_on_runner=tuple(run.built.scripts_on_runner),
+        secrets={name: functools.partial(_secret_value, ctx, blueprint, source)
+                 for name, source in run.built.secrets.items()})
+    try:
+        followed = await follow_run(ctx, request, _Observer(ctx, run), starts=int(facts.get("runnerStarts") or 0),
+                                    writes=int(facts.get("statusWrites") or 0))
+    except UntrustedNamespace as error:
+        return await _fail_early(ctx, facts, "UntrustedNamespace", str(error))
+    return await _conclude(ctx, run, paths, facts, followed)
 
 
 def _finished_again(ctx: StepContext, facts: dict[str, Any]) -> Mapping[str, Any]:
@@ -348,26 +354,6 @@ def _finished_again(ctx: StepContext, facts: dict[str, Any]) -> Mapping[str, Any
         task = facts.get("failedTask")
         raise PermanentError("Run" + str(facts.get("state")), f"{task}: {reason}" if task else reason, facts=facts)
     return facts
-
-
-CONCLUSION = "stead-conclusion.json"
-"""Written in the run's directory once the run's outcome reached the App: supervising it again
-(after an operator restart, or for an event that waited behind the run) repeats nothing."""
-
-
-def read_conclusion(paths: Any) -> dict[str, Any] | None:
-    try:
-        data = json.loads((paths.run_dir / CONCLUSION).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def write_conclusion(paths: Any, result: Mapping[str, Any]) -> None:
-    paths.run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = paths.run_dir / (CONCLUSION + ".tmp")
-    tmp.write_text(json.dumps(dict(result)))
-    tmp.replace(paths.run_dir / CONCLUSION)
 
 
 async def _fail_early(ctx: StepContext, facts: dict[str, Any], reason: str, message: str) -> Mapping[str, Any]:
@@ -391,133 +377,9 @@ async def _release(ctx: StepContext, spec: ActionRunSpec, fields: Mapping[str, A
         await patch_app(ctx, spec.app, patch)
 
 
-RUNNER_CREDENTIALS = "kube-credentials.json"
-"""The runner's credentials (0600, in the run's directory): a token of the namespace's service account."""
-TOKEN_SECONDS = 3600
-
-
-@functools.cache
-def _api_server() -> tuple[str, str | None]:
-    """The API server's URL and CA (PEM) as the operator reaches it: the runner uses the same ones."""
-    cfg = load_configuration(None)  # $KUBECONFIG (set by `stead run`) or the in-cluster service account
-    ca = Path(cfg.ssl_ca_cert).read_text() if cfg.ssl_ca_cert else None
-    return str(cfg.host).rstrip("/"), ca
-
-
-async def runner_credentials(ctx: StepContext, paths: Any) -> float:
-    """Mint a short-lived token of the namespace's service account (TokenRequest) for the runner.
-
-    Written to a 0600 file in the run's directory, whose path alone reaches the runner's (otherwise
-    scrubbed) environment; the runner reads the file again when it changes. Returns when to refresh it.
-    """
-    namespace = ctx.obj.namespace
-    account = str(ctx.services.settings.get("job_service_account") or "default")
-    seconds = int(ctx.services.settings.get("runner_token_seconds") or TOKEN_SECONDS)
-    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-            "spec": {"expirationSeconds": seconds}}
-    try:
-        answer = await ctx.services.kube.request(
-            "POST", core_path("serviceaccounts", namespace, account) + "/token", body)
-    except ApiError as error:
-        raise TemporaryError(
-            "RunnerCredentials", f"cannot get a token of service account {namespace}/{account}: {error.message}",
-            delay=10) from None
-    server, ca = await asyncio.to_thread(_api_server)
-    write_credentials(paths.run_dir / RUNNER_CREDENTIALS, server, str(answer["status"]["token"]), ca)
-    return time.monotonic() + seconds / 2
-
-
-async def _start(run: _Run, paths: Any, in_jobs: bool) -> Any:
-    """Seal the secrets for this runner, write the workflow and start the runner (it skips what finished)."""
-    key = new_run_key()
-    sealed = {}
-    as_namespace = paths.run_dir / RUNNER_CREDENTIALS if in_jobs else None
-    for name, source in run.built.secrets.items():
-        sealed[name] = seal(await _secret_value(run.ctx, run.info.blueprint_name, source, as_namespace), key, name)
-    workflow = Workflow.model_validate({**run.built.data, "secrets": sealed})
-    prepare_run(paths.state_dir, paths.uid, workflow)
-    command: dict[str, Any] = {}
-    env: dict[str, str] = {}
-    if in_jobs:
-        settings = run.ctx.services.settings
-        command = {"kube_api": "pipelines.kubeapi:from_environment", "exec_backend": "job",
-                   "job_namespace": run.ctx.obj.namespace,
-                   "job_service_account": str(settings.get("job_service_account") or "default"),
-                   "job_image": str(settings.get("job_image") or "python:3.11-slim")}
-        env = {CREDENTIALS_ENV: str(paths.run_dir / RUNNER_CREDENTIALS)}
-    else:
-        command = {"script_user": run.ctx.services.settings.get("script_user")}
-    http_allow = tuple(run.ctx.services.settings.get("http_allow") or ())
-    return await start_run(paths, secret_key=key, hooks=HOOKS, extra=["--events", "none"],
-                           stderr=asyncio.subprocess.DEVNULL, env=env, http_allow=http_allow, **command)
-
-
-async def _follow(
-    ctx: StepContext, run: _Run, paths: Any, facts: dict[str, Any], in_jobs: bool = False
-) -> Mapping[str, Any]:
-    kube = ctx.services.kube
-    name, namespace = ctx.obj.name, ctx.obj.namespace
-    starts = int(facts.get("runnerStarts") or 0)
-    writes = int(facts.get("statusWrites") or 0)
-    process = None
-    shown: dict[str, Any] = {}
-    last_patch = 0.0
-    last_spec_check = time.monotonic()
-    aborted_for: str | None = None
-    app_lock = ((run.app.get("status") or {}).get("lock")) or {}
-    steps = run.built.data["steps"]
-    refresh_at = await runner_credentials(ctx, paths) if in_jobs else None
-    while True:
-        if refresh_at is not None and time.monotonic() >= refresh_at:
-            with contextlib.suppress(TemporaryError):  # the current token is still valid for a while
-                refresh_at = await runner_credentials(ctx, paths)
-        progress = read_progress(paths)
-        final = progress is not None and progress.get("finishedAt") and progress.get("phase") in FINAL_RUN_STATES
-        alive = process is not None and process.process.returncode is None
-        if final and not alive:
-            break
-        if not alive and not final and not is_running(paths):
-            if starts >= MAX_RUNNER_STARTS:
-                aborted_for = f"the runner stopped {starts} times before the run finished"
-                break
-            if process is not None or starts:
-                log.warning("run %s/%s: runner not running, starting it again", namespace, name)
-            process = await _start(run, paths, in_jobs)
-            starts += 1
-        if time.monotonic() - last_spec_check >= 1.0:
-            last_spec_check = time.monotonic()
-            with contextlib.suppress(ApiError):
-                current = await kube.request("GET", custom_path("actionruns", namespace, name))
-                if (current.get("spec") or {}).get("abort") and not paths.abort_file.exists():
-                    request_abort(paths)
-            if app_lock and lock_expired(app_lock) and not paths.abort_file.exists():
-                aborted_for = f"the app's lock expired after {app_lock.get('ttlSeconds')}s"
-                request_abort(paths)
-        if progress is not None and time.monotonic() - last_patch >= PATCH_INTERVAL:
-            status = read_status(paths) or {}
-            tree = wf.run_log(status, steps)
-            view = {"progress": progress.get("progress"), "runLog": tree}
-            if view != shown:
-                done = progress.get("progress") or {}
-                patch = {"progress": done, "progressText": f"{done.get('done', 0)}/{done.get('total', 0)}",
-                         "runLog": tree, "runnerStarts": starts, "statusWrites": writes + 1}
-                with contextlib.suppress(ApiError):
-                    await kube.patch_status("actionruns", namespace, name, patch)
-                    writes += 1
-                shown, last_patch = view, time.monotonic()
-        await asyncio.sleep(POLL_INTERVAL)
-    if process is not None:
-        with contextlib.suppress(ProcessLookupError):
-            await process.wait()
-    with contextlib.suppress(FileNotFoundError):
-        (paths.run_dir / RUNNER_CREDENTIALS).unlink()
-    return await _conclude(ctx, run, paths, facts, starts, writes, aborted_for)
-
-
-async def _conclude(ctx: StepContext, run: _Run, paths: Any, facts: dict[str, Any], starts: int, writes: int,
-                    aborted_for: str | None) -> Mapping[str, Any]:
-    status = read_status(paths) or {}
-    progress = read_progress(paths) or {}
+async def _conclude(ctx: StepContext, run: _Run, paths: RunPaths, facts: dict[str, Any],
+                    followed: Followed) -> Mapping[str, Any]:
+    status, progress, aborted_for = followed.status, followed.progress, followed.aborted_for
     tree = wf.run_log(status, run.built.data["steps"])
     phase = str(status.get("phase") or progress.get("phase") or "Failed")
     if aborted_for is not None or phase not in FINAL_RUN_STATES:
@@ -528,8 +390,8 @@ async def _conclude(ctx: StepContext, run: _Run, paths: Any, facts: dict[str, An
     reason = aborted_for or (failure[1] if failure else str(status.get("message") or phase))
     result = {**facts, "state": phase, "progress": done,
               "progressText": f"{done.get('done', 0)}/{done.get('total', 0)}", "runLog": tree,
-              "endTime": at, "message": str(status.get("message") or ""), "runnerStarts": starts,
-              "statusWrites": writes + 1, "failedTask": failure[0] if failure else None,
+              "endTime": at, "message": str(status.get("message") or ""), "runnerStarts": followed.starts,
+              "statusWrites": followed.writes + 1, "failedTask": failure[0] if failure else None,
               "reason": None if phase == "Succeeded" else reason}
     # the entities at the point of the end (or of the failure): properties set by successful steps
     replica_props, app_props = wf.entity_properties(status, run.built.steps, run.place)

@@ -48,6 +48,7 @@ from operators.runtime.kinds import AdmissionRequest, Kind, Model, PrinterColumn
 from operators.runtime.kube import ApiError, custom_path
 from operators.runtime.pipeline import Observed, PermanentError, Pipeline, StepContext, TemporaryError
 from operators.runtime.ring import PROJECT_LABEL
+from operators.runtime.runs import FINAL_RUN_STATES
 from operators.runtime.store import object_key
 
 AppState = Literal["provisioning", "running", "stopped", "starting", "stopping", "restarting", "deleting",
@@ -55,7 +56,6 @@ AppState = Literal["provisioning", "running", "stopped", "starting", "stopping",
 APP_LABEL = "stead.dev/app"
 APP_UID_LABEL = "stead.dev/app-uid"
 OWN_KEYS = frozenset({"phase", "observedGeneration", "conditions"})
-FINAL_RUN_STATES = frozenset({"Succeeded", "Failed", "Aborted"})
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,281 @@
+"""Supervising a workflow run from a kind's step: what every kind that runs workflows shares.
+
+A kind that runs a workflow (ActionRun today; a graph run or a lifecycle's realization next)
+describes the run (`RunRequest`: the workflow, where its scripts run, how to read its secrets)
+and what its object shows of it (`RunObserver`), then calls `follow_run` from its step.
+`follow_run` starts the runner (`python -m pipelines run`, a process of its own), follows it
+through the files it writes, starts it again when it dies (it skips the steps that finished),
+aborts it when the observer says so, and asks the observer for a status patch at most once a
+second, only when what a user sees changed. It returns when the run is over.
+
+Everything a run needs to survive an operator restart is on disk under the run's directory:
+the workflow, the run store, and, once the outcome has reached the kind's objects, its
+conclusion (`write_conclusion`): a restarted operator finds the run, follows a runner still
+alive or starts it again, and a concluded run is never concluded twice.
+
+Where scripts run is decided here, from the operator's settings: on this host (namespaces it
+trusts; as `script_user` when the operator is root) or as Jobs in the object's namespace, with a
+short-lived token of that namespace's service account (`runner_credentials`), never the
+operator's own rights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import functools
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from operators.runtime.kube import ApiError, core_path, load_configuration
+from operators.runtime.pipeline import StepContext, TemporaryError
+from pipelines.control import (
+    RunProcess,
+    is_running,
+    prepare_run,
+    read_progress,
+    read_status,
+    request_abort,
+    run_paths,
+    start_run,
+)
+from pipelines.hooks import new_run_key, seal
+from pipelines.kubeapi import CREDENTIALS_ENV, write_credentials
+from pipelines.model import Workflow
+from pipelines.paths import RunPaths
+
+log = logging.getLogger(__name__)
+
+FINAL_RUN_STATES = frozenset({"Succeeded", "Failed", "Aborted"})
+MAX_RUNNER_STARTS = 5
+PATCH_INTERVAL = 1.0
+POLL_INTERVAL = 0.25
+CONTROL_INTERVAL = 1.0
+TOKEN_SECONDS = 3600
+RUNNER_CREDENTIALS = "kube-credentials.json"
+"""The runner's credentials (0600, in the run's directory): a token of the namespace's service account."""
+CONCLUSION = "stead-conclusion.json"
+"""Written in the run's directory once the run's outcome reached the kind's objects: supervising
+it again (after an operator restart, or for an event that waited behind the run) repeats nothing."""
+
+SecretReader = Callable[[Path | None], Awaitable[str]]
+"""Reads one secret's value when a runner starts; given the runner's credentials file when the run
+executes in Jobs (read with the namespace's rights), None when it runs on this host."""
+
+
+class UntrustedNamespace(Exception):
+    """The run has scripts for this host, its namespace is not trusted, and Jobs are off."""
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One run of a workflow, as a kind describes it."""
+
+    paths: RunPaths
+    workflow: Mapping[str, Any]  # a pipelines Workflow, without its secrets
+    secrets: Mapping[str, SecretReader] = field(default_factory=dict)
+    hooks: str | None = None  # MODULE:ATTR of the runner's hooks (macro rendering, masking)
+    scripts_on_runner: Sequence[str] = ()  # steps whose scripts would run on this host (names, for messages)
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Abort the run. `reason`: why the run failed, when it is not the user's own abort (a lock
+    that expired, say); None lets the run end as Aborted."""
+
+    reason: str | None = None
+
+
+class RunObserver(Protocol):
+    """What a kind's object shows of its run."""
+
+    async def abort(self) -> Abort | None:
+        """Asked about once a second: whether the run must be aborted now (its object asks for it,
+        a lock it holds expired, ...)."""
+        ...
+
+    def progress_patch(self, status: Mapping[str, Any], progress: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The status patch that shows this state of the run (`status.json`, `progress.json`). The
+        same patch twice is written once."""
+        ...
+
+    async def write(self, patch: Mapping[str, Any]) -> None:
+        """Write a patch returned by `progress_patch` (with the supervision's counters added)."""
+        ...
+
+
+@dataclass
+class Followed:
+    """What a supervision saw: how often it started the runner and wrote status, and why it
+    aborted the run, if it did."""
+
+    starts: int
+    writes: int
+    aborted_for: str | None = None
+    status: Mapping[str, Any] = field(default_factory=dict)
+    progress: Mapping[str, Any] = field(default_factory=dict)
+
+
+def state_dir(settings: Mapping[str, Any]) -> Path:
+    """Where runs keep their state: `pipelines_state`, or beside the operator's store."""
+    explicit = settings.get("pipelines_state")
+    if explicit:
+        return Path(explicit)
+    store = Path(settings.get("store_path") or "store")
+    return store.with_name(store.name + "-runs")
+
+
+def paths_for(ctx: StepContext) -> RunPaths:
+    """The run directory of the object this step handles (one run per object uid)."""
+    return run_paths(state_dir(ctx.services.settings), ctx.obj.uid)
+
+
+def in_jobs(ctx: StepContext, request: RunRequest) -> bool:
+    """Whether the run's scripts run as Jobs in the object's namespace (True) or on this host.
+
+    Raises `UntrustedNamespace` when they would have to run on this host and may not.
+    """
+    if not request.scripts_on_runner:
+        return False
+    settings = ctx.services.settings
+    trusted = settings.get("trusted_local_namespaces") or ()
+    if any(fnmatch.fnmatchcase(ctx.obj.namespace, pattern) for pattern in trusted):
+        return False
+    if settings.get("exec_in_jobs"):
+        return True
+    where = ", ".join(request.scripts_on_runner)
+    raise UntrustedNamespace(
+        f"namespace {ctx.obj.namespace} is not trusted to run scripts on the operator's host (Local "
+        f"substrates or the runner: {where}); the operator allows it with --trust-local-namespaces, "
+        "or runs them as Jobs in the namespace with --exec-in-jobs")
+
+
+def read_conclusion(paths: RunPaths) -> dict[str, Any] | None:
+    try:
+        data = json.loads((paths.run_dir / CONCLUSION).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_conclusion(paths: RunPaths, result: Mapping[str, Any]) -> None:
+    paths.run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = paths.run_dir / (CONCLUSION + ".tmp")
+    tmp.write_text(json.dumps(dict(result)))
+    tmp.replace(paths.run_dir / CONCLUSION)
+
+
+@functools.cache
+def _api_server() -> tuple[str, str | None]:
+    """The API server's URL and CA (PEM) as the operator reaches it: the runner uses the same ones."""
+    cfg = load_configuration(None)  # $KUBECONFIG (set by `stead run`) or the in-cluster service account
+    ca = Path(cfg.ssl_ca_cert).read_text() if cfg.ssl_ca_cert else None
+    return str(cfg.host).rstrip("/"), ca
+
+
+async def runner_credentials(ctx: StepContext, paths: RunPaths) -> float:
+    """Mint a short-lived token of the namespace's service account (TokenRequest) for the runner.
+
+    Written to a 0600 file in the run's directory, whose path alone reaches the runner's (otherwise
+    scrubbed) environment; the runner reads the file again when it changes. Returns when to refresh it.
+    """
+    namespace = ctx.obj.namespace
+    account = str(ctx.services.settings.get("job_service_account") or "default")
+    seconds = int(ctx.services.settings.get("runner_token_seconds") or TOKEN_SECONDS)
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": seconds}}
+    try:
+        answer = await ctx.services.kube.request(
+            "POST", core_path("serviceaccounts", namespace, account) + "/token", body)
+    except ApiError as error:
+        raise TemporaryError(
+            "RunnerCredentials", f"cannot get a token of service account {namespace}/{account}: {error.message}",
+            delay=10) from None
+    server, ca = await asyncio.to_thread(_api_server)
+    write_credentials(paths.run_dir / RUNNER_CREDENTIALS, server, str(answer["status"]["token"]), ca)
+    return time.monotonic() + seconds / 2
+
+
+async def start_runner(ctx: StepContext, request: RunRequest, jobs: bool) -> RunProcess:
+    """Seal the secrets for this runner, write the workflow and start the runner (it skips what finished)."""
+    paths = request.paths
+    key = new_run_key()
+    credentials = paths.run_dir / RUNNER_CREDENTIALS if jobs else None
+    sealed = {name: seal(await read(credentials), key, name) for name, read in request.secrets.items()}
+    prepare_run(paths.state_dir, paths.uid, Workflow.model_validate({**request.workflow, "secrets": sealed}))
+    settings = ctx.services.settings
+    command: dict[str, Any]
+    env: dict[str, str] = {}
+    if jobs:
+        command = {"kube_api": "pipelines.kubeapi:from_environment", "exec_backend": "job",
+                   "job_namespace": ctx.obj.namespace,
+                   "job_service_account": str(settings.get("job_service_account") or "default"),
+                   "job_image": str(settings.get("job_image") or "python:3.11-slim")}
+        env = {CREDENTIALS_ENV: str(credentials)}
+    else:
+        command = {"script_user": settings.get("script_user")}
+    return await start_run(paths, secret_key=key, hooks=request.hooks, extra=["--events", "none"],
+                           stderr=asyncio.subprocess.DEVNULL, env=env,
+                           http_allow=tuple(settings.get("http_allow") or ()), **command)
+
+
+async def follow_run(ctx: StepContext, request: RunRequest, observer: RunObserver, *, starts: int = 0,
+                     writes: int = 0) -> Followed:
+    """Run `request` to its end (see the module's docstring); `starts` and `writes` carry on the
+    counts of an earlier supervision of the same run (an operator restart)."""
+    paths = request.paths
+    jobs = in_jobs(ctx, request)
+    followed = Followed(starts, writes)
+    process: RunProcess | None = None
+    shown: Mapping[str, Any] | None = None
+    last_patch = 0.0
+    last_control = time.monotonic()
+    refresh_at = await runner_credentials(ctx, paths) if jobs else None
+    try:
+        while True:
+            if refresh_at is not None and time.monotonic() >= refresh_at:
+                with contextlib.suppress(TemporaryError):  # the current token is still valid for a while
+                    refresh_at = await runner_credentials(ctx, paths)
+            progress = read_progress(paths)
+            final = progress is not None and progress.get("finishedAt") and progress.get("phase") in FINAL_RUN_STATES
+            alive = process is not None and process.process.returncode is None
+            if final and not alive:
+                break
+            if not alive and not final and not is_running(paths):
+                if followed.starts >= MAX_RUNNER_STARTS:
+                    followed.aborted_for = f"the runner stopped {followed.starts} times before the run finished"
+                    break
+                if process is not None or followed.starts:
+                    log.warning("run %s/%s: runner not running, starting it again", ctx.obj.namespace, ctx.obj.name)
+                process = await start_runner(ctx, request, jobs)
+                followed.starts += 1
+            if time.monotonic() - last_control >= CONTROL_INTERVAL and not paths.abort_file.exists():
+                last_control = time.monotonic()
+                abort = await observer.abort()
+                if abort is not None:
+                    followed.aborted_for = abort.reason
+                    request_abort(paths)
+            if progress is not None and time.monotonic() - last_patch >= PATCH_INTERVAL:
+                view = observer.progress_patch(read_status(paths) or {}, progress)
+                if view != shown:
+                    with contextlib.suppress(ApiError):
+                        await observer.write({**view, "runnerStarts": followed.starts,
+                                              "statusWrites": followed.writes + 1})
+                        followed.writes += 1
+                    shown, last_patch = view, time.monotonic()
+            await asyncio.sleep(POLL_INTERVAL)
+        if process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                await process.wait()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            (paths.run_dir / RUNNER_CREDENTIALS).unlink()
+    followed.status = read_status(paths) or {}
+    followed.progress = read_progress(paths) or {}
+    return followed

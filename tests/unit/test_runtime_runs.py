@@ -1,0 +1,134 @@
+"""The runtime's shared run supervision with a real runner process and an observer of its own.
+
+No cluster: the runs here keep their scripts on this host, so the supervision needs no API access;
+the observer stands for a kind's object (what it shows, when it asks to abort).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from operators.runtime.pipeline import Observed, StepContext
+from operators.runtime.runs import (
+    Abort,
+    RunRequest,
+    UntrustedNamespace,
+    follow_run,
+    in_jobs,
+    paths_for,
+    read_conclusion,
+    state_dir,
+    write_conclusion,
+)
+from pipelines.control import read_status
+
+
+@dataclass
+class Services:
+    settings: Mapping[str, Any]
+    kube: Any = None
+
+
+@dataclass
+class Observer:
+    """Records what the object would show; aborts when told to."""
+
+    abort_with: Abort | None = None
+    abort_after_patches: int = 0
+    patches: list[Mapping[str, Any]] = field(default_factory=list)
+
+    async def abort(self) -> Abort | None:
+        return self.abort_with if len(self.patches) >= self.abort_after_patches else None
+
+    def progress_patch(self, status: Mapping[str, Any], progress: Mapping[str, Any]) -> Mapping[str, Any]:
+        return {"done": (progress.get("progress") or {}).get("done", 0),
+                "states": [s.get("state") for s in status.get("steps") or []]}
+
+    async def write(self, patch: Mapping[str, Any]) -> None:
+        self.patches.append(patch)
+
+
+def context(tmp_path: Path, namespace: str = "team-a", **settings: Any) -> StepContext:
+    obj = Observed(kind="ThingRun", namespace=namespace, name="r", uid="uid-1", generation=1, labels={}, spec={},
+                   status={})
+    defaults = {"store_path": str(tmp_path / "store"), "trusted_local_namespaces": ("team-*",)}
+    return StepContext(obj=obj, facts={}, services=Services({**defaults, **settings}))
+
+
+def workflow(*scripts: str) -> dict[str, Any]:
+    steps = [{"id": f"s{i}", "type": "exec", "timeoutSeconds": 60, "parameters": {"script": script},
+              **({"dependsOn": [f"s{i - 1}"]} if i else {})} for i, script in enumerate(scripts)]
+    return {"name": "w", "steps": steps}
+
+
+def test_a_run_is_followed_to_its_end_and_its_secrets_reach_it_sealed(tmp_path: Path) -> None:
+    ctx = context(tmp_path)
+    paths = paths_for(ctx)
+    assert paths.state_dir == state_dir(ctx.services.settings) == tmp_path / "store-runs"
+    asked: list[Path | None] = []
+
+    async def password(credentials: Path | None) -> str:
+        asked.append(credentials)
+        return "pw-93f1"
+
+    run = workflow("test \"$PW\" = \"$(printf pw-%s 93f1)\" && echo fine", "sleep 1.5", "echo third")
+    run["steps"][0]["parameters"]["env"] = {"PW": "@@{pw}@@"}
+    request = RunRequest(paths, run, secrets={"pw": password}, hooks="pipelines.hooks:SUBSTITUTE")
+    observer = Observer()
+    followed = asyncio.run(follow_run(ctx, request, observer))
+    assert followed.status["phase"] == "Succeeded", followed.status
+    assert followed.starts == 1 and followed.aborted_for is None
+    assert asked == [None], "read once, for a runner on this host (no namespace credentials)"
+    assert observer.patches and followed.writes == len(observer.patches)
+    assert observer.patches[-1]["statusWrites"] == followed.writes  # the supervision's counters ride along
+    assert len({(p["done"], tuple(p["states"])) for p in observer.patches}) == len(observer.patches)
+    assert "pw-93f1" not in (paths.run_dir / "workflow.json").read_text()
+    write_conclusion(paths, {"state": "Succeeded"})
+    assert read_conclusion(paths) == {"state": "Succeeded"}
+
+
+@pytest.mark.parametrize("reason", [None, "the lock expired"])
+def test_the_observer_aborts_the_run_and_says_why(tmp_path: Path, reason: str | None) -> None:
+    ctx = context(tmp_path)
+    request = RunRequest(paths_for(ctx), workflow("sleep 30"))
+    followed = asyncio.run(follow_run(ctx, request, Observer(abort_with=Abort(reason))))
+    assert followed.status["phase"] == "Aborted" and followed.aborted_for == reason
+
+
+def test_a_killed_runner_is_started_again_and_the_count_carries_on(tmp_path: Path) -> None:
+    ctx = context(tmp_path)
+    paths = paths_for(ctx)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    request = RunRequest(paths, workflow(f"echo x >> {marks}/first", "sleep 1.5", f"echo x >> {marks}/last"))
+
+    async def scenario() -> Any:
+        supervision = asyncio.create_task(follow_run(ctx, request, Observer(), starts=1, writes=3))
+        lock = paths.lock_file
+        while not ((marks / "first").exists() and lock.exists() and lock.read_text().strip()):
+            await asyncio.sleep(0.05)  # a poll: the first step done, the runner holding its lock
+        os.kill(int(lock.read_text().strip()), signal.SIGKILL)
+        return await asyncio.wait_for(supervision, 60)
+
+    followed = asyncio.run(scenario())
+    assert followed.status["phase"] == "Succeeded"
+    assert followed.starts == 3  # one before (an operator restart), the first here, the one after the kill
+    assert (marks / "first").read_text() == "x\n" and (marks / "last").read_text() == "x\n"
+    assert read_status(paths) is not None
+
+
+def test_where_scripts_run_follows_the_operators_settings(tmp_path: Path) -> None:
+    request = RunRequest(paths_for(context(tmp_path)), workflow("true"), scripts_on_runner=("task@host",))
+    assert not in_jobs(context(tmp_path, "team-a"), request)
+    assert not in_jobs(context(tmp_path, "eve"), RunRequest(request.paths, request.workflow))  # nothing local
+    assert in_jobs(context(tmp_path, "eve", exec_in_jobs=True), request)
+    with pytest.raises(UntrustedNamespace, match="namespace eve is not trusted .*task@host"):
+        in_jobs(context(tmp_path, "eve"), request)
