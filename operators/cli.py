@@ -201,6 +201,7 @@ def script_user(given: str, euid: int) -> str | None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from operators.runtime.kopfwiring import OperatorOptions, WebhookOptions, run_operator
+    from operators.runtime.runs import RunSettings
 
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -247,8 +248,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     elif args.webhook == "mounted":
         webhook = WebhookOptions(listen=args.webhook_listen, port=args.webhook_port,
                                  certfile=args.webhook_cert_dir / "tls.crt", keyfile=args.webhook_cert_dir / "tls.key")
+    store_path = args.store or home / "store"
+    runs = dict(trusted_local_namespaces=trusted, script_user=run_scripts_as, exec_in_jobs=args.exec_in_jobs,
+                job_image=args.job_image, job_service_account=args.job_service_account,
+                http_allow=tuple(args.http_allow_networks))
     options = OperatorOptions(
-        store_path=args.store or home / "store",
+        store_path=store_path,
         replica=args.replica,
         namespace=args.operator_namespace,
         kubeconfig=kubeconfig,
@@ -257,15 +262,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         webhook=webhook,
         health_listen=args.health_listen,
         health_port=args.health_port,
-        settings={
-            "trusted_local_namespaces": trusted,
-            "script_user": run_scripts_as,
-            **({"pipelines_state": args.pipelines_state} if args.pipelines_state else {}),
-            "exec_in_jobs": args.exec_in_jobs,
-            "job_image": args.job_image,
-            "job_service_account": args.job_service_account,
-            "http_allow": tuple(args.http_allow_networks),
-        },
+        runs=RunSettings(state_dir=args.pipelines_state, **runs) if args.pipelines_state
+        else RunSettings.beside(store_path, **runs),
     )
     from operators.calm.vaultgc import VaultCollector
 

@@ -15,8 +15,8 @@ import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from operators.runtime.kube import ApiError, KubeClient, bearer_token, load_acce
 from operators.runtime.metrics import HealthServer, Metrics
 from operators.runtime.reconciler import Reconciler
 from operators.runtime.ring import Ownership, StaticMembership
+from operators.runtime.runs import RunSettings
 from operators.runtime.services import Services
 from operators.runtime.store import LocalStore
 from operators.runtime.tls import reload_certificate, server_context, write_private
@@ -76,8 +77,8 @@ class OperatorOptions:
     webhook: WebhookOptions | None = None
     health_listen: str = "127.0.0.1"
     health_port: int = 8080
-    settings: Mapping[str, Any] = field(default_factory=dict)
-    """Handed to every step as `Services.settings` (domain options such as trusted namespaces)."""
+    runs: RunSettings | None = None
+    """How workflow runs are started (`Services.runs`); default: state beside the store, defaults."""
 
 
 async def run_operator(
@@ -95,7 +96,7 @@ async def run_operator(
         recorder = EventRecorder(kube, metrics, options.replica)
         vault = await open_vault(kube, store, options.namespace)
         services = Services(kube=kube, store=store, events=recorder, replica=options.replica, vault=vault,
-                            settings={"store_path": options.store_path, **options.settings})
+                            runs=options.runs or RunSettings.beside(options.store_path))
         ownership = Ownership(options.replica, StaticMembership([options.replica]))
         reconcilers = [
             Reconciler(kind, store=store, ownership=ownership, writer=kube, events=recorder, metrics=metrics,

@@ -69,6 +69,25 @@ SecretReader = Callable[[Path | None], Awaitable[str]]
 executes in Jobs (read with the namespace's rights), None when it runs on this host."""
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """How this operator runs workflows (`stead run` flags; the defaults are the flags' own)."""
+
+    state_dir: Path  # where runs keep their state (one directory per run)
+    trusted_local_namespaces: tuple[str, ...] = ()  # shell patterns: their scripts may run on this host
+    script_user: str | None = None  # UID:GID local scripts run as (None: the operator's own user)
+    exec_in_jobs: bool = False  # other namespaces' scripts run as Jobs in their namespace (else refused)
+    job_image: str = "python:3.11-slim"
+    job_service_account: str = "default"  # in each namespace: what script Jobs and the runner act as
+    runner_token_seconds: int = TOKEN_SECONDS
+    http_allow: tuple[str, ...] = ()  # networks http steps may reach although they are this host's own
+
+    @classmethod
+    def beside(cls, store_path: Path, **given: Any) -> RunSettings:
+        """Settings whose runs keep their state next to the operator's store."""
+        return cls(state_dir=store_path.with_name(store_path.name + "-runs"), **given)
+
+
 class UntrustedNamespace(Exception):
     """The run has scripts for this host, its namespace is not trusted, and Jobs are off."""
 
@@ -122,18 +141,10 @@ class Followed:
     progress: Mapping[str, Any] = field(default_factory=dict)
 
 
-def state_dir(settings: Mapping[str, Any]) -> Path:
-    """Where runs keep their state: `pipelines_state`, or beside the operator's store."""
-    explicit = settings.get("pipelines_state")
-    if explicit:
-        return Path(explicit)
-    store = Path(settings.get("store_path") or "store")
-    return store.with_name(store.name + "-runs")
-
-
 def paths_for(ctx: StepContext) -> RunPaths:
     """The run directory of the object this step handles (one run per object uid)."""
-    return run_paths(state_dir(ctx.services.settings), ctx.obj.uid)
+    settings: RunSettings = ctx.services.runs
+    return run_paths(settings.state_dir, ctx.obj.uid)
 
 
 def in_jobs(ctx: StepContext, request: RunRequest) -> bool:
@@ -143,11 +154,10 @@ def in_jobs(ctx: StepContext, request: RunRequest) -> bool:
     """
     if not request.scripts_on_runner:
         return False
-    settings = ctx.services.settings
-    trusted = settings.get("trusted_local_namespaces") or ()
-    if any(fnmatch.fnmatchcase(ctx.obj.namespace, pattern) for pattern in trusted):
+    settings: RunSettings = ctx.services.runs
+    if any(fnmatch.fnmatchcase(ctx.obj.namespace, pattern) for pattern in settings.trusted_local_namespaces):
         return False
-    if settings.get("exec_in_jobs"):
+    if settings.exec_in_jobs:
         return True
     where = ", ".join(request.scripts_on_runner)
     raise UntrustedNamespace(
@@ -185,9 +195,8 @@ async def runner_credentials(ctx: StepContext, paths: RunPaths) -> float:
     Written to a 0600 file in the run's directory, whose path alone reaches the runner's (otherwise
     scrubbed) environment; the runner reads the file again when it changes. Returns when to refresh it.
     """
-    namespace = ctx.obj.namespace
-    account = str(ctx.services.settings.get("job_service_account") or "default")
-    seconds = int(ctx.services.settings.get("runner_token_seconds") or TOKEN_SECONDS)
+    settings: RunSettings = ctx.services.runs
+    namespace, account, seconds = ctx.obj.namespace, settings.job_service_account, settings.runner_token_seconds
     body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
             "spec": {"expirationSeconds": seconds}}
     try:
@@ -209,20 +218,18 @@ async def start_runner(ctx: StepContext, request: RunRequest, jobs: bool) -> Run
     credentials = paths.run_dir / RUNNER_CREDENTIALS if jobs else None
     sealed = {name: seal(await read(credentials), key, name) for name, read in request.secrets.items()}
     prepare_run(paths.state_dir, paths.uid, Workflow.model_validate({**request.workflow, "secrets": sealed}))
-    settings = ctx.services.settings
+    settings: RunSettings = ctx.services.runs
     command: dict[str, Any]
     env: dict[str, str] = {}
     if jobs:
         command = {"kube_api": "pipelines.kubeapi:from_environment", "exec_backend": "job",
-                   "job_namespace": ctx.obj.namespace,
-                   "job_service_account": str(settings.get("job_service_account") or "default"),
-                   "job_image": str(settings.get("job_image") or "python:3.11-slim")}
+                   "job_namespace": ctx.obj.namespace, "job_service_account": settings.job_service_account,
+                   "job_image": settings.job_image}
         env = {CREDENTIALS_ENV: str(credentials)}
     else:
-        command = {"script_user": settings.get("script_user")}
+        command = {"script_user": settings.script_user}
     return await start_run(paths, secret_key=key, hooks=request.hooks, extra=["--events", "none"],
-                           stderr=asyncio.subprocess.DEVNULL, env=env,
-                           http_allow=tuple(settings.get("http_allow") or ()), **command)
+                           stderr=asyncio.subprocess.DEVNULL, env=env, http_allow=settings.http_allow, **command)
 
 
 async def follow_run(ctx: StepContext, request: RunRequest, observer: RunObserver, *, starts: int = 0,

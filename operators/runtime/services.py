@@ -7,12 +7,12 @@ can hand it exactly what it needs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from operators.runtime.kube import KubeClient
 from operators.runtime.pipeline import Observed
+from operators.runtime.runs import RunSettings
 from operators.runtime.store import LocalStore
 from operators.runtime.vault import Vault
 
@@ -28,5 +28,5 @@ class Services:
     events: EventSink
     replica: str
     vault: Vault
-    settings: Mapping[str, Any] = field(default_factory=dict)
-    """Process-wide options a domain reads (for example where workflow runs keep their state)."""
+    runs: RunSettings
+    """How workflow runs are started and where their scripts run (`operators.runtime.runs`)."""

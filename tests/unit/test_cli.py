@@ -43,11 +43,11 @@ def test_run_trusts_no_namespace_of_a_cluster_it_did_not_start(
     import operators.cluster
     import operators.runtime.kopfwiring
 
-    seen: dict[str, object] = {}
+    seen: list[operators.runtime.kopfwiring.OperatorOptions] = []
 
     async def fake_run_operator(kinds: object, options: operators.runtime.kopfwiring.OperatorOptions,
                                 addons: object = ()) -> None:
-        seen.update(options.settings)
+        seen.append(options)
 
     monkeypatch.setattr(operators.cluster, "reaches_cluster", lambda kubeconfig: reachable)
     monkeypatch.setattr(operators.runtime.kopfwiring, "run_operator", fake_run_operator)
@@ -56,4 +56,5 @@ def test_run_trusts_no_namespace_of_a_cluster_it_did_not_start(
     if explicit is not None:
         args += ["--trust-local-namespaces", *explicit]
     assert main(args) == 0
-    assert seen["trusted_local_namespaces"] == trusted
+    (options,) = seen
+    assert options.runs is not None and options.runs.trusted_local_namespaces == trusted

@@ -20,20 +20,21 @@ from operators.runtime.pipeline import Observed, StepContext
 from operators.runtime.runs import (
     Abort,
     RunRequest,
+    RunSettings,
     UntrustedNamespace,
     follow_run,
     in_jobs,
     paths_for,
     read_conclusion,
-    state_dir,
     write_conclusion,
 )
 from pipelines.control import read_status
+from tests.polling import wait_until
 
 
 @dataclass
 class Services:
-    settings: Mapping[str, Any]
+    runs: RunSettings
     kube: Any = None
 
 
@@ -59,8 +60,8 @@ class Observer:
 def context(tmp_path: Path, namespace: str = "team-a", **settings: Any) -> StepContext:
     obj = Observed(kind="ThingRun", namespace=namespace, name="r", uid="uid-1", generation=1, labels={}, spec={},
                    status={})
-    defaults = {"store_path": str(tmp_path / "store"), "trusted_local_namespaces": ("team-*",)}
-    return StepContext(obj=obj, facts={}, services=Services({**defaults, **settings}))
+    runs = RunSettings.beside(tmp_path / "store", **{"trusted_local_namespaces": ("team-*",), **settings})
+    return StepContext(obj=obj, facts={}, services=Services(runs))
 
 
 def workflow(*scripts: str) -> dict[str, Any]:
@@ -72,7 +73,7 @@ def workflow(*scripts: str) -> dict[str, Any]:
 def test_a_run_is_followed_to_its_end_and_its_secrets_reach_it_sealed(tmp_path: Path) -> None:
     ctx = context(tmp_path)
     paths = paths_for(ctx)
-    assert paths.state_dir == state_dir(ctx.services.settings) == tmp_path / "store-runs"
+    assert paths.state_dir == tmp_path / "store-runs"
     asked: list[Path | None] = []
 
     async def password(credentials: Path | None) -> str:
@@ -113,9 +114,10 @@ def test_a_killed_runner_is_started_again_and_the_count_carries_on(tmp_path: Pat
     async def scenario() -> Any:
         supervision = asyncio.create_task(follow_run(ctx, request, Observer(), starts=1, writes=3))
         lock = paths.lock_file
-        while not ((marks / "first").exists() and lock.exists() and lock.read_text().strip()):
-            await asyncio.sleep(0.05)  # a poll: the first step done, the runner holding its lock
-        os.kill(int(lock.read_text().strip()), signal.SIGKILL)
+        pid = await asyncio.to_thread(
+            wait_until, lambda: (marks / "first").exists() and lock.exists() and lock.read_text().strip(), 30,
+            "the first step done, the runner holding its lock")
+        os.kill(int(pid), signal.SIGKILL)
         return await asyncio.wait_for(supervision, 60)
 
     followed = asyncio.run(scenario())
@@ -130,5 +132,5 @@ def test_where_scripts_run_follows_the_operators_settings(tmp_path: Path) -> Non
     assert not in_jobs(context(tmp_path, "team-a"), request)
     assert not in_jobs(context(tmp_path, "eve"), RunRequest(request.paths, request.workflow))  # nothing local
     assert in_jobs(context(tmp_path, "eve", exec_in_jobs=True), request)
-    with pytest.raises(UntrustedNamespace, match="namespace eve is not trusted .*task@host"):
+    with pytest.raises(UntrustedNamespace, match=r"namespace eve is not trusted .*task@host"):
         in_jobs(context(tmp_path, "eve"), request)
