@@ -34,15 +34,15 @@ from operators.calm.app import (
     carry,
     delete_run_name,
     lock_expired,
-    now,
     run_holder_gone,
 )
 from operators.calm.blueprint import secret_owner
 from operators.calm.compiler import compile_blueprint
 from operators.calm.models import BlueprintSpec, CompiledAction, CompiledState, SecretSource
+from operators.runtime.clock import utc_now
 from operators.runtime.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
 from operators.runtime.kube import ApiError, core_path, custom_path
-from operators.runtime.pipeline import PermanentError, Pipeline, StepContext, TemporaryError
+from operators.runtime.pipeline import RUNTIME_FIELDS, PermanentError, Pipeline, StepContext, TemporaryError
 from operators.runtime.ring import PROJECT_LABEL
 from operators.runtime.runs import (
     FINAL_RUN_STATES,
@@ -200,17 +200,17 @@ async def take_lock(ctx: StepContext) -> Mapping[str, Any]:
         raise PermanentError("AppNotFound", f"no app {spec.app}", facts={"state": "Failed"})
     status = app.get("status") or {}
     lock = active_lock(status)
-    started = ctx.obj.status.get("startTime") or now()
+    started = ctx.obj.status.get("startTime") or utc_now()
     if lock is not None and lock["lockedBy"] != ctx.obj.name:
         if not await run_holder_gone(ctx.services.kube, ctx.obj.namespace, lock):
             message = f"app {spec.app} is locked by run {lock['lockedBy']}"
-            raise PermanentError("Locked", message, facts={"state": "Failed", "reason": message, "endTime": now()})
+            raise PermanentError("Locked", message, facts={"state": "Failed", "reason": message, "endTime": utc_now()})
         log.warning("app %s/%s: run %s holds its lock but is gone; run %s takes it", ctx.obj.namespace, spec.app,
                     lock["lockedBy"], ctx.obj.name)
         lock = None  # a stale lock: nothing would ever release it before its TTL
     if lock is None:
         ttl = int((app.get("spec") or {}).get("lockTtlSeconds") or 3600)
-        patch = {"lock": {"lockedBy": ctx.obj.name, "since": now(), "ttlSeconds": ttl},
+        patch = {"lock": {"lockedBy": ctx.obj.name, "since": utc_now(), "ttlSeconds": ttl},
                  "currentAction": spec.action, "currentRun": ctx.obj.name,
                  "state": TRANSITIONAL.get(spec.action, status.get("state") or "running")}
         try:
@@ -358,7 +358,7 @@ def _finished_again(ctx: StepContext, facts: dict[str, Any]) -> Mapping[str, Any
 
 async def _fail_early(ctx: StepContext, facts: dict[str, Any], reason: str, message: str) -> Mapping[str, Any]:
     spec = ActionRunSpec.model_validate(dict(ctx.obj.spec))
-    at = now()
+    at = utc_now()
     await _release(ctx, spec, {"state": "error", "lastRun": ctx.obj.name, "failure": {
         "run": ctx.obj.name, "action": spec.action, "reason": message, "at": at}})
     raise PermanentError(reason, message, facts={**facts, "state": "Failed", "reason": message, "endTime": at})
@@ -385,7 +385,7 @@ async def _conclude(ctx: StepContext, run: _Run, paths: RunPaths, facts: dict[st
     if aborted_for is not None or phase not in FINAL_RUN_STATES:
         phase = "Failed"
     done = status.get("progress") or progress.get("progress") or {}
-    at = now()
+    at = utc_now()
     failure = wf.first_failure(tree)
     reason = aborted_for or (failure[1] if failure else str(status.get("message") or phase))
     result = {**facts, "state": phase, "progress": done,
@@ -418,7 +418,7 @@ async def _conclude(ctx: StepContext, run: _Run, paths: RunPaths, facts: dict[st
                   "failure": {"run": ctx.obj.name, "action": spec.action, "task": result["failedTask"],
                               "reason": reason, "at": at}}
     await _release(ctx, spec, fields)
-    write_conclusion(paths, {k: v for k, v in result.items() if k not in ("observedGeneration", "conditions", "phase")})
+    write_conclusion(paths, {k: v for k, v in result.items() if k not in RUNTIME_FIELDS})
     if phase == "Succeeded":
         return result
     raise PermanentError("Run" + phase, reason if not result["failedTask"] else f"{result['failedTask']}: {reason}",

@@ -44,9 +44,10 @@ from operators import API_VERSION
 from operators.calm.models import BlueprintSpec
 from operators.calm.validation import type_problem
 from operators.calm.workflow import layout
+from operators.runtime.clock import utc_now
 from operators.runtime.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
 from operators.runtime.kube import ApiError, custom_path
-from operators.runtime.pipeline import Observed, PermanentError, Pipeline, StepContext, TemporaryError
+from operators.runtime.pipeline import RUNTIME_FIELDS, Observed, PermanentError, Pipeline, StepContext, TemporaryError
 from operators.runtime.ring import PROJECT_LABEL
 from operators.runtime.runs import FINAL_RUN_STATES
 from operators.runtime.store import object_key
@@ -55,7 +56,6 @@ AppState = Literal["provisioning", "running", "stopped", "starting", "stopping",
                    "deleted", "error"]
 APP_LABEL = "stead.dev/app"
 APP_UID_LABEL = "stead.dev/app-uid"
-OWN_KEYS = frozenset({"phase", "observedGeneration", "conditions"})
 
 log = logging.getLogger(__name__)
 
@@ -185,13 +185,9 @@ def input_problems(spec: BlueprintSpec, inputs: Mapping[str, str], field: str = 
 # --- helpers shared with ActionRun --------------------------------------------------------------
 
 
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def carry(status: Mapping[str, Any]) -> dict[str, Any]:
     """The status fields a step passes on unchanged (everything the runtime does not compose)."""
-    return {k: v for k, v in status.items() if k not in OWN_KEYS}
+    return {k: v for k, v in status.items() if k not in RUNTIME_FIELDS}
 
 
 def lock_expired(lock: Mapping[str, Any], at: datetime | None = None) -> bool:
@@ -243,7 +239,7 @@ async def launch(ctx: StepContext) -> Mapping[str, Any]:
     snapshot = {"name": spec.blueprint, "uid": record.uid, "generation": record.generation,
                 "spec": dict(record.spec), "compiledState": record.status.get("compiledState")}
     run = create_run_name(ctx.obj.name)
-    lock = {"lockedBy": run, "since": now(), "ttlSeconds": spec.lock_ttl_seconds}
+    lock = {"lockedBy": run, "since": utc_now(), "ttlSeconds": spec.lock_ttl_seconds}
     return {**status, "blueprint": spec.blueprint, "snapshot": snapshot,
             "entities": initial_entities(blueprint), "state": "provisioning",
             "lock": lock, "currentAction": "create", "currentRun": run}

@@ -32,7 +32,7 @@ import aiohttp
 
 from operators import GROUP, VERSION
 from operators.config.reviewcache import ReviewCache
-from operators.runtime.kube import ApiError, core_path
+from operators.runtime.kube import ApiError, Requester, core_path
 
 log = logging.getLogger(__name__)
 
@@ -113,13 +113,6 @@ class Authenticator(Protocol):
     async def authorize(self, identity: Identity, access: Access) -> bool:
         """Whether `identity` may perform `access`."""
         ...
-
-
-class Requester(Protocol):
-    async def request(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-        params: dict[str, str] | None = None,
-    ) -> dict[str, Any]: ...
 
 
 def _split(authorization: str, scheme: str) -> str | None:

@@ -48,13 +48,12 @@ from operators.config.repository import (
     ConfigRepository,
     Invalid,
     KubeConfigRepository,
-    Requester,
     Snapshot,
     StoredValues,
     ValuesTarget,
 )
 from operators.environment.models import EnvironmentSpec
-from operators.runtime.kube import USER_AGENT, ApiError, ClusterAccess, custom_path
+from operators.runtime.kube import USER_AGENT, ApiError, ClusterAccess, Requester, custom_path
 
 log = logging.getLogger(__name__)
 

@@ -27,11 +27,11 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from operators import API_VERSION
-from operators.runtime.kube import ApiError, core_path
+from operators.runtime.clock import utc_now
+from operators.runtime.kube import ApiError, Requester, core_path
 
 DATA_KEY = "data.json"
 LABEL_UID = "stead.dev/config-values-uid"
@@ -43,15 +43,6 @@ ANNOTATION_SOURCE = "stead.dev/source"
 ANNOTATION_CREATED = "stead.dev/created-at"
 ANNOTATION_OWNER = "stead.dev/config-values-name"
 MAX_NAME = 253
-
-
-class KubeRequester(Protocol):
-    """The one method of `operators.runtime.kube.KubeClient` this module needs."""
-
-    async def request(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-        params: dict[str, str] | None = None,
-    ) -> dict[str, Any]: ...
 
 
 class HistoryError(Exception):
@@ -178,10 +169,6 @@ def source_of(revert_to: int | None) -> str:
     return "spec" if revert_to is None else f"revert:{revert_to}"
 
 
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 # --- I/O ----------------------------------------------------------------------------------
 
 
@@ -192,7 +179,7 @@ def _configmaps(namespace: str, name: str | None = None) -> str:
 class History:
     """The versions of one ConfigValues object, through an injected API client."""
 
-    def __init__(self, kube: KubeRequester, owner: Owner) -> None:
+    def __init__(self, kube: Requester, owner: Owner) -> None:
         self._kube = kube
         self.owner = owner
 
@@ -229,7 +216,7 @@ class History:
             if latest is not None and latest.data_hash == wanted:
                 return latest, False
             number = (latest.number if latest is not None else 0) + 1
-            body = version_body(self.owner, number, data, source, now_rfc3339())
+            body = version_body(self.owner, number, data, source, utc_now())
             try:
                 await self._kube.request("POST", _configmaps(self.owner.namespace), body)
             except ApiError as error:

@@ -37,10 +37,10 @@ from operators.config.models import (
     values_point,
     values_problems,
 )
-from operators.config.repository import COMPONENTS, ENVIRONMENTS, VALUES, KubeConfigRepository, Requester, StoredValues
+from operators.config.repository import COMPONENTS, ENVIRONMENTS, VALUES, KubeConfigRepository, StoredValues
 from operators.environment.models import EnvironmentSpec
 from operators.runtime.kinds import AdmissionRequest, Refusal
-from operators.runtime.kube import ApiError, core_path, custom_path
+from operators.runtime.kube import ApiError, Requester, core_path, custom_path
 from operators.runtime.pipeline import PermanentError, StepContext, TemporaryError
 
 FIELD_MANAGER = "stead-config"

@@ -31,7 +31,7 @@ from operators.config.levels import LevelError, Point
 from operators.config.merge import Layer
 from operators.config.models import ConfigComponentSpec, ConfigValuesSpec, values_point
 from operators.environment.models import EnvironmentSpec
-from operators.runtime.kube import ApiError, custom_path
+from operators.runtime.kube import ApiError, Requester, custom_path
 
 log = logging.getLogger(__name__)
 
@@ -140,13 +140,6 @@ class ConfigRepository(Protocol):
     async def delete_values(self, namespace: str, stored: StoredValues, expect: str | None) -> None: ...
 
     async def versions(self, namespace: str, stored: StoredValues) -> list[Version]: ...
-
-
-class Requester(Protocol):
-    async def request(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-        params: dict[str, str] | None = None,
-    ) -> dict[str, Any]: ...
 
 
 def object_name(environment: str, resource: str, kind: str, point: Point) -> str:

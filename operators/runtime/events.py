@@ -11,9 +11,9 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from operators import API_VERSION
+from operators.runtime.clock import utc_now
 from operators.runtime.kube import ApiError, KubeClient, core_path
 from operators.runtime.metrics import Metrics
 from operators.runtime.pipeline import Observed
@@ -64,7 +64,7 @@ class EventRecorder:
             await asyncio.wait_for(self._queue.join(), grace)
 
     async def _post(self, event: Event) -> None:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = utc_now()
         obj = event.obj
         body = {
             "apiVersion": "v1",

@@ -272,13 +272,14 @@ def announce_status(obj: Observed, phase: str, facts: Mapping[str, Any], now: st
     return status
 
 
-_RUNTIME_FIELDS = frozenset({"phase", "observedGeneration", "conditions"})
+RUNTIME_FIELDS = frozenset({"phase", "observedGeneration", "conditions"})
+"""The status fields the runtime composes; a kind's steps own every other one."""
 
 
 def _kept(old: Mapping[str, Any], facts: Mapping[str, Any]) -> dict[str, Any]:
     """The kind's status fields as they are, updated with what this run found: a step returns what
     it changes (None removes a field), so an announce or a failure never erases, say, an App's lock."""
-    status = {key: value for key, value in old.items() if key not in _RUNTIME_FIELDS}
+    status = {key: value for key, value in old.items() if key not in RUNTIME_FIELDS}
     status.update(facts)
     return status
 

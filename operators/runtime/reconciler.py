@@ -13,11 +13,11 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from operators.runtime import conditions as cond
 from operators.runtime import pipeline as engine
+from operators.runtime.clock import utc_now
 from operators.runtime.kinds import FINALIZER, Kind
 from operators.runtime.metrics import Metrics
 from operators.runtime.pipeline import Observed, PermanentError, StoredRecord, TemporaryError
@@ -49,10 +49,6 @@ class StatusWriter(Protocol):
 
 class WriteFailed(Exception):
     """A status write that did not go through; retried like any temporary error."""
-
-
-def utc_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,7 @@ import aiohttp
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from operators.runtime.kube import ApiError
+from operators.runtime.kube import ApiError, Requester
 from operators.runtime.ring import PROJECT_LABEL
 from operators.runtime.store import LocalStore
 from pipelines.masking import Masker
@@ -342,15 +342,6 @@ class MemoryClusterCopy:
         return dict(self.projects.get(project, {}))
 
 
-class ApiRequester(Protocol):
-    """What the vault needs of `KubeClient` (so tests can put a fake API in its place)."""
-
-    async def request(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-        params: dict[str, str] | None = None,
-    ) -> dict[str, Any]: ...
-
-
 _TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 
 
@@ -381,7 +372,7 @@ class SecretClusterCopy:
     the blob (about 4/3 of 45 bytes + the value), so a project fits some 8,000 passwords.
     """
 
-    def __init__(self, kube: ApiRequester, namespace: str) -> None:
+    def __init__(self, kube: Requester, namespace: str) -> None:
         self._kube = kube
         self.namespace = namespace
 
@@ -496,7 +487,7 @@ def _key_failed(namespace: str, name: str, action: str, error: Exception) -> Vau
     return VaultError(f"master key Secret {namespace}/{name}: {action} failed: {detail}")
 
 
-async def _read_key_secret(kube: ApiRequester, namespace: str, name: str) -> dict[str, Any] | None:
+async def _read_key_secret(kube: Requester, namespace: str, name: str) -> dict[str, Any] | None:
     try:
         return await kube.request("GET", _key_path(namespace, name))
     except ApiError as error:
@@ -514,7 +505,7 @@ def _parse_key_secret(secret: dict[str, Any], namespace: str, name: str) -> Mast
         raise VaultError(f"master key Secret {namespace}/{name}: {error}") from None
 
 
-async def load_or_create_master_key(kube: ApiRequester, namespace: str, name: str = KEY_SECRET) -> MasterKey:
+async def load_or_create_master_key(kube: Requester, namespace: str, name: str = KEY_SECRET) -> MasterKey:
     """The vault's keyring from its Secret, created with one random key when absent.
 
     Two replicas starting together may both find it absent: the loser's create gets 409 and
@@ -541,7 +532,7 @@ async def load_or_create_master_key(kube: ApiRequester, namespace: str, name: st
 
 
 async def _update_key_secret(
-    kube: ApiRequester, namespace: str, name: str, change: Callable[[MasterKey], MasterKey], action: str,
+    kube: Requester, namespace: str, name: str, change: Callable[[MasterKey], MasterKey], action: str,
 ) -> MasterKey:
     """Read, change and write back the keyring; optimistic concurrency (resourceVersion), 409 retries."""
     for attempt in range(ATTEMPTS):
@@ -567,7 +558,7 @@ async def _update_key_secret(
     raise VaultError(f"master key Secret {namespace}/{name}: {action} still conflicting after {ATTEMPTS} attempts")
 
 
-async def rotate_master_key(kube: ApiRequester, namespace: str, name: str = KEY_SECRET) -> MasterKey:
+async def rotate_master_key(kube: Requester, namespace: str, name: str = KEY_SECRET) -> MasterKey:
     """Add a new random key to the Secret and make it current; the previous keys stay.
 
     Then give the result to `Vault.rotate` on every replica, and retire the old key when done.
@@ -576,7 +567,7 @@ async def rotate_master_key(kube: ApiRequester, namespace: str, name: str = KEY_
                                     "rotation")
 
 
-async def retire_master_key(kube: ApiRequester, namespace: str, key_id: str, name: str = KEY_SECRET) -> MasterKey:
+async def retire_master_key(kube: Requester, namespace: str, key_id: str, name: str = KEY_SECRET) -> MasterKey:
     """Remove a non-current key from the Secret: only once no blob of any replica still uses it."""
     return await _update_key_secret(kube, namespace, name, lambda keys: keys.without(key_id), "retiring a key")
 
