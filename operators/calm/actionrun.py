@@ -38,7 +38,7 @@ from operators.calm.app import (
 )
 from operators.calm.blueprint import secret_owner
 from operators.calm.compiler import compile_blueprint
-from operators.calm.models import BlueprintSpec, CompiledAction, CompiledState, SecretSource
+from operators.calm.models import ACTIONRUN, APP, BlueprintSpec, CompiledAction, CompiledState, SecretSource
 from operators.runtime.clock import utc_now
 from operators.runtime.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
 from operators.runtime.kube import ApiError, core_path, custom_path
@@ -133,7 +133,7 @@ def find_action(actions: Sequence[CompiledAction], name: str) -> CompiledAction 
 
 async def get_app(ctx: StepContext, name: str) -> dict[str, Any] | None:
     try:
-        app: dict[str, Any] = await ctx.services.kube.request("GET", custom_path("apps", ctx.obj.namespace, name))
+        app: dict[str, Any] = await ctx.services.kube.request("GET", custom_path(APP.plural, ctx.obj.namespace, name))
         return app
     except ApiError as error:
         if error.status == 404:
@@ -147,7 +147,7 @@ async def patch_app(ctx: StepContext, name: str, status: Mapping[str, Any], reso
     if resource_version:
         body["metadata"] = {"resourceVersion": resource_version}
     answer: dict[str, Any] = await ctx.services.kube.request(
-        "PATCH", custom_path("apps", ctx.obj.namespace, name) + "/status", body,
+        "PATCH", custom_path(APP.plural, ctx.obj.namespace, name) + "/status", body,
         content_type="application/merge-patch+json",
     )
     return answer
@@ -300,7 +300,7 @@ class _Observer:
     async def abort(self) -> Abort | None:
         with contextlib.suppress(ApiError):
             current = await self.ctx.services.kube.request(
-                "GET", custom_path("actionruns", self.ctx.obj.namespace, self.ctx.obj.name))
+                "GET", custom_path(ACTIONRUN.plural, self.ctx.obj.namespace, self.ctx.obj.name))
             if (current.get("spec") or {}).get("abort"):
                 return Abort()
         if self.lock and lock_expired(self.lock):
@@ -313,7 +313,7 @@ class _Observer:
                 "runLog": wf.run_log(status, self.run.built.data["steps"])}
 
     async def write(self, patch: Mapping[str, Any]) -> None:
-        await self.ctx.services.kube.patch_status("actionruns", self.ctx.obj.namespace, self.ctx.obj.name, patch)
+        await self.ctx.services.kube.patch_status(ACTIONRUN.plural, self.ctx.obj.namespace, self.ctx.obj.name, patch)
 
 
 async def supervise(ctx: StepContext) -> Mapping[str, Any]:
@@ -443,7 +443,7 @@ async def admission(request: AdmissionRequest) -> None:
     if services is None:
         return
     try:
-        app = await services.kube.request("GET", custom_path("apps", request.namespace, spec.app))
+        app = await services.kube.request("GET", custom_path(APP.plural, request.namespace, spec.app))
     except ApiError as error:
         if error.status == 404:
             raise Refusal(f"spec.app: no app {spec.app} in namespace {request.namespace}") from None
@@ -471,8 +471,8 @@ async def admission(request: AdmissionRequest) -> None:
 
 
 KIND = Kind(
-    kind="ActionRun",
-    plural="actionruns",
+    kind=ACTIONRUN.kind,
+    plural=ACTIONRUN.plural,
     short_names=("run",),
     description="One run of an action on an App: progress, the run log tree per task and replica, and the "
     "failing task with its reason. Set spec.abort to abort it.",

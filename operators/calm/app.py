@@ -41,7 +41,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from operators import API_VERSION
-from operators.calm.models import BlueprintSpec
+from operators.calm.models import ACTIONRUN, APP, BlueprintSpec
 from operators.calm.validation import type_problem
 from operators.calm.workflow import layout
 from operators.runtime.clock import utc_now
@@ -266,7 +266,7 @@ def run_body(obj: Observed, name: str, action: str, owned: bool) -> dict[str, An
 
 async def get_run(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        run: dict[str, Any] = await kube.request("GET", custom_path("actionruns", namespace, name))
+        run: dict[str, Any] = await kube.request("GET", custom_path(ACTIONRUN.plural, namespace, name))
     except ApiError as error:
         if error.status == 404:
             return None
@@ -289,7 +289,7 @@ async def create(ctx: StepContext) -> Mapping[str, Any]:
     run = await get_run(kube, ctx.obj.namespace, name)
     if run is None:
         try:
-            await kube.request("POST", custom_path("actionruns", ctx.obj.namespace),
+            await kube.request("POST", custom_path(ACTIONRUN.plural, ctx.obj.namespace),
                                run_body(ctx.obj, name, "create", owned=True))
         except ApiError as error:
             if error.status != 409:
@@ -299,7 +299,7 @@ async def create(ctx: StepContext) -> Mapping[str, Any]:
     run_status = run.get("status") or {}
     if run_status.get("state") not in FINAL_RUN_STATES:
         raise running  # polling a GET once a second: cheap, and survives an operator restart unchanged
-    fresh = await kube.request("GET", custom_path("apps", ctx.obj.namespace, ctx.obj.name))
+    fresh = await kube.request("GET", custom_path(APP.plural, ctx.obj.namespace, ctx.obj.name))
     status = carry(fresh.get("status") or {})
     if run_status["state"] != "Succeeded":
         raise PermanentError("CreateFailed", f"create run {name} {run_status['state'].lower()}: {_why(run_status)}",
@@ -348,12 +348,12 @@ async def delete(ctx: StepContext) -> Mapping[str, Any]:
                                  facts=status)
         # the record of an earlier app of the same name: make room for this one's
         with contextlib.suppress(ApiError):
-            await kube.request("DELETE", custom_path("actionruns", obj.namespace, name))
+            await kube.request("DELETE", custom_path(ACTIONRUN.plural, obj.namespace, name))
         running.delay = 0.5
         raise running
     if run is None:
         try:
-            await kube.request("POST", custom_path("actionruns", obj.namespace),
+            await kube.request("POST", custom_path(ACTIONRUN.plural, obj.namespace),
                                run_body(obj, name, "delete", owned=False))
         except ApiError as error:
             if error.status == 403 and "terminat" in error.message:
@@ -369,7 +369,7 @@ async def delete(ctx: StepContext) -> Mapping[str, Any]:
         raise running
     if run_status["state"] == "Succeeded":
         return {}
-    fresh = await kube.request("GET", custom_path("apps", obj.namespace, obj.name))
+    fresh = await kube.request("GET", custom_path(APP.plural, obj.namespace, obj.name))
     raise PermanentError(
         "DeleteFailed",
         f"delete run {name} {run_status['state'].lower()}: {_why(run_status)} (spec.softDelete: true lets the "
@@ -406,8 +406,8 @@ async def admission(request: AdmissionRequest) -> None:
 
 
 KIND = Kind(
-    kind="App",
-    plural="apps",
+    kind=APP.kind,
+    plural=APP.plural,
     short_names=("app",),
     description="An application launched from an Active Blueprint: a frozen snapshot of it, the user's "
     "inputs, the live entities, the lock and the state of its last actions.",

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from operators.calm.compiler import compile_blueprint
-from operators.calm.models import PRINTER_COLUMNS, BlueprintSpec, BlueprintStatus, CompiledState
+from operators.calm.models import APP, BLUEPRINT, PRINTER_COLUMNS, BlueprintSpec, BlueprintStatus, CompiledState
 from operators.calm.validation import spec_problems
 from operators.runtime.kinds import AdmissionRequest, Kind, Refusal
 from operators.runtime.kube import custom_path
@@ -61,7 +61,7 @@ async def release(ctx: StepContext) -> Mapping[str, Any]:
     because they run its snapshot, which refers to its secrets in the vault; once none is left,
     its secrets leave the vault and the blueprint goes."""
     services: Services = ctx.services
-    apps = await services.kube.request("GET", custom_path("apps", ctx.obj.namespace))
+    apps = await services.kube.request("GET", custom_path(APP.plural, ctx.obj.namespace))
     users = sorted(str((a.get("metadata") or {}).get("name")) for a in apps.get("items") or []
                    if (a.get("spec") or {}).get("blueprint") == ctx.obj.name)
     if users:
@@ -202,8 +202,8 @@ def _scrub_last_applied(text: str, refs: Mapping[str, str]) -> str | None:
 
 
 KIND = Kind(
-    kind="Blueprint",
-    plural="blueprints",
+    kind=BLUEPRINT.kind,
+    plural=BLUEPRINT.plural,
     short_names=("bp",),
     description="A Calm application blueprint: variables, credentials, substrates, packages, services, "
     "deployments and actions. Compiled into system actions; Active blueprints launch Apps.",

@@ -22,7 +22,11 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
-from operators.runtime.kinds import Model, PrinterColumn, StatusBase
+from operators.runtime.kinds import Model, PrinterColumn, Resource, StatusBase
+
+BLUEPRINT = Resource("Blueprint", "blueprints")
+APP = Resource("App", "apps")
+ACTIONRUN = Resource("ActionRun", "actionruns")
 
 # Entity, credential and variable names are objects and attributes of macros (`@@{DB.url}@@`),
 # so they are identifiers: a hyphen would read as a minus sign inside a macro.

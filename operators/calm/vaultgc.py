@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from operators.calm.blueprint import vault_refs
+from operators.calm.models import APP, BLUEPRINT
 from operators.runtime.kube import ApiError, custom_path
 from operators.runtime.services import Services
 from operators.runtime.vault import Entry, VaultError
@@ -48,8 +49,8 @@ def garbage(entries: Sequence[Entry], referenced: Collection[str], now: float, g
 
 async def referenced(services: Services, namespace: str) -> set[str]:
     """Every vault uuid that a Blueprint's spec or an App's launch snapshot of `namespace` names."""
-    blueprints = await services.kube.request("GET", custom_path("blueprints", namespace))
-    apps = await services.kube.request("GET", custom_path("apps", namespace))
+    blueprints = await services.kube.request("GET", custom_path(BLUEPRINT.plural, namespace))
+    apps = await services.kube.request("GET", custom_path(APP.plural, namespace))
     found = {ref for b in blueprints.get("items") or [] for _, ref in vault_refs(b.get("spec") or {})}
     found |= {ref for a in apps.get("items") or []
               for _, ref in vault_refs(((a.get("status") or {}).get("snapshot") or {}).get("spec") or {})}

@@ -12,6 +12,8 @@ cache), `auth` (TokenReview/SubjectAccessReview and Basic), `api` (the HTTP API'
 from __future__ import annotations
 
 from operators.config.models import (
+    CONFIG_COMPONENT,
+    CONFIG_VALUES,
     ConfigComponentSpec,
     ConfigComponentStatus,
     ConfigValuesSpec,
@@ -30,8 +32,8 @@ from operators.runtime.kinds import Kind, PrinterColumn
 from operators.runtime.pipeline import Pipeline
 
 COMPONENT_KIND = Kind(
-    kind="ConfigComponent",
-    plural="configcomponents",
+    kind=CONFIG_COMPONENT.kind,
+    plural=CONFIG_COMPONENT.plural,
     short_names=("cc",),
     description="A component of the system and the definitions of the resources (data sources) it provides, "
     "each optionally with a JSON schema its values must satisfy.",
@@ -44,8 +46,8 @@ COMPONENT_KIND = Kind(
 )
 
 VALUES_KIND = Kind(
-    kind="ConfigValues",
-    plural="configvalues",
+    kind=CONFIG_VALUES.kind,
+    plural=CONFIG_VALUES.plural,
     short_names=("cv",),
     description="Values or overrides of one resource, in one Environment, at one point of its hierarchy. "
     "Every change of the data is kept as a version (an immutable ConfigMap).",

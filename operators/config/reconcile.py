@@ -28,6 +28,7 @@ from operators.config.history import History, HistoryError, Owner, StaleHistory,
 from operators.config.levels import LevelError, format_point
 from operators.config.merge import effective
 from operators.config.models import (
+    CONFIG_COMPONENT,
     DEFAULT_HISTORY_LIMIT,
     ConfigComponentSpec,
     ConfigValuesSpec,
@@ -38,7 +39,7 @@ from operators.config.models import (
     values_problems,
 )
 from operators.config.repository import COMPONENTS, ENVIRONMENTS, VALUES, KubeConfigRepository, StoredValues
-from operators.environment.models import EnvironmentSpec
+from operators.environment.models import ENVIRONMENT, EnvironmentSpec
 from operators.runtime.kinds import AdmissionRequest, Refusal
 from operators.runtime.kube import ApiError, Requester, core_path, custom_path
 from operators.runtime.pipeline import PermanentError, StepContext, TemporaryError
@@ -253,6 +254,6 @@ def refers_to_component(values_spec: Mapping[str, Any], component: str) -> bool:
     return bool(values_spec.get("resource"))
 
 
-DEPENDS_ON = {"Environment": refers_to_environment, "ConfigComponent": refers_to_component}
+DEPENDS_ON = {ENVIRONMENT.kind: refers_to_environment, CONFIG_COMPONENT.kind: refers_to_component}
 """For the runtime: re-check a ConfigValues when an object of these kinds, in its namespace,
 changes (a new generation Provisioned, or deleted) and the function says it refers to it."""

@@ -29,15 +29,15 @@ from operators import API_VERSION
 from operators.config.history import History, HistoryError, Owner, Version
 from operators.config.levels import LevelError, Point
 from operators.config.merge import Layer
-from operators.config.models import ConfigComponentSpec, ConfigValuesSpec, values_point
-from operators.environment.models import EnvironmentSpec
+from operators.config.models import CONFIG_COMPONENT, CONFIG_VALUES, ConfigComponentSpec, ConfigValuesSpec, values_point
+from operators.environment.models import ENVIRONMENT, EnvironmentSpec
 from operators.runtime.kube import ApiError, Requester, custom_path
 
 log = logging.getLogger(__name__)
 
-COMPONENTS = "configcomponents"
-VALUES = "configvalues"
-ENVIRONMENTS = "environments"
+COMPONENTS = CONFIG_COMPONENT.plural
+VALUES = CONFIG_VALUES.plural
+ENVIRONMENTS = ENVIRONMENT.plural
 LABEL_ENVIRONMENT = "stead.dev/environment"
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
@@ -234,11 +234,11 @@ class KubeConfigRepository:
             raise Unavailable(error.message) from error
 
     async def create_component(self, namespace: str, name: str, spec: ConfigComponentSpec) -> None:
-        await self._create(COMPONENTS, "ConfigComponent", namespace, name,
+        await self._create(COMPONENTS, CONFIG_COMPONENT.kind, namespace, name,
                            spec.model_dump(by_alias=True, exclude_none=True))
 
     async def create_environment(self, namespace: str, name: str, spec: EnvironmentSpec) -> None:
-        await self._create(ENVIRONMENTS, "Environment", namespace, name,
+        await self._create(ENVIRONMENTS, ENVIRONMENT.kind, namespace, name,
                            spec.model_dump(by_alias=True, exclude_none=True))
 
     async def snapshot(self, namespace: str, environment: str, fresh: bool = False) -> Snapshot | None:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from operators.environment.logic import summarize
-from operators.environment.models import EnvironmentSpec, EnvironmentStatus
+from operators.environment.models import ENVIRONMENT, EnvironmentSpec, EnvironmentStatus
 from operators.runtime.kinds import Kind, PrinterColumn
 from operators.runtime.pipeline import PermanentError, Pipeline, StepContext
 
@@ -30,8 +30,8 @@ async def provision(ctx: StepContext) -> Mapping[str, Any]:
 
 
 KIND = Kind(
-    kind="Environment",
-    plural="environments",
+    kind=ENVIRONMENT.kind,
+    plural=ENVIRONMENT.plural,
     short_names=("env",),
     description=KIND_DESCRIPTION,
     spec_model=EnvironmentSpec,

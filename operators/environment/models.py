@@ -10,7 +10,9 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
-from operators.runtime.kinds import Model, StatusBase
+from operators.runtime.kinds import Model, Resource, StatusBase
+
+ENVIRONMENT = Resource("Environment", "environments")
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=253)]
 Level = Annotated[

@@ -50,6 +50,16 @@ class StatusBase(Model):
 
 
 @dataclass(frozen=True)
+class Resource:
+    """A kind by its names, for code that refers to it (API paths, `Kind.depends_on`): each domain
+    declares its own once (`APP`, `ENVIRONMENT`, ...), so a misspelt kind is a name that does not
+    exist, which the type check reports, instead of a path that answers 404 at run time."""
+
+    kind: str
+    plural: str
+
+
+@dataclass(frozen=True)
 class PrinterColumn:
     name: str
     json_path: str
@@ -123,6 +133,10 @@ class Kind:
     """Runs when an object is deleted, before it goes (an App's delete action); the object holds
     the `FINALIZER` meanwhile. TemporaryError retries; PermanentError keeps the object, Stalled
     with the reason, until the user acts."""
+
+    @property
+    def resource(self) -> Resource:
+        return Resource(self.kind, self.plural)
 
     @property
     def mutates(self) -> bool:
