@@ -1,36 +1,13 @@
 # Luigi 3.8 ships py.typed but leaves most of its API unannotated; the calls into it are checked
 # at their boundaries here instead.
 # mypy: disable-error-code="no-untyped-call"
-"""Running a workflow on Luigi: tasks, LMDB targets, a thread worker and an O(1) local scheduler.
+"""`Runner`: one run of a workflow, from its store to its outcome.
 
 Each instance (step on target) is a `StepTask`; its output is a `StepTarget`, the instance's key in
 the run store's ``done`` database, written in the same transaction as its "success" record and the
 variables it set. A run started again with the same uid (after a crash, a kill, an abort, a
 failure) asks Luigi for the same root task: Luigi's own completion checks skip every instance whose
 Target exists, so finished steps and their side effects are never repeated.
-
-Why not `luigi.build` with its local scheduler. Profiling stock Luigi 3.8 with cProfile on a chain
-and on a wide DAG of 1,000 no-op tasks (``bench/workflow_overhead.py --profile``) puts ~90 % of the
-time in `Scheduler.get_work`, called once per task, which is O(N) in the tasks it knows:
-
-- `prune()` (the local scheduler is built with ``prune_on_get_work=True``) walks every task
-  (`_prune_tasks`) and, through `inactivate_workers([])`, every task again;
-- `count_pending()` walks every pending task and computes its upstream status (`_upstream_status`,
-  ~N/2 calls per get_work on a chain: N^2/2 over a run);
-- `is_trivial_worker()` filters every pending task, and the candidates are sorted (N log N) and
-  each checked with `_schedulable` before one is handed out.
-
-Hence 12 ms per task at 1,000 tasks, growing linearly. `FastScheduler` is a subclass that keeps
-the stock state (so everything else, the visualiser API included, still works) plus two indexes
-maintained in `add_task`: for each pending task the set of its unfinished dependencies, and a heap
-of tasks whose dependencies are all done. `get_work` pops that heap; `count_pending` reads counters.
-Per task the cost is O(its degree + log N).
-
-The stock worker runs tasks in forked processes as soon as it has more than one slot. Forking
-costs milliseconds, and completion state would have to travel back through Targets anyway; our
-steps wait on processes, sockets and the API server, not on the CPU. `StepWorker` keeps Luigi's
-worker loop (scheduling, dependency checks, reporting to the scheduler, luigid included) but runs
-each task in a thread of a pool of `Workflow.parallelism` threads.
 
 With ``scheduler_url`` the same worker talks to a central `luigid` (`luigi.rpc.RemoteScheduler`)
 under a worker id derived from the run uid: a restarted runner is the same worker to luigid, which
@@ -41,17 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import heapq
 import itertools
 import json
 import logging
 import os
-import queue
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -60,8 +34,6 @@ from typing import Any
 import luigi
 import luigi.rpc
 import luigi.worker
-from luigi.scheduler import Scheduler
-from luigi.task_status import DONE, PENDING, RUNNING
 
 from pipelines.executors import default_executors
 from pipelines.executors.base import Executor, ParameterError, StepAborted, StepContext, StepFailed, StepResult
@@ -69,290 +41,22 @@ from pipelines.executors.script import kill_leftover
 from pipelines.hooks import Hooks, Masker
 from pipelines.model import FINAL_STEP_STATES, Instance, RunPhase, Step, Workflow, check_name
 from pipelines.paths import RunPaths
-from pipelines.store import RunStore, open_store
+from pipelines.runner.scheduler import FastScheduler
+from pipelines.runner.tasks import RunTask, StepTask, register, unregister
+from pipelines.runner.worker import StepWorker
+from pipelines.store import open_store
 
 log = logging.getLogger("pipelines.runner")
 
-RUN_DONE_KEY = "@run"
-"""The root task's Target: never an instance key (those start with a letter or digit)."""
 EXIT_CODES: dict[RunPhase, int] = {"Succeeded": 0, "Failed": 1, "Aborted": 3, "Pending": 1, "Running": 1}
-
-_RUNNERS: dict[str, Runner] = {}
-_RUNNERS_LOCK = threading.Lock()
 
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _runner(uid: str) -> Runner:
-    try:
-        return _RUNNERS[uid]
-    except KeyError:
-        raise RuntimeError(f"run {uid} has no runner in this process") from None
-
-
 class AlreadyRunning(RuntimeError):
     """Another runner process holds this run."""
-
-
-# -- Luigi tasks and targets ----------------------------------------------------------------------
-
-
-class StepTarget(luigi.Target):
-    """Done-ness of one instance: a key in the run store's ``done`` database."""
-
-    def __init__(self, store: RunStore, uid: str, key: str) -> None:
-        self.store, self.uid, self.key = store, uid, key
-
-    def exists(self) -> bool:
-        return self.store.is_done(self.uid, self.key)
-
-
-class _CachedParams:
-    """Luigi recomputes a class's parameters (``dir(cls)`` and a sort) several times per task.
-
-    Profiling the engine at 2,000 steps showed `Task.get_params` as the largest single cost; the
-    parameters of these classes never change, so they are computed once per class.
-    """
-
-    @classmethod
-    def get_params(cls) -> list[tuple[str, luigi.Parameter]]:
-        cached: list[tuple[str, luigi.Parameter]] | None = cls.__dict__.get("_stead_params")
-        if cached is None:
-            cached = list(super().get_params())  # type: ignore[misc]
-            cls._stead_params = cached  # type: ignore[attr-defined]
-        return list(cached)
-
-
-class StepTask(_CachedParams, luigi.Task):
-    """One step on one target. Parameters are what luigid shows: run uid, step id, target."""
-
-    task_namespace = "stead"
-    run_uid = luigi.Parameter()
-    step = luigi.Parameter()
-    target = luigi.Parameter(default="")
-
-    def _instance(self) -> Instance:
-        return Instance(self.step, self.target)
-
-    def requires(self) -> list[StepTask]:
-        return _runner(self.run_uid).requirement_tasks(self._instance())
-
-    def output(self) -> StepTarget:
-        runner = _runner(self.run_uid)
-        return StepTarget(runner.store, self.run_uid, self._instance().key)
-
-    def complete(self) -> bool:
-        """One LMDB lookup (Luigi's default goes through `output()` and `flatten`)."""
-        return _runner(self.run_uid).store.is_done(self.run_uid, self._instance().key)
-
-    def run(self) -> None:
-        _runner(self.run_uid).execute(self._instance())
-
-    def on_failure(self, exception: BaseException) -> str:
-        """What Luigi reports (to luigid too): the masked message, not a traceback."""
-        return str(exception)
-
-
-class RunTask(_CachedParams, luigi.Task):
-    """The root: requires the instances nothing else requires; done when the whole run is."""
-
-    task_namespace = "stead"
-    run_uid = luigi.Parameter()
-
-    def requires(self) -> list[StepTask]:
-        return [StepTask(run_uid=self.run_uid, step=i.step, target=i.target) for i in _runner(self.run_uid).sinks]
-
-    def output(self) -> StepTarget:
-        return StepTarget(_runner(self.run_uid).store, self.run_uid, RUN_DONE_KEY)
-
-    def complete(self) -> bool:
-        return _runner(self.run_uid).store.is_done(self.run_uid, RUN_DONE_KEY)
-
-    def run(self) -> None:
-        _runner(self.run_uid).store.mark_done(self.run_uid, RUN_DONE_KEY)
-
-    def on_failure(self, exception: BaseException) -> str:
-        return str(exception)
-
-
-# -- the local scheduler ----------------------------------------------------------------------------
-
-
-class FastScheduler(Scheduler):
-    """Luigi's scheduler with O(1) `get_work` and `count_pending` (see the module docstring).
-
-    It serves workers whose tasks declare no resources (the runner's tasks declare none); a task
-    with resources is still scheduled, ignoring them. It never retries failed tasks on its own:
-    retries are the step's business, and a new run of the same uid retries what failed.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(prune_on_get_work=False, record_task_history=False, retry_delay=-1.0)
-        self._ready: list[tuple[float, float, int, str]] = []
-        self._blocked: dict[str, set[str]] = {}
-        self._dependents: dict[str, set[str]] = {}
-        self._seq = itertools.count()
-        self._lock = threading.RLock()
-
-    def add_task(self, **kwargs: Any) -> None:
-        with self._lock:
-            super().add_task(**kwargs)
-            self._track(str(kwargs["task_id"]))
-
-    def _track(self, task_id: str) -> None:
-        state = self._state
-        task = state.get_task(task_id)
-        if task is None:
-            return
-        for dep in task.deps:
-            self._dependents.setdefault(dep, set()).add(task_id)
-        if task.status == DONE:
-            self._blocked.pop(task_id, None)
-            for child in self._dependents.get(task_id, ()):
-                waiting = self._blocked.get(child)
-                if waiting is not None and task_id in waiting:
-                    waiting.discard(task_id)
-                    if not waiting:
-                        self._push(child)
-        elif task.status == PENDING:
-            waiting = set()
-            for dep in task.deps:
-                dep_task = state.get_task(dep)
-                if dep_task is None or dep_task.status != DONE:
-                    waiting.add(dep)
-            self._blocked[task_id] = waiting
-            if not waiting:
-                self._push(task_id)
-
-    def _push(self, task_id: str) -> None:
-        task = self._state.get_task(task_id)
-        if task is not None:
-            heapq.heappush(self._ready, (-float(task.priority), float(task.time), next(self._seq), task_id))
-
-    def count_pending(self, worker: str) -> dict[str, Any]:
-        with self._lock:
-            state = self._state
-            pending = state.get_active_task_count_for_status(PENDING)
-            running = [
-                {"task_id": t.id, "worker": t.worker_running} for t in state.get_active_tasks_by_status(RUNNING)
-            ]
-            return {
-                "n_pending_tasks": pending,
-                "n_unique_pending": pending,
-                "n_pending_last_scheduled": pending,
-                "worker_state": state.get_worker(worker).state,
-                "running_tasks": running,
-            }
-
-    def get_work(
-        self, host: str | None = None, assistant: bool = False, current_tasks: list[str] | None = None,
-        worker: str | None = None, **kwargs: Any,
-    ) -> dict[str, Any]:
-        assert worker is not None
-        with self._lock:
-            record = self._update_worker(worker, worker_reference={"host": host}, get_work=True)
-            reply = self.count_pending(worker)
-            reply["task_id"] = None
-            if not record.enabled or self._paused:
-                return reply
-            passed_over: list[tuple[float, float, int, str]] = []
-            chosen = None
-            while self._ready:
-                entry = heapq.heappop(self._ready)
-                task = self._state.get_task(entry[3])
-                if task is None or task.status != PENDING or self._blocked.get(task.id):
-                    continue  # stale: already taken, done, or blocked again
-                if worker not in task.workers and not (assistant and task.runnable):
-                    passed_over.append(entry)
-                    continue
-                chosen = task
-                break
-            for entry in passed_over:
-                heapq.heappush(self._ready, entry)
-            if chosen is None:
-                return reply
-            self.update_metrics_task_started(chosen)
-            self._state.set_status(chosen, RUNNING, self._config)
-            chosen.worker_running = worker
-            chosen.resources_running = dict(chosen.resources)
-            chosen.time_running = time.time()
-            self._update_task_history(chosen, RUNNING, host=host)
-            reply.update(
-                task_id=chosen.id, task_family=chosen.family, task_module=getattr(chosen, "module", None),
-                task_params=chosen.params,
-            )
-            return reply
-
-
-# -- the thread worker ------------------------------------------------------------------------------
-
-
-class _ResultQueue(queue.SimpleQueue[Any]):
-    """The worker's result queue, between threads (the stock one is a multiprocessing pipe)."""
-
-    def close(self) -> None:
-        pass
-
-    def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        return super().get(block, timeout)
-
-
-class _ThreadTask(luigi.worker.ContextManagedTaskProcess):
-    """A Luigi "task process" that runs in a pool thread instead of a forked process."""
-
-    def __init__(self, pool: ThreadPoolExecutor, *args: Any, **kwargs: Any) -> None:
-        super().__init__(None, *args, **kwargs)
-        self._pool = pool
-        self._future: Future[None] | None = None
-
-    def start(self) -> None:
-        self._future = self._pool.submit(self.run)
-
-    def is_alive(self) -> bool:
-        return self._future is not None and not self._future.done()
-
-    @property
-    def exitcode(self) -> int | None:
-        if self._future is None or not self._future.done():
-            return None
-        return 1 if self._future.exception() is not None else 0
-
-    def terminate(self) -> None:
-        """Threads cannot be killed: the runner's abort flag stops what the step started."""
-
-
-class StepWorker(luigi.worker.Worker):
-    def __init__(self, scheduler: Any, worker_id: str, threads: int) -> None:
-        super().__init__(
-            scheduler=scheduler, worker_id=worker_id, worker_processes=threads,
-            no_install_shutdown_handler=True, send_failure_email=False, wait_interval=0.2, wait_jitter=0.0,
-            check_unfulfilled_deps=True, max_reschedules=0,
-        )
-        self._task_result_queue = _ResultQueue()  # type: ignore[assignment]
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="step")
-
-    def _create_task_process(self, task: luigi.Task) -> _ThreadTask:
-        """With one slot, run the task inline like stock Luigi does: no thread hand-off per step."""
-        reporter = luigi.worker.TaskStatusReporter(self._scheduler, task.task_id, self._id, None)
-        return _ThreadTask(
-            self._pool, task, self._id, self._task_result_queue, reporter,
-            use_multiprocessing=self.worker_processes > 1, worker_timeout=0, check_unfulfilled_deps=True,
-            check_complete_on_run=False, task_completion_cache=None,
-        )
-
-    def stop_requesting_work(self) -> None:
-        """Finish what runs and take nothing new (abort, first failure)."""
-        self._start_phasing_out()
-
-    def __exit__(self, *exc: object) -> bool:
-        result = bool(super().__exit__(*exc))
-        self._pool.shutdown(wait=True)
-        return result
-
-
-# -- the run ----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -508,8 +212,7 @@ class Runner:
         for directory in (self.paths.run_dir, self.paths.output_dir, self.paths.work_dir):
             directory.mkdir(parents=True, exist_ok=True)
         with self._exclusive():
-            with _RUNNERS_LOCK:
-                _RUNNERS[self.uid] = self
+            register(self)
             quiet = logging.getLogger("luigi-interface")
             previous_level = quiet.level
             quiet.setLevel(logging.CRITICAL)
@@ -531,8 +234,7 @@ class Runner:
                 for thread in threads:
                     thread.join(timeout=5)
                 quiet.setLevel(previous_level)
-                with _RUNNERS_LOCK:
-                    _RUNNERS.pop(self.uid, None)
+                unregister(self.uid)
 
     def requirement_tasks(self, inst: Instance) -> list[StepTask]:
         """The Luigi tasks `inst` requires, built once per run (Luigi asks several times per task).
