@@ -407,7 +407,7 @@ class KeepingRepository(FakeRepository):
 
 def test_lookups_against_an_unchanged_snapshot_merge_once_and_answer_again_until_it_changes(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from operators.config import api
+    from operators.config.api import handlers as api
 
     merges: list[Any] = []
 

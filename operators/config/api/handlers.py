@@ -1,62 +1,41 @@
-"""The configuration store's HTTP API (seed 001's ConfigDB paths, under `/api/v1/config`).
-
-`ConfigApi(repository, authenticator)` is the handler of an `operators.runtime.serving.HttpServer`
-(its `problem` the server's error answers); the operator process serves it over TLS. Routes
-(HEAD too where GET is allowed):
-
-    GET  /components                      list components   POST /components      create one
-    GET  /components/<name>
-    GET  /environments                    list environments POST /environments    create one
-    GET  /environments/<env>
-    GET|PUT|DELETE|POST  /environments/<env>[/<level>/<value>...]/resources/<resource>/values
-                                                  (and .../overrides; the seed's .../override too)
-    GET  /openapi.json
-
-Levels in the path name the environment's hierarchy levels root first; the seed's plural
-`nodes/<fqdn>` is accepted for a level `node` (any level's plural with an `s`). A node is
-written by FQDN or name; its role level may be left out when it has one role (the seed's
-`.../nodes/<fqdn>/resources/...` under levels `role, node`). On a values path:
-
-- `GET` returns the data stored at that point; `?effective` the merged values from the root
-  down to the point (see `operators.config.merge`), `&trace` (or tuning-box's `&show_lookup`)
-  adds which layer gave each key; `?version=<n>` reads a kept version of the object at the
-  point (with `effective`, that object's layer at version n merged with the others as they
-  are now); `?key=a.b.0` returns one key; `?history` lists the kept versions.
-- `PUT` replaces the data with the JSON body (a mapping), or with `?key=` sets one key to the
-  body (any JSON value). The response is the data now stored.
-- `DELETE` with `?key=` removes a key; without, it deletes the values object (and its history).
-- `POST ?revert=<n>` makes version n's data current again (recorded as a new version).
-- Writes take an optional `If-Match` with the `ETag` of a `GET` without `effective` (or of a
-  write): the object's generation and uid, so the operator's status writes do not invalidate
-  it; a changed spec is 409. Without it, whole writes are last-writer-wins, and key writes
-  retry their read-modify-write so concurrent key updates are not lost.
-
-Errors are JSON `{"code", "error", "message"}`, plus `"notFound": "<what>"` on 404s:
-environment, level, node (not found at all, or not assigned to this environment: the seed's
-two node cases), resource (not defined by an enabled component), version, values, key.
-
-Authentication comes first, for every route: without valid credentials the answer is 401
-with the same body whatever the path, so an anonymous client learns nothing (not even whether
-an environment exists). An authenticated caller lacking RBAC permission gets 403.
-"""
+"""`ConfigApi`: authentication, routing and the handlers of the configuration API."""
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import re
-import types
-import urllib.parse
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any, Literal, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from operators.config.auth import Access, Authenticator, AuthUnavailable, Identity, TooManyAttempts
+from operators.config.api.calls import (
+    KEY_WRITE_ATTEMPTS,
+    NAMESPACE_PATTERN,
+    PREFIX,
+    UNAUTHORIZED_HEADERS,
+    ApiProblem,
+    Call,
+    K,
+    V,
+    ValuesPath,
+    _dumps,
+    _flag,
+    _if_match,
+    _int_param,
+    _json,
+    _json_body,
+    _level_name,
+    _object_name,
+    _values_path,
+    bad_request,
+    not_found,
+)
+from operators.config.api.openapi import OPENAPI
+from operators.config.auth import Access, Authenticator, AuthUnavailable, TooManyAttempts
 from operators.config.history import Version
 from operators.config.keys import KeyPathError, delete_key, get_key, parse_key, set_key
 from operators.config.levels import (
@@ -95,173 +74,6 @@ from operators.runtime.kinds import field_path
 from operators.runtime.serving import Request, Response
 
 log = logging.getLogger(__name__)
-
-PREFIX = "/api/v1/config"
-TERMINALS: dict[str, Literal["values", "overrides"]] = {
-    "values": "values", "overrides": "overrides", "override": "overrides",
-}
-NAMESPACE_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-KEY_WRITE_ATTEMPTS = 5
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class ApiProblem(Exception):
-    """An error answer: status, a one-word error, a message, and for 404s what was not found."""
-
-    def __init__(self, status: int, error: str, message: str, not_found: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error = error
-        self.message = message
-        self.not_found = not_found
-
-    def response(self, headers: Mapping[str, str] | None = None) -> Response:
-        body: dict[str, Any] = {"code": self.status, "error": self.error, "message": self.message}
-        if self.not_found is not None:
-            body["notFound"] = self.not_found
-        return _json(body, status=self.status, headers=headers)
-
-
-def not_found(what: str, message: str) -> NoReturn:
-    raise ApiProblem(404, "NotFound", message, not_found=what)
-
-
-def bad_request(message: str) -> NoReturn:
-    raise ApiProblem(400, "BadRequest", message)
-
-
-def _dumps(body: Any) -> bytes:
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
-    return Response(status, _dumps(body), headers=headers)
-
-
-UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Basic realm="stead", Bearer realm="stead"'}
-
-
-@dataclass(frozen=True)
-class ValuesPath:
-    """A parsed `/environments/<env>/.../resources/<resource>/<terminal>` path."""
-
-    environment: str
-    pairs: tuple[tuple[str, str], ...]
-    resource: str
-    kind: Literal["values", "overrides"]
-
-
-@functools.lru_cache(maxsize=4096)
-def parse_values_path(environment: str, tail: str) -> ValuesPath | None:
-    """The parts of a values path after `/environments/<env>/`; None when it is not one.
-
-    Memoized: a Hiera backend asks the same few thousand paths over and over, and the answer
-    is an immutable value of the strings alone.
-    """
-    segments = tail.split("/")
-    if any(s == "" for s in segments):
-        return None
-    pairs: list[tuple[str, str]] = []
-    index = 0
-    while index < len(segments) and segments[index] != "resources":
-        if index + 1 >= len(segments):
-            return None
-        pairs.append((segments[index], segments[index + 1]))
-        index += 2
-    rest = segments[index + 1:]
-    if len(rest) < 2 or rest[-1] not in TERMINALS:
-        return None
-    return ValuesPath(environment, tuple(pairs), "/".join(rest[:-1]), TERMINALS[rest[-1]])
-
-
-@dataclass(slots=True)
-class Call:
-    """A request as the handlers see it: what was asked, the path's parameters, and who asks."""
-
-    request: Request
-    params: Mapping[str, str]
-    identity: Identity
-
-    @property
-    def query(self) -> Mapping[str, str]:
-        return _parse_query(self.request.query)
-
-
-def _values_path(call: Call) -> ValuesPath:
-    """The request's values path, or the 404 that says what one looks like."""
-    path = parse_values_path(call.params["env"], call.params["tail"])
-    if path is None:
-        not_found("route", f"no such route: {call.request.method} {call.request.path} "
-                           "(expected .../environments/<env>[/<level>/<value>...]/resources/<resource>/values)")
-    return path
-
-
-_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
-
-
-def _object_name(name: str) -> bool:
-    """Whether `name` (percent-decoded from a URL) can be a Kubernetes object's name at all."""
-    return len(name) <= 253 and _OBJECT_NAME.fullmatch(name) is not None
-
-
-def _level_name(name: str, hierarchy: list[str]) -> str | None:
-    if name in hierarchy:
-        return name
-    if name.endswith("s") and name[:-1] in hierarchy:
-        return name[:-1]
-    return None
-
-
-@functools.lru_cache(maxsize=4096)
-def _parse_query(raw: str) -> Mapping[str, str]:
-    """Query parameters, decoded once per distinct query string: a Hiera backend sends the same
-    few thousand queries again and again. The first of repeated names counts."""
-    params: dict[str, str] = {}
-    for name, value in urllib.parse.parse_qsl(raw, keep_blank_values=True):
-        params.setdefault(name, value)
-    return types.MappingProxyType(params)
-
-
-def _flag(call: Call, *names: str) -> bool:
-    """A query flag: present (`?effective`), or set to a true-ish value."""
-    params = call.query
-    for name in names:
-        if name in params:
-            return params[name].lower() not in ("0", "false", "no", "off")
-    return False
-
-
-def _int_param(call: Call, name: str) -> int | None:
-    raw = call.query.get(name)
-    if raw is None:
-        return None
-    if not raw.isdigit() or int(raw) < 1:
-        bad_request(f"query parameter {name}: expected a positive integer, got {raw!r}")
-    return int(raw)
-
-
-def _if_match(call: Call) -> str | None:
-    raw = call.request.headers.get("if-match")
-    if raw is None:
-        return None
-    value = raw.strip().removeprefix("W/").strip('"')
-    if not value or value == "*":
-        return None
-    return value
-
-
-def _json_body(call: Call) -> Any:
-    try:
-        text = call.request.body.decode()
-    except UnicodeDecodeError:
-        bad_request("body: not valid UTF-8")
-    if not text.strip():
-        bad_request("body: expected a JSON document, got an empty body")
-    try:
-        return json.loads(text)
-    except ValueError as error:
-        bad_request(f"body: not valid JSON: {error}")
 
 
 @dataclass
@@ -778,152 +590,3 @@ def _component_spec(body: Mapping[str, Any]) -> ConfigComponentSpec:
     if problems:
         bad_request("; ".join(p.replace("spec.", "body.", 1) for p in problems))
     return spec
-
-
-# --- OpenAPI ------------------------------------------------------------------------------
-
-
-def _error(description: str) -> dict[str, Any]:
-    return {"description": description,
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
-
-
-def _ok(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema or {}}}}
-
-
-_NAMESPACE = {"name": "namespace", "in": "query", "required": False, "schema": {"type": "string"},
-              "description": "The Kubernetes namespace (default: the server's)."}
-_COMMON_ERRORS = {"401": _error("No valid credentials."), "403": _error("Not permitted by RBAC."),
-                  "503": _error("The store or the authentication backend is unreachable.")}
-_VALUES_PARAMS = [
-    {"name": "env", "in": "path", "required": True, "schema": {"type": "string"}, "description": "Environment."},
-    {"name": "levels", "in": "path", "required": True, "schema": {"type": "string"},
-     "description": "Zero or more <level>/<value> pairs in hierarchy order (nodes/<fqdn> for level node).",
-     "x-stead-multi-segment": True},
-    {"name": "resource", "in": "path", "required": True, "schema": {"type": "string"},
-     "description": "Resource name; may contain '/'.", "x-stead-multi-segment": True},
-    _NAMESPACE,
-]
-_VALUES_PATH = PREFIX + "/environments/{env}/{levels}/resources/{resource}/values"
-
-
-def _values_operations() -> dict[str, Any]:
-    key = {"name": "key", "in": "query", "schema": {"type": "string"}, "description": "Dotted key path, e.g. a.b.0."}
-    if_match = {"name": "If-Match", "in": "header", "schema": {"type": "string"},
-                "description": "Precondition: the ETag read before; 409 if the values changed since."}
-    not_found_text = "Environment, level, node, resource, version, values or key not found (see notFound)."
-    return {
-        "parameters": _VALUES_PARAMS,
-        "get": {
-            "summary": "Read values: stored at this level, effective (merged), a version, one key, or the history.",
-            "parameters": [
-                {"name": "effective", "in": "query", "schema": {"type": "boolean"},
-                 "description": "Merge from the root to this level (values then overrides at each level)."},
-                {"name": "trace", "in": "query", "schema": {"type": "boolean"},
-                 "description": "With effective: also return which layer gave each key (alias show_lookup)."},
-                {"name": "version", "in": "query", "schema": {"type": "integer", "minimum": 1}},
-                {"name": "history", "in": "query", "schema": {"type": "boolean"},
-                 "description": "List the kept versions instead."},
-                key,
-            ],
-            "responses": {"200": _ok("The data (any JSON with ?key)."), "400": _error("Bad parameters."),
-                          "404": _error(not_found_text), **_COMMON_ERRORS},
-        },
-        "put": {
-            "summary": "Replace the data (a JSON object), or set one key (?key=, body: any JSON value).",
-            "parameters": [key, if_match],
-            "requestBody": {"required": True, "content": {"application/json": {"schema": {}}}},
-            "responses": {"200": _ok("The data now stored.", {"type": "object"}),
-                          "400": _error("Malformed body, or data refused by the resource's schema."),
-                          "404": _error(not_found_text), "409": _error("Conflicting write."), **_COMMON_ERRORS},
-        },
-        "delete": {
-            "summary": "Remove one key (?key=), or delete the values object and its history.",
-            "parameters": [key, if_match],
-            "responses": {"200": _ok("The data now stored (key removed)."), "204": {"description": "Deleted."},
-                          "404": _error(not_found_text), "409": _error("Conflicting write."), **_COMMON_ERRORS},
-        },
-        "post": {
-            "summary": "Revert: make a kept version's data current again (?revert=<n>), as a new version.",
-            "parameters": [{"name": "revert", "in": "query", "required": True,
-                            "schema": {"type": "integer", "minimum": 1}}, if_match],
-            "responses": {"200": _ok("The data now stored."), "404": _error(not_found_text),
-                          "409": _error("Conflicting write."), **_COMMON_ERRORS},
-        },
-    }
-
-
-OPENAPI: dict[str, Any] = {
-    "openapi": "3.0.3",
-    "info": {"title": "Stead configuration store (ConfigDB)", "version": "v1",
-             "description": "Hierarchical configuration values of Stead environments. Data lives in ConfigValues "
-                            "objects; every change is a version. Paths under /environments/{env} accept any number "
-                            "of <level>/<value> segments, and resource names may contain '/'."},
-    "security": [{"bearer": []}, {"basic": []}],
-    "components": {
-        "securitySchemes": {
-            "bearer": {"type": "http", "scheme": "bearer", "description": "A Kubernetes token (TokenReview + RBAC)."},
-            "basic": {"type": "http", "scheme": "basic", "description": "Credentials from the configured Secret."},
-        },
-        "schemas": {
-            "Error": {"type": "object", "required": ["code", "error", "message"], "properties": {
-                "code": {"type": "integer"}, "error": {"type": "string"}, "message": {"type": "string"},
-                "notFound": {"type": "string", "enum": ["environment", "level", "node", "resource", "version",
-                                                        "values", "key", "component", "route"]}}},
-            "Component": {"type": "object", "properties": {
-                "id": {"type": "string"}, "name": {"type": "string"},
-                "resource_definitions": {"type": "object", "additionalProperties": {"type": "object", "properties": {
-                    "schema": {"type": "object"}, "description": {"type": "string"}}}}}},
-            "Environment": {"type": "object", "properties": {
-                "id": {"type": "string"}, "name": {"type": "string"}, "release": {"type": "string"},
-                "components": {"type": "array", "items": {"type": "string"}},
-                "hierarchy_levels": {"type": "array", "items": {"type": "string"}},
-                "nodes": {"type": "array", "items": {"type": "object"}}}},
-        },
-    },
-    "paths": {
-        PREFIX + "/components": {
-            "parameters": [_NAMESPACE],
-            "get": {"summary": "List components.", "responses": {
-                "200": _ok("Components.", {"type": "array", "items": {"$ref": "#/components/schemas/Component"}}),
-                **_COMMON_ERRORS}},
-            "post": {"summary": "Create a component (a ConfigComponent object).",
-                     "requestBody": {"required": True, "content": {"application/json": {
-                         "schema": {"$ref": "#/components/schemas/Component"}}}},
-                     "responses": {"200": _ok("Created.", {"$ref": "#/components/schemas/Component"}),
-                                   "400": _error("Malformed body."), "409": _error("Exists already."),
-                                   **_COMMON_ERRORS}},
-        },
-        PREFIX + "/components/{name}": {
-            "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
-                           _NAMESPACE],
-            "get": {"summary": "One component.", "responses": {
-                "200": _ok("The component.", {"$ref": "#/components/schemas/Component"}),
-                "404": _error("No such component."), **_COMMON_ERRORS}},
-        },
-        PREFIX + "/environments": {
-            "parameters": [_NAMESPACE],
-            "get": {"summary": "List environments.", "responses": {
-                "200": _ok("Environments.", {"type": "array", "items": {"$ref": "#/components/schemas/Environment"}}),
-                **_COMMON_ERRORS}},
-            "post": {"summary": "Create an environment (an Environment object).",
-                     "requestBody": {"required": True, "content": {"application/json": {
-                         "schema": {"$ref": "#/components/schemas/Environment"}}}},
-                     "responses": {"200": _ok("Created.", {"$ref": "#/components/schemas/Environment"}),
-                                   "400": _error("Malformed body."), "409": _error("Exists already."),
-                                   **_COMMON_ERRORS}},
-        },
-        PREFIX + "/environments/{env}": {
-            "parameters": [{"name": "env", "in": "path", "required": True, "schema": {"type": "string"}},
-                           _NAMESPACE],
-            "get": {"summary": "One environment.", "responses": {
-                "200": _ok("The environment.", {"$ref": "#/components/schemas/Environment"}),
-                "404": _error("No such environment."), **_COMMON_ERRORS}},
-        },
-        _VALUES_PATH: _values_operations(),
-        _VALUES_PATH.removesuffix("/values") + "/overrides": {
-            **_values_operations(), "description": "Same as .../values, for the overrides (alias .../override)."},
-        PREFIX + "/openapi.json": {"get": {"summary": "This document.", "responses": {"200": _ok("OpenAPI 3.0.")}}},
-    },
-}

@@ -1,0 +1,183 @@
+"""What a handler of the configuration API works with: the parsed call (path parameters, query,
+body, identity), values paths, and errors as JSON answers (`ApiProblem`)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import types
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NoReturn, TypeVar
+
+from operators.config.auth import Identity
+from operators.runtime.serving import Request, Response
+
+PREFIX = "/api/v1/config"
+TERMINALS: dict[str, Literal["values", "overrides"]] = {
+    "values": "values", "overrides": "overrides", "override": "overrides",
+}
+NAMESPACE_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+KEY_WRITE_ATTEMPTS = 5
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class ApiProblem(Exception):
+    """An error answer: status, a one-word error, a message, and for 404s what was not found."""
+
+    def __init__(self, status: int, error: str, message: str, not_found: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = error
+        self.message = message
+        self.not_found = not_found
+
+    def response(self, headers: Mapping[str, str] | None = None) -> Response:
+        body: dict[str, Any] = {"code": self.status, "error": self.error, "message": self.message}
+        if self.not_found is not None:
+            body["notFound"] = self.not_found
+        return _json(body, status=self.status, headers=headers)
+
+
+def not_found(what: str, message: str) -> NoReturn:
+    raise ApiProblem(404, "NotFound", message, not_found=what)
+
+
+def bad_request(message: str) -> NoReturn:
+    raise ApiProblem(400, "BadRequest", message)
+
+
+def _dumps(body: Any) -> bytes:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(status, _dumps(body), headers=headers)
+
+
+UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Basic realm="stead", Bearer realm="stead"'}
+
+
+@dataclass(frozen=True)
+class ValuesPath:
+    """A parsed `/environments/<env>/.../resources/<resource>/<terminal>` path."""
+
+    environment: str
+    pairs: tuple[tuple[str, str], ...]
+    resource: str
+    kind: Literal["values", "overrides"]
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_values_path(environment: str, tail: str) -> ValuesPath | None:
+    """The parts of a values path after `/environments/<env>/`; None when it is not one.
+
+    Memoized: a Hiera backend asks the same few thousand paths over and over, and the answer
+    is an immutable value of the strings alone.
+    """
+    segments = tail.split("/")
+    if any(s == "" for s in segments):
+        return None
+    pairs: list[tuple[str, str]] = []
+    index = 0
+    while index < len(segments) and segments[index] != "resources":
+        if index + 1 >= len(segments):
+            return None
+        pairs.append((segments[index], segments[index + 1]))
+        index += 2
+    rest = segments[index + 1:]
+    if len(rest) < 2 or rest[-1] not in TERMINALS:
+        return None
+    return ValuesPath(environment, tuple(pairs), "/".join(rest[:-1]), TERMINALS[rest[-1]])
+
+
+@dataclass(slots=True)
+class Call:
+    """A request as the handlers see it: what was asked, the path's parameters, and who asks."""
+
+    request: Request
+    params: Mapping[str, str]
+    identity: Identity
+
+    @property
+    def query(self) -> Mapping[str, str]:
+        return _parse_query(self.request.query)
+
+
+def _values_path(call: Call) -> ValuesPath:
+    """The request's values path, or the 404 that says what one looks like."""
+    path = parse_values_path(call.params["env"], call.params["tail"])
+    if path is None:
+        not_found("route", f"no such route: {call.request.method} {call.request.path} "
+                           "(expected .../environments/<env>[/<level>/<value>...]/resources/<resource>/values)")
+    return path
+
+
+_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+def _object_name(name: str) -> bool:
+    """Whether `name` (percent-decoded from a URL) can be a Kubernetes object's name at all."""
+    return len(name) <= 253 and _OBJECT_NAME.fullmatch(name) is not None
+
+
+def _level_name(name: str, hierarchy: list[str]) -> str | None:
+    if name in hierarchy:
+        return name
+    if name.endswith("s") and name[:-1] in hierarchy:
+        return name[:-1]
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_query(raw: str) -> Mapping[str, str]:
+    """Query parameters, decoded once per distinct query string: a Hiera backend sends the same
+    few thousand queries again and again. The first of repeated names counts."""
+    params: dict[str, str] = {}
+    for name, value in urllib.parse.parse_qsl(raw, keep_blank_values=True):
+        params.setdefault(name, value)
+    return types.MappingProxyType(params)
+
+
+def _flag(call: Call, *names: str) -> bool:
+    """A query flag: present (`?effective`), or set to a true-ish value."""
+    params = call.query
+    for name in names:
+        if name in params:
+            return params[name].lower() not in ("0", "false", "no", "off")
+    return False
+
+
+def _int_param(call: Call, name: str) -> int | None:
+    raw = call.query.get(name)
+    if raw is None:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        bad_request(f"query parameter {name}: expected a positive integer, got {raw!r}")
+    return int(raw)
+
+
+def _if_match(call: Call) -> str | None:
+    raw = call.request.headers.get("if-match")
+    if raw is None:
+        return None
+    value = raw.strip().removeprefix("W/").strip('"')
+    if not value or value == "*":
+        return None
+    return value
+
+
+def _json_body(call: Call) -> Any:
+    try:
+        text = call.request.body.decode()
+    except UnicodeDecodeError:
+        bad_request("body: not valid UTF-8")
+    if not text.strip():
+        bad_request("body: expected a JSON document, got an empty body")
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        bad_request(f"body: not valid JSON: {error}")
