@@ -2,7 +2,10 @@
 
     stead app launch NAME --blueprint BP [--input k=v ...] [-n NS]
     stead app run APP ACTION [--arg k=v ...] [-n NS] [-f]
-    stead run logs RUN [-n NS] [-f]      the run log tree with per-task output; -f follows it live
+    stead run logs RUN [-n NS] [-f] [-o json|yaml] [--tail N]
+                                         the run log tree with per-task output; -f follows it live
+                                         (on a terminal: a live table; otherwise plain text), -o prints
+                                         the ActionRun's status instead (with -f: the final one)
     stead run abort RUN [-n NS]
 
 The output shown is what the ActionRun's status holds: already masked, secrets never appear.
@@ -14,11 +17,15 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from operators import API_VERSION
 from operators.runtime.kube import ApiError, KubeClient, custom_path, load_access
+
+if TYPE_CHECKING:  # rich is imported where it draws, so `stead --help` does not pay for it
+    from rich.console import Console, RenderableType
 
 FINAL = ("Succeeded", "Failed", "Aborted")
 
@@ -34,7 +41,7 @@ def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
 
 
 def progress_bar(done: int, total: int, width: int = 20) -> str:
-    filled = width if total == 0 else min(width, done * width // total)
+    filled = 0 if total <= 0 else max(0, min(width, done * width // total))
     return "[" + "#" * filled + "." * (width - filled) + f"] {done}/{total}"
 
 
@@ -59,6 +66,131 @@ def format_run(obj: Mapping[str, Any], outputs: bool = True) -> str:
     if status.get("reason"):
         lines.append(f"reason: {status.get('failedTask') or ''} {status['reason']}".replace("  ", " "))
     return "\n".join(lines)
+
+
+def run_status(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The ActionRun's status as `stead run logs -o json|yaml` prints it: state, progress and runLog always there."""
+    status = dict(obj.get("status") or {})
+    progress = status.get("progress") or {}
+    return {**status, "state": status.get("state") or "Pending",
+            "progress": {"done": int(progress.get("done", 0)), "total": int(progress.get("total", 0))},
+            "runLog": list(status.get("runLog") or [])}
+
+
+def dump_status(obj: Mapping[str, Any], fmt: str) -> str:
+    """One JSON or YAML document of the run's status."""
+    status = run_status(obj)
+    if fmt == "json":
+        import json
+
+        return json.dumps(status, indent=2)
+    import yaml
+
+    return str(yaml.safe_dump(status, sort_keys=False, allow_unicode=True)).rstrip("\n")
+
+
+def _instant(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _span(items: Sequence[Mapping[str, Any]], now: datetime, start: str = "startedAt",
+          end: str = "finishedAt") -> str:
+    """How long the items took: first start to last finish, or to now while one of them has not finished."""
+    starts = [t for t in (_instant(i.get(start)) for i in items) if t]
+    if not starts:
+        return ""
+    ends = [_instant(i.get(end)) for i in items]
+    finish = now if any(e is None for e in ends) else max(e for e in ends if e)
+    return duration((finish - min(starts)).total_seconds())
+
+
+def duration(seconds: float) -> str:
+    """A short duration: 0.4s, 12s, 1m05s, 2h03m."""
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+STYLES = {"pending": ("◷", "dim"), "running": ("●", "bold yellow"), "success": ("✔", "green"),
+          "failure": ("✖", "bold red"), "aborted": ("⊘", "magenta"), "skipped": ("○", "dim"),
+          "Pending": ("◷", "dim"), "Running": ("●", "bold yellow"), "Succeeded": ("✔", "bold green"),
+          "Failed": ("✖", "bold red"), "Aborted": ("⊘", "bold magenta")}
+
+
+def render_run(obj: Mapping[str, Any], tail: int | None = 0, now: datetime | None = None) -> RenderableType:
+    """The run log tree of an ActionRun for a terminal (what `stead run logs -f` shows live, like `argo watch`):
+    each task and its replicas with state, attempts, exit code, duration and message, the last `tail` lines of
+    each replica's output (None: all of them), and a progress bar of the task instances done."""
+    from rich.console import Group
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
+    now = now or datetime.now(UTC)
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    state = str(status.get("state") or "Pending")
+    progress = status.get("progress") or {}
+    done, total = int(progress.get("done", 0)), int(progress.get("total", 0))
+
+    def mark(value: str) -> Text:
+        glyph, style = STYLES.get(value, ("?", ""))
+        return Text(f"{glyph} {value}", style=style)
+
+    took = _span([status], now, "startTime", "endTime") if status.get("startTime") else ""
+    header = Text.assemble(("run ", "dim"), (str(obj["metadata"]["name"]), "bold"), ("  app ", "dim"),
+                           str(spec.get("app") or ""), ("  action ", "dim"), str(spec.get("action") or ""), "  ",
+                           mark(state), (f"  {took}" if took else "", "cyan"))
+    table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0), header_style="bold dim", expand=False)
+    table.add_column("TASK", no_wrap=True)
+    table.add_column("STATE", no_wrap=True)
+    table.add_column("ATTEMPTS", justify="right", no_wrap=True)
+    table.add_column("EXIT", justify="right", no_wrap=True)
+    table.add_column("DURATION", justify="right", no_wrap=True, style="cyan")
+    table.add_column("MESSAGE", overflow="fold", ratio=1)
+    tasks = status.get("runLog") or []
+    for task in tasks:
+        replicas = task.get("replicas") or []
+        label = Text.assemble((str(task["task"]), "bold"), (f"  ({task.get('type')})", "dim"))
+        table.add_row(label, mark(str(task.get("state"))), "", "", _span(replicas, now), "")
+        if task.get("type") == "noop" and not any(r.get("message") for r in replicas):
+            continue
+        for n, inst in enumerate(replicas):
+            last = n == len(replicas) - 1
+            lines = str(inst.get("output") or "").splitlines()
+            if tail is not None:
+                lines = lines[-tail:] if tail > 0 else []
+            exit_code = inst.get("exitCode")
+            table.add_row(Text.assemble(("└─ " if last else "├─ ", "dim"), str(inst.get("target") or "runner")),
+                          mark(str(inst.get("state"))), str(inst.get("attempts", 0)),
+                          "" if exit_code is None else Text(str(exit_code), "red" if exit_code else "green"),
+                          _span([inst], now), Text(str(inst.get("message") or ""), "red" if inst.get(
+                              "state") == "failure" else ""))
+            for line in lines:
+                table.add_row(Text("   " if last else "│  ", "dim"), "", "", "", "",
+                              Text(f"| {line}", style="dim", no_wrap=True, overflow="ellipsis"))
+    colour = {"Succeeded": "green", "Failed": "red", "Aborted": "magenta"}.get(state, "yellow")
+    bar = Table.grid(padding=(0, 1))
+    bar.add_row(ProgressBar(total=max(total, 1), completed=min(done, total) if total > 0 else 0, width=40,
+                            complete_style=colour, finished_style=colour),
+                Text(f"{done}/{total}", style="bold"),
+                Text(f"{(100 * done // total) if total > 0 else 0}%", style="dim"))
+    parts: list[RenderableType] = [header, table if tasks else Text("(no tasks yet)", style="dim"), bar]
+    if status.get("reason"):
+        reason = f"reason: {status.get('failedTask') or ''} {status['reason']}".replace("  ", " ")
+        parts.append(Text(reason, style="red"))
+    return Group(*parts)
 
 
 async def _call(args: argparse.Namespace) -> int:
@@ -89,23 +221,59 @@ async def _run_action(kube: KubeClient, args: argparse.Namespace) -> int:
     return await _logs(kube, args) if args.follow else 0
 
 
-async def _logs(kube: KubeClient, args: argparse.Namespace) -> int:
+def _exit_code(obj: Mapping[str, Any]) -> int:
+    return 0 if (obj.get("status") or {}).get("state") in (None, "Pending", "Running", "Succeeded") else 1
+
+
+def _final(obj: Mapping[str, Any]) -> bool:
+    return (obj.get("status") or {}).get("state") in FINAL
+
+
+async def _logs(kube: KubeClient, args: argparse.Namespace, console: Console | None = None) -> int:
+    """Print the run (plain text, a rich view on a terminal, or -o json|yaml); -f: until it is final."""
+    path = custom_path("actionruns", args.namespace, args.run)
+    output, tail = getattr(args, "output", None), getattr(args, "tail", None)
+    if output:
+        obj = await kube.request("GET", path)
+        while args.follow and not _final(obj):
+            await asyncio.sleep(1.0)
+            obj = await kube.request("GET", path)
+        print(dump_status(obj, output))
+        return _exit_code(obj)
+    if console is not None or sys.stdout.isatty():
+        return await _logs_rich(kube, args, path, tail, console)
     shown = ""
     while True:
-        obj = await kube.request("GET", custom_path("actionruns", args.namespace, args.run))
+        obj = await kube.request("GET", path)
         text = format_run(obj)
-        state = (obj.get("status") or {}).get("state")
         if not args.follow:
             print(text)
-            return 0 if state in (None, "Pending", "Running", "Succeeded") else 1
+            return _exit_code(obj)
         if text != shown:
-            if shown and sys.stdout.isatty():
-                sys.stdout.write(f"\x1b[{shown.count(chr(10)) + 1}F\x1b[J")
             print(text, flush=True)
             shown = text
-        if state in FINAL:
-            return 0 if state == "Succeeded" else 1
+        if _final(obj):
+            return _exit_code(obj)
         await asyncio.sleep(1.0)
+
+
+async def _logs_rich(kube: KubeClient, args: argparse.Namespace, path: str, tail: int | None,
+                     console: Console | None) -> int:
+    """The terminal view: printed once, or (-f) redrawn in place every second until the run is final."""
+    from rich.console import Console
+    from rich.live import Live
+
+    console = console or Console()
+    obj = await kube.request("GET", path)
+    if not args.follow:
+        console.print(render_run(obj, tail=tail))
+        return _exit_code(obj)
+    with Live(render_run(obj, tail=tail or 0), console=console, auto_refresh=False, transient=False) as live:
+        while not _final(obj):
+            await asyncio.sleep(1.0)
+            obj = await kube.request("GET", path)
+            live.update(render_run(obj, tail=tail or 0), refresh=True)
+    return _exit_code(obj)
 
 
 async def _abort(kube: KubeClient, args: argparse.Namespace) -> int:
@@ -113,6 +281,13 @@ async def _abort(kube: KubeClient, args: argparse.Namespace) -> int:
                        content_type="application/merge-patch+json")
     print(f"actionrun/{args.run}: abort requested")
     return 0
+
+
+def _lines(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return number
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -135,6 +310,7 @@ def add_app_commands(sub: Any) -> None:
     run.add_argument("action")
     run.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE")
     run.add_argument("-f", "--follow", action="store_true")
+    run.add_argument("--tail", type=_lines, metavar="N", help="on a terminal: the last N output lines per replica")
     _common(run)
     run.set_defaults(handler=_run_action)
 
@@ -143,6 +319,10 @@ def add_app_commands(sub: Any) -> None:
     logs = rsub.add_parser("logs", help="the run log tree with per-task output")
     logs.add_argument("run")
     logs.add_argument("-f", "--follow", action="store_true")
+    logs.add_argument("-o", "--output", choices=["json", "yaml"],
+                      help="print the ActionRun's status (state, progress, runLog); with -f only the final one")
+    logs.add_argument("--tail", type=_lines, metavar="N",
+                      help="on a terminal: the last N output lines per replica (default: all; with -f: none)")
     _common(logs)
     logs.set_defaults(handler=_logs)
     abort = rsub.add_parser("abort", help="abort a run")
@@ -159,4 +339,4 @@ def rewrite_argv(argv: Sequence[str]) -> list[str]:
     return args
 
 
-__all__ = ["add_app_commands", "format_run", "rewrite_argv"]
+__all__ = ["add_app_commands", "dump_status", "format_run", "render_run", "rewrite_argv"]

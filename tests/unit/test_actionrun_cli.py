@@ -18,7 +18,7 @@ def test_run_logs_show_the_tree_with_outputs_and_the_reason() -> None:
     assert "  runner  success  attempts 1  exit 0" in text and "    | fine" in text
     assert "  tier-0  failure  attempts 1  exit 3  script exited with code 3" in text
     assert text.endswith("reason: boom exit 3")
-    assert progress_bar(0, 0, 4) == "[####] 0/0"
+    assert progress_bar(0, 0, 4) == "[....] 0/0"  # nothing to do is not done: an empty bar (was full)
 
 
 def test_run_logs_and_abort_are_subcommands_of_run_only_for_those_words() -> None:
