@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from operators import API_VERSION
+from operators.calm.models import ACTIONRUN, APP
 from operators.runtime.kube import ApiError, KubeClient, custom_path, load_access
 
 if TYPE_CHECKING:  # rich is imported where it draws, so `stead --help` does not pay for it
@@ -205,7 +206,7 @@ async def _call(args: argparse.Namespace) -> int:
 async def _launch(kube: KubeClient, args: argparse.Namespace) -> int:
     body = {"apiVersion": API_VERSION, "kind": "App", "metadata": {"name": args.name, "namespace": args.namespace},
             "spec": {"blueprint": args.blueprint, "inputs": _pairs(args.input, "--input")}}
-    await kube.request("POST", custom_path("apps", args.namespace), body)
+    await kube.request("POST", custom_path(APP.plural, args.namespace), body)
     print(f"app/{args.name} launched (its create run: {args.name}-create)")
     return 0
 
@@ -215,7 +216,7 @@ async def _run_action(kube: KubeClient, args: argparse.Namespace) -> int:
             "metadata": {"generateName": f"{args.app}-{args.action}-"[:60].lower().replace("_", "-"),
                          "namespace": args.namespace},
             "spec": {"app": args.app, "action": args.action, "arguments": _pairs(args.arg, "--arg")}}
-    made = await kube.request("POST", custom_path("actionruns", args.namespace), body)
+    made = await kube.request("POST", custom_path(ACTIONRUN.plural, args.namespace), body)
     args.run = made["metadata"]["name"]
     print(f"actionrun/{args.run} created")
     return await _logs(kube, args) if args.follow else 0
@@ -231,7 +232,7 @@ def _final(obj: Mapping[str, Any]) -> bool:
 
 async def _logs(kube: KubeClient, args: argparse.Namespace, console: Console | None = None) -> int:
     """Print the run (plain text, a rich view on a terminal, or -o json|yaml); -f: until it is final."""
-    path = custom_path("actionruns", args.namespace, args.run)
+    path = custom_path(ACTIONRUN.plural, args.namespace, args.run)
     output, tail = getattr(args, "output", None), getattr(args, "tail", None)
     if output:
         obj = await kube.request("GET", path)
@@ -277,7 +278,7 @@ async def _logs_rich(kube: KubeClient, args: argparse.Namespace, path: str, tail
 
 
 async def _abort(kube: KubeClient, args: argparse.Namespace) -> int:
-    await kube.request("PATCH", custom_path("actionruns", args.namespace, args.run), {"spec": {"abort": True}},
+    await kube.request("PATCH", custom_path(ACTIONRUN.plural, args.namespace, args.run), {"spec": {"abort": True}},
                        content_type="application/merge-patch+json")
     print(f"actionrun/{args.run}: abort requested")
     return 0
