@@ -313,7 +313,8 @@ class _Observer:
                 "runLog": wf.run_log(status, self.run.built.data["steps"])}
 
     async def write(self, patch: Mapping[str, Any]) -> None:
-        await self.ctx.services.kube.patch_status(ACTIONRUN.plural, self.ctx.obj.namespace, self.ctx.obj.name, patch)
+        obj = self.ctx.obj
+        await self.ctx.services.kube.patch_status(ACTIONRUN.plural, obj.namespace, obj.name, dict(patch))
 
 
 async def supervise(ctx: StepContext) -> Mapping[str, Any]:

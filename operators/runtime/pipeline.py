@@ -1,8 +1,8 @@
 """The object pipeline: a kind's phases from `Init` to `Provisioned`, run as function calls.
 
-This is Mizar's third mode ("simple function calls"): the steps between `Init` and
-`Provisioned` run in one process and only the outcome reaches the API server. A kind may
-*announce* a long phase, so that users see it while it runs; everything else stays in-process.
+The steps between `Init` and `Provisioned` run in one process as plain function calls, and only
+the outcome reaches the API server (docs/architecture.md, "Object pipelines and phases"). A kind
+may *announce* a long phase, so that users see it while it runs; everything else stays in-process.
 
 Everything here is pure (no Kubernetes, no Kopf): `plan` decides what an observed object needs,
 `run` executes steps, `compose_status` and `status_patch` turn an outcome into the smallest
@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from operators.runtime import conditions as cond
+
+if TYPE_CHECKING:
+    from operators.runtime.services import Services
 
 INIT = "Init"
 PROVISIONED = "Provisioned"
@@ -97,7 +100,7 @@ class StepContext:
 
     obj: Observed
     facts: Mapping[str, Any]
-    services: Any = None  # operators.runtime.services.Services in the operator; None in pure tests
+    services: Services = None  # type: ignore[assignment]  # the operator always gives them; tests of pure steps need none
 
 
 StepFn = Callable[[StepContext], Awaitable[Mapping[str, Any]]]
