@@ -31,6 +31,7 @@ from operators.config.cache import cached_repository
 from operators.config.repository import ConfigRepository, KubeConfigRepository
 from operators.runtime.certs import make_ca, make_leaf
 from operators.runtime.kube import KubeClient, load_access
+from operators.runtime.metrics import RequestObserver
 from operators.runtime.services import Services
 from operators.runtime.serving import HttpServer
 from operators.runtime.tls import on_renewal, write_private
@@ -79,17 +80,22 @@ class ConfigApiServer:
         self._stack = contextlib.AsyncExitStack()
         if self.workers > 0:
             self._tls_files()  # once, here: every worker serves the same certificate
+            # Workers are processes of their own: their requests are not in this process's /metrics.
             pool = WorkerPool(self.name, [sys.executable, "-m", "operators.config.worker", self.worker_argument()],
                               self.workers)
             await pool.start()
             self._stack.push_async_callback(pool.stop)
         else:
-            await self.serve(services.kube, self._stack)
+            await self.serve(services.kube, self._stack, services.metrics.request_observer(self.name))
         log.info("config API on https://%s:%d/api/v1/config (%s)", self.listen, self.port,
                  f"{self.workers} worker processes" if self.workers else "in the operator's process")
 
-    async def serve(self, kube: KubeClient, stack: contextlib.AsyncExitStack) -> None:
-        """Serve the API from this process until `stack` closes."""
+    async def serve(self, kube: KubeClient, stack: contextlib.AsyncExitStack,
+                    observe: RequestObserver | None = None) -> None:
+        """Serve the API from this process until `stack` closes; `observe` is told of each answered
+        request. Only the operator's own process passes one: a worker (`operators.config.worker`) is a
+        process of its own, whose requests the operator's `/metrics` cannot count, so workers serve
+        unobserved."""
         cert, key = self._tls_files()
         authenticators: list[Authenticator] = [TokenReviewAuthenticator(kube)]
         if self.basic_secret is not None:
@@ -98,7 +104,7 @@ class ConfigApiServer:
         if self.cache:
             repository = await stack.enter_async_context(cached_repository(kube, load_access(self.kubeconfig)))
         api = ConfigApi(repository, ChainAuthenticator(*authenticators), self.default_namespace)
-        server = HttpServer(api, errors=api.problem)
+        server = HttpServer(api, errors=api.problem, observe=observe)
         await server.start(self.listen, self.port, (cert, key))
         stack.push_async_callback(server.stop)
         if self.mounted:  # cert-manager renews them in place: serve the renewal without a restart

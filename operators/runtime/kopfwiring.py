@@ -96,7 +96,7 @@ async def run_operator(
         recorder = EventRecorder(kube, metrics, options.replica)
         vault = await open_vault(kube, store, options.namespace)
         services = Services(kube=kube, store=store, events=recorder, replica=options.replica, vault=vault,
-                            runs=options.runs or RunSettings.beside(options.store_path))
+                            runs=options.runs or RunSettings.beside(options.store_path), metrics=metrics)
         ownership = Ownership(options.replica, StaticMembership([options.replica]))
         reconcilers = [
             Reconciler(kind, store=store, ownership=ownership, writer=kube, events=recorder, metrics=metrics,

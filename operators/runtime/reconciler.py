@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -110,7 +111,7 @@ class Reconciler:
         metrics: Metrics,
         clock: Callable[[], str] = utc_now,
         backoff: Backoff = Backoff(),
-        services: object = None,
+        services: Any = None,  # operators.runtime.services.Services (None in tests of steps that use none)
     ) -> None:
         self.kind = kind
         self._store = store
@@ -130,6 +131,7 @@ class Reconciler:
         self.on_ready_change: Callable[[str, str, str], Awaitable[None]] | None = None
         self._attempts: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        metrics.track_queue(kind.kind, self.queue_depth, self.retries_pending)
 
     async def on_event(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         """Handle one watch event (`None` is Kopf's initial listing)."""
@@ -189,7 +191,11 @@ class Reconciler:
                 self._count("stead_rechecks_total")
                 self._forget(key)
                 async with self._locks.setdefault(key, asyncio.Lock()):
-                    await self._run(key, self._seen.get(key, obj), self.kind.pipeline.update_phase)
+                    started = time.perf_counter()
+                    try:
+                        await self._run(key, self._seen.get(key, obj), self.kind.pipeline.update_phase)
+                    finally:
+                        self._metrics.observe_reconcile(self.kind.kind, time.perf_counter() - started)
 
     async def reconcile(self, key: str, obj: Observed) -> None:
         """Reconcile under the object's lock. Events arriving while a reconcile runs coalesce: one
@@ -201,7 +207,11 @@ class Reconciler:
         async with self._locks.setdefault(key, asyncio.Lock()):
             latest = self._newest.pop(key, obj)
             if not _older(latest.resource_version, self._written.get(key)):
-                await self._reconcile_locked(key, latest)
+                started = time.perf_counter()
+                try:
+                    await self._reconcile_locked(key, latest)
+                finally:
+                    self._metrics.observe_reconcile(self.kind.kind, time.perf_counter() - started)
 
     async def _reconcile_locked(self, key: str, obj: Observed) -> None:
         if self.kind.cleanup is not None:
@@ -349,6 +359,15 @@ class Reconciler:
         for key in gone:
             self._store.delete(key)
         return len(gone)
+
+    def queue_depth(self) -> int:
+        """Objects being reconciled (their lock is held) or waiting for their turn (coalesced: one
+        waiter per object); objects waiting only for a retry's backoff are `retries_pending`."""
+        return len({key for key, lock in self._locks.items() if lock.locked()} | self._newest.keys())
+
+    def retries_pending(self) -> int:
+        """Objects waiting for a scheduled retry."""
+        return len(self._pending)
 
     async def close(self) -> None:
         for key in list(self._pending):

@@ -30,6 +30,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,7 +48,7 @@ from pipelines.control import (
 )
 from pipelines.hooks import new_run_key, seal
 from pipelines.kubeapi import CREDENTIALS_ENV, write_credentials
-from pipelines.model import Workflow
+from pipelines.model import FINAL_STEP_STATES, Workflow
 from pipelines.paths import RunPaths
 
 log = logging.getLogger(__name__)
@@ -285,4 +286,19 @@ async def follow_run(ctx: StepContext, request: RunRequest, observer: RunObserve
             (paths.run_dir / RUNNER_CREDENTIALS).unlink()
     followed.status = read_status(paths) or {}
     followed.progress = read_progress(paths) or {}
+    _observe_steps(ctx, followed.status)
     return followed
+
+
+def _observe_steps(ctx: StepContext, status: Mapping[str, Any]) -> None:
+    """Each finished step instance into the step-duration histogram (`stead_workflow_step_duration_seconds`)."""
+    for step in status.get("steps") or []:
+        started, finished = step.get("startedAt"), step.get("finishedAt")
+        if not started or not finished or step.get("state") not in FINAL_STEP_STATES:
+            continue
+        try:
+            seconds = (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()
+        except (TypeError, ValueError):
+            continue
+        ctx.services.metrics.observe_step(ctx.obj.kind, str(step.get("type") or ""), str(step["state"]),
+                                          max(0.0, seconds))

@@ -7,10 +7,11 @@ can hand it exactly what it needs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from operators.runtime.kube import KubeClient
+from operators.runtime.metrics import Metrics
 from operators.runtime.pipeline import Observed
 from operators.runtime.runs import RunSettings
 from operators.runtime.store import LocalStore
@@ -30,3 +31,5 @@ class Services:
     vault: Vault
     runs: RunSettings
     """How workflow runs are started and where their scripts run (`operators.runtime.runs`)."""
+    metrics: Metrics = field(default_factory=Metrics)
+    """The operator's metrics, the ones `/metrics` serves (a fresh, unserved set when not given)."""

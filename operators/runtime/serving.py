@@ -97,6 +97,9 @@ class HttpServer:
     max_body: int = 1 << 20
     header_timeout: float = 10.0
     concurrency: int = 256
+    observe: Callable[[str, int, float], None] | None = None
+    """Called once per answered request with (method, status, seconds from its arrival to its
+    answer), e.g. `Metrics.request_observer`; never for a connection closed before an answer."""
     _server: Server | None = field(default=None, init=False, repr=False)
     _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
     _port: int = field(default=0, init=False, repr=False)
@@ -169,17 +172,20 @@ class HttpServer:
         """
         if scope.proto != "http":
             return
+        started = time.perf_counter()
         headers: dict[str, str] = {}
         for name, value in scope.headers.items():  # names arrive in lower case
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
         coding = headers.get("transfer-encoding")
         if coding is not None and coding.strip().lower() != "chunked":
-            self._answer(protocol, self.errors(400, f"Transfer-Encoding {coding!r} is not supported"))
+            refusal = self.errors(400, f"Transfer-Encoding {coding!r} is not supported")
+            self._reply(protocol, scope.method, started, refusal)
             return
         try:
             body = await self._body(headers, coding, protocol)
         except _TooLarge:
-            self._answer(protocol, self.errors(413, f"the request body is over {self.max_body} bytes"))
+            refusal = self.errors(413, f"the request body is over {self.max_body} bytes")
+            self._reply(protocol, scope.method, started, refusal)
             return
         query = scope.query_string
         request = Request(scope.method, scope.path, query, headers, body, scope.client.rpartition(":")[0].strip("[]"))
@@ -188,7 +194,16 @@ class HttpServer:
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
             response = self.errors(500, "internal error")
+        self._reply(protocol, request.method, started, response)
+
+    def _reply(self, protocol: Any, method: str, started: float, response: Response) -> None:
+        """Answer, then tell `observe` (whose failure must not fail serving)."""
         self._answer(protocol, response)
+        if self.observe is not None:
+            try:
+                self.observe(method, response.status, time.perf_counter() - started)
+            except Exception:
+                log.exception("the request observer failed")
 
     async def _body(self, headers: Mapping[str, str], coding: str | None, protocol: Any) -> bytes:
         announced = headers.get("content-length", "")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from operators.cluster import Binaries, ClusterInfo, LocalControlPlane, ensure_binaries
 from tests.polling import wait_until
@@ -132,14 +133,12 @@ class OperatorProcess:
             self.process.wait(timeout=10)
 
     def metric(self, name: str, **labels: str) -> float:
-        """One counter from `/metrics` (0 when absent)."""
+        """One sample from `/metrics` (0 when absent); labels match in any order."""
         text = urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/metrics", timeout=5).read().decode()
-        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-        series = f"{name}{{{want}}}" if want else name
-        for line in text.splitlines():
-            key, _, value = line.rpartition(" ")
-            if key == series:
-                return float(value)
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == labels:
+                    return float(sample.value)
         return 0.0
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from operators.runtime.metrics import Metrics
 from operators.runtime.pipeline import Observed, StepContext
 from operators.runtime.runs import (
     Abort,
@@ -36,6 +37,7 @@ from tests.polling import wait_until
 class Services:
     runs: RunSettings
     kube: Any = None
+    metrics: Metrics = field(default_factory=Metrics)
 
 
 @dataclass
@@ -92,6 +94,9 @@ def test_a_run_is_followed_to_its_end_and_its_secrets_reach_it_sealed(tmp_path: 
     assert observer.patches[-1]["statusWrites"] == followed.writes  # the supervision's counters ride along
     assert len({(p["done"], tuple(p["states"])) for p in observer.patches}) == len(observer.patches)
     assert "pw-93f1" not in (paths.run_dir / "workflow.json").read_text()
+    durations = ctx.services.metrics.registry.get_sample_value(
+        "stead_workflow_step_duration_seconds_count", {"kind": "ThingRun", "step_type": "exec", "outcome": "success"})
+    assert durations == 3  # every step instance, once
     write_conclusion(paths, {"state": "Succeeded"})
     assert read_conclusion(paths) == {"state": "Succeeded"}
 
