@@ -1,1 +1,1 @@
-"""The Calm domain (seed 000): blueprints, their compiler, macros, apps and action runs."""
+"""The Calm domain (docs/calm.md): blueprints, their compiler, macros, apps and action runs."""

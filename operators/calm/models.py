@@ -1,4 +1,4 @@
-"""The Blueprint kind (seed 000): a Calm application blueprint, as a Kubernetes object.
+"""The Blueprint kind (docs/calm.md): a Calm application blueprint, as a Kubernetes object.
 
 These models are the schema: the CRD is generated from them (`kubectl explain blueprint.spec`
 shows the field descriptions), the admission webhook and the pipeline validate with them.

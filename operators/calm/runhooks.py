@@ -3,7 +3,7 @@
 What `operators.calm.workflow` kept for run time is rendered here, when a step starts, with the
 variables visible to the step (`pipelines` hands them over, secrets revealed only when read):
 
-- ``@@{Service_DB_db_url}@@`` (an entity's property, namespaced as the seed says): the value the
+- ``@@{Service_DB_db_url}@@`` (an entity's property, namespaced Kind_Entity_name): the value the
   replica the step runs on set, when the entity lives on that replica; otherwise the values of all
   the entity's replicas, joined with "," (a multi-valued attribute);
 - ``@@{Application.x}@@`` and ``@@{x}@@``: the run variable;

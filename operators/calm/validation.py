@@ -301,7 +301,7 @@ class _Checker:
             where = f"{path}.dependsOn[{j}]"
             kind = self.index.kind_of(other)
             if kind is None:
-                # Services name services, as a rule (the seed: "the logical unit we want to expose").
+                # Services name services, as a rule (Calm: "the logical unit we want to expose").
                 what = "service" if path.startswith("spec.services") else "service, package, substrate or deployment"
                 self.out.append(f'{where}: no {what} "{other}"')
             elif kind == "Credential":

@@ -1,7 +1,7 @@
 """From a compiled action of an App to a `pipelines.Workflow`, and from a finished run back to the
 App's entities and the run log tree. Pure: no Kubernetes, no vault, no I/O.
 
-How an action becomes a workflow (seed 000, "Runbook → Epsilon workflow generation"):
+How an action becomes a workflow (as Calm turns a runbook into a workflow; docs/calm.md):
 
 - One machine per replica: a deployment's replicas are the workflow's *targets* (`db_tier-0`), and
   every entity of the deployment (its substrate, packages, services) runs its tasks there. A task
@@ -10,7 +10,7 @@ How an action becomes a workflow (seed 000, "Runbook → Epsilon workflow genera
 - Every compiled task is a step (`DB/init` becomes step `DB.init`). A callRunbook task is a `noop`
   step that finishes after all its children: its children wait for whatever the callRunbook task
   waits for, and whatever waits for it waits for all of them. So an edge between two callRunbook
-  tasks orders everything inside them, as the seed's orchestration edges do.
+  tasks orders everything inside them, as Calm's orchestration edges do.
 - Macros are decided as the compiler decided (`macros.partial_render`): what is known before the
   run (inputs, arguments, properties set by earlier runs, built-ins of the app) is resolved now;
   what a task of this action sets, secrets, the moment, and `calm_array_index` (one value per

@@ -1,4 +1,4 @@
-"""The configuration store (seed 001): the ConfigComponent and ConfigValues kinds.
+"""The configuration store (docs/configuration.md): the ConfigComponent and ConfigValues kinds.
 
 Modules: `keys` (dotted key paths), `levels` (hierarchy points), `merge` (effective values and
 the lookup trace), `schema` (the JSON Schema subset of resource definitions), `models` (the

@@ -1,6 +1,6 @@
 """Who may use the configuration API: Kubernetes bearer tokens and HTTP Basic against a Secret.
 
-The seed asks for the platform's own authentication plus Basic. On Kubernetes the platform's
+The API takes the platform's own authentication plus Basic. On Kubernetes the platform's
 is a bearer token: `TokenReview` says who it belongs to and `SubjectAccessReview` whether that
 user may `get`/`update` `configvalues.stead.dev` (or `configcomponents`, `environments`) in the
 namespace, so the API is governed by the same RBAC as `kubectl`. Basic credentials come from

@@ -1,4 +1,4 @@
-"""`stead config`: the seed's `fuel config` client for the configuration API.
+"""`stead config`: the client of the configuration API (docs/configuration.md), after Fuel's `fuel config`.
 
     stead config get      --env E [--level node=FQDN] --resource R [--key a.b.0] [--format json|yaml|plain]
     stead config set      --env E [--level ...] --resource R [--key K --value V [--type T]] [--format json|yaml] < doc
@@ -8,15 +8,15 @@
     stead config revert   --env E [--level ...] --resource R --to-version N [--overrides]
 
 `--level` takes `name=value` pairs root first, comma-separated or repeated
-(`--level role=controller,node=node-1.domain.tld`); without it, or with the seed's bare
+(`--level role=controller,node=node-1.domain.tld`); without it, or with Fuel's bare
 `--level cluster`, the command addresses the environment root. `get` prints effective values
-(the seed's behaviour); `--no-effective` prints what is stored at the level itself.
+(as `fuel config` does); `--no-effective` prints what is stored at the level itself.
 
-`--value` without `--type` takes the type the resource's schema declares at that key (the
-seed's `--key deployment_id --value 2` stores the integer 2 where the schema says integer),
+`--value` without `--type` takes the type the resource's schema declares at that key (Fuel's
+`--key deployment_id --value 2` stores the integer 2 where the schema says integer),
 and is a string where the schema declares none or allows strings.
 
-The argument checks follow the seed: `--value` only with `--key`; `--type null` takes no
+The argument checks follow `fuel config`: `--value` only with `--key`; `--type null` takes no
 value; `--type int|str|bool` need one; `--type json|yaml` take it from `--value` or stdin; a
 whole resource comes from stdin in `--format json|yaml`, so `--value` and `--format` exclude
 each other. They live in `check_args`, a pure function, so they are tested without a server.
@@ -56,7 +56,7 @@ FALSE = ("false", "no", "off", "0")
 
 
 class UsageError(Exception):
-    """A command line the seed's rules refuse."""
+    """A command line the argument rules refuse."""
 
 
 class RequestFailed(Exception):
@@ -135,7 +135,7 @@ def _positive(text: str) -> int:
 
 
 def check_args(args: argparse.Namespace) -> list[str]:
-    """Everything wrong with a command line beyond argparse's own checks: the seed's rules."""
+    """Everything wrong with a command line beyond argparse's own checks: the argument rules."""
     problems: list[str] = []
     try:
         level_pairs(args.level)
@@ -179,7 +179,7 @@ def check_args(args: argparse.Namespace) -> list[str]:
 
 
 def level_pairs(levels: list[str]) -> list[tuple[str, str]]:
-    """The `--level` options as ordered pairs; the seed's bare `cluster` means the root."""
+    """The `--level` options as ordered pairs; a bare `cluster` (Fuel's spelling) means the root."""
     pairs: list[tuple[str, str]] = []
     for text in levels:
         if text.strip() == "cluster":
@@ -418,7 +418,7 @@ def _print(value: Any, fmt: str, stdout: IO[str]) -> None:
 
 
 def _print_key(key: str, value: Any, fmt: str, stdout: IO[str]) -> None:
-    """plain: the value as text; json/yaml: `{key: value}`, keeping its type (the seed's forms)."""
+    """plain: the value as text; json/yaml: `{key: value}`, keeping its type (`fuel config`'s forms)."""
     if fmt == "plain":
         if isinstance(value, str):
             text = value

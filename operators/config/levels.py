@@ -9,12 +9,12 @@ A ConfigValues object writes its level as a mapping (`{node: node-1.domain.tld}`
 does not keep the order of mapping keys, so the order always comes from the environment: a
 level mapping is valid when its keys are exactly the environment's first k levels.
 
-Nodes are the one level whose values Stead knows: a node is written by its FQDN (as the seed
+Nodes are the one level whose values Stead knows: a node is written by its FQDN (as Fuel
 does) or by its name, and `canonical_point` maps both to one spelling (the FQDN when the node
 has one), so that `node-1` and `node-1.domain.tld` are the same point.
 
 A node's role is known too, so the role level may be left out when a node is given and has
-exactly one role: with levels `role, node`, `node=node-1.domain.tld` (the seed's
+exactly one role: with levels `role, node`, `node=node-1.domain.tld` (Fuel's
 `--level node=<fqdn>`) names the point `role=controller,node=node-1.domain.tld`. A node with
 several roles needs its role named; a role the node does not have is an error
 (`role_problem`).

@@ -2,13 +2,14 @@
 
 Order. For a point `(role=controller, node=node-1)` the layers are, first to last:
 root values, root overrides, role values, role overrides, node values, node overrides.
-A later layer wins. Overrides of a shallow level therefore lose to values of a deeper one,
-as the seed's walk "from the root to the deepest level, values then overrides at each level"
-says: an override is a correction *at its level*, not a veto over every level below it.
+A later layer wins. Overrides of a shallow level therefore lose to values of a deeper one:
+the walk goes "from the root to the deepest level, values then overrides at each level"
+(docs/configuration.md, "The merge rule"), and an override is a correction *at its level*,
+not a veto over every level below it.
 
 Decision: a deep merge of mappings, lists and scalars replaced whole.
-- tuning-box replaced top-level keys (a shallow `dict.update`). With that, overriding
-  `nova.debug` on one node (what `stead config override --key nova.debug` does) would drop
+- Fuel's configuration store replaced top-level keys (a shallow `dict.update`). With that,
+  overriding `nova.debug` on one node (what `stead config override --key nova.debug` does) would drop
   every other `nova.*` key inherited from the role and the root: a one-key change silently
   becomes a whole-section change. Deep merge makes a key path the unit of overriding, the same
   unit the CLI and the lookup trace use.
@@ -18,8 +19,8 @@ Decision: a deep merge of mappings, lists and scalars replaced whole.
   inherited key, it can only replace it. A deletion marker would be a value nobody could store.
 - A mapping over a scalar (or the reverse) replaces it.
 
-The trace (tuning-box's `show_lookup`) says, for every leaf of the result, which layer gave
-it. Leaves are scalars, lists and empty mappings, keyed by their dotted key path
+The trace (`?trace`, or `?show_lookup` as Fuel spelled it) says, for every leaf of the result,
+which layer gave it. Leaves are scalars, lists and empty mappings, keyed by their dotted key path
 (`operators.config.keys.format_key`). It is built alongside the merge as a tree mirroring
 the data, so replacing a subtree replaces its trace in O(1) instead of scanning every path.
 """

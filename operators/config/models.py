@@ -1,4 +1,4 @@
-"""The ConfigComponent and ConfigValues kinds (seed 001), and the checks the schema cannot make.
+"""The ConfigComponent and ConfigValues kinds (docs/configuration.md), and the checks the schema cannot make.
 
 These models are the schema: `stead crds` generates the CRDs from them, the admission webhook
 and the pipeline validate with them. Free-form data (a resource's values, a JSON schema) is
@@ -44,7 +44,7 @@ Name = Annotated[str, StringConstraints(min_length=1, max_length=253)]
 DNS_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 DnsName = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=DNS_PATTERN)]
 # URL-safe without escaping (RFC 3986 unreserved characters), segments joined by "/", so that a
-# resource name can be written as is in the seed's `/resources/<name>/values` paths.
+# resource name can be written as is in the API's `/resources/<name>/values` paths.
 RESOURCE_PATTERN = r"^[A-Za-z0-9._~-]+(/[A-Za-z0-9._~-]+)*$"
 ResourceName = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=RESOURCE_PATTERN)]
 LevelValue = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[^/,=\s]+$")]

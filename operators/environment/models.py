@@ -1,4 +1,4 @@
-"""The Environment kind (seeds 001 and 004): a Fuel-style environment and its nodes.
+"""The Environment kind (docs/environments.md): a Fuel-style environment and its nodes.
 
 These models are the schema: `stead crds` generates the CRD from them, the admission webhook
 and the pipeline validate with them.

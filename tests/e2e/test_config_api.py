@@ -116,7 +116,7 @@ def store(operator: OperatorProcess, kubectl: Kubectl) -> Iterator[Store]:
     writer = grant(kubectl, namespace, "writer", ["get", "list", "watch", "create", "update", "patch", "delete"])
     reader = grant(kubectl, namespace, "reader", ["get", "list", "watch"])
     kubectl("apply", "-n", namespace, *[arg for path in EXAMPLES for arg in ("-f", str(path))])
-    # a second environment, for the seed's "node not assigned to this environment"
+    # a second environment, for Fuel's "node not assigned to this environment"
     kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps({
         "apiVersion": "stead.dev/v1alpha1", "kind": "Environment", "metadata": {"name": "env-2"},
         "spec": {"release": "mitaka-9.0", "components": ["fuel"],
@@ -150,7 +150,7 @@ def test_the_seeds_use_cases_through_the_cli(store: Store, kubectl: Kubectl) -> 
     # use case 2: one key
     result = store.cli("get", *NODE1, "--key", "deployment_id")
     assert (result.returncode, json.loads(result.stdout)) == (0, {"deployment_id": 1})
-    # use case 3: the seed's command sets the key at node-1's level (the schema makes "2" an integer) ...
+    # use case 3: Fuel's command sets the key at node-1's level (the schema makes "2" an integer) ...
     result = store.cli("set", *NODE1, "--key", "deployment_id", "--value", "2")
     assert result.returncode == 0, result.stderr
     result = store.cli("get", *NODE1, "--key", "deployment_id")
@@ -198,7 +198,7 @@ def test_the_http_api_reads_writes_and_effective_values(store: Store, kubectl: K
     assert store.http("GET", node2 + "?effective&key=nova.workers", token=store.reader)[:2] == (200, 3)
     status, traced, _ = store.http("GET", node2 + "?effective&trace&key=nova.workers", token=store.reader)
     assert traced["lookup"]["nova.workers"]["level"] == "role=compute,node=node-2.domain.tld"
-    # the seed's `.../nodes/<fqdn>/...` path names the same point (node-2 has one role)
+    # Fuel's `.../nodes/<fqdn>/...` path names the same point (node-2 has one role)
     seed_path = f"{P}/environments/env-1/nodes/node-2.domain.tld/resources/astute/values?effective&key=nova.workers"
     assert store.http("GET", seed_path, token=store.reader)[:2] == (200, 3)
     # a second write to the role: version 2, recorded by the operator

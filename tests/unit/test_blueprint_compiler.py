@@ -1,4 +1,4 @@
-"""The Blueprint compiler on the seed's own examples: dependencies (inherent, explicit, implicit),
+"""The Blueprint compiler on Calm's own examples: dependencies (inherent, explicit, implicit),
 their lifting to call-runbook tasks, cycles, macro decisions, and the user-edited rules."""
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def reasons(act: CompiledAction) -> dict[tuple[str, str], str]:
     return {(e.from_, e.to): e.reason for e in act.edges}
 
 
-# --- the seed's example: S2 depends on S1, SUB10 and DEP4 ----------------------------------------
+# --- Calm's example: S2 depends on S1, SUB10 and DEP4 --------------------------------------------
 
 SEED_S2 = blueprint(
     [("D1", "SUB1", [], ["S1", "S2"]), ("D10", "SUB10", [], ["S10"]), ("DEP4", "SUB4", ["P4"], ["S4"])],
@@ -180,7 +180,7 @@ def test_t1_and_t2_in_different_call_runbook_tasks_order_those_and_are_promoted(
 
 
 def test_the_edge_is_lifted_to_the_first_call_runbook_tasks_that_part_ways() -> None:
-    """T1 and T2 in runbooks called by CT1 and CT2 of the same service: CT2 -> CT1 (the seed)."""
+    """T1 and T2 in runbooks called by CT1 and CT2 of the same service: CT2 -> CT1 (as in Calm)."""
     spec = blueprint(
         [("D", "SUB", [], ["S1"])],
         [service("S1", create=[call("CT1", runbook="getter"), call("CT2", runbook="setter")])],

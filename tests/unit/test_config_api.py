@@ -176,7 +176,7 @@ def test_use_cases_put_get_key_and_effective_with_trace() -> None:
         # use case 3: set one key, the rest stays
         setkey = await client.put(f"{NODE1}/astute/values", params={"key": "deployment_id"}, json=2, headers=TOKEN)
         assert setkey.status == 200 and (await setkey.json())["nova"] == {"debug": False}
-        # the seed's override path, and the general root level
+        # Fuel's override path, and the general root level
         ov = await client.put(f"{NODE1}/astute/override", json={"nova": {"debug": True}}, headers=TOKEN)
         assert ov.status == 200
         root = await client.put(f"{P}/environments/1/resources/astute/values", json={"root": "r", "deployment_id": 0},

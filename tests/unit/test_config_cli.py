@@ -1,4 +1,4 @@
-"""`stead config`: the seed's argument checks, and the commands against the API served on loopback."""
+"""`stead config`: the argument checks (as `fuel config`'s), and the commands against the API served on loopback."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def test_the_seeds_use_cases_through_the_cli(server: tuple[str, FakeRepository],
     assert json.loads(cli(url, "get", *BASE, "--key", "deployment_id")[1]) == {"deployment_id": 1}
     assert yaml.safe_load(cli(url, "get", *BASE, "--key", "nodes.0.fqdn", "--format", "yaml")[1]) == {
         "nodes.0.fqdn": "node-1.domain.tld"}
-    # use case 3, the seed's command: no --type, the schema says deployment_id is an integer
+    # use case 3, Fuel's command: no --type, the schema says deployment_id is an integer
     assert cli(url, "set", *BASE, "--key", "deployment_id", "--value", "2")[0] == 0
     assert json.loads(cli(url, "get", *BASE, "--key", "deployment_id")[1]) == {"deployment_id": 2}
     assert cli(url, "set", *BASE, "--key", "deployment_id", "--value", "2", "--type", "str")[0] == 1  # the schema

@@ -1,4 +1,4 @@
-"""Calm macros: lexer, parser, resolution through the macro context, rendering (seed 000)."""
+"""Calm macros: lexer, parser, resolution through the macro context, rendering (docs/calm.md)."""
 
 from __future__ import annotations
 
