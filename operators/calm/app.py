@@ -1,8 +1,8 @@
-"""The App kind (seed 000): an application launched from an Active Blueprint.
+"""The App kind (docs/calm.md): an application launched from an Active Blueprint.
 
 Launching is creating an App: the webhook checks its inputs against the blueprint's runtime
 variables (types, mandatory ones, options, regexes); the pipeline then freezes a snapshot of the
-blueprint in the App's status (the seed's "Blueprint-A_for_AppB": later edits of the blueprint do
+blueprint in the App's status (Calm's "Blueprint-A_for_AppB": later edits of the blueprint do
 not change a running app), creates the entities (one replica per `calm_array_index` of each
 deployment) and runs the create action as an ActionRun named ``<app>-create``, which it waits for.
 
@@ -81,7 +81,7 @@ class AppSpec(Model):
 
 
 class Lock(Model):
-    """The app's lock while an action runs on it (seed: locked_by, locked_timestamp, ttl)."""
+    """The app's lock while an action runs on it (Calm's locked_by, locked_timestamp, ttl)."""
 
     locked_by: str = Field(description="The ActionRun holding the lock.")
     since: str = Field(description="When it was taken (RFC 3339).")
@@ -96,7 +96,7 @@ class Replica(Model):
     state: str | None = Field(None, description="running, or error when a task failed on it.")
     properties: dict[str, str] = Field(
         default_factory=dict,
-        description="Properties set by tasks on this replica, namespaced as Kind_Entity_name (seed 000).",
+        description="Properties set by tasks on this replica, namespaced as Kind_Entity_name.",
     )
 
 

@@ -345,7 +345,7 @@ class BlueprintSpec(Model):
 class DependencyEntry(Model):
     """One dependency of the system actions, as shown to the user (the topology view).
 
-    The seed's dependency_list fields. For an implicit dependency the getter reads the setter's
+    Calm's dependency_list fields. For an implicit dependency the getter reads the setter's
     attribute through a macro; for an explicit or inherent one the getter is the dependent entity
     and the setter the entity it depends on, with no attribute.
     """
@@ -439,7 +439,7 @@ class EditRecord(Model):
 
 
 class CompiledState(Model):
-    """What the next compile compares against to apply the user-edited rules of the seed."""
+    """What the next compile compares against to apply Calm's rules for user-edited actions."""
 
     dependency_digest: str = Field(description="SHA-256 of the dependency list.")
     edits: list[EditRecord] = Field(default_factory=list, description="The user edits of system actions.")

@@ -94,7 +94,7 @@ class _Analysis(_State):
         return template
 
     def analyse(self, exp: Expansion) -> Analysis:
-        """The seed's decision for every macro of the action, and its implicit dependencies."""
+        """Calm's decision for every macro of the action, and its implicit dependencies."""
         setters: dict[tuple[str | None, str], list[Inst]] = defaultdict(list)
         for inst in exp.insts:
             for attribute in inst.task.sets:

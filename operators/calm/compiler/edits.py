@@ -12,7 +12,7 @@ from operators.calm.models import (
 
 
 class _Edits:
-    """The seed's rules for user-edited system actions, across compiles.
+    """Calm's rules for user-edited system actions, across compiles.
 
     An app-level action named like a system action in spec.actions is the user's edit of it. An
     edit seen for the first time (or changed) is accepted: the action is user-edited. The same

@@ -112,7 +112,7 @@ class _Links(_State):
         return links
 
     def derived_links(self, action: str, create: Expansion) -> list[Link]:
-        """The seed: when create is edited, the other system actions are rebuilt from its edges
+        """Calm's rule: when create is edited, the other system actions are rebuilt from its edges
         (between entities; reversed for stop and delete) and marked user-edited."""
         graph = nx.DiGraph()
         for link in create.links:  # the user's own tasks stay in as steps between entities
@@ -131,7 +131,7 @@ class _Links(_State):
 
     def warn_unordered(self, exp: Expansion, tops: Sequence[tuple[Dep, str, str]], what: str) -> None:
         """A user-edited action keeps the user's edges; say when they leave a reader unordered
-        after the task that sets what it reads (the seed accepts such inconsistencies)."""
+        after the task that sets what it reads (Calm accepts such inconsistencies)."""
         if not tops:
             return
         top = {inst.id for inst in exp.insts if inst.parent is None}

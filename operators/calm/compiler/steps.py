@@ -20,7 +20,7 @@ from operators.calm.validation import problems
 def compile_blueprint(spec: BlueprintSpec, previous: CompiledState | None = None) -> CompileResult:
     """Compile a blueprint. `previous` is `status.compiledState` of the last successful compile
     (None the first time): it carries the dependency list digest and the user edits, for the
-    seed's rule that user-edited actions stay until the dependency list changes."""
+    rule that user-edited actions stay until the dependency list changes."""
     parsed: dict[str, macros.Template] = {}
     found = problems(spec, parsed)
     if found:

@@ -40,7 +40,7 @@ EdgeReason = Literal["inherent", "explicit", "implicit", "spec", "user"]
 
 @dataclass(frozen=True, slots=True)
 class MacroDecision:
-    """The seed's decision for one macro of one task instance of one action."""
+    """Calm's decision for one macro of one task instance of one action."""
 
     action: str  # "create", or "Service/S1/backup" for a service's own action
     task: str  # the task's id in the action

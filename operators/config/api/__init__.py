@@ -18,7 +18,7 @@ written by FQDN or name; its role level may be left out when it has one role
 (`.../nodes/<fqdn>/resources/...` under levels `role, node`). On a values path:
 
 - `GET` returns the data stored at that point; `?effective` the merged values from the root
-  down to the point (see `operators.config.merge`), `&trace` (or `&show_lookup`, as Fuel's tuning-box spells it)
+  down to the point (see `operators.config.merge`), `&trace` (or `&show_lookup`, Fuel's spelling)
   adds which layer gave each key; `?version=<n>` reads a kept version of the object at the
   point (with `effective`, that object's layer at version n merged with the others as they
   are now); `?key=a.b.0` returns one key; `?history` lists the kept versions.

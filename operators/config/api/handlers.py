@@ -286,7 +286,7 @@ class ConfigApi:
             bad_request("body: expected a JSON object")
         name = body.get("name", body.get("id"))
         if not isinstance(name, str) or not name:
-            bad_request("body.name: required, a string (the seed's id)")
+            bad_request("body.name: required, a string")
         raw = {_camel(k): v for k, v in body.items() if k not in ("id", "name")}
         try:
             spec = EnvironmentSpec.model_validate(raw)
@@ -302,7 +302,7 @@ class ConfigApi:
 
     async def _resolve(self, call: Call, verb: str
                        ) -> tuple[str, ValuesPath, Snapshot, Point, ResourceDefinition]:
-        """Parse and check a values path: environment, levels, node, resource (the seed's 404s)."""
+        """Parse and check a values path: environment, levels, node, resource (each missing part its own 404)."""
         namespace = self._namespace(call)
         path = _values_path(call)
         snapshot = await self._snapshot(call, verb, namespace)
@@ -317,7 +317,7 @@ class ConfigApi:
 
     async def _locate(self, namespace: str, path: ValuesPath, snapshot: Snapshot | None
                       ) -> tuple[Snapshot, Point, ResourceDefinition]:
-        """The point and resource definition `path` names in the snapshot (the seed's 404s)."""
+        """The point and resource definition `path` names in the snapshot (each missing part its own 404)."""
         if snapshot is None:
             not_found("environment", f'environment "{path.environment}" not found in namespace "{namespace}"')
         derived = self._derived_from(snapshot)
@@ -352,7 +352,7 @@ class ConfigApi:
         return snapshot, point, definition
 
     async def _node_not_found(self, namespace: str, environment: str, node: str) -> NoReturn:
-        """The seed's two node cases: unknown everywhere, or assigned to another environment."""
+        """The two cases of a missing node: unknown everywhere, or assigned to another environment."""
         for name, spec in sorted((await self.repository.list_environments(namespace)).items()):
             if name != environment and find_node(spec, node) is not None:
                 # Which environment has it is not said: the caller may read values, not list environments.
@@ -565,7 +565,7 @@ def _camel(key: str) -> str:
 
 
 def _component_spec(body: Mapping[str, Any]) -> ConfigComponentSpec:
-    """A ConfigComponent spec from the seed's body (`resource_definitions` as a mapping of
+    """A ConfigComponent spec from a request body in Fuel's shape (`resource_definitions` as a mapping of
     name to definition) or Stead's (`resources` as a list)."""
     definitions = body.get("resource_definitions", body.get("resourceDefinitions"))
     raw: dict[str, Any] = {}
