@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -12,35 +12,14 @@ from operators.calm.app import CREATE_RUNNING, KIND, delete, delete_run_name
 from operators.runtime.kinds import FINALIZER
 from operators.runtime.kube import ApiError
 from operators.runtime.pipeline import Observed, PermanentError, StepContext, TemporaryError, compose_status, run
+from tests.unit.fakeapi import FakeApi
 
 SNAPSHOT = {"name": "bp", "uid": "u-bp", "generation": 1, "spec": {}, "compiledState": None}
 
 
 @dataclass
-class FakeKube:
-    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
-    calls: list[tuple[str, str]] = field(default_factory=list)
-    refuse_create: ApiError | None = None
-
-    async def request(self, method: str, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
-        self.calls.append((method, path))
-        if method == "POST":
-            if self.refuse_create is not None:
-                raise self.refuse_create
-            name = body["metadata"]["name"]
-            self.objects[f"{path}/{name}"] = body
-            return dict(body)
-        if method == "DELETE":
-            self.objects.pop(path, None)
-            return {}
-        if path not in self.objects:
-            raise ApiError(404, "not found")
-        return self.objects[path]
-
-
-@dataclass
 class FakeServices:
-    kube: FakeKube
+    kube: FakeApi
 
 
 RUNS = "/apis/stead.dev/v1alpha1/namespaces/ns/actionruns"
@@ -52,7 +31,7 @@ def app(status: dict[str, Any], generation: int = 1, **spec: Any) -> Observed:
                     spec={"blueprint": "bp", **spec}, status=status, deleting=True, finalizers=(FINALIZER,))
 
 
-def ctx(obj: Observed, kube: FakeKube) -> StepContext:
+def ctx(obj: Observed, kube: FakeApi) -> StepContext:
     return StepContext(obj=obj, facts={}, services=FakeServices(kube))
 
 
@@ -62,16 +41,14 @@ def test_the_app_kind_holds_the_cleanup_finalizer() -> None:
     assert len(delete_run_name("x" * 253, 12)) == 253
 
 
-def test_nothing_to_run_lets_the_app_go_at_once() -> None:
-    kube = FakeKube()
+def test_nothing_to_run_lets_the_app_go_at_once(kube: FakeApi) -> None:
     for obj in (app({}), app({"snapshot": SNAPSHOT, "state": "deleted"}),
                 app({"snapshot": SNAPSHOT, "state": "error"}, softDelete=True)):
         assert asyncio.run(delete(ctx(obj, kube))) == {}
     assert kube.calls == []
 
 
-def test_the_delete_run_is_started_once_then_followed_to_its_end() -> None:
-    kube = FakeKube()
+def test_the_delete_run_is_started_once_then_followed_to_its_end(kube: FakeApi) -> None:
     obj = app({"snapshot": SNAPSHOT, "state": "running"}, generation=2)
     with pytest.raises(TemporaryError) as first:
         asyncio.run(delete(ctx(obj, kube)))
@@ -88,13 +65,12 @@ def test_the_delete_run_is_started_once_then_followed_to_its_end() -> None:
     assert asyncio.run(delete(ctx(obj, kube))) == {}
 
 
-def test_a_failed_delete_run_keeps_the_app_with_the_task_and_reason() -> None:
-    kube = FakeKube()
+def test_a_failed_delete_run_keeps_the_app_with_the_task_and_reason(kube: FakeApi) -> None:
     obj = app({"snapshot": SNAPSHOT, "state": "deleting"}, generation=2)
-    kube.objects[f"{RUNS}/shop-delete-2"] = {
+    kube.add(f"{RUNS}/shop-delete-2", {
         "metadata": {"labels": {"stead.dev/app-uid": "u-shop"}}, "spec": {"app": "shop", "action": "delete"},
-        "status": {"state": "Failed", "failedTask": "S/drop@tier-0", "reason": "script exited with code 4"}}
-    kube.objects[f"{APPS}/shop"] = {"status": {"snapshot": SNAPSHOT, "state": "error", "phase": "Provisioned"}}
+        "status": {"state": "Failed", "failedTask": "S/drop@tier-0", "reason": "script exited with code 4"}})
+    kube.add(f"{APPS}/shop", {"status": {"snapshot": SNAPSHOT, "state": "error", "phase": "Provisioned"}})
     with pytest.raises(PermanentError) as failed:
         asyncio.run(delete(ctx(obj, kube)))
     assert failed.value.reason == "DeleteFailed"
@@ -102,11 +78,10 @@ def test_a_failed_delete_run_keeps_the_app_with_the_task_and_reason() -> None:
     assert failed.value.facts["state"] == "error" and "phase" not in failed.value.facts
 
 
-def test_a_run_holding_the_lock_is_waited_for_unless_it_is_gone() -> None:
-    kube = FakeKube()
+def test_a_run_holding_the_lock_is_waited_for_unless_it_is_gone(kube: FakeApi) -> None:
     lock = {"lockedBy": "greet-1", "since": "2999-01-01T00:00:00Z", "ttlSeconds": 3600}
     obj = app({"snapshot": SNAPSHOT, "state": "running", "lock": lock})
-    kube.objects[f"{RUNS}/greet-1"] = {"spec": {"app": "shop", "action": "greet"}}
+    kube.add(f"{RUNS}/greet-1", {"spec": {"app": "shop", "action": "greet"}})
     with pytest.raises(TemporaryError) as waiting:
         asyncio.run(delete(ctx(obj, kube)))
     assert waiting.value.reason == "WaitingForRun" and "greet-1" in waiting.value.message
@@ -116,31 +91,29 @@ def test_a_run_holding_the_lock_is_waited_for_unless_it_is_gone() -> None:
     assert running.value.reason == "DeleteRunning"
 
 
-def test_a_leftover_delete_run_of_an_earlier_app_is_replaced() -> None:
-    kube = FakeKube()
-    kube.objects[f"{RUNS}/shop-delete-1"] = {"metadata": {"labels": {"stead.dev/app-uid": "old"}},
-                                             "spec": {"app": "shop", "action": "delete"}, "status": {"state": "Failed"}}
+def test_a_leftover_delete_run_of_an_earlier_app_is_replaced(kube: FakeApi) -> None:
+    kube.add(f"{RUNS}/shop-delete-1", {"metadata": {"labels": {"stead.dev/app-uid": "old"}},
+                                       "spec": {"app": "shop", "action": "delete"}, "status": {"state": "Failed"}})
     with pytest.raises(TemporaryError):
         asyncio.run(delete(ctx(app({"snapshot": SNAPSHOT, "state": "running"}), kube)))
     assert ("DELETE", f"{RUNS}/shop-delete-1") in kube.calls
-    kube.objects[f"{RUNS}/shop-delete-1"] = {"metadata": {}, "spec": {"app": "shop", "action": "greet"}}
+    kube.add(f"{RUNS}/shop-delete-1", {"metadata": {}, "spec": {"app": "shop", "action": "greet"}})
     with pytest.raises(PermanentError) as conflict:
         asyncio.run(delete(ctx(app({"snapshot": SNAPSHOT, "state": "running"}), kube)))
     assert conflict.value.reason == "DeleteRunConflict"
 
 
-def test_a_terminating_namespace_lets_the_app_go() -> None:
-    kube = FakeKube(refuse_create=ApiError(403, "unable to create new content in namespace ns because it is being "
-                                                "terminated"))
+def test_a_terminating_namespace_lets_the_app_go(kube: FakeApi) -> None:
+    kube.fail_with(ApiError(403, "unable to create new content in namespace ns because it is being terminated"),
+                   "POST", RUNS)
     assert asyncio.run(delete(ctx(app({"snapshot": SNAPSHOT, "state": "running"}), kube))) == {}
-    kube.refuse_create = ApiError(403, "forbidden by RBAC")
+    kube.fail_with(ApiError(403, "forbidden by RBAC"), "POST", RUNS)
     with pytest.raises(TemporaryError):
         asyncio.run(delete(ctx(app({"snapshot": SNAPSHOT, "state": "running"}), kube)))
 
 
-def test_create_waits_without_writing_after_the_first_write() -> None:
+def test_create_waits_without_writing_after_the_first_write(kube: FakeApi) -> None:
     """The first pass writes the snapshot and lock; later passes compose the very same status: no PATCH."""
-    kube = FakeKube()
     status = {"snapshot": SNAPSHOT, "state": "provisioning", "lock": {"lockedBy": "shop-create"}}
     obj = Observed(kind="App", namespace="ns", name="shop", uid="u-shop", generation=1, labels={},
                    spec={"blueprint": "bp"}, status={})

@@ -18,35 +18,38 @@ from operators.config.auth import (
     TokenReviewAuthenticator,
     secret_loader,
 )
-from operators.runtime.kube import ApiError
+from operators.runtime.kube import ApiError, core_path
+from tests.unit.fakeapi import FakeApi, Request
 
 ACCESS = Access("get", "configvalues", "ns")
+API_BASIC = core_path("secrets", "stead", "api-basic")
+SYSTEM_BASIC = core_path("secrets", "stead-system", "basic")
 
 
-class FakeKube:
-    def __init__(self, fail: bool = False) -> None:
-        self.calls: list[tuple[str, str, Any]] = []
-        self.fail = fail
-        self.secret: dict[str, Any] | None = {"data": {"username": base64.b64encode(b"admin").decode(),
-                                                       "password": base64.b64encode(b"pw").decode()}}
+def token_review(request: Request) -> dict[str, Any]:
+    """A TokenReview's answer: "valid-token" is a ServiceAccount's, any other token nobody's."""
+    ok = request.body["spec"]["token"] == "valid-token"
+    user = {"username": "system:serviceaccount:ns:sa", "uid": "u1", "groups": ["g1"], "extra": {"k": ["v"]}}
+    return {**request.body, "status": {"authenticated": ok, "user": user if ok else {}}}
 
-    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                      params: dict[str, str] | None = None) -> dict[str, Any]:
-        self.calls.append((method, path, body))
-        if self.fail:
-            raise ApiError(403, "tokenreviews is forbidden")
-        if path.endswith("/tokenreviews"):
-            ok = body["spec"]["token"] == "valid-token"
-            user = {"username": "system:serviceaccount:ns:sa", "uid": "u1", "groups": ["g1"],
-                    "extra": {"k": ["v"]}}
-            return {"status": {"authenticated": ok, "user": user if ok else {}}}
-        if path.endswith("/subjectaccessreviews"):
-            return {"status": {"allowed": body["spec"]["resourceAttributes"]["verb"] == "get"}}
-        if "/secrets/" in path:
-            if self.secret is None:
-                raise ApiError(404, "not found")
-            return self.secret
-        raise AssertionError(path)
+
+def access_review(request: Request) -> dict[str, Any]:
+    """A SubjectAccessReview's answer: anyone may get, nobody may do anything else."""
+    return {**request.body, "status": {"allowed": request.body["spec"]["resourceAttributes"]["verb"] == "get"}}
+
+
+def api(fail: bool = False) -> FakeApi:
+    """The API server with both reviews and the Secrets of Basic credentials admin:pw (every request
+    refused with 403 when `fail`)."""
+    kube = FakeApi()
+    kube.answer("/tokenreviews", token_review)
+    kube.answer("/subjectaccessreviews", access_review)
+    for path in (API_BASIC, SYSTEM_BASIC):
+        kube.add(path, {"data": {"username": base64.b64encode(b"admin").decode(),
+                                 "password": base64.b64encode(b"pw").decode()}})
+    if fail:
+        kube.fail_with(ApiError(403, "tokenreviews is forbidden"))
+    return kube
 
 
 class Clock:
@@ -61,14 +64,14 @@ def run(coro: Any) -> Any:
 
 
 def test_token_review_then_subject_access_review_with_the_users_attributes() -> None:
-    kube = FakeKube()
+    kube = api()
     auth = TokenReviewAuthenticator(kube, audiences=["stead"])
     identity = run(auth.authenticate("Bearer valid-token"))
     assert identity == Identity(user="system:serviceaccount:ns:sa", scheme="Bearer", uid="u1", groups=("g1",),
                                 extra=(("k", ("v",)),))
-    assert kube.calls[0][2]["spec"] == {"token": "valid-token", "audiences": ["stead"]}
+    assert kube.received[0][2]["spec"] == {"token": "valid-token", "audiences": ["stead"]}
     assert run(auth.authorize(identity, ACCESS)) is True
-    sar = kube.calls[1][2]["spec"]
+    sar = kube.received[1][2]["spec"]
     assert sar == {"user": "system:serviceaccount:ns:sa", "groups": ["g1"], "uid": "u1", "extra": {"k": ["v"]},
                    "resourceAttributes": {"group": "stead.dev", "version": "v1alpha1", "resource": "configvalues",
                                           "verb": "get", "namespace": "ns"}}
@@ -78,7 +81,7 @@ def test_token_review_then_subject_access_review_with_the_users_attributes() -> 
 
 
 def test_reviews_are_cached_for_the_ttl_only() -> None:
-    kube = FakeKube()
+    kube = api()
     clock = Clock()
     auth = TokenReviewAuthenticator(kube, ttl=10, clock=clock)
     for _ in range(3):
@@ -93,7 +96,7 @@ def test_reviews_are_cached_for_the_ttl_only() -> None:
 
 def test_an_unreachable_reviewer_is_unavailable_and_the_token_is_not_logged(caplog: pytest.LogCaptureFixture
                                                                               ) -> None:
-    auth = TokenReviewAuthenticator(FakeKube(fail=True))
+    auth = TokenReviewAuthenticator(api(fail=True))
     with caplog.at_level(logging.DEBUG), pytest.raises(AuthUnavailable) as error:
         run(auth.authenticate("Bearer super-secret-token"))
     assert "super-secret-token" not in caplog.text and "super-secret-token" not in str(error.value)
@@ -104,7 +107,7 @@ def basic(user: bytes, password: bytes) -> str:
 
 
 def test_basic_against_a_secret_reread_after_the_ttl() -> None:
-    kube = FakeKube()
+    kube = api()
     clock = Clock()
     auth = BasicAuthenticator(secret_loader(kube, "stead", "api-basic"), ttl=5, clock=clock)
     identity = run(auth.authenticate(basic(b"admin", b"pw")))
@@ -114,15 +117,15 @@ def test_basic_against_a_secret_reread_after_the_ttl() -> None:
     assert run(auth.authenticate(basic(b"admin", b""))) is None
     assert run(auth.authenticate("Basic " + base64.b64encode(b"no-colon").decode())) is None
     assert len([c for c in kube.calls if "/secrets/" in c[1]]) == 1
-    kube.secret = None  # deleted: nobody gets in once the cache expires
+    del kube.objects[API_BASIC]  # deleted: nobody gets in once the cache expires
     clock.now = 6
     assert run(auth.authenticate(basic(b"admin", b"pw"))) is None
     assert not run(auth.authorize(Identity("x", "Bearer"), ACCESS))
 
 
 def test_concurrent_requests_with_one_token_cost_one_review_each() -> None:
-    async def scenario() -> FakeKube:
-        kube = FakeKube()
+    async def scenario() -> FakeApi:
+        kube = api()
         auth = TokenReviewAuthenticator(kube)
         identities = await asyncio.gather(*(auth.authenticate("Bearer valid-token") for _ in range(50)))
         assert identities[0] is not None and all(i == identities[0] for i in identities)
@@ -130,16 +133,16 @@ def test_concurrent_requests_with_one_token_cost_one_review_each() -> None:
         return kube
 
     kube = run(scenario())
-    assert [path.rsplit("/", 1)[-1] for _, path, _ in kube.calls] == ["tokenreviews", "subjectaccessreviews"]
+    assert [path.rsplit("/", 1)[-1] for _, path, _ in kube.received] == ["tokenreviews", "subjectaccessreviews"]
 
 
 def test_the_chain_asks_the_authenticator_of_the_headers_scheme() -> None:
-    kube = FakeKube()
+    kube = api()
     chain = ChainAuthenticator(TokenReviewAuthenticator(kube),
                                BasicAuthenticator(secret_loader(kube, "stead", "api-basic")))
     basic_identity = run(chain.authenticate(basic(b"admin", b"pw")))
     assert basic_identity is not None and basic_identity.scheme == "Basic"
-    assert not any(path.endswith("/tokenreviews") for _, path, _ in kube.calls)  # Basic never costs a review
+    assert not any(path.endswith("/tokenreviews") for _, path, _ in kube.received)  # Basic never costs a review
     bearer = run(chain.authenticate("bearer valid-token"))  # schemes are case-insensitive
     assert bearer is not None and bearer.scheme == "Bearer" and run(chain.authorize(bearer, ACCESS))
     assert run(chain.authenticate("Digest abc")) is None
@@ -151,11 +154,11 @@ def test_the_chain_asks_the_authenticator_of_the_headers_scheme() -> None:
 def test_a_flood_of_junk_tokens_costs_a_bounded_number_of_reviews_and_keeps_good_entries() -> None:
     from operators.config.auth import PeerBudget, TooManyAttempts
 
-    kube, clock = FakeKube(), Clock()
+    kube, clock = api(), Clock()
     auth = TokenReviewAuthenticator(kube, clock=clock, budget=PeerBudget(rate=5, burst=20, clock=clock))
 
     def reviews() -> int:
-        return sum(1 for _, path, _ in kube.calls if path.endswith("/tokenreviews"))
+        return kube.count(path_suffix="/tokenreviews")
 
     async def scenario() -> tuple[int, int]:
         good = await auth.authenticate("Bearer valid-token", "10.0.0.9")
@@ -185,7 +188,7 @@ def test_a_flood_of_junk_tokens_costs_a_bounded_number_of_reviews_and_keeps_good
 def test_the_negative_cache_is_bounded() -> None:
     from operators.config.auth import PeerBudget
 
-    kube, clock = FakeKube(), Clock()
+    kube, clock = api(), Clock()
     auth = TokenReviewAuthenticator(kube, clock=clock, budget=PeerBudget(rate=1e9, burst=1e9, clock=clock),
                                     max_rejected=100)
     for i in range(1000):
@@ -194,27 +197,27 @@ def test_the_negative_cache_is_bounded() -> None:
 
 
 def test_subject_access_reviews_carry_the_object_name() -> None:
-    kube = FakeKube()
+    kube = api()
     auth = TokenReviewAuthenticator(kube)
     identity = run(auth.authenticate("Bearer valid-token"))
     assert identity is not None
     run(auth.authorize(identity, Access("get", "environments", "ns", "env-1")))
     run(auth.authorize(identity, Access("list", "environments", "ns")))
-    attributes = [body["spec"]["resourceAttributes"] for _, path, body in kube.calls
+    attributes = [body["spec"]["resourceAttributes"] for _, path, body in kube.received
                   if path.endswith("/subjectaccessreviews")]
     assert attributes[0]["name"] == "env-1" and "name" not in attributes[1]
 
 
 def test_basic_credentials_can_be_limited_to_namespaces() -> None:
-    kube = FakeKube()
-    assert kube.secret is not None
-    kube.secret["data"]["namespaces"] = base64.b64encode(b"team-a, team-b").decode()
+    kube = api()
+    assert SYSTEM_BASIC in kube.objects
+    kube.objects[SYSTEM_BASIC]["data"]["namespaces"] = base64.b64encode(b"team-a, team-b").decode()
     auth = BasicAuthenticator(secret_loader(kube, "stead-system", "basic"))
     identity = run(auth.authenticate("Basic " + base64.b64encode(b"admin:pw").decode()))
     assert identity is not None
     assert run(auth.authorize(identity, Access("get", "configvalues", "team-a")))
     assert run(auth.authorize(identity, Access("update", "configvalues", "team-b")))
     assert not run(auth.authorize(identity, Access("get", "configvalues", "team-c")))
-    del kube.secret["data"]["namespaces"]  # no list: every namespace (as before)
+    del kube.objects[SYSTEM_BASIC]["data"]["namespaces"]  # no list: every namespace (as before)
     unlimited = BasicAuthenticator(secret_loader(kube, "stead-system", "basic"))
     assert run(unlimited.authorize(identity, Access("get", "configvalues", "team-c")))

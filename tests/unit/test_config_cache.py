@@ -13,7 +13,8 @@ import pytest
 from operators.config.cache import OPEN, CachedConfigRepository, ConfigCache, Gone
 from operators.config.history import LABEL_UID, LABEL_VERSION
 from operators.config.repository import COMPONENTS, ENVIRONMENTS, VALUES, ValuesTarget
-from operators.runtime.kube import ApiError
+from operators.runtime.kube import ApiError, custom_path
+from tests.unit.fakeapi import FakeApi
 
 
 def obj(name: str, spec: dict[str, Any], rv: int, uid: str | None = None, namespace: str = "ns") -> dict[str, Any]:
@@ -54,32 +55,10 @@ class FakeSource:
         await asyncio.Event().wait()  # an open watch with nothing to say
 
 
-class FakeKube:
-    """The API server for the repository's direct reads and writes; counts requests."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, str]] = []
-        self.versions: dict[str, dict[str, Any]] = {}
-
-    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                      params: dict[str, str] | None = None) -> dict[str, Any]:
-        self.requests.append((method, path))
-        if method == "GET" and path.endswith("/environments/e"):
-            return ENV
-        if method == "GET" and path.endswith("/configcomponents"):
-            return {"items": [FUEL]}
-        if method == "GET" and path.endswith("/configvalues"):
-            return {"items": [ROOT]}
-        if method == "GET" and "/configmaps/" in path:
-            name = path.rsplit("/", 1)[1]
-            if name not in self.versions:
-                raise ApiError(404, "not found")
-            return self.versions[name]
-        if method == "POST" and path.endswith("/configvalues"):
-            return {**body, "metadata": {**body["metadata"], "uid": "uid-new", "resourceVersion": "50"}}
-        if method == "DELETE":
-            return {}
-        raise AssertionError((method, path))
+def api() -> FakeApi:
+    """The API server for the repository's direct reads and writes, holding ENV, FUEL and ROOT."""
+    return FakeApi({custom_path(ENVIRONMENTS, "ns", "e"): ENV, custom_path(COMPONENTS, "ns", "fuel"): FUEL,
+                    custom_path(VALUES, "ns", "root"): ROOT})
 
 
 def test_events_apply_in_order_and_late_ones_do_not_undo_a_write_through() -> None:
@@ -144,13 +123,13 @@ def ready_cache(*values: dict[str, Any]) -> ConfigCache:
 
 def test_snapshots_come_from_memory_and_stay_the_same_object_until_a_change() -> None:
     async def main() -> None:
-        kube = FakeKube()
+        kube = api()
         repo = CachedConfigRepository(kube, ready_cache(ROOT))
         first = await repo.snapshot("ns", "e")
         assert first is not None and [v.data for v in first.values] == [{"a": 1}]
         assert await repo.snapshot("ns", "e") is first and await repo.snapshot("ns", "nope") is None
         assert await repo.list_environments("ns") == {"e": first.environment}
-        assert kube.requests == []  # no API-server round trip
+        assert kube.calls == []  # no API-server round trip
         # a write goes to the API server and is readable at once
         target = ValuesTarget("e", "astute", "overrides", (), None)
         await repo.write_values("ns", target, {"b": 2}, None)
@@ -166,21 +145,21 @@ def test_snapshots_come_from_memory_and_stay_the_same_object_until_a_change() ->
 
 def test_not_in_sync_reads_go_to_the_api_server() -> None:
     async def main() -> None:
-        kube = FakeKube()
+        kube = api()
         repo = CachedConfigRepository(kube, ConfigCache(FakeSource({})))
         snapshot = await repo.snapshot("ns", "e")
         assert snapshot is not None and [v.name for v in snapshot.values] == ["root"]
-        assert len(kube.requests) == 3
+        assert len(kube.calls) == 3
 
     asyncio.run(main())
 
 
 def test_a_reverted_version_is_read_once() -> None:
     async def main() -> None:
-        kube = FakeKube()
-        kube.versions["root-v1"] = {"metadata": {"name": "root-v1", "labels": {LABEL_UID: "uid-root",
-                                                                                LABEL_VERSION: "1"}},
-                                    "data": {"data.json": json.dumps({"a": "old"})}}
+        kube = api()
+        kube.add("/api/v1/namespaces/ns/configmaps/root-v1",
+                 {"metadata": {"name": "root-v1", "labels": {LABEL_UID: "uid-root", LABEL_VERSION: "1"}},
+                  "data": {"data.json": json.dumps({"a": "old"})}})
         cache = ready_cache(obj("root", {**ROOT["spec"], "revertTo": 1}, 3))
         repo = CachedConfigRepository(kube, cache)
         snapshot = await repo.snapshot("ns", "e")
@@ -188,7 +167,7 @@ def test_a_reverted_version_is_read_once() -> None:
         cache.apply("MODIFIED", VALUES, obj("root", {**ROOT["spec"], "revertTo": 1, "historyLimit": 3}, 4))
         again = await repo.snapshot("ns", "e")
         assert again is not snapshot and again is not None and again.values[0].data == {"a": "old"}
-        assert kube.requests == [("GET", "/api/v1/namespaces/ns/configmaps/root-v1")]
+        assert kube.calls == [("GET", "/api/v1/namespaces/ns/configmaps/root-v1")]
 
     asyncio.run(main())
 
@@ -198,7 +177,7 @@ def test_an_invalid_environment_is_reported() -> None:
         cache = ready_cache()
         cache.apply("MODIFIED", ENVIRONMENTS, obj("e", {"nodes": "x"}, 30))
         with pytest.raises(Exception, match="invalid spec"):
-            await CachedConfigRepository(FakeKube(), cache).snapshot("ns", "e")
+            await CachedConfigRepository(api(), cache).snapshot("ns", "e")
 
     asyncio.run(main())
 

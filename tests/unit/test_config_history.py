@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 from typing import Any
 
 import pytest
@@ -22,41 +21,10 @@ from operators.config.history import (
     version_body,
     version_name,
 )
-from operators.runtime.kube import ApiError
+from tests.unit.fakeapi import FakeApi
 
 OWNER = Owner(namespace="ns", name="cv1", uid="uid-1")
-
-
-class FakeKube:
-    """ConfigMaps in memory, with the API server's answers that history relies on."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.calls: list[tuple[str, str]] = []
-
-    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                      params: dict[str, str] | None = None) -> dict[str, Any]:
-        self.calls.append((method, path))
-        base = "/api/v1/namespaces/ns/configmaps"
-        if method == "GET" and path == base:
-            key, _, value = (params or {})["labelSelector"].partition("=")
-            items = [o for o in self.objects.values() if o["metadata"]["labels"].get(key) == value]
-            return {"items": copy.deepcopy(items)}
-        name = path.removeprefix(base + "/")
-        if method == "POST":
-            name = body["metadata"]["name"]
-            if name in self.objects:
-                raise ApiError(409, f'configmaps "{name}" already exists')
-            self.objects[name] = copy.deepcopy(body)
-            return dict(body)
-        if name not in self.objects:
-            raise ApiError(404, f'configmaps "{name}" not found')
-        if method == "GET":
-            return copy.deepcopy(self.objects[name])
-        if method == "DELETE":
-            del self.objects[name]
-            return {}
-        raise AssertionError(f"unexpected {method} {path}")
+CONFIGMAPS = "/api/v1/namespaces/ns/configmaps"
 
 
 def run(coro: Any) -> Any:
@@ -94,8 +62,7 @@ def test_prune_keeps_the_newest() -> None:
     assert parse_version({"metadata": {"labels": {}}, "data": {}}) is None
 
 
-def test_each_change_makes_a_version_and_same_data_does_not() -> None:
-    kube = FakeKube()
+def test_each_change_makes_a_version_and_same_data_does_not(kube: FakeApi) -> None:
     history = History(kube, OWNER)
     first = run(sync(history, {"a": 1}, None, limit=10))
     assert first.created and first.current.number == 1
@@ -108,18 +75,16 @@ def test_each_change_makes_a_version_and_same_data_does_not() -> None:
     assert run(history.read(7)) is None
 
 
-def test_retention_deletes_the_oldest_and_numbers_never_repeat() -> None:
-    kube = FakeKube()
+def test_retention_deletes_the_oldest_and_numbers_never_repeat(kube: FakeApi) -> None:
     history = History(kube, OWNER)
     for n in range(1, 6):
         result = run(sync(history, {"n": n}, None, limit=2))
     assert [v.number for v in result.kept] == [4, 5]
-    assert sorted(kube.objects) == ["cv1-v4", "cv1-v5"]
+    assert sorted(kube.names(CONFIGMAPS)) == ["cv1-v4", "cv1-v5"]
     assert run(sync(history, {"n": 6}, None, limit=2)).current.number == 6
 
 
-def test_revert_to_puts_an_old_version_in_force_as_a_new_version() -> None:
-    kube = FakeKube()
+def test_revert_to_puts_an_old_version_in_force_as_a_new_version(kube: FakeApi) -> None:
     history = History(kube, OWNER)
     run(sync(history, {"a": 1}, None, limit=10))
     run(sync(history, {"a": 2}, None, limit=10))
@@ -134,8 +99,7 @@ def test_revert_to_puts_an_old_version_in_force_as_a_new_version() -> None:
         run(sync(history, {}, 9, limit=10))
 
 
-def test_a_crash_between_create_and_status_is_recovered_without_duplicates() -> None:
-    kube = FakeKube()
+def test_a_crash_between_create_and_status_is_recovered_without_duplicates(kube: FakeApi) -> None:
     history = History(kube, OWNER)
     run(history.record({"a": 1}))
     # the same data again, with a stale view of the versions (as after a crash): the name exists
@@ -146,18 +110,16 @@ def test_a_crash_between_create_and_status_is_recovered_without_duplicates() -> 
     assert created and version.number == 2
 
 
-def test_versions_of_another_incarnation_are_not_read() -> None:
-    kube = FakeKube()
+def test_versions_of_another_incarnation_are_not_read(kube: FakeApi) -> None:
     run(History(kube, OWNER).record({"old": True}))
     reborn = History(kube, Owner("ns", "cv1", "uid-2"))
     assert run(reborn.versions()) == []
     assert run(reborn.read(1)) is None
 
 
-def test_a_leftover_of_an_earlier_object_with_the_same_name_is_a_retryable_error() -> None:
+def test_a_leftover_of_an_earlier_object_with_the_same_name_is_a_retryable_error(kube: FakeApi) -> None:
     from operators.config.history import StaleHistory
 
-    kube = FakeKube()
     run(History(kube, OWNER).record({"old": True}))
     with pytest.raises(StaleHistory, match="waiting for the garbage collector"):
         run(History(kube, Owner("ns", "cv1", "uid-2")).record({"new": True}))

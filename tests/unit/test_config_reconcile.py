@@ -18,35 +18,29 @@ from operators.config.reconcile import (
     validate_component,
     validate_values,
 )
-from operators.config.repository import StoredValues
+from operators.config.repository import COMPONENTS, ENVIRONMENTS, StoredValues
 from operators.runtime.kinds import AdmissionRequest, Refusal
-from operators.runtime.kube import ApiError
+from operators.runtime.kube import custom_path
 from operators.runtime.pipeline import Observed, PermanentError, StepContext, TemporaryError
+from tests.unit.fakeapi import FakeApi
 
 ENV = {"release": "r", "hierarchyLevels": ["node"], "components": ["fuel"],
        "nodes": [{"name": "n1", "fqdn": "n1.tld", "roles": ["compute"]}]}
 FUEL = {"metadata": {"name": "fuel"}, "spec": {"resources": [{"name": "astute"}]}}
 
 
-class FakeKube:
-    def __init__(self, env: dict[str, Any] | None = ENV, components: list[dict[str, Any]] | None = None) -> None:
-        self.env = env
-        self.components = [FUEL] if components is None else components
-
-    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                      params: dict[str, str] | None = None) -> dict[str, Any]:
-        if "/environments/" in path:
-            if self.env is None:
-                raise ApiError(404, "not found")
-            return {"spec": self.env}
-        if path.endswith("/configcomponents"):
-            return {"items": self.components}
-        if path.endswith("/configvalues"):
-            return {"items": []}
-        raise AssertionError(path)
+def api(env: dict[str, Any] | None = ENV, components: list[dict[str, Any]] | None = None) -> FakeApi:
+    """An API server holding Environment "e" (unless None) and the ConfigComponents (FUEL by default) of ns."""
+    kube = FakeApi()
+    if env is not None:
+        kube.add(custom_path(ENVIRONMENTS, "ns", "e"), {"spec": env})
+    chosen: list[dict[str, Any]] = [FUEL] if components is None else components
+    for component in chosen:
+        kube.add(custom_path(COMPONENTS, "ns", component["metadata"]["name"]), component)
+    return kube
 
 
-def step_ctx(spec: dict[str, Any], kube: FakeKube) -> StepContext:
+def step_ctx(spec: dict[str, Any], kube: FakeApi) -> StepContext:
     obj = Observed(kind="ConfigValues", namespace="ns", name="cv", uid="u", generation=1, labels={}, spec=spec,
                    status={})
     return StepContext(obj=obj, facts={}, services=SimpleNamespace(kube=kube))
@@ -56,22 +50,22 @@ SPEC = {"environment": "e", "resource": "astute", "level": {"node": "n1"}}
 
 
 def test_validate_gives_the_point_and_tells_temporary_from_permanent() -> None:
-    assert asyncio.run(validate_values(step_ctx(SPEC, FakeKube()))) == {"point": "node=n1.tld"}
+    assert asyncio.run(validate_values(step_ctx(SPEC, api()))) == {"point": "node=n1.tld"}
     with pytest.raises(TemporaryError, match='Environment "e" not found'):
-        asyncio.run(validate_values(step_ctx(SPEC, FakeKube(env=None))))
+        asyncio.run(validate_values(step_ctx(SPEC, api(env=None))))
     with pytest.raises(TemporaryError, match="ConfigComponent not found: fuel"):
-        asyncio.run(validate_values(step_ctx(SPEC, FakeKube(components=[]))))
+        asyncio.run(validate_values(step_ctx(SPEC, api(components=[]))))
     with pytest.raises(PermanentError, match=r"spec\.level: level 'rack'"):
-        asyncio.run(validate_values(step_ctx({**SPEC, "level": {"rack": "1"}}, FakeKube())))
+        asyncio.run(validate_values(step_ctx({**SPEC, "level": {"rack": "1"}}, api())))
     with pytest.raises(TemporaryError, match="no Kubernetes client"):
-        asyncio.run(validate_values(StepContext(obj=step_ctx(SPEC, FakeKube()).obj, facts={})))
+        asyncio.run(validate_values(StepContext(obj=step_ctx(SPEC, api()).obj, facts={})))
 
 
 def test_admission_refuses_with_the_reason() -> None:
     def request(spec: dict[str, Any]) -> AdmissionRequest:
         return AdmissionRequest(operation="CREATE", namespace="ns", name="cv", labels={}, spec=spec, old=None,
                                 dry_run=False,
-                                services=SimpleNamespace(kube=FakeKube()))
+                                services=SimpleNamespace(kube=api()))
 
     asyncio.run(admit_values(request(SPEC)))
     with pytest.raises(Refusal, match=r'spec\.resource: resource "nope" is not defined'):
@@ -81,14 +75,14 @@ def test_admission_refuses_with_the_reason() -> None:
 
 
 def test_admission_lets_through_what_gitops_may_apply_later() -> None:
-    def request(spec: dict[str, Any], kube: FakeKube) -> AdmissionRequest:
+    def request(spec: dict[str, Any], kube: FakeApi) -> AdmissionRequest:
         return AdmissionRequest(operation="CREATE", namespace="ns", name="cv", labels={}, spec=spec, old=None,
                                 dry_run=False, services=SimpleNamespace(kube=kube))
 
-    asyncio.run(admit_values(request(SPEC, FakeKube(env=None))))  # the Environment comes later
-    asyncio.run(admit_values(request({**SPEC, "resource": "nope"}, FakeKube(components=[]))))  # the component too
+    asyncio.run(admit_values(request(SPEC, api(env=None))))  # the Environment comes later
+    asyncio.run(admit_values(request({**SPEC, "resource": "nope"}, api(components=[]))))  # the component too
     with pytest.raises(Refusal, match=r"spec\.level"):  # but what is wrong whatever comes later is refused
-        asyncio.run(admit_values(request({**SPEC, "level": {"node": "ghost"}}, FakeKube(components=[]))))
+        asyncio.run(admit_values(request({**SPEC, "level": {"node": "ghost"}}, api(components=[]))))
 
 
 def test_component_step_and_kinds() -> None:

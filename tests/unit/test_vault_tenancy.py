@@ -26,6 +26,7 @@ from operators.runtime.kinds import AdmissionRequest, Refusal
 from operators.runtime.pipeline import Observed, PermanentError, StepContext
 from operators.runtime.store import LocalStore
 from operators.runtime.vault import Entry, MasterKey, MemoryClusterCopy, Vault
+from tests.unit.fakeapi import FakeApi
 
 T = TypeVar("T")
 TEAM, EVE = "team", "eve"
@@ -43,20 +44,8 @@ def vault(tmp_path: Path) -> Iterator[Vault]:
     store.close()
 
 
-class FakeKube:
-    """Lists of blueprints and apps by namespace; counts the requests."""
-
-    def __init__(self, objects: Mapping[str, list[dict[str, Any]]] | None = None) -> None:
-        self.objects = dict(objects or {})
-        self.requests: list[str] = []
-
-    async def request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        self.requests.append(f"{method} {path}")
-        return {"items": self.objects.get(path, [])}
-
-
-def services(vault: Vault, kube: FakeKube | None = None) -> Any:
-    return SimpleNamespace(vault=vault, kube=kube or FakeKube(), settings={})
+def services(vault: Vault, kube: FakeApi | None = None) -> Any:
+    return SimpleNamespace(vault=vault, kube=kube or FakeApi(), settings={})
 
 
 def spec_with(secret: dict[str, Any]) -> dict[str, Any]:
@@ -191,16 +180,16 @@ def test_garbage_is_blueprint_owned_unreferenced_and_older_than_grace() -> None:
     assert vaultgc.garbage(entries, {"b"}, now=200, grace=10) == [entries[0]]
 
 
-def test_the_collector_removes_replaced_and_refused_entries_and_keeps_what_apps_still_run(vault: Vault) -> None:
+def test_the_collector_removes_replaced_and_refused_entries_and_keeps_what_apps_still_run(
+    vault: Vault, kube: FakeApi,
+) -> None:
     clock = [1_000_000_000.0]
     kept = stored_ref(vault, TEAM, "web", "in-the-spec")
     snapshot = stored_ref(vault, TEAM, "web", "in-an-apps-snapshot")
     orphan = stored_ref(vault, TEAM, "web", "refused-request")
-    kube = FakeKube({
-        f"/apis/stead.dev/v1alpha1/namespaces/{TEAM}/blueprints": [{"spec": spec_with({"vaultRef": kept})}],
-        f"/apis/stead.dev/v1alpha1/namespaces/{TEAM}/apps": [
-            {"status": {"snapshot": {"spec": spec_with({"vaultRef": snapshot})}}}],
-    })
+    kube.add(f"/apis/stead.dev/v1alpha1/namespaces/{TEAM}/blueprints/web", {"spec": spec_with({"vaultRef": kept})})
+    kube.add(f"/apis/stead.dev/v1alpha1/namespaces/{TEAM}/apps/shop",
+             {"status": {"snapshot": {"spec": spec_with({"vaultRef": snapshot})}}})
     collector = vaultgc.VaultCollector(grace=120, interval=60, recheck=600, clock=lambda: clock[0])
     svc = services(vault, kube)
     # Young entries: a request may still be storing them.
@@ -209,7 +198,7 @@ def test_the_collector_removes_replaced_and_refused_entries_and_keeps_what_apps_
     clock[0] = 2e12  # long after
     assert run(collector.sweep(svc)) == 1
     assert {e.uuid for e in vault.entries(TEAM)} == {kept, snapshot}
-    asked = len(kube.requests)
+    asked = len(kube.calls)
     clock[0] += 60
     assert run(collector.sweep(svc)) == 0
-    assert len(kube.requests) == asked  # nothing new since: the API server is not asked again
+    assert len(kube.calls) == asked  # nothing new since: the API server is not asked again
