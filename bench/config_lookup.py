@@ -12,7 +12,7 @@ process; one keep-alive HTTPS connection per concurrent client) cycles for `--se
 for many nodes would (one URL asked over and over would flatter every cache keyed by URL, in
 the server):
 
-- ``ceiling``: the API's HTTP server (granian, embedded: `operators.runtime.serving`) with a
+- ``ceiling``: the API's HTTP server (granian, embedded: `operators.runtime.serving.http`) with a
   handler that returns a constant JSON body for any request, no authentication, same TLS (EC
   P-256), on the same event loop as the operator (uvloop when installed). Nothing served by this
   stack on this machine can answer faster.
@@ -79,10 +79,10 @@ from operators.cluster import Binaries, LocalControlPlane, ensure_binaries  # no
 from operators.config.api import ConfigApi  # noqa: E402
 from operators.config.auth import TokenReviewAuthenticator  # noqa: E402
 from operators.config.repository import KubeConfigRepository  # noqa: E402
-from operators.runtime.certs import make_ca, make_leaf  # noqa: E402
-from operators.runtime.eventloop import event_loop_factory  # noqa: E402
-from operators.runtime.kube import KubeClient, load_access  # noqa: E402
-from operators.runtime.serving import HttpServer, Request, Response  # noqa: E402
+from operators.runtime.kube.client import KubeClient, load_access  # noqa: E402
+from operators.runtime.serving.certs import make_ca, make_leaf  # noqa: E402
+from operators.runtime.serving.eventloop import event_loop_factory  # noqa: E402
+from operators.runtime.serving.http import HttpServer, Request, Response  # noqa: E402
 
 STEAD = Path(sys.executable).parent / "stead"
 NAMESPACE = "bench"

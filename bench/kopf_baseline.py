@@ -37,8 +37,8 @@ from operators import GROUP, VERSION
 from operators.environment import KIND
 from operators.environment.logic import summarize
 from operators.environment.models import EnvironmentSpec
-from operators.runtime.pipeline import INIT, PROVISIONED, Observed, Outcome, PermanentError, compose_status
-from operators.runtime.reconciler import utc_now
+from operators.runtime.core.pipeline import INIT, PROVISIONED, Observed, Outcome, PermanentError, compose_status
+from operators.runtime.engine.reconciler import utc_now
 
 
 def environment_status(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -61,11 +61,11 @@ from operators.catalog import KINDS
 from operators.environment import KIND
 from operators.environment.logic import summarize
 from operators.environment.models import EnvironmentSpec
-from operators.runtime import conditions as cond
-from operators.runtime.kopfwiring import install_crds
-from operators.runtime.kube import ApiError, ClusterAccess, KubeClient, custom_path, load_access
-from operators.runtime.pipeline import PROVISIONED, Observed, Outcome, compose_status
-from operators.runtime.reconciler import utc_now
+from operators.runtime.core import conditions as cond
+from operators.runtime.core.pipeline import PROVISIONED, Observed, Outcome, compose_status
+from operators.runtime.engine.reconciler import utc_now
+from operators.runtime.kube.client import ApiError, ClusterAccess, KubeClient, custom_path, load_access
+from operators.runtime.kube.crds import install_crds
 
 REPO: Final = Path(__file__).resolve().parent.parent
 BIN: Final = Path(sys.executable).parent

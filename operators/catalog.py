@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from operators import config, environment
 from operators.calm import actionrun, app, blueprint
-from operators.runtime.kinds import Kind
+from operators.runtime.core.kinds import Kind
 
 KINDS: tuple[Kind, ...] = (environment.KIND, blueprint.KIND, app.KIND, actionrun.KIND, *config.KINDS)

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from operators.catalog import KINDS
-from operators.runtime import crdgen
-from operators.runtime.eventloop import event_loop_factory
+from operators.runtime.kube import crds as crdgen
+from operators.runtime.serving.eventloop import event_loop_factory
 
 if TYPE_CHECKING:
     from operators.cluster import LocalControlPlane
-    from operators.runtime.addons import Addon
+    from operators.runtime.engine.addons import Addon
 
 CRD_DIRS = (Path("crds"), Path("charts/stead/files/crds"))  # checked in, and the chart's copy
 
@@ -200,8 +200,8 @@ def script_user(given: str, euid: int) -> str | None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from operators.runtime.kopfwiring import OperatorOptions, WebhookOptions, run_operator
-    from operators.runtime.runs import RunSettings
+    from operators.runtime.engine.runs import RunSettings
+    from operators.runtime.process import OperatorOptions, WebhookOptions, run_operator
 
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

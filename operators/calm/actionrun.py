@@ -5,7 +5,7 @@ Pipeline: Init (the app and the action exist) -> Pending (take the app's lock) -
 in Running, Stalled, with the failing task and the reason in status; `status.state` is the run's
 own phase (Pending, Running, Succeeded, Failed, Aborted).
 
-Running the workflow is the runtime's shared run supervision (`operators.runtime.runs`): this
+Running the workflow is the runtime's shared run supervision (`operators.runtime.engine.runs`): this
 module says what the run is (the action's workflow, the blueprint's secrets) and what the
 ActionRun shows of it (progress and the run log tree, at most one status write a second, only
 when they changed); it aborts the run when `spec.abort` is set or the app's lock expires, and at
@@ -39,12 +39,11 @@ from operators.calm.app import (
 from operators.calm.blueprint import secret_owner
 from operators.calm.compiler import compile_blueprint
 from operators.calm.models import ACTIONRUN, APP, BlueprintSpec, CompiledAction, CompiledState, SecretSource
-from operators.runtime.clock import utc_now
-from operators.runtime.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
-from operators.runtime.kube import ApiError, core_path, custom_path
-from operators.runtime.pipeline import RUNTIME_FIELDS, PermanentError, Pipeline, StepContext, TemporaryError
-from operators.runtime.ring import PROJECT_LABEL
-from operators.runtime.runs import (
+from operators.runtime.core.clock import utc_now
+from operators.runtime.core.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
+from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, Pipeline, StepContext, TemporaryError
+from operators.runtime.core.ring import PROJECT_LABEL
+from operators.runtime.engine.runs import (
     FINAL_RUN_STATES,
     Abort,
     Followed,
@@ -55,7 +54,8 @@ from operators.runtime.runs import (
     read_conclusion,
     write_conclusion,
 )
-from operators.runtime.vault import VaultError
+from operators.runtime.kube.client import ApiError, core_path, custom_path
+from operators.runtime.secrets import VaultError
 from pipelines.control import read_progress
 from pipelines.kubeapi import KubeApiError, RestKubeApi
 from pipelines.paths import RunPaths

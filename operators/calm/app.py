@@ -44,13 +44,20 @@ from operators import API_VERSION
 from operators.calm.models import ACTIONRUN, APP, BlueprintSpec
 from operators.calm.validation import type_problem
 from operators.calm.workflow import layout
-from operators.runtime.clock import utc_now
-from operators.runtime.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
-from operators.runtime.kube import ApiError, custom_path
-from operators.runtime.pipeline import RUNTIME_FIELDS, Observed, PermanentError, Pipeline, StepContext, TemporaryError
-from operators.runtime.ring import PROJECT_LABEL
-from operators.runtime.runs import FINAL_RUN_STATES
-from operators.runtime.store import object_key
+from operators.runtime.core.clock import utc_now
+from operators.runtime.core.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
+from operators.runtime.core.pipeline import (
+    RUNTIME_FIELDS,
+    Observed,
+    PermanentError,
+    Pipeline,
+    StepContext,
+    TemporaryError,
+)
+from operators.runtime.core.ring import PROJECT_LABEL
+from operators.runtime.core.store import object_key
+from operators.runtime.engine.runs import FINAL_RUN_STATES
+from operators.runtime.kube.client import ApiError, custom_path
 
 AppState = Literal["provisioning", "running", "stopped", "starting", "stopping", "restarting", "deleting",
                    "deleted", "error"]

@@ -15,11 +15,11 @@ from typing import Any
 from operators.calm.compiler import compile_blueprint
 from operators.calm.models import APP, BLUEPRINT, PRINTER_COLUMNS, BlueprintSpec, BlueprintStatus, CompiledState
 from operators.calm.validation import spec_problems
-from operators.runtime.kinds import AdmissionRequest, Kind, Refusal
-from operators.runtime.kube import custom_path
-from operators.runtime.pipeline import PermanentError, Pipeline, StepContext, TemporaryError
-from operators.runtime.services import Services
-from operators.runtime.vault import Vault, VaultError
+from operators.runtime.core.kinds import AdmissionRequest, Kind, Refusal
+from operators.runtime.core.pipeline import PermanentError, Pipeline, StepContext, TemporaryError
+from operators.runtime.engine.services import Services
+from operators.runtime.kube.client import custom_path
+from operators.runtime.secrets import Vault, VaultError
 
 DRY_RUN_VAULT_REF = "00000000-0000-4000-8000-000000000000"
 """What a dry run shows in place of a vault uuid: a dry run must not write to the vault."""

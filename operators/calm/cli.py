@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from operators import API_VERSION
 from operators.calm.models import ACTIONRUN, APP
-from operators.runtime.kube import ApiError, KubeClient, custom_path, load_access
+from operators.runtime.kube.client import ApiError, KubeClient, custom_path, load_access
 
 if TYPE_CHECKING:  # rich is imported where it draws, so `stead --help` does not pay for it
     from rich.console import Console, RenderableType

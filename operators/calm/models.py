@@ -22,7 +22,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
-from operators.runtime.kinds import Model, PrinterColumn, Resource, StatusBase
+from operators.runtime.core.kinds import Model, PrinterColumn, Resource, StatusBase
 
 BLUEPRINT = Resource("Blueprint", "blueprints")
 APP = Resource("App", "apps")

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from operators.calm.blueprint import vault_refs
 from operators.calm.models import APP, BLUEPRINT
-from operators.runtime.kube import ApiError, custom_path
-from operators.runtime.services import Services
-from operators.runtime.vault import Entry, VaultError
+from operators.runtime.engine.services import Services
+from operators.runtime.kube.client import ApiError, custom_path
+from operators.runtime.secrets import Entry, VaultError
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ everything else in the package is an implementation detail:
     build.py         building the binaries from the Go module proxy and caching them
     versions.py      the pinned Kubernetes, etcd and Helm versions
     controlplane.py  the components, their flags, up/down/status and kubeconfigs
-    pki.py           which certificates the plane needs (made by operators.runtime.certs)
+    pki.py           which certificates the plane needs (made by operators.runtime.serving.certs)
     processes.py     pid records, /proc inspection, pidfd signalling, port owners
     probes.py        health endpoints and whether a kubeconfig reaches a cluster
     atomicwrite.py   files written whole or not at all

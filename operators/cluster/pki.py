@@ -1,6 +1,6 @@
 """Which certificates and keys the local control plane needs, where they live, and their renewal.
 
-The certificates themselves are made by ``operators.runtime.certs``; only the service-account key
+The certificates themselves are made by ``operators.runtime.serving.certs``; only the service-account key
 pair (RSA, no certificate) is made here.
 
 Kubernetes authenticates everything with X.509 here, as envtest does: a *serving* CA signs the
@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from operators.cluster.atomicwrite import write_file_atomically
-from operators.runtime.certs import KeyPair, make_ca, make_leaf, private_key_pem
+from operators.runtime.serving.certs import KeyPair, make_ca, make_leaf, private_key_pem
 
 LEAF_VALID_DAYS: Final = 365
 """Shorter than a CA's: ``ensure_pki`` renews leaves on every ``up`` anyway."""

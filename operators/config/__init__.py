@@ -28,8 +28,8 @@ from operators.config.reconcile import (
     validate_component,
     validate_values,
 )
-from operators.runtime.kinds import Kind, PrinterColumn
-from operators.runtime.pipeline import Pipeline
+from operators.runtime.core.kinds import Kind, PrinterColumn
+from operators.runtime.core.pipeline import Pipeline
 
 COMPONENT_KIND = Kind(
     kind=CONFIG_COMPONENT.kind,

@@ -32,7 +32,7 @@ import aiohttp
 
 from operators import GROUP, VERSION
 from operators.config.reviewcache import ReviewCache
-from operators.runtime.kube import ApiError, Requester, core_path
+from operators.runtime.kube.client import ApiError, Requester, core_path
 
 log = logging.getLogger(__name__)
 

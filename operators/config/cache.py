@@ -53,7 +53,7 @@ from operators.config.repository import (
     ValuesTarget,
 )
 from operators.environment.models import EnvironmentSpec
-from operators.runtime.kube import USER_AGENT, ApiError, ClusterAccess, Requester, custom_path
+from operators.runtime.kube.client import USER_AGENT, ApiError, ClusterAccess, Requester, custom_path
 
 log = logging.getLogger(__name__)
 

@@ -251,7 +251,7 @@ def _authorization(args: argparse.Namespace) -> str:
         if password is None:
             password = getpass.getpass(f"password for {args.user}: ")
         return "Basic " + b64encode(f"{args.user}:{password}".encode()).decode()
-    from operators.runtime.kube import bearer_token, load_configuration
+    from operators.runtime.kube.client import bearer_token, load_configuration
 
     try:
         token = bearer_token(load_configuration(args.kubeconfig))

@@ -40,9 +40,9 @@ from operators.config.models import (
 )
 from operators.config.repository import COMPONENTS, ENVIRONMENTS, VALUES, KubeConfigRepository, StoredValues
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec
-from operators.runtime.kinds import AdmissionRequest, Refusal
-from operators.runtime.kube import ApiError, Requester, core_path, custom_path
-from operators.runtime.pipeline import PermanentError, StepContext, TemporaryError
+from operators.runtime.core.kinds import AdmissionRequest, Refusal
+from operators.runtime.core.pipeline import PermanentError, StepContext, TemporaryError
+from operators.runtime.kube.client import ApiError, Requester, core_path, custom_path
 
 FIELD_MANAGER = "stead-config"
 

@@ -29,13 +29,13 @@ from operators.config.auth import (
 )
 from operators.config.cache import cached_repository
 from operators.config.repository import ConfigRepository, KubeConfigRepository
-from operators.runtime.certs import make_ca, make_leaf
-from operators.runtime.kube import KubeClient, load_access
-from operators.runtime.metrics import RequestObserver
-from operators.runtime.services import Services
-from operators.runtime.serving import HttpServer
-from operators.runtime.tls import on_renewal, write_private
-from operators.runtime.workers import WorkerPool
+from operators.runtime.engine.services import Services
+from operators.runtime.kube.client import KubeClient, load_access
+from operators.runtime.serving.certs import make_ca, make_leaf
+from operators.runtime.serving.http import HttpServer
+from operators.runtime.serving.metrics import RequestObserver
+from operators.runtime.serving.tls import on_renewal, write_private
+from operators.runtime.serving.workers import WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class ConfigApiServer:
     """`/api/v1/config` on `listen:port` with TLS; authentication by bearer token, optionally Basic.
 
     With `workers` = 0 the API is served by the operator's own process and event loop; with N,
-    by N processes of its own listening on the same port (`operators.runtime.workers`), each
+    by N processes of its own listening on the same port (`operators.runtime.serving.workers`), each
     with its own watches, caches and API-server client: lookups then use every core the pod
     has, and a busy reconciler never delays them. The kernel gives each connection to one
     worker; as between replicas, a write made through one worker shows in the others once

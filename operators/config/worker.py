@@ -15,9 +15,9 @@ import os
 import sys
 
 from operators.config.server import ConfigApiServer
-from operators.runtime.eventloop import event_loop_factory, freeze_startup_objects
-from operators.runtime.kube import KubeClient, load_access
-from operators.runtime.workers import serve_until_told
+from operators.runtime.kube.client import KubeClient, load_access
+from operators.runtime.serving.eventloop import event_loop_factory, freeze_startup_objects
+from operators.runtime.serving.workers import serve_until_told
 
 
 async def serve(server: ConfigApiServer) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 from operators.environment.logic import summarize
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec, EnvironmentStatus
-from operators.runtime.kinds import Kind, PrinterColumn
-from operators.runtime.pipeline import PermanentError, Pipeline, StepContext
+from operators.runtime.core.kinds import Kind, PrinterColumn
+from operators.runtime.core.pipeline import PermanentError, Pipeline, StepContext
 
 KIND_DESCRIPTION = (
     "An environment (a Fuel cluster): its release, its nodes with their roles, the levels of "

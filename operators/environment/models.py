@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
-from operators.runtime.kinds import Model, Resource, StatusBase
+from operators.runtime.core.kinds import Model, Resource, StatusBase
 
 ENVIRONMENT = Resource("Environment", "environments")
 

@@ -1,4 +1,4 @@
-"""The operator process: Kopf watches and serves webhooks; Stead's runtime does the rest.
+"""The Kopf adapter: the only module that imports Kopf.
 
 Handlers here are deliberately thin. Each kind gets one low-level `on.event` handler, which
 passes the event to its `Reconciler`; a validating webhook only if the kind has checks its CRD
@@ -6,6 +6,10 @@ schema cannot express; a mutating one only if it mutates or holds a finalizer. L
 handlers are chosen over Kopf's `on.create/update/resume`: those keep per-handler progress in
 annotations and a finalizer on every object, which costs several PATCHes per object, where
 Stead's budget is one per visible transition.
+
+`prepare_kopf` registers the handlers (and, in local mode, the webhook configurations) and
+returns what starts Kopf; `operators.runtime.process` calls it between building the engine and
+starting the rest of the process, so that the order of start-up stays one place's business.
 """
 
 from __future__ import annotations
@@ -14,8 +18,7 @@ import asyncio
 import contextlib
 import logging
 import tempfile
-import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,8 +26,10 @@ from typing import Any
 import kopf
 
 from operators import GROUP, VERSION
-from operators.runtime.addons import Addon
-from operators.runtime.admission import (
+from operators.runtime.core.kinds import FINALIZER, AdmissionRequest, Kind, Refusal
+from operators.runtime.engine.reconciler import Reconciler
+from operators.runtime.engine.services import Services
+from operators.runtime.kube.admission import (
     MUTATING_CONFIGURATION,
     WEBHOOK_CONFIGURATION,
     handler_id,
@@ -32,22 +37,14 @@ from operators.runtime.admission import (
     mutating_handler_id,
     validating_configuration,
 )
-from operators.runtime.certs import KeyPair, make_ca, make_leaf
-from operators.runtime.crdgen import crd_for
-from operators.runtime.eventloop import freeze_startup_objects
-from operators.runtime.events import EventRecorder
-from operators.runtime.kinds import FINALIZER, AdmissionRequest, Kind, Refusal
-from operators.runtime.kube import ApiError, KubeClient, bearer_token, load_access, load_configuration
-from operators.runtime.metrics import HealthServer, Metrics
-from operators.runtime.reconciler import Reconciler
-from operators.runtime.ring import Ownership, StaticMembership
-from operators.runtime.runs import RunSettings
-from operators.runtime.services import Services
-from operators.runtime.store import LocalStore
-from operators.runtime.tls import reload_certificate, server_context, write_private
-from operators.runtime.vault import SecretClusterCopy, Vault, load_or_create_master_key
+from operators.runtime.kube.client import KubeClient, bearer_token, load_configuration
+from operators.runtime.serving.certs import KeyPair, make_ca, make_leaf
+from operators.runtime.serving.tls import reload_certificate, server_context, write_private
 
 log = logging.getLogger(__name__)
+
+StartKopf = Callable[[Sequence[str], "asyncio.Event | None", asyncio.Event], Awaitable[None]]
+"""Runs Kopf until stopped: (namespaces, stop flag, ready flag); no namespaces: cluster-wide."""
 
 
 @dataclass(frozen=True)
@@ -66,103 +63,32 @@ class WebhookOptions:
     keyfile: Path | None = None
 
 
-@dataclass(frozen=True)
-class OperatorOptions:
-    store_path: Path
-    replica: str = "stead-0"
-    namespace: str = "stead-system"  # the operator's own: its vault key and ciphertext Secrets live here
-    kubeconfig: Path | None = None
-    namespaces: Sequence[str] = ()
-    install_crds: bool = False
-    webhook: WebhookOptions | None = None
-    health_listen: str = "127.0.0.1"
-    health_port: int = 8080
-    runs: RunSettings | None = None
-    """How workflow runs are started (`Services.runs`); default: state beside the store, defaults."""
-
-
-async def run_operator(
-    kinds: Sequence[Kind], options: OperatorOptions, stop: asyncio.Event | None = None, addons: Sequence[Addon] = ()
-) -> None:
-    """Run until `stop` is set (or the process is signalled); cleans up what it started, in reverse."""
+async def prepare_kopf(
+    kube: KubeClient, kinds: Sequence[Kind], reconcilers: Sequence[Reconciler], services: Services,
+    kubeconfig: Path | None, webhook: WebhookOptions | None, stack: contextlib.AsyncExitStack,
+) -> StartKopf:
+    """Register every kind's handlers (and its webhooks) with a registry of this process's own;
+    return what starts Kopf with them."""
     logging.getLogger("kopf.objects").addFilter(_RefusalsAreNotErrors())
-    async with contextlib.AsyncExitStack() as stack:
-        metrics = Metrics()
-        store = LocalStore(options.store_path)
-        stack.callback(store.close)
-        kube = await stack.enter_async_context(KubeClient(load_access(options.kubeconfig)))
-        if options.install_crds:
-            await install_crds(kube, kinds)
-        recorder = EventRecorder(kube, metrics, options.replica)
-        vault = await open_vault(kube, store, options.namespace)
-        services = Services(kube=kube, store=store, events=recorder, replica=options.replica, vault=vault,
-                            runs=options.runs or RunSettings.beside(options.store_path), metrics=metrics)
-        ownership = Ownership(options.replica, StaticMembership([options.replica]))
-        reconcilers = [
-            Reconciler(kind, store=store, ownership=ownership, writer=kube, events=recorder, metrics=metrics,
-                       services=services)
-            for kind in kinds
-        ]
-        _link_dependents(reconcilers)
-        for reconciler in reconcilers:
-            stack.push_async_callback(reconciler.close)
-            swept = reconciler.sweep(await kube.list(reconciler.kind.plural))  # deleted while we were away
-            if swept:
-                log.info("dropped %d stale %s store entries", swept, reconciler.kind.kind)
-        registry = kopf.OperatorRegistry()
-        kopf.on.login(registry=registry)(_login_with(options.kubeconfig))
-        for reconciler in reconcilers:
-            _register(registry, reconciler, services, webhooks=options.webhook is not None)
-        settings = kopf.OperatorSettings()
-        settings.posting.enabled = False  # Stead posts its own Events, one per transition
-        settings.peering.standalone = True
-        if options.webhook is not None:
-            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stead-webhook-")))
-            settings.admission.server, reloader = await _webhook_server(kube, kinds, options.webhook, tmp)
-            if reloader is not None:
-                _background(stack, reloader)
-        health = HealthServer(metrics, options.health_listen, options.health_port)
-        await health.start()
-        stack.push_async_callback(health.stop)
-        for addon in addons:
-            await addon.start(services)
-            stack.push_async_callback(addon.stop)
-        _background(stack, recorder.run())
-        stack.push_async_callback(recorder.drain)  # runs before the poster is cancelled
-        ready = asyncio.Event()
-        _background(stack, _become_ready(ready, health, options.webhook))
-        freeze_startup_objects()
-        await kopf.operator(
-            registry=registry,
-            settings=settings,
-            standalone=True,
-            clusterwide=not options.namespaces,
-            namespaces=list(options.namespaces),
-            stop_flag=stop,
-            ready_flag=ready,
-        )
-
-
-def _link_dependents(reconcilers: Sequence[Reconciler]) -> None:
-    """When an object becomes Ready, stops being Ready or goes, the objects of other kinds that
-    refer to it (`Kind.depends_on`) are checked again."""
-    dependents = [r for r in reconcilers if r.kind.depends_on]
-    if not dependents:
-        return
-
-    async def notify(kind: str, namespace: str, name: str) -> None:
-        for dependent in dependents:
-            await dependent.recheck_referrers(kind, namespace, name)
-
+    registry = kopf.OperatorRegistry()
+    kopf.on.login(registry=registry)(_login_with(kubeconfig))
     for reconciler in reconcilers:
-        if any(reconciler.kind.kind in d.kind.depends_on for d in dependents):
-            reconciler.on_ready_change = notify
+        _register(registry, reconciler, services, webhooks=webhook is not None)
+    settings = kopf.OperatorSettings()
+    settings.posting.enabled = False  # Stead posts its own Events, one per transition
+    settings.peering.standalone = True
+    if webhook is not None:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stead-webhook-")))
+        settings.admission.server, reloader = await _webhook_server(kube, kinds, webhook, tmp)
+        if reloader is not None:
+            task = asyncio.create_task(reloader)
+            stack.callback(task.cancel)
 
+    async def start(namespaces: Sequence[str], stop: asyncio.Event | None, ready: asyncio.Event) -> None:
+        await kopf.operator(registry=registry, settings=settings, standalone=True, clusterwide=not namespaces,
+                            namespaces=list(namespaces), stop_flag=stop, ready_flag=ready)
 
-def _background(stack: contextlib.AsyncExitStack, coroutine: Coroutine[Any, Any, None]) -> None:
-    """A task that lives as long as the operator and is cancelled when it stops."""
-    task = asyncio.create_task(coroutine)
-    stack.callback(task.cancel)
+    return start
 
 
 class _RefusalsAreNotErrors(logging.Filter):
@@ -172,27 +98,6 @@ class _RefusalsAreNotErrors(logging.Filter):
         if record.levelno >= logging.ERROR and record.getMessage().startswith("Webhook 'validate-"):
             record.levelno, record.levelname = logging.INFO, "INFO"
         return True
-
-
-async def open_vault(kube: KubeClient, store: LocalStore, namespace: str) -> Vault:
-    """The vault with its master key, and every project's secrets recovered from the cluster copy.
-
-    Recovery at start-up is what makes a lost volume (or a project moving to this replica)
-    lose no secret: the LMDB copy is the fast path, the per-project Secrets the durable one.
-    """
-    try:
-        await kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                          "metadata": {"name": namespace}})
-    except ApiError as error:
-        if error.status not in (403, 409):  # exists, or we may not create namespaces (a chart made it)
-            raise
-    copy = SecretClusterCopy(kube, namespace)
-    vault = Vault(store, await load_or_create_master_key(kube, namespace), copy)
-    for project in await copy.projects():
-        recovery = await vault.recover(project)
-        if recovery.refused:
-            log.warning("vault: %d secrets of project %s could not be decrypted", len(recovery.refused), project)
-    return vault
 
 
 def _login_with(kubeconfig: Path | None) -> Callable[..., kopf.ConnectionInfo]:
@@ -265,23 +170,6 @@ def _register(registry: kopf.OperatorRegistry, reconciler: Reconciler, services:
                 patch[key] = value
 
 
-async def install_crds(kube: KubeClient, kinds: Sequence[Kind], wait_seconds: float = 30.0) -> None:
-    """Server-side apply each kind's CRD and wait (bounded) until the API server serves it."""
-    for kind in kinds:
-        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{kind.crd_name}"
-        await kube.apply(path, crd_for(kind))
-    deadline = time.monotonic() + wait_seconds
-    for kind in kinds:
-        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{kind.crd_name}"
-        while True:
-            conds = (await kube.request("GET", path)).get("status", {}).get("conditions") or []
-            if any(c.get("type") == "Established" and c.get("status") == "True" for c in conds):
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"CRD {kind.crd_name} not established after {wait_seconds:.0f}s")
-            await asyncio.sleep(0.2)
-
-
 async def _webhook_server(
     kube: KubeClient, kinds: Sequence[Kind], opts: WebhookOptions, tmp: Path
 ) -> tuple[kopf.WebhookServer, Coroutine[Any, Any, None] | None]:
@@ -305,19 +193,3 @@ async def _webhook_server(
         await kube.apply(f"{api}/mutatingwebhookconfigurations/{MUTATING_CONFIGURATION}", mutating)
     server = kopf.WebhookServer(addr=opts.listen, port=opts.port, certfile=tmp / "tls.crt", pkeyfile=tmp / "tls.key")
     return server, None
-
-
-async def _become_ready(ready: asyncio.Event, health: HealthServer, webhook: WebhookOptions | None) -> None:
-    """Ready once Kopf has started and, with webhooks, once their port accepts connections."""
-    await ready.wait()
-    while webhook is not None:
-        with contextlib.suppress(OSError):
-            _, writer = await asyncio.open_connection(webhook.listen, webhook.port)
-            writer.close()
-            break
-        await asyncio.sleep(0.1)
-    health.ready = True
-    log.info("stead operator ready")
-
-
-__all__ = ["ApiError", "OperatorOptions", "WebhookOptions", "install_crds", "run_operator"]

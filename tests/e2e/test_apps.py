@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from operators.runtime.kube import USER_AGENT
+from operators.runtime.kube.client import USER_AGENT
 from tests.e2e.conftest import ROOT, STEAD, AuditLog, Kubectl, OperatorProcess, wait_until
 
 SECRET = "pw-Zq81-never-shown"

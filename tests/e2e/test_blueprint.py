@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from operators.calm.blueprint import DRY_RUN_VAULT_REF
-from operators.runtime.kube import USER_AGENT
-from operators.runtime.store import LocalStore, object_key
-from operators.runtime.vault import KEY_SECRET, VAULT_DB, MasterKey, decrypt, vault_secret_name
+from operators.runtime.core.store import LocalStore, object_key
+from operators.runtime.kube.client import USER_AGENT
+from operators.runtime.secrets import KEY_SECRET, VAULT_DB, MasterKey, decrypt, vault_secret_name
 from tests.e2e.conftest import ROOT, AuditLog, Kubectl, OperatorProcess, wait_until
 
 OPERATOR_NAMESPACE = "stead-system"  # `stead run`'s default: the vault key and ciphertexts live there

@@ -26,7 +26,7 @@ from cryptography import x509
 
 from operators.cluster import Binaries, ClusterInfo
 from operators.cluster.versions import KUBERNETES_VERSION
-from operators.runtime.crdgen import FINALIZER_ANNOTATION, MUTATING_ANNOTATION, VALIDATING_ANNOTATION
+from operators.runtime.kube.crds import FINALIZER_ANNOTATION, MUTATING_ANNOTATION, VALIDATING_ANNOTATION
 from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from operators.runtime.kube import USER_AGENT
-from operators.runtime.store import LocalStore, object_key
+from operators.runtime.core.store import LocalStore, object_key
+from operators.runtime.kube.client import USER_AGENT
 from tests.e2e.conftest import AuditLog, Kubectl, OperatorProcess, env_manifest, wait_until
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from operators.runtime.vault import KEY_SECRET, MasterKey, decrypt
+from operators.runtime.secrets import KEY_SECRET, MasterKey, decrypt
 from tests.e2e.conftest import Kubectl, OperatorProcess, wait_until
 from tests.e2e.test_blueprint import (
     OPERATOR_NAMESPACE,

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from operators.cluster import ClusterInfo
-from operators.runtime.kube import KubeClient, load_access
-from operators.runtime.store import LocalStore
-from operators.runtime.vault import (
+from operators.runtime.core.store import LocalStore
+from operators.runtime.kube.client import KubeClient, load_access
+from operators.runtime.secrets import (
     KEY_SECRET,
     VAULT_DB,
     SecretClusterCopy,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from operators.runtime.kube import ApiError, custom_path
+from operators.runtime.kube.client import ApiError, custom_path
 
 MERGE_PATCHES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 SELECTABLE_FIELDS = ("metadata.name", "metadata.namespace")

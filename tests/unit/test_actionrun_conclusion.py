@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from operators.calm.actionrun import _finished_again, deleting_refusal, read_conclusion, write_conclusion
-from operators.runtime.pipeline import Observed, PermanentError, StepContext
+from operators.runtime.core.pipeline import Observed, PermanentError, StepContext
 from pipelines.control import run_paths
 
 

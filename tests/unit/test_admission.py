@@ -8,8 +8,8 @@ from typing import Any
 
 from operators.calm.blueprint import KIND as BLUEPRINT
 from operators.environment import KIND
-from operators.runtime.admission import mutating_configuration, validating_configuration
-from operators.runtime.kinds import AdmissionRequest
+from operators.runtime.core.kinds import AdmissionRequest
+from operators.runtime.kube.admission import mutating_configuration, validating_configuration
 
 
 def test_validating_configuration_only_for_kinds_with_checks_beyond_the_schema() -> None:

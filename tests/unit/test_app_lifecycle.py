@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from operators.calm.app import CREATE_RUNNING, KIND, delete, delete_run_name
-from operators.runtime.kinds import FINALIZER
-from operators.runtime.kube import ApiError
-from operators.runtime.pipeline import Observed, PermanentError, StepContext, TemporaryError, compose_status, run
+from operators.runtime.core.kinds import FINALIZER
+from operators.runtime.core.pipeline import Observed, PermanentError, StepContext, TemporaryError, compose_status, run
+from operators.runtime.kube.client import ApiError
 from tests.unit.fakeapi import FakeApi
 
 SNAPSHOT = {"name": "bp", "uid": "u-bp", "generation": 1, "spec": {}, "compiledState": None}

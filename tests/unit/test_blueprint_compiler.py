@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from operators.calm.compiler import CompileResult, blueprint_state, compile_blueprint, lift
 from operators.calm.models import BlueprintSpec, BlueprintStatus, CompiledAction
-from operators.runtime.crdgen import structural
+from operators.runtime.kube.crds import structural
 
 ROOT = Path(__file__).resolve().parents[2]
 

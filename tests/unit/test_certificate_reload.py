@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from operators.runtime.certs import make_ca, make_leaf
-from operators.runtime.tls import reload_certificate
+from operators.runtime.serving.certs import make_ca, make_leaf
+from operators.runtime.serving.tls import reload_certificate
 
 
 async def _served_serial(port: int, ca_pem: bytes) -> int:
@@ -58,7 +58,7 @@ def test_renewed_certificate_is_loaded_into_the_live_context(tmp_path: Path) -> 
 
 def test_a_private_key_is_written_0600_from_its_first_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No window where the key is readable by others: the mode is given when the file is created."""
-    from operators.runtime import tls
+    from operators.runtime.serving import tls
 
     opened: list[tuple[str, int, int]] = []
     real_open = os.open

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from operators.runtime import certs
+from operators.runtime.serving import certs
 
 
 def _sans(cert: x509.Certificate) -> tuple[set[str], set[str]]:

@@ -41,16 +41,16 @@ def test_run_trusts_no_namespace_of_a_cluster_it_did_not_start(
     trusted: tuple[str, ...],
 ) -> None:
     import operators.cluster
-    import operators.runtime.kopfwiring
+    import operators.runtime.process
 
-    seen: list[operators.runtime.kopfwiring.OperatorOptions] = []
+    seen: list[operators.runtime.process.OperatorOptions] = []
 
-    async def fake_run_operator(kinds: object, options: operators.runtime.kopfwiring.OperatorOptions,
+    async def fake_run_operator(kinds: object, options: operators.runtime.process.OperatorOptions,
                                 addons: object = ()) -> None:
         seen.append(options)
 
     monkeypatch.setattr(operators.cluster, "reaches_cluster", lambda kubeconfig: reachable)
-    monkeypatch.setattr(operators.runtime.kopfwiring, "run_operator", fake_run_operator)
+    monkeypatch.setattr(operators.runtime.process, "run_operator", fake_run_operator)
     monkeypatch.setenv("STEAD_HOME", str(tmp_path))
     args = ["run", "--local", local, "--config-api-port", "0", "--webhook", "off", "--store", str(tmp_path / "s")]
     if explicit is not None:

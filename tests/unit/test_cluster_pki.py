@@ -19,7 +19,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from operators.cluster import pki
 from operators.cluster.controlplane import render_kubeconfig
-from operators.runtime.certs import KeyPair, make_ca, make_leaf
+from operators.runtime.serving.certs import KeyPair, make_ca, make_leaf
 
 
 def _cert(pem: bytes) -> x509.Certificate:

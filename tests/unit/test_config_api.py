@@ -19,7 +19,7 @@ from operators.config.history import Version, data_hash
 from operators.config.models import ConfigComponentSpec, ConfigValuesSpec
 from operators.config.repository import Conflict, Snapshot, StoredValues, ValuesTarget
 from operators.environment.models import EnvironmentSpec
-from operators.runtime.serving import HttpServer
+from operators.runtime.serving.http import HttpServer
 
 P = "/api/v1/config"
 TOKEN = {"Authorization": "Bearer good"}
@@ -549,7 +549,7 @@ def test_names_from_urls_that_cannot_be_object_names_are_not_found(name: str) ->
 
 
 def test_object_paths_escape_names() -> None:
-    from operators.runtime.kube import core_path, custom_path
+    from operators.runtime.kube.client import core_path, custom_path
 
     assert custom_path("environments", "ns", "a?b=c") == "/apis/stead.dev/v1alpha1/namespaces/ns/environments/a%3Fb%3Dc"
     assert core_path("secrets", "ns", "../../x/secrets/y") == "/api/v1/namespaces/ns/secrets/..%2F..%2Fx%2Fsecrets%2Fy"

@@ -18,7 +18,7 @@ from operators.config.auth import (
     TokenReviewAuthenticator,
     secret_loader,
 )
-from operators.runtime.kube import ApiError, core_path
+from operators.runtime.kube.client import ApiError, core_path
 from tests.unit.fakeapi import FakeApi, Request
 
 ACCESS = Access("get", "configvalues", "ns")

@@ -13,7 +13,7 @@ import pytest
 from operators.config.cache import OPEN, CachedConfigRepository, ConfigCache, Gone
 from operators.config.history import LABEL_UID, LABEL_VERSION
 from operators.config.repository import COMPONENTS, ENVIRONMENTS, VALUES, ValuesTarget
-from operators.runtime.kube import ApiError, custom_path
+from operators.runtime.kube.client import ApiError, custom_path
 from tests.unit.fakeapi import FakeApi
 
 
@@ -188,7 +188,7 @@ def test_the_kube_source_lists_pages_and_reads_watch_lines_split_anywhere() -> N
         from aiohttp.test_utils import TestServer
 
         from operators.config.cache import KubeWatchSource
-        from operators.runtime.kube import ClusterAccess
+        from operators.runtime.kube.client import ClusterAccess
 
         async def handler(request: web.Request) -> web.StreamResponse:
             if "watch" not in request.query:

@@ -24,7 +24,7 @@ from operators.config.models import (
 )
 from operators.config.schema import schema_at, schema_problems, validate, value_from_text
 from operators.environment.models import EnvironmentSpec
-from operators.runtime import crdgen
+from operators.runtime.kube import crds as crdgen
 
 ENV = EnvironmentSpec.model_validate({
     "release": "mitaka-9.0",

@@ -19,9 +19,9 @@ from operators.config.reconcile import (
     validate_values,
 )
 from operators.config.repository import COMPONENTS, ENVIRONMENTS, StoredValues
-from operators.runtime.kinds import AdmissionRequest, Refusal
-from operators.runtime.kube import custom_path
-from operators.runtime.pipeline import Observed, PermanentError, StepContext, TemporaryError
+from operators.runtime.core.kinds import AdmissionRequest, Refusal
+from operators.runtime.core.pipeline import Observed, PermanentError, StepContext, TemporaryError
+from operators.runtime.kube.client import custom_path
 from tests.unit.fakeapi import FakeApi
 
 ENV = {"release": "r", "hierarchyLevels": ["node"], "components": ["fuel"],

@@ -10,7 +10,7 @@ import yaml
 
 from operators.catalog import KINDS
 from operators.cli import CRD_DIRS
-from operators.runtime import crdgen
+from operators.runtime.kube import crds as crdgen
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,7 +60,7 @@ def test_free_form_mappings_are_kept_not_pruned() -> None:
 
     from pydantic import Field
 
-    from operators.runtime.kinds import Model
+    from operators.runtime.core.kinds import Model
 
     class Free(Model):
         data: dict[str, Any] = Field(default_factory=dict, description="anything")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from operators.environment import KIND
 from operators.environment.logic import spec_problems, summarize
 from operators.environment.models import EnvironmentSpec
-from operators.runtime.crdgen import crd_for
+from operators.runtime.kube.crds import crd_for
 
 GOOD = {
     "release": "mitaka-9.0",

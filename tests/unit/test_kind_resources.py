@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
+import operators
 from operators import catalog
-from operators.calm import models as calm
-from operators.config import models as config
-from operators.environment import models as environment
-from operators.runtime.kinds import Resource
+from operators.runtime.core.kinds import Resource
 
 
 def declared() -> set[Resource]:
-    return {value for module in (calm, config, environment) for value in vars(module).values()
-            if isinstance(value, Resource)}
+    """Every `Resource` a domain declares in its models (`operators.<domain>.models`)."""
+    found: set[Resource] = set()
+    for info in pkgutil.iter_modules(operators.__path__):
+        if not info.ispkg:
+            continue
+        try:
+            models = importlib.import_module(f"operators.{info.name}.models")
+        except ModuleNotFoundError:
+            continue
+        found |= {value for value in vars(models).values() if isinstance(value, Resource)}
+    return found
 
 
 def test_every_kind_of_the_catalog_is_a_declared_resource_and_back() -> None:

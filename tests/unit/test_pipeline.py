@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from operators.runtime import conditions as cond
-from operators.runtime import pipeline as engine
-from operators.runtime.pipeline import (
+from operators.runtime.core import conditions as cond
+from operators.runtime.core import pipeline as engine
+from operators.runtime.core.pipeline import (
     Observed,
     PermanentError,
     Pipeline,

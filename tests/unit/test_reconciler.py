@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from operators.environment import KIND
-from operators.runtime.kinds import FINALIZER
-from operators.runtime.kube import ApiError
-from operators.runtime.metrics import Metrics
-from operators.runtime.pipeline import Observed, PermanentError, Pipeline, StepContext, TemporaryError
-from operators.runtime.reconciler import Backoff, Reconciler
-from operators.runtime.ring import Ownership, StaticMembership
-from operators.runtime.store import LocalStore, object_key
+from operators.runtime.core.kinds import FINALIZER
+from operators.runtime.core.pipeline import Observed, PermanentError, Pipeline, StepContext, TemporaryError
+from operators.runtime.core.ring import Ownership, StaticMembership
+from operators.runtime.core.store import LocalStore, object_key
+from operators.runtime.engine.reconciler import Backoff, Reconciler
+from operators.runtime.kube.client import ApiError
+from operators.runtime.serving.metrics import Metrics
 
 
 class RecordingWriter:

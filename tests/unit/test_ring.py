@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from operators.runtime.ring import HashRing, Ownership, StaticMembership, project_of
+from operators.runtime.core.ring import HashRing, Ownership, StaticMembership, project_of
 
 PROJECTS = [f"project-{i}" for i in range(3000)]
 

@@ -13,12 +13,12 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from operators.environment import KIND
-from operators.runtime.metrics import COUNTERS, HealthServer, Metrics
-from operators.runtime.pipeline import Observed, Pipeline, StepContext, TemporaryError
-from operators.runtime.reconciler import Backoff, Reconciler
-from operators.runtime.ring import Ownership, StaticMembership
-from operators.runtime.serving import HttpServer, Request, Response
-from operators.runtime.store import LocalStore, object_key
+from operators.runtime.core.pipeline import Observed, Pipeline, StepContext, TemporaryError
+from operators.runtime.core.ring import Ownership, StaticMembership
+from operators.runtime.core.store import LocalStore, object_key
+from operators.runtime.engine.reconciler import Backoff, Reconciler
+from operators.runtime.serving.http import HttpServer, Request, Response
+from operators.runtime.serving.metrics import COUNTERS, HealthServer, Metrics
 
 
 class Writer:

@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from operators.runtime.metrics import Metrics
-from operators.runtime.pipeline import Observed, StepContext
-from operators.runtime.runs import (
+from operators.runtime.core.pipeline import Observed, StepContext
+from operators.runtime.engine.runs import (
     Abort,
     RunRequest,
     RunSettings,
@@ -29,6 +28,7 @@ from operators.runtime.runs import (
     read_conclusion,
     write_conclusion,
 )
+from operators.runtime.serving.metrics import Metrics
 from pipelines.control import read_status
 from tests.polling import wait_until
 

@@ -25,7 +25,7 @@ MiB = 1 << 20
 
 SERVER = """
 import asyncio, json, sys
-from operators.runtime.serving import HttpServer, Response
+from operators.runtime.serving.http import HttpServer, Response
 
 async def handler(request):
     seen = {"method": request.method, "path": request.path, "query": request.query,
@@ -204,8 +204,8 @@ def test_reload_serves_a_renewed_certificate_without_dropping_the_port(tmp_path:
 
     from cryptography import x509
 
-    from operators.runtime.certs import make_ca, make_leaf
-    from operators.runtime.serving import HttpServer, Request, Response
+    from operators.runtime.serving.certs import make_ca, make_leaf
+    from operators.runtime.serving.http import HttpServer, Request, Response
 
     ca = make_ca("test-ca")
     first, second = (make_leaf(ca, "api", hosts=["127.0.0.1"]) for _ in range(2))

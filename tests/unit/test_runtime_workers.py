@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from operators.runtime.workers import WorkerFailed, WorkerPool
+from operators.runtime.serving.workers import WorkerFailed, WorkerPool
 from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER = """
 import asyncio, os, sys
 sys.path.insert(0, {root!r})
-from operators.runtime.workers import serve_until_told
+from operators.runtime.serving.workers import serve_until_told
 record = open(os.path.join({where!r}, os.environ["STEAD_WORKER"] + "." + str(os.getpid())), "w")
 record.write("started\\n"); record.flush()
 asyncio.run(serve_until_told())
@@ -141,7 +141,7 @@ def test_workers_do_not_outlive_a_killed_operator(tmp_path: Path) -> None:
     operator = f"""
 import asyncio, sys
 sys.path.insert(0, {str(ROOT)!r})
-from operators.runtime.workers import WorkerPool
+from operators.runtime.serving.workers import WorkerPool
 async def main():
     pool = WorkerPool("test", {command(tmp_path)!r}, count=2)
     await pool.start()
@@ -179,7 +179,7 @@ def test_stopping_while_a_worker_restarts_leaves_nothing_behind(tmp_path: Path) 
 FLAKY = """
 import asyncio, os, sys
 sys.path.insert(0, {root!r})
-from operators.runtime.workers import serve_until_told
+from operators.runtime.serving.workers import serve_until_told
 with open({counter!r}, "a") as counter:
     counter.write("x")
 if os.path.getsize({counter!r}) in (2, 3):  # the second and third starts fail before serving
@@ -200,7 +200,7 @@ def test_a_worker_that_cannot_start_again_is_retried_with_a_growing_delay(
         assert alive(pool.pids[0]) and pool.pids[0] != first
         await pool.stop()
 
-    with caplog.at_level(logging.ERROR, logger="operators.runtime.workers"):
+    with caplog.at_level(logging.ERROR, logger="operators.runtime.serving.workers"):
         asyncio.run(scenario())
     assert counter.read_text() == "xxxx"
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from operators.runtime.pipeline import StoredRecord
-from operators.runtime.store import LocalStore, object_key
+from operators.runtime.core.pipeline import StoredRecord
+from operators.runtime.core.store import LocalStore, object_key
 
 
 def test_put_get_survives_reopen(tmp_path: Path) -> None:

@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from operators.runtime.kube import ApiError
-from operators.runtime.store import LocalStore
-from operators.runtime.vault import (
+from operators.runtime.core.store import LocalStore
+from operators.runtime.kube.client import ApiError
+from operators.runtime.secrets import (
     FORMAT_VERSION,
     NONCE_BYTES,
     VAULT_DB,

@@ -22,10 +22,10 @@ from operators.calm.blueprint import (
     validate,
 )
 from operators.calm.models import SecretSource
-from operators.runtime.kinds import AdmissionRequest, Refusal
-from operators.runtime.pipeline import Observed, PermanentError, StepContext
-from operators.runtime.store import LocalStore
-from operators.runtime.vault import Entry, MasterKey, MemoryClusterCopy, Vault
+from operators.runtime.core.kinds import AdmissionRequest, Refusal
+from operators.runtime.core.pipeline import Observed, PermanentError, StepContext
+from operators.runtime.core.store import LocalStore
+from operators.runtime.secrets import Entry, MasterKey, MemoryClusterCopy, Vault
 from tests.unit.fakeapi import FakeApi
 
 T = TypeVar("T")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NoReturn, TypeVar
 
 from operators.config.auth import Identity
-from operators.runtime.serving import Request, Response
+from operators.runtime.serving.http import Request, Response
 
 PREFIX = "/api/v1/config"
 TERMINALS: dict[str, Literal["values", "overrides"]] = {

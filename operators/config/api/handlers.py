@@ -70,8 +70,8 @@ from operators.config.repository import (
 )
 from operators.environment.logic import spec_problems as environment_problems
 from operators.environment.models import EnvironmentSpec
-from operators.runtime.kinds import field_path
-from operators.runtime.serving import Request, Response
+from operators.runtime.core.kinds import field_path
+from operators.runtime.serving.http import Request, Response
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import lmdb
 
-from operators.runtime.pipeline import StoredRecord
+from operators.runtime.core.pipeline import StoredRecord
 
 OBJECTS_DB = b"objects"
 

@@ -5,15 +5,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import logging
 import uuid as uuidlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from operators.runtime.store import LocalStore
-from operators.runtime.vault.blob import blob_header, decrypt, encrypt
-from operators.runtime.vault.copies import ClusterCopy
-from operators.runtime.vault.keys import VAULT_DB, MasterKey, VaultError, _check, _is_uuid
+from operators.runtime.core.store import LocalStore
+from operators.runtime.kube.client import ApiError, Requester
+from operators.runtime.secrets.blob import blob_header, decrypt, encrypt
+from operators.runtime.secrets.copies import ClusterCopy, SecretClusterCopy
+from operators.runtime.secrets.keys import VAULT_DB, MasterKey, VaultError, _check, _is_uuid, load_or_create_master_key
 from pipelines.masking import Masker
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -279,3 +283,24 @@ class Vault:
         except VaultError:
             return False
         return True
+
+
+async def open_vault(kube: Requester, store: LocalStore, namespace: str) -> Vault:
+    """The vault with its master key, and every project's secrets recovered from the cluster copy.
+
+    Recovery at start-up is what makes a lost volume (or a project moving to this replica)
+    lose no secret: the LMDB copy is the fast path, the per-project Secrets the durable one.
+    """
+    try:
+        await kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                          "metadata": {"name": namespace}})
+    except ApiError as error:
+        if error.status not in (403, 409):  # exists, or we may not create namespaces (a chart made it)
+            raise
+    copy = SecretClusterCopy(kube, namespace)
+    vault = Vault(store, await load_or_create_master_key(kube, namespace), copy)
+    for project in await copy.projects():
+        recovery = await vault.recover(project)
+        if recovery.refused:
+            log.warning("vault: %d secrets of project %s could not be decrypted", len(recovery.refused), project)
+    return vault

@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from operators.runtime.kube import ApiError, Requester
+from operators.runtime.kube.client import ApiError, Requester
 
 FORMAT_VERSION = 2
 KEY_BYTES = 32

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from operators import GROUP, VERSION
-from operators.runtime.kinds import Kind
+from operators.runtime.core.kinds import Kind
 
 WEBHOOK_CONFIGURATION = "stead-validation"
 MUTATING_CONFIGURATION = "stead-mutation"

@@ -57,10 +57,10 @@ errors name projects, uuids and key ids, which are not secret. Decryption failur
 outside the `except` block that caught them, so that no exception context carries a value.
 """
 
-from operators.runtime.vault.blob import BlobHeader, blob_header, blob_key_id, decrypt, encrypt
-from operators.runtime.vault.copies import ClusterCopy, MemoryClusterCopy, SecretClusterCopy, vault_secret_name
-from operators.runtime.vault.core import Entry, Recovery, Vault
-from operators.runtime.vault.keys import (
+from operators.runtime.secrets.blob import BlobHeader, blob_header, blob_key_id, decrypt, encrypt
+from operators.runtime.secrets.copies import ClusterCopy, MemoryClusterCopy, SecretClusterCopy, vault_secret_name
+from operators.runtime.secrets.core import Entry, Recovery, Vault, open_vault
+from operators.runtime.secrets.keys import (
     AAD_CONTEXT,
     ATTEMPTS,
     CURRENT_FIELD,
@@ -113,6 +113,7 @@ __all__ = [
     "decrypt",
     "encrypt",
     "load_or_create_master_key",
+    "open_vault",
     "retire_master_key",
     "rotate_master_key",
     "vault_secret_name",

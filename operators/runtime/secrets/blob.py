@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidTag
 
-from operators.runtime.vault.keys import AAD_CONTEXT, FORMAT_VERSION, NONCE_BYTES, TAG_BYTES, MasterKey, VaultError
+from operators.runtime.secrets.keys import AAD_CONTEXT, FORMAT_VERSION, NONCE_BYTES, TAG_BYTES, MasterKey, VaultError
 
 
 @dataclass(frozen=True)

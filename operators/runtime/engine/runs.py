@@ -34,8 +34,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from operators.runtime.kube import ApiError, core_path, load_configuration
-from operators.runtime.pipeline import StepContext, TemporaryError
+from operators.runtime.core.pipeline import StepContext, TemporaryError
+from operators.runtime.kube.client import ApiError, core_path, load_configuration
 from pipelines.control import (
     RunProcess,
     is_running,

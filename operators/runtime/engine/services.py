@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from operators.runtime.kube import KubeClient
-from operators.runtime.metrics import Metrics
-from operators.runtime.pipeline import Observed
-from operators.runtime.runs import RunSettings
-from operators.runtime.store import LocalStore
-from operators.runtime.vault import Vault
+from operators.runtime.core.pipeline import Observed
+from operators.runtime.core.store import LocalStore
+from operators.runtime.engine.runs import RunSettings
+from operators.runtime.kube.client import KubeClient
+from operators.runtime.secrets import Vault
+from operators.runtime.serving.metrics import Metrics
 
 
 class EventSink(Protocol):
@@ -30,6 +30,6 @@ class Services:
     replica: str
     vault: Vault
     runs: RunSettings
-    """How workflow runs are started and where their scripts run (`operators.runtime.runs`)."""
+    """How workflow runs are started and where their scripts run (`operators.runtime.engine.runs`)."""
     metrics: Metrics = field(default_factory=Metrics)
     """The operator's metrics, the ones `/metrics` serves (a fresh, unserved set when not given)."""

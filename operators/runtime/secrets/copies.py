@@ -7,9 +7,9 @@ import re
 from collections.abc import Mapping
 from typing import Protocol
 
-from operators.runtime.kube import ApiError, Requester
-from operators.runtime.ring import PROJECT_LABEL
-from operators.runtime.vault.keys import (
+from operators.runtime.core.ring import PROJECT_LABEL
+from operators.runtime.kube.client import ApiError, Requester
+from operators.runtime.secrets.keys import (
     _DNS_SUBDOMAIN,
     _TRANSPORT_ERRORS,
     ATTEMPTS,

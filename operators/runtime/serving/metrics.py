@@ -10,7 +10,7 @@ graph:
 - `stead_workflow_step_duration_seconds{kind,step_type,outcome}` (histogram): one workflow step;
 - `stead_api_requests_total{api,method,code}` (counter) and
   `stead_api_request_duration_seconds{api,method}` (histogram): the requests Stead's own HTTP APIs
-  answered in the operator's process (`operators.runtime.serving`);
+  answered in the operator's process (`operators.runtime.serving.http`);
 - `stead_reconcile_queue_depth{kind}` (gauge): objects being reconciled or waiting for their
   turn. Events for an object coalesce (one waiter per object, which takes the freshest body), so
   an object counts once however many events arrived; objects only waiting for a retry's backoff

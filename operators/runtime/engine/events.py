@@ -13,10 +13,10 @@ import logging
 from dataclasses import dataclass
 
 from operators import API_VERSION
-from operators.runtime.clock import utc_now
-from operators.runtime.kube import ApiError, KubeClient, core_path
-from operators.runtime.metrics import Metrics
-from operators.runtime.pipeline import Observed
+from operators.runtime.core.clock import utc_now
+from operators.runtime.core.pipeline import Observed
+from operators.runtime.kube.client import ApiError, KubeClient, core_path
+from operators.runtime.serving.metrics import Metrics
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE = 1024

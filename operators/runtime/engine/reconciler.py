@@ -16,15 +16,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from operators.runtime import conditions as cond
-from operators.runtime import pipeline as engine
-from operators.runtime.clock import utc_now
-from operators.runtime.kinds import FINALIZER, Kind
-from operators.runtime.metrics import Metrics
-from operators.runtime.pipeline import Observed, PermanentError, StoredRecord, TemporaryError
-from operators.runtime.ring import Ownership, project_of
-from operators.runtime.services import EventSink
-from operators.runtime.store import LocalStore, object_key
+from operators.runtime.core import conditions as cond
+from operators.runtime.core import pipeline as engine
+from operators.runtime.core.clock import utc_now
+from operators.runtime.core.kinds import FINALIZER, Kind
+from operators.runtime.core.pipeline import Observed, PermanentError, StoredRecord, TemporaryError
+from operators.runtime.core.ring import Ownership, project_of
+from operators.runtime.core.store import LocalStore, object_key
+from operators.runtime.engine.services import EventSink
+from operators.runtime.serving.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

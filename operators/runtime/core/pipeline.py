@@ -15,10 +15,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from operators.runtime import conditions as cond
+from operators.runtime.core import conditions as cond
 
 if TYPE_CHECKING:
-    from operators.runtime.services import Services
+    from operators.runtime.engine.services import Services
 
 INIT = "Init"
 PROVISIONED = "Provisioned"

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from operators import GROUP
-from operators.runtime.pipeline import Pipeline, StepFn
+from operators.runtime.core.pipeline import Pipeline, StepFn
 
 FINALIZER = "stead.dev/cleanup"
 """Held on objects of kinds with a `cleanup`, so that deleting one waits for it."""

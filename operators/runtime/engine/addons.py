@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from operators.runtime.services import Services
+from operators.runtime.engine.services import Services
 
 
 class Addon(Protocol):

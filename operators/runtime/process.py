@@ -1,0 +1,125 @@
+"""The operator process: builds the engine (store, API client, vault, reconcilers), starts the
+health endpoints, the addons and Kopf, and stops everything it started, in reverse."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from operators.runtime.core.kinds import Kind
+from operators.runtime.core.ring import Ownership, StaticMembership
+from operators.runtime.core.store import LocalStore
+from operators.runtime.engine.addons import Addon
+from operators.runtime.engine.events import EventRecorder
+from operators.runtime.engine.reconciler import Reconciler
+from operators.runtime.engine.runs import RunSettings
+from operators.runtime.engine.services import Services
+from operators.runtime.kopfwiring import WebhookOptions, prepare_kopf
+from operators.runtime.kube.client import KubeClient, load_access
+from operators.runtime.kube.crds import install_crds
+from operators.runtime.secrets import open_vault
+from operators.runtime.serving.eventloop import freeze_startup_objects
+from operators.runtime.serving.metrics import HealthServer, Metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OperatorOptions:
+    store_path: Path
+    replica: str = "stead-0"
+    namespace: str = "stead-system"  # the operator's own: its vault key and ciphertext Secrets live here
+    kubeconfig: Path | None = None
+    namespaces: Sequence[str] = ()
+    install_crds: bool = False
+    webhook: WebhookOptions | None = None
+    health_listen: str = "127.0.0.1"
+    health_port: int = 8080
+    runs: RunSettings | None = None
+    """How workflow runs are started (`Services.runs`); default: state beside the store, defaults."""
+
+
+async def run_operator(
+    kinds: Sequence[Kind], options: OperatorOptions, stop: asyncio.Event | None = None, addons: Sequence[Addon] = ()
+) -> None:
+    """Run until `stop` is set (or the process is signalled); cleans up what it started, in reverse."""
+    async with contextlib.AsyncExitStack() as stack:
+        metrics = Metrics()
+        store = LocalStore(options.store_path)
+        stack.callback(store.close)
+        kube = await stack.enter_async_context(KubeClient(load_access(options.kubeconfig)))
+        if options.install_crds:
+            await install_crds(kube, kinds)
+        recorder = EventRecorder(kube, metrics, options.replica)
+        vault = await open_vault(kube, store, options.namespace)
+        services = Services(kube=kube, store=store, events=recorder, replica=options.replica, vault=vault,
+                            runs=options.runs or RunSettings.beside(options.store_path), metrics=metrics)
+        ownership = Ownership(options.replica, StaticMembership([options.replica]))
+        reconcilers = [
+            Reconciler(kind, store=store, ownership=ownership, writer=kube, events=recorder, metrics=metrics,
+                       services=services)
+            for kind in kinds
+        ]
+        _link_dependents(reconcilers)
+        for reconciler in reconcilers:
+            stack.push_async_callback(reconciler.close)
+            swept = reconciler.sweep(await kube.list(reconciler.kind.plural))  # deleted while we were away
+            if swept:
+                log.info("dropped %d stale %s store entries", swept, reconciler.kind.kind)
+        start_kopf = await prepare_kopf(kube, kinds, reconcilers, services, options.kubeconfig, options.webhook,
+                                        stack)
+        health = HealthServer(metrics, options.health_listen, options.health_port)
+        await health.start()
+        stack.push_async_callback(health.stop)
+        for addon in addons:
+            await addon.start(services)
+            stack.push_async_callback(addon.stop)
+        _background(stack, recorder.run())
+        stack.push_async_callback(recorder.drain)  # runs before the poster is cancelled
+        ready = asyncio.Event()
+        _background(stack, _become_ready(ready, health, options.webhook))
+        freeze_startup_objects()
+        await start_kopf(options.namespaces, stop, ready)
+
+
+def _link_dependents(reconcilers: Sequence[Reconciler]) -> None:
+    """When an object becomes Ready, stops being Ready or goes, the objects of other kinds that
+    refer to it (`Kind.depends_on`) are checked again."""
+    dependents = [r for r in reconcilers if r.kind.depends_on]
+    if not dependents:
+        return
+
+    async def notify(kind: str, namespace: str, name: str) -> None:
+        for dependent in dependents:
+            await dependent.recheck_referrers(kind, namespace, name)
+
+    for reconciler in reconcilers:
+        if any(reconciler.kind.kind in d.kind.depends_on for d in dependents):
+            reconciler.on_ready_change = notify
+
+
+def _background(stack: contextlib.AsyncExitStack, coroutine: Coroutine[Any, Any, None]) -> None:
+    """A task that lives as long as the operator and is cancelled when it stops."""
+    task = asyncio.create_task(coroutine)
+    stack.callback(task.cancel)
+
+
+async def _become_ready(ready: asyncio.Event, health: HealthServer, webhook: WebhookOptions | None) -> None:
+    """Ready once Kopf has started and, with webhooks, once their port accepts connections."""
+    await ready.wait()
+    while webhook is not None:
+        with contextlib.suppress(OSError):
+            _, writer = await asyncio.open_connection(webhook.listen, webhook.port)
+            writer.close()
+            break
+        await asyncio.sleep(0.1)
+    health.ready = True
+    log.info("stead operator ready")
+
+
+__all__ = ["OperatorOptions", "WebhookOptions", "run_operator"]
