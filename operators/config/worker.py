@@ -1,7 +1,7 @@
 """A process of its own serving the configuration API: `python -m operators.config.worker ARGUMENT`.
 
 Started by the operator (`stead run --config-api-workers N`) through
-`operators.runtime.workers.WorkerPool`, never by hand: ARGUMENT is
+`operators.runtime.serving.workers.WorkerPool`, never by hand: ARGUMENT is
 `ConfigApiServer.worker_argument()`. It logs to standard error like the operator does, with
 its worker index, and stops at the end of its standard input.
 """

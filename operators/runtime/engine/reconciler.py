@@ -111,7 +111,7 @@ class Reconciler:
         metrics: Metrics,
         clock: Callable[[], str] = utc_now,
         backoff: Backoff = Backoff(),
-        services: Any = None,  # operators.runtime.services.Services (None in tests of steps that use none)
+        services: Any = None,  # operators.runtime.engine.services.Services (None in pure tests)
     ) -> None:
         self.kind = kind
         self._store = store
