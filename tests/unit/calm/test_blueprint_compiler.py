@@ -16,7 +16,7 @@ from operators.calm.compiler import CompileResult, blueprint_state, compile_blue
 from operators.calm.models import BlueprintSpec, BlueprintStatus, CompiledAction
 from operators.runtime.kube.crds import structural
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # --- builders ------------------------------------------------------------------------------------
 

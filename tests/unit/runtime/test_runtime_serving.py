@@ -20,7 +20,7 @@ import pytest
 
 from tests.polling import wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MiB = 1 << 20
 
 SERVER = """

@@ -19,7 +19,7 @@ from rich.console import Console
 from operators.calm import cli
 from operators.calm.cli import add_app_commands, dump_status, duration, format_run, progress_bar, render_run
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NOW = datetime(2025, 1, 1, 12, 2, 0, tzinfo=UTC)
 
 

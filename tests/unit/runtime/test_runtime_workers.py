@@ -16,7 +16,7 @@ import pytest
 from operators.runtime.serving.workers import WorkerFailed, WorkerPool
 from tests.polling import wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # A worker as the protocol wants one: READY once serving, stops at the end of its input. It
 # records its index at start and "stopped" when it stops gracefully.

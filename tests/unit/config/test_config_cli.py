@@ -15,7 +15,7 @@ import yaml
 from operators.config.api import ConfigApi
 from operators.config.cli import add_config_commands, check_args, run_config, values_url
 from operators.runtime.serving.http import HttpServer
-from tests.unit.test_config_api import FakeAuth, FakeRepository, make_repo
+from tests.unit.config.test_config_api import FakeAuth, FakeRepository, make_repo
 
 
 def parse(*argv: str) -> argparse.Namespace:

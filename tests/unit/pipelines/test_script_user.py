@@ -15,7 +15,7 @@ import pytest
 from operators.cli import script_user
 from pipelines.executors import LocalProcess, ScriptUser, StepFailed
 from pipelines.executors.script import INTERPRETERS, ScriptExecutor
-from tests.unit.test_pipelines_executors import make_ctx
+from tests.unit.pipelines.test_pipelines_executors import make_ctx
 
 NOBODY = ScriptUser(65534, 65534)
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")

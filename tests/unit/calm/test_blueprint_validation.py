@@ -12,7 +12,7 @@ import yaml
 
 from operators.calm.validation import spec_problems
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SECRET = "hunter2-do-not-print"
 
 

@@ -12,7 +12,7 @@ from operators.catalog import KINDS
 from operators.cli import CRD_DIRS
 from operators.runtime.kube import crds as crdgen
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("directory", CRD_DIRS, ids=str)

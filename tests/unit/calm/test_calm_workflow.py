@@ -17,7 +17,7 @@ from pipelines.hooks import Hooks, SealedSecrets, new_run_key, seal
 from pipelines.model import Workflow
 from pipelines.runner import run_workflow
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def three_tier() -> dict[str, Any]:
