@@ -39,6 +39,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from base64 import b64encode
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -374,11 +375,9 @@ def _dispatch(args: argparse.Namespace, stdin: IO[str], stdout: IO[str]) -> None
     elif args.action == "history":
         result = call(args, "GET", url, {"history": ""})
         if args.format == "plain":
-            stdout.write(f"{'VERSION':<8} {'CREATED':<21} {'SOURCE':<12} HASH\n")
-            for v in result.get("versions", []):
-                mark = "*" if v["version"] == result.get("current") else ""
-                stdout.write(f"{str(v['version']) + mark:<8} {v['createdAt']:<21} {v['source']:<12} "
-                             f"{v['dataHash'][:12]}\n")
+            rows = [(str(v["version"]) + ("*" if v["version"] == result.get("current") else ""), str(v["createdAt"]),
+                     str(v["source"]), str(v["dataHash"])[:12]) for v in result.get("versions", [])]
+            _table(("VERSION", "CREATED", "SOURCE", "HASH"), rows, stdout)
         else:
             _print(result, args.format or "json", stdout)
     elif args.action == "revert":
@@ -408,6 +407,22 @@ def _read_stdin(stdin: IO[str]) -> str:
     if not text.strip():
         raise UsageError("no data: stdin is empty")
     return text
+
+
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], stdout: IO[str]) -> None:
+    """A table: drawn by rich on a terminal, fixed-width columns otherwise (for scripts and pipes)."""
+    if stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(*header, box=None, header_style="bold")
+        for row in rows:
+            table.add_row(*row)
+        Console(file=stdout).print(table)
+        return
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
+    for line in (header, *rows):
+        stdout.write(" ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() + "\n")
 
 
 def _print(value: Any, fmt: str, stdout: IO[str]) -> None:

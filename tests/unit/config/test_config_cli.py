@@ -176,3 +176,25 @@ def test_the_token_is_never_printed(server: tuple[str, FakeRepository], capsys: 
     cli("http://example.com", "get", *BASE, token="very-secret-token")
     captured = capsys.readouterr()
     assert "very-secret-token" not in captured.out + captured.err
+
+
+def test_lists_are_rich_tables_on_a_terminal_and_plain_columns_otherwise() -> None:
+    import io
+
+    from operators.config.cli import _table
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    rows = [("3*", "2026-11-25T05:00:00Z", "api", "a1b2c3"), ("12", "2026-11-24T05:00:00Z", "kubectl", "d4e5f6")]
+    plain, terminal = io.StringIO(), Terminal()
+    _table(("VERSION", "CREATED", "SOURCE", "HASH"), rows, plain)
+    _table(("VERSION", "CREATED", "SOURCE", "HASH"), rows, terminal)
+    assert plain.getvalue().splitlines() == [
+        "VERSION CREATED              SOURCE  HASH",
+        "3*      2026-11-25T05:00:00Z api     a1b2c3",
+        "12      2026-11-24T05:00:00Z kubectl d4e5f6",
+    ]
+    drawn = terminal.getvalue()
+    assert "\x1b[" in drawn and "kubectl" in drawn and "VERSION" in drawn  # rich, with its escape codes
