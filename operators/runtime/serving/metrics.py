@@ -24,7 +24,6 @@ run in one process (the tests do).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from functools import partial
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -112,8 +111,25 @@ class Metrics:
         self.api_request_duration.labels(api=api, method=method).observe(seconds)
 
     def request_observer(self, api: str) -> RequestObserver:
-        """An `HttpServer.observe` for the API named `api`."""
-        return partial(self.observe_request, api)
+        """An `HttpServer.observe` for the API named `api`, called once per request on a hot path:
+        the labelled series are looked up once per (method, status) and kept (prometheus-client's
+        `labels()` is a locked lookup per call; bench/config_lookup.py --workers 0: 46 -> 42 us of
+        server CPU per request; without any observer, 36)."""
+        series: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
+
+        def observe(method: str, status: int, seconds: float) -> None:
+            found = series.get((method, status))
+            if found is None:
+                name = method.upper() if method.upper() in HTTP_METHODS else "other"
+                found = series[(method, status)] = (
+                    self.api_requests.labels(api=api, method=name, code=str(status)),
+                    self.api_request_duration.labels(api=api, method=name))
+                if len(series) > 256:  # methods and statuses are few; a client cannot make it grow
+                    series.clear()
+            found[0].inc()
+            found[1].observe(seconds)
+
+        return observe
 
     def track_queue(self, kind: str, depth: Callable[[], int], retrying: Callable[[], int]) -> None:
         """Read `kind`'s queue depth and pending retries from these functions at each scrape."""
