@@ -105,11 +105,6 @@ class Metrics:
         `seconds`."""
         self.step_duration.labels(kind=kind, step_type=step_type, outcome=outcome).observe(seconds)
 
-    def observe_request(self, api: str, method: str, status: int, seconds: float) -> None:
-        method = method.upper() if method.upper() in HTTP_METHODS else "other"
-        self.api_requests.labels(api=api, method=method, code=str(status)).inc()
-        self.api_request_duration.labels(api=api, method=method).observe(seconds)
-
     def request_observer(self, api: str) -> RequestObserver:
         """An `HttpServer.observe` for the API named `api`, called once per request on a hot path:
         the labelled series are looked up once per (method, status) and kept (prometheus-client's
