@@ -14,46 +14,58 @@ from operators.runtime.serving.certs import make_ca, make_leaf
 from operators.runtime.serving.tls import reload_certificate
 
 
-async def _served_serial(port: int, ca_pem: bytes) -> int:
-    client = ssl.create_default_context(cadata=ca_pem.decode())
-    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client, server_hostname="127.0.0.1")
-    der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
-    writer.close()
-    return x509.load_der_x509_certificate(der).serial_number
+class Renewal:
+    """Certificate files as cert-manager keeps them: a first leaf, renewed in place by a second."""
 
+    def __init__(self, directory: Path, name: str) -> None:
+        self.ca = make_ca("test-ca")
+        self.first, self.second = (make_leaf(self.ca, name, hosts=["127.0.0.1"]) for _ in range(2))
+        self.cert, self.key = directory / "tls.crt", directory / "tls.key"
+        self.cert.write_bytes(self.first.cert_pem)
+        self.key.write_bytes(self.first.key_pem)
 
-def test_renewed_certificate_is_loaded_into_the_live_context(tmp_path: Path) -> None:
-    ca = make_ca("test-ca")
-    first, second = (make_leaf(ca, "webhook", hosts=["127.0.0.1"]) for _ in range(2))
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    cert.write_bytes(first.cert_pem)
-    key.write_bytes(first.key_pem)
+    async def served_serial(self, port: int) -> int:
+        client = ssl.create_default_context(cadata=self.ca.cert_pem.decode())
+        _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client, server_hostname="127.0.0.1")
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        writer.close()
+        return x509.load_der_x509_certificate(der).serial_number
 
-    async def scenario() -> tuple[int, int]:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(cert, key)
-        server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0, ssl=context)
-        port = server.sockets[0].getsockname()[1]
-        reloader = asyncio.create_task(reload_certificate(context, cert, key, every=0.02))
-        before = await _served_serial(port, ca.cert_pem)
-        cert.write_bytes(second.cert_pem)
-        key.write_bytes(second.key_pem)
-        later = os.stat(cert).st_mtime + 1  # a renewal is a newer file, even within one clock tick
-        os.utime(cert, (later, later))
-        os.utime(key, (later, later))
+    async def serials_around_renewal(self, port: int) -> tuple[int, int]:
+        """The serial served before the renewal, and the first different one after (polled, 5 s at most)."""
+        before = await self.served_serial(port)
+        self.cert.write_bytes(self.second.cert_pem)
+        self.key.write_bytes(self.second.key_pem)
+        later = os.stat(self.cert).st_mtime + 1  # a renewal is a newer file, even within one clock tick
+        os.utime(self.cert, (later, later))
+        os.utime(self.key, (later, later))
         after = before
         for _ in range(250):
-            after = await _served_serial(port, ca.cert_pem)
+            after = await self.served_serial(port)
             if after != before:
                 break
             await asyncio.sleep(0.02)
-        reloader.cancel()
-        server.close()
         return before, after
 
-    before, after = asyncio.run(scenario())
-    assert before == first.certificate.serial_number
-    assert after == second.certificate.serial_number
+    def expected(self) -> tuple[int, int]:
+        return self.first.certificate.serial_number, self.second.certificate.serial_number
+
+
+def test_renewed_certificate_is_loaded_into_the_live_context(tmp_path: Path) -> None:
+    files = Renewal(tmp_path, "webhook")
+
+    async def scenario() -> tuple[int, int]:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(files.cert, files.key)
+        server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0, ssl=context)
+        port = server.sockets[0].getsockname()[1]
+        reloader = asyncio.create_task(reload_certificate(context, files.cert, files.key, every=0.02))
+        serials = await files.serials_around_renewal(port)
+        reloader.cancel()
+        server.close()
+        return serials
+
+    assert asyncio.run(scenario()) == files.expected()
 
 
 def test_a_private_key_is_written_0600_from_its_first_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,11 +95,7 @@ def test_a_private_key_is_written_0600_from_its_first_byte(tmp_path: Path, monke
 def test_the_config_api_serves_a_renewed_mounted_certificate(tmp_path: Path) -> None:
     from operators.config.server import ConfigApiServer
 
-    ca = make_ca("test-ca")
-    first, second = (make_leaf(ca, "config-api", hosts=["127.0.0.1"]) for _ in range(2))
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    cert.write_bytes(first.cert_pem)
-    key.write_bytes(first.key_pem)
+    files = Renewal(tmp_path, "config-api")
 
     async def scenario() -> tuple[int, int]:
         import contextlib
@@ -100,19 +108,6 @@ def test_the_config_api_serves_a_renewed_mounted_certificate(tmp_path: Path) -> 
                                  cert_reload_seconds=0.02)
         async with contextlib.AsyncExitStack() as stack:
             await server.serve(object(), stack)  # type: ignore[arg-type]  # no request reaches the API here
-            before = await _served_serial(port, ca.cert_pem)
-            cert.write_bytes(second.cert_pem)
-            key.write_bytes(second.key_pem)
-            later = os.stat(cert).st_mtime + 1
-            os.utime(cert, (later, later))
-            os.utime(key, (later, later))
-            after = before
-            for _ in range(250):
-                after = await _served_serial(port, ca.cert_pem)
-                if after != before:
-                    break
-                await asyncio.sleep(0.02)
-        return before, after
+            return await files.serials_around_renewal(port)
 
-    before, after = asyncio.run(scenario())
-    assert (before, after) == (first.certificate.serial_number, second.certificate.serial_number)
+    assert asyncio.run(scenario()) == files.expected()
