@@ -1,6 +1,6 @@
 """The configuration store's HTTP API (docs/configuration.md), under `/api/v1/config`.
 
-`ConfigApi(repository, authenticator)` is the handler of an `operators.runtime.serving.HttpServer`
+`ConfigApi(repository, authenticator)` is the handler of an `operators.runtime.serving.http.HttpServer`
 (its `problem` the server's error answers); the operator process serves it over TLS. Routes
 (HEAD too where GET is allowed):
 
