@@ -325,10 +325,20 @@ class Reconciler:
             self._written[object_key(self.kind.kind, obj.namespace, obj.name)] = version
 
     def _retry(self, key: str, obj: Observed, error: TemporaryError) -> None:
+        seen = self._seen.get(key)
+        if seen is None or seen.uid != obj.uid:
+            # Deleted (its DELETED event came while this reconcile ran, or its namespace went):
+            # nothing is left to retry, and a timer for it would run until the operator stops.
+            self._count("stead_retries_dropped_total")
+            return
         attempt = self._attempts[key] = self._attempts.get(key, 0) + 1
         delay = error.delay if error.delay is not None else self._backoff.delay(attempt)
-        log.info("%s %s: %s (retry %d in %.1fs)", self.kind.kind, key, error.message, attempt, delay)
-        self._count("stead_retries_total")
+        if error.waiting:  # expected (a run in progress): not a failure, so not logged as a retry
+            log.debug("%s %s: waiting: %s (checking again in %.1fs)", self.kind.kind, key, error.message, delay)
+            self._count("stead_waits_total")
+        else:
+            log.info("%s %s: %s (retry %d in %.1fs)", self.kind.kind, key, error.message, attempt, delay)
+            self._count("stead_retries_total")
         previous = self._pending.pop(key, None)
         if previous is not None and previous.task is not asyncio.current_task():
             previous.task.cancel()

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -72,7 +73,8 @@ def make(
     store = LocalStore(tmp_path / "store")
     writer, events = RecordingWriter(), RecordingEvents()
     rec = Reconciler(kind, store=store, ownership=Ownership(owner, StaticMembership(["stead-0"])),
-                     writer=writer, events=events, metrics=Metrics(), clock=lambda: "T", backoff=backoff)
+                     writer=writer, events=events, metrics=Metrics(), clock=lambda: "T", backoff=backoff,
+                     services=SimpleNamespace(store=store))  # what the Environment's steps use
     return rec, writer, events, store
 
 
@@ -344,3 +346,79 @@ def test_events_arriving_during_a_reconcile_coalesce_into_one_with_the_freshest_
 
     asyncio.run(scenario())
     assert seen == ["r1", "r4"]
+
+
+def test_an_object_deleted_while_its_reconcile_runs_leaves_every_queue(tmp_path: Path) -> None:
+    """Its DELETED event arrives mid-step; the step then fails temporarily: no retry is scheduled
+    (before, the retry re-armed itself with the stale body every backoff until the operator stopped)."""
+    gate = asyncio.Event()
+    calls: list[int] = []
+
+    async def blocked(ctx: StepContext) -> Mapping[str, Any]:
+        calls.append(1)
+        await gate.wait()
+        raise TemporaryError("EnvironmentMissing", 'Environment "c8-env" not found')
+
+    kind = dataclasses.replace(KIND, pipeline=Pipeline(phases=("Init", "Provisioned"), steps={"Init": blocked}))
+    rec, _, _, _ = make(tmp_path, kind=kind)
+    metrics = rec._metrics
+
+    async def scenario() -> None:
+        running = asyncio.create_task(rec.on_event("ADDED", body()))
+        while not calls:
+            await asyncio.sleep(0)
+        await rec.on_event("DELETED", body())
+        gate.set()
+        await running
+
+    asyncio.run(scenario())
+    assert calls == [1] and rec.retries_pending() == 0 and rec.queue_depth() == 0
+    assert metrics.value("stead_retries_dropped_total", kind="Environment") == 1
+    assert metrics.value("stead_retries_total", kind="Environment") == 0
+
+
+def test_a_pending_retry_of_an_object_that_goes_is_cancelled(tmp_path: Path) -> None:
+    rec, _, _, _ = make(tmp_path, backoff=Backoff(base=60.0, cap=60.0))  # a retry far in the future
+
+    async def failing(ctx: StepContext) -> Mapping[str, Any]:
+        raise TemporaryError("EnvironmentMissing", "not found")
+
+    rec.kind = dataclasses.replace(KIND, pipeline=Pipeline(phases=("Init", "Provisioned"), steps={"Init": failing}))
+
+    async def scenario() -> tuple[int, int]:
+        await rec.on_event("ADDED", body())
+        before = rec.retries_pending()
+        await rec.on_event("DELETED", body())
+        return before, rec.retries_pending()
+
+    assert asyncio.run(scenario()) == (1, 0)
+
+
+def test_waiting_is_logged_as_waiting_not_as_a_retry(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[int] = []
+
+    async def run_in_progress(ctx: StepContext) -> Mapping[str, Any]:
+        calls.append(1)
+        if len(calls) < 3:
+            raise TemporaryError("CreateRunning", "running the create action", delay=0.01, waiting=True)
+        return {}
+
+    kind = dataclasses.replace(KIND, pipeline=Pipeline(phases=("Init", "Provisioned"), steps={"Init": run_in_progress}))
+    rec, writer, events, _ = make(tmp_path, kind=kind)
+
+    async def scenario() -> None:
+        await rec.on_event("ADDED", body())
+        for _ in range(500):
+            if writer.patches and writer.patches[-1][1].get("phase") == "Provisioned":
+                return
+            await asyncio.sleep(0.01)
+
+    with caplog.at_level("DEBUG", logger="operators.runtime.engine.reconciler"):
+        asyncio.run(scenario())
+    assert len(calls) == 3
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any("retry" in m for m in messages), messages
+    assert sum("waiting: running the create action" in m for m in messages) == 2
+    assert all(r.levelname == "DEBUG" for r in caplog.records)
+    assert rec._metrics.value("stead_waits_total", kind="Environment") == 2
+    assert ("e1", "Normal", "CreateRunning") in events.events

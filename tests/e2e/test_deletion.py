@@ -1,0 +1,44 @@
+"""Deleted objects, and deleted namespaces, leave every queue of the operator at once.
+
+Before: after a namespace holding ConfigValues was deleted, the operator kept retrying them
+("Environment "c8-env" not found (retry 37 in 10.0s)") until it was stopped: a retry armed by a
+reconcile that was running when the DELETED event arrived re-armed itself with the stale body.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+from tests.e2e.conftest import Kubectl, OperatorProcess
+from tests.polling import wait_until
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def values(name: str, environment: str, node: str) -> str:
+    return json.dumps({
+        "apiVersion": "stead.dev/v1alpha1", "kind": "ConfigValues", "metadata": {"name": name},
+        "spec": {"environment": environment, "resource": "astute", "level": {"node": node},
+                 "data": {"nova": {"workers": 2}}}})
+
+
+def test_a_deleted_namespace_leaves_no_retry_behind(operator: OperatorProcess, kubectl: Kubectl) -> None:
+    def pending() -> float:
+        return operator.metric("stead_reconcile_retries_pending", kind="ConfigValues")
+
+    namespace = f"t-deleted-{uuid.uuid4().hex[:6]}"  # not the fixture's: this test deletes it itself
+    kubectl("create", "namespace", namespace)
+    baseline = pending()
+    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "config-environment.yaml"),
+            "-f", str(EXAMPLES / "config-component.yaml"))
+    for i in (1, 2, 3):  # Ready ones, re-checked while the namespace goes (its Environment goes first or not)
+        kubectl("apply", "-n", namespace, "-f", "-", input=values(f"ready-{i}", "env-1", f"node-{i}"))
+    for i in range(6):  # waiting for an Environment that never comes: retrying when the namespace goes
+        kubectl("apply", "-n", namespace, "-f", "-", input=values(f"orphan-{i}", "c8-env", f"node-{i}"))
+    kubectl("wait", "-n", namespace, "--timeout=60s", "--for=condition=Ready", "cv/ready-1", "cv/ready-2", "cv/ready-3")
+    wait_until(lambda: pending() >= baseline + 6, 30, "the orphans' retries to be scheduled")
+
+    kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=120s")
+    wait_until(lambda: pending() <= baseline, 30, "no retry left for the deleted namespace's objects")
