@@ -41,9 +41,10 @@ from typing import Any, Literal
 from pydantic import Field
 
 from operators import API_VERSION
-from operators.calm.models import ACTIONRUN, APP, BlueprintSpec
+from operators.calm.models import ACTIONRUN, APP, BLUEPRINT, BlueprintSpec
 from operators.calm.validation import type_problem
 from operators.calm.workflow import layout
+from operators.runtime.core import conditions as cond
 from operators.runtime.core.clock import utc_now
 from operators.runtime.core.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
 from operators.runtime.core.pipeline import (
@@ -234,11 +235,9 @@ async def launch(ctx: StepContext) -> Mapping[str, Any]:
     if status.get("snapshot"):
         return status
     spec = AppSpec.model_validate(dict(ctx.obj.spec))
-    record = ctx.services.store.get(object_key("Blueprint", ctx.obj.namespace, spec.blueprint))
-    state = (record.status.get("state") if record is not None else None) or "missing"
-    if record is None or state != "Active":
-        raise TemporaryError("BlueprintNotActive", f"blueprint {spec.blueprint} is not Active (state: {state})",
-                             delay=5.0, facts={**status, "state": "provisioning"})
+    record = ctx.services.store.get(object_key(BLUEPRINT.kind, ctx.obj.namespace, spec.blueprint))
+    if record is None or record.status.get("state") != "Active":
+        raise await _blueprint_unavailable(ctx, spec.blueprint, {**status, "state": "provisioning"})
     blueprint = BlueprintSpec.model_validate(dict(record.spec))
     problems = input_problems(blueprint, spec.inputs)
     if problems:
@@ -250,6 +249,47 @@ async def launch(ctx: StepContext) -> Mapping[str, Any]:
     return {**status, "blueprint": spec.blueprint, "snapshot": snapshot,
             "entities": initial_entities(blueprint), "state": "provisioning",
             "lock": lock, "currentAction": "create", "currentRun": run}
+
+
+async def _blueprint_unavailable(ctx: StepContext, name: str, facts: Mapping[str, Any]
+                                 ) -> PermanentError | TemporaryError:
+    """Why an App cannot launch yet. Neither case is retried on a timer: the App depends on its
+    Blueprint (`KIND.depends_on`), so it is checked again when that Blueprint becomes Ready.
+
+    Absent: Stalled, naming the blueprints that do exist (a typo is the likely cause). Present but
+    not Active (still compiling, or its compile failed): waiting, with the blueprint's own reason.
+    """
+    namespace = ctx.obj.namespace
+    try:
+        body = await ctx.services.kube.request("GET", custom_path(BLUEPRINT.plural, namespace, name))
+    except ApiError as error:
+        if error.status != 404:
+            return TemporaryError("BlueprintNotRead", f"blueprint {name} not read: {error.message}", facts=facts)
+        prefix = object_key(BLUEPRINT.kind, namespace, "")
+        known = sorted(key.removeprefix(prefix) for key, _ in ctx.services.store.items(BLUEPRINT.kind)
+                       if key.startswith(prefix))
+        return PermanentError("BlueprintNotFound", f"spec.blueprint: no Blueprint {name!r} in namespace "
+                              f"{namespace} (Active blueprints here: {', '.join(known) or 'none'}); the App "
+                              "launches when it appears", facts=facts)
+    blueprint = body.get("status") or {}
+    why = blueprint_reason(blueprint)
+    return TemporaryError("BlueprintNotActive", f"blueprint {name} is not Active yet (state: "
+                          f"{blueprint.get('state') or 'none'}{f': {why}' if why else ''}); the App launches when "
+                          "it is", facts=facts, waiting=True, delay=BLUEPRINT_RECHECK_SECONDS)
+
+
+BLUEPRINT_RECHECK_SECONDS = 60.0
+"""A slow safety net only: the App is re-checked when its Blueprint becomes Ready."""
+
+
+def blueprint_reason(status: Mapping[str, Any]) -> str:
+    """The message of the blueprint's Stalled=True or Ready=False condition, if any."""
+    conditions = status.get("conditions") or []
+    for type_, bad in ((cond.STALLED, "True"), (cond.READY, "False")):
+        condition = cond.find(conditions, type_)
+        if condition is not None and condition.get("status") == bad:
+            return str(condition.get("message") or condition.get("reason") or "")
+    return ""
 
 
 def create_run_name(app: str) -> str:
@@ -429,4 +469,5 @@ KIND = Kind(
     columns=COLUMNS,
     admission=admission,
     cleanup=delete,
+    depends_on={BLUEPRINT.kind: lambda spec, name: spec.get("blueprint") == name},
 )

@@ -441,3 +441,23 @@ def test_app_cli_launch_run_logs_and_abort(operator: OperatorProcess, kubectl: K
     assert logs.returncode == 1 and f"run {slow}  app cli  action slow  Aborted" in logs.stdout, logs.stdout
     missing = stead(operator, "run", "logs", "no-such-run", "-n", namespace)
     assert missing.returncode == 1 and "no-such-run" in missing.stderr
+
+
+def test_app_with_a_missing_blueprint_stalls_then_launches_when_it_appears(
+        operator: OperatorProcess, kubectl: Kubectl, namespace: str) -> None:
+    """A misspelled or not yet applied blueprint: Stalled with the reason, no retry on a timer, and
+    the App launches as soon as the blueprint becomes Active (GitOps may apply the App first)."""
+    apply(kubectl, blueprint("other", namespace, small_spec()))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "30s", "blueprint/other")
+    retries_before = operator.metric("stead_reconcile_retries_pending", kind="App")
+    apply(kubectl, app("ghost", namespace, "small", inputs={"who": "stead"}))
+    kubectl("wait", "--for=condition=Stalled", "-n", namespace, "--timeout", "30s", "app/ghost")
+    stalled = next(c for c in get(kubectl, "app", "ghost", namespace)["status"]["conditions"] if c["type"] == "Stalled")
+    assert stalled["reason"] == "BlueprintNotFound"
+    assert stalled["message"].startswith(f"spec.blueprint: no Blueprint 'small' in namespace {namespace} "
+                                         "(Active blueprints here: other)"), stalled["message"]
+    assert operator.metric("stead_reconcile_retries_pending", kind="App") == retries_before  # nothing on a timer
+
+    apply(kubectl, blueprint("small", namespace, small_spec()))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "60s", "app/ghost")
+    assert get(kubectl, "app", "ghost", namespace)["status"]["snapshot"]["name"] == "small"
