@@ -5,10 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from operators.environment.logic import summarize
+from operators.environment.logic import components_condition, summarize
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec, EnvironmentStatus
-from operators.runtime.core.kinds import Kind, PrinterColumn
-from operators.runtime.core.pipeline import PermanentError, Pipeline, StepContext
+from operators.runtime.core.kinds import Kind, PrinterColumn, Resource
+from operators.runtime.core.pipeline import KIND_CONDITIONS, PermanentError, Pipeline, StepContext
+from operators.runtime.core.store import object_key
+
+CONFIG_COMPONENT = Resource("ConfigComponent", "configcomponents")
+"""Named here rather than imported: the configuration domain builds on environments, not the
+reverse (a test holds the two declarations equal)."""
 
 KIND_DESCRIPTION = (
     "An environment (a Fuel cluster): its release, its nodes with their roles, the levels of "
@@ -25,8 +30,14 @@ async def validate(ctx: StepContext) -> Mapping[str, Any]:
 
 
 async def provision(ctx: StepContext) -> Mapping[str, Any]:
-    """Validated -> Provisioned: summarize nodes and roles."""
-    return summarize(EnvironmentSpec.model_validate(dict(ctx.obj.spec)))
+    """Validated -> Provisioned: summarize nodes and roles, and say which enabled components do not
+    exist (from the local store: Provisioned ConfigComponents, no API call)."""
+    spec = EnvironmentSpec.model_validate(dict(ctx.obj.spec))
+    prefix = object_key(CONFIG_COMPONENT.kind, ctx.obj.namespace, "")
+    existing = {key.removeprefix(prefix) for key, _ in ctx.services.store.items(CONFIG_COMPONENT.kind)
+                if key.startswith(prefix)}
+    missing, condition = components_condition(spec.components, existing)
+    return {**summarize(spec), "missingComponents": missing or None, KIND_CONDITIONS: [condition]}
 
 
 KIND = Kind(
@@ -44,4 +55,6 @@ KIND = Kind(
         PrinterColumn("Release", ".spec.release", description="The release."),
         PrinterColumn("Nodes", ".status.nodeCount", type="integer", description="Node count."),
     ),
+    # checked again when a ConfigComponent it enables appears, changes or goes
+    depends_on={CONFIG_COMPONENT.kind: lambda spec, name: name in (spec.get("components") or ())},
 )

@@ -9,7 +9,7 @@ configuration API's POST /environments).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from operators.environment.models import EnvironmentSpec
@@ -46,3 +46,20 @@ def summarize(spec: EnvironmentSpec) -> dict[str, Any]:
     """The status facts of a valid environment: node count and nodes per role."""
     roles = Counter(role for node in spec.nodes for role in node.roles)
     return {"nodeCount": len(spec.nodes), "roles": dict(sorted(roles.items()))}
+
+
+COMPONENTS_FOUND = "ComponentsFound"
+
+
+def components_condition(enabled: list[str], existing: Collection[str]) -> tuple[list[str], dict[str, str]]:
+    """The enabled components that no ConfigComponent of the namespace defines, and the condition
+    that shows it. Not a readiness matter (the nodes and hierarchy are usable, and GitOps may apply
+    the component later): the Environment is Ready, and says what is missing."""
+    missing = [name for name in enabled if name not in existing]
+    if not missing:
+        return [], {"type": COMPONENTS_FOUND, "status": "True", "reason": "AllFound",
+                    "message": f"{len(enabled)} enabled component(s), each defined"}
+    known = ", ".join(sorted(existing)) or "none"
+    return missing, {"type": COMPONENTS_FOUND, "status": "False", "reason": "ComponentNotFound",
+                     "message": f"spec.components: no ConfigComponent named {', '.join(missing)} in this "
+                                f"namespace (ConfigComponents here: {known})"}

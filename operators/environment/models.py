@@ -62,3 +62,7 @@ class EnvironmentStatus(StatusBase):
 
     node_count: int | None = Field(None, description="How many nodes the environment has.")
     roles: dict[str, int] | None = Field(None, description="Each role, with how many nodes have it.")
+    missing_components: list[str] | None = Field(
+        None, description="Enabled components that no ConfigComponent of the namespace defines (also shown "
+        "by the ComponentsFound condition)."
+    )

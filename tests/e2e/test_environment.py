@@ -34,6 +34,26 @@ def test_example_becomes_ready_with_its_story_in_columns_and_events(
     assert events >= 1
 
 
+def test_components_that_do_not_exist_are_shown_until_they_appear(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str
+) -> None:
+    kubectl("apply", "-f", "-", input=env_manifest("named", namespace, components=["nova", "keystone"]))
+    _ready(kubectl, namespace, "named")  # usable: its nodes and hierarchy do not depend on components
+
+    def components_found() -> dict[str, str]:
+        status = json.loads(kubectl("get", "env", "named", "-n", namespace, "-o", "json").stdout)["status"]
+        return next(c for c in status["conditions"] if c["type"] == "ComponentsFound")
+
+    condition = components_found()
+    assert condition["status"] == "False" and condition["reason"] == "ComponentNotFound"
+    assert condition["message"].startswith("spec.components: no ConfigComponent named nova, keystone")
+    for name in ("nova", "keystone"):
+        kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "stead.dev/v1alpha1", "kind": "ConfigComponent",
+            "metadata": {"name": name, "namespace": namespace}, "spec": {"resources": [{"name": "conf"}]}}))
+    wait_until(lambda: components_found()["status"] == "True", 30, "the Environment to see its components")
+
+
 BAD_SPECS = [
     pytest.param(
         {"nodes": [{"name": "a", "roles": ["x"]}, {"name": "a", "roles": ["z"]}]},

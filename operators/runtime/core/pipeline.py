@@ -11,7 +11,7 @@ status write, or none at all.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -256,8 +256,20 @@ def compose_status(obj: Observed, outcome: Outcome, now: str) -> dict[str, Any]:
             cond.condition(cond.RECONCILING, "True", error.reason, error.message, gen, now, previous),
             cond.condition(cond.STALLED, "False", error.reason, "", gen, now, previous),
         ]
-    status["conditions"] = conditions
+    status["conditions"] = conditions + kind_conditions(outcome.facts, gen, now, previous)
     return status
+
+
+KIND_CONDITIONS = "conditions"
+"""A step may return, under this fact, conditions of its kind beside Ready, Reconciling and
+Stalled (each a mapping with type, status, reason, message): facts a user should see that do not
+decide readiness, such as an Environment naming a component that does not exist."""
+
+
+def kind_conditions(facts: Mapping[str, Any], gen: int, now: str,
+                    previous: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [cond.condition(c["type"], c["status"], c["reason"], c["message"], gen, now, previous)
+            for c in facts.get(KIND_CONDITIONS) or ()]
 
 
 def announce_status(obj: Observed, phase: str, facts: Mapping[str, Any], now: str) -> dict[str, Any]:

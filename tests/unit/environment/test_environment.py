@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+
 from operators.environment import KIND
-from operators.environment.logic import spec_problems, summarize
+from operators.environment.logic import components_condition, spec_problems, summarize
+from operators.runtime.core.pipeline import Observed, StoredRecord, compose_status, run
+from operators.runtime.core.store import LocalStore, object_key
 from operators.environment.models import EnvironmentSpec
 from operators.runtime.kube.crds import crd_for
 
@@ -59,3 +65,32 @@ def test_unknown_fields_are_refused() -> None:
 
 def test_default_hierarchy() -> None:
     assert EnvironmentSpec.model_validate({"release": "r"}).hierarchy_levels == ["role", "node"]
+
+
+def test_components_that_do_not_exist_are_named_in_a_condition_not_blocking_readiness() -> None:
+    missing, condition = components_condition(["nova", "fuel", "keystone"], {"fuel", "other"})
+    assert missing == ["nova", "keystone"]
+    assert condition == {"type": "ComponentsFound", "status": "False", "reason": "ComponentNotFound",
+                         "message": "spec.components: no ConfigComponent named nova, keystone in this namespace "
+                                    "(ConfigComponents here: fuel, other)"}
+    assert components_condition(["fuel"], {"fuel"})[1]["status"] == "True"
+    assert components_condition([], set())[0] == []
+
+
+def test_the_environment_shows_its_missing_components_and_is_rechecked_when_one_appears(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store")
+    spec = {**GOOD, "components": ["fuel"]}
+    obj = Observed(kind="Environment", namespace="ns", name="e", uid="u", generation=1, labels={}, spec=spec,
+                   status={})
+    services = SimpleNamespace(store=store)
+    outcome = asyncio.run(run(KIND.pipeline, obj, "Init", services=services))
+    status = compose_status(obj, outcome, "T")
+    assert status["phase"] == "Provisioned" and status["missingComponents"] == ["fuel"]
+    found = {c["type"]: c for c in status["conditions"]}
+    assert found["Ready"]["status"] == "True" and found["ComponentsFound"]["status"] == "False"
+
+    store.put(object_key("ConfigComponent", "ns", "fuel"), StoredRecord("u-fuel", 1, {}, {}))
+    assert KIND.depends_on["ConfigComponent"](spec, "fuel")
+    again = compose_status(obj, asyncio.run(run(KIND.pipeline, obj, "Init", services=services)), "T")
+    assert again["missingComponents"] is None
+    assert {c["type"]: c["status"] for c in again["conditions"]}["ComponentsFound"] == "True"
