@@ -148,6 +148,16 @@ def test_app_three_tier_launches_in_dependency_order_and_hides_its_secret(
     # snapshot with the create run's lock, the run's release, Provisioned: nothing more
     assert app_patches == 3
 
+    # the tour's next step shows what create did; a second app of the blueprint writes elsewhere
+    apply(kubectl, app("shop2", namespace, "three-tier"))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "50s", "app/shop2")
+    for name in ("shop", "shop2"):
+        report = stead(operator, "app", "run", name, "scale-report", "-f", "-n", namespace)
+        assert report.returncode == 0, report.stdout + report.stderr
+        uid = get(kubectl, "app", name, namespace)["metadata"]["uid"]
+        assert f"{name} (staging), files in /tmp/three-tier/{uid}" in report.stdout
+        assert "app replicas configured: 2" in report.stdout, report.stdout
+
 
 def test_app_user_actions_setvar_lock_abort_and_failure(
     operator: OperatorProcess, kubectl: Kubectl, namespace: str, audit: AuditLog
