@@ -155,13 +155,20 @@ class Restore:
 
 
 @dataclass(frozen=True)
+class Adopt:
+    """The object says it is Provisioned at this generation and the store has no record of it (the
+    store was lost, or the object was made by another replica): its status is the truth, so the
+    store takes it as it is, with no step run and nothing written (no flapping transition)."""
+
+
+@dataclass(frozen=True)
 class Run:
     """Run the steps from this phase on."""
 
     start: str
 
 
-Plan = Skip | Restore | Run
+Plan = Skip | Restore | Adopt | Run
 
 
 def plan(pipeline: Pipeline, obj: Observed, stored: StoredRecord | None) -> Plan:
@@ -176,6 +183,8 @@ def plan(pipeline: Pipeline, obj: Observed, stored: StoredRecord | None) -> Plan
     if at_generation and cond.is_true(conds, cond.STALLED):
         return Skip("stalled at this generation: waiting for a spec change")
     phase = status.get("phase")
+    if stored is None and at_generation and phase == PROVISIONED and cond.is_true(conds, cond.READY):
+        return Adopt()
     if not at_generation:
         return Run(pipeline.update_phase if phase in pipeline.phases else INIT)
     if phase in pipeline.phases and phase != PROVISIONED:

@@ -228,6 +228,10 @@ class Reconciler:
         if isinstance(decision, engine.Skip):
             self._count("stead_reconcile_skipped_total")
             return
+        if isinstance(decision, engine.Adopt):
+            self._store.put(key, StoredRecord(obj.uid, obj.generation, dict(obj.spec), dict(obj.status)))
+            self._count("stead_store_adopted_total")
+            return
         try:
             if isinstance(decision, engine.Restore):
                 await self._write(obj, dict(decision.status))

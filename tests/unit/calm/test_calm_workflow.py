@@ -72,7 +72,7 @@ def test_a_run_of_create_sets_entity_properties_and_masks_the_secret(tmp_path: P
     for service in spec["services"]:
         for action in service["actions"]:
             for task in action["tasks"]:
-                task["script"] = task["script"].replace("/tmp/three-tier", str(tmp_path / "tt"))
+                task["script"] = task["script"].replace("/tmp/three-tier/@@{calm_application_uuid}@@", str(tmp_path / "tt"))
     spec["packages"][0]["install"]["tasks"][0]["script"] = f"mkdir -p {tmp_path}/tt/db"
     built, place = build(spec, "create")
     key = new_run_key()

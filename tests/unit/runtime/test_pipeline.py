@@ -66,6 +66,12 @@ def test_plan_restores_status_lost_while_the_store_has_it() -> None:
     assert decision == Restore(stored.status)
 
 
+def test_plan_adopts_a_provisioned_object_the_store_has_no_record_of() -> None:
+    """A lost store (or another replica's object): the status is the truth, nothing runs again."""
+    assert engine.plan(_pipe(), _obj(status=_provisioned()), None) == engine.Adopt()
+    assert engine.plan(_pipe(), _obj(generation=2, status=_provisioned(1)), None) == Run("Init")  # a new spec
+
+
 def test_plan_ignores_a_record_of_another_incarnation() -> None:
     stored = StoredRecord("old-uid", 1, {}, _provisioned())
     assert engine.plan(_pipe(), _obj(status={}), stored) == Run("Init")

@@ -422,3 +422,15 @@ def test_waiting_is_logged_as_waiting_not_as_a_retry(tmp_path: Path, caplog: pyt
     assert all(r.levelname == "DEBUG" for r in caplog.records)
     assert rec._metrics.value("stead_waits_total", kind="Environment") == 2
     assert ("e1", "Normal", "CreateRunning") in events.events
+
+
+def test_a_lost_store_is_rebuilt_from_status_with_no_write_and_no_event(tmp_path: Path) -> None:
+    rec, writer, events, _ = make(tmp_path / "before")
+    asyncio.run(rec.on_event("ADDED", body()))
+    written = writer.patches[0][1]
+    lost, writer2, events2, store2 = make(tmp_path / "after")  # a new volume: an empty store
+    asyncio.run(lost.on_event(None, body(status=written)))
+    assert writer2.patches == [] and events2.events == []
+    record = store2.get(object_key("Environment", "ns", "e1"))
+    assert record is not None and record.status == written and record.generation == 1
+    assert lost._metrics.value("stead_store_adopted_total", kind="Environment") == 1
