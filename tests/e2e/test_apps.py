@@ -471,3 +471,34 @@ def test_app_with_a_missing_blueprint_stalls_then_launches_when_it_appears(
     apply(kubectl, blueprint("small", namespace, small_spec()))
     kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "60s", "app/ghost")
     assert get(kubectl, "app", "ghost", namespace)["status"]["snapshot"]["name"] == "small"
+
+
+def test_app_objects_survive_a_lost_store_with_no_visible_change(
+        operator: OperatorProcess, kubectl: Kubectl, namespace: str, audit: AuditLog) -> None:
+    """The operator's LMDB store deleted (its volume lost): finished objects are taken from their
+    status as they are. Before: every finished ActionRun flapped (Running, then Provisioned again:
+    two status PATCHes and two Events each, Ready's transition time reset)."""
+    kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "stead.dev/v1alpha1", "kind": "Environment", "metadata": {"name": "kept", "namespace": namespace},
+        "spec": {"release": "r1", "nodes": [{"name": "n1", "roles": ["controller"]}]}}))
+    launch_small(kubectl, namespace, "kept")
+    for action in ("greet", "nap"):
+        apply(kubectl, action_run(f"kept-{action}", namespace, "kept", action))
+        run_state(kubectl, namespace, f"kept-{action}", "Succeeded")
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "30s", "environment/kept",
+            "actionrun/kept-greet", "actionrun/kept-nap", "app/kept")
+    before = kubectl("get", "environments,blueprints,apps,actionruns", "-n", namespace, "-o", "json").stdout
+    runs = len(json.loads(kubectl("get", "actionruns", "-A", "-o", "json").stdout)["items"])
+
+    operator.stop()
+    shutil.rmtree(operator.store)
+    mark = audit.mark()
+    operator.start()
+    wait_until(lambda: operator.metric("stead_store_adopted_total", kind="ActionRun") >= runs, 60,
+               f"the {runs} ActionRuns taken from their status")
+    wait_until(lambda: operator.metric("stead_store_adopted_total", kind="App") >= 1, 30, "the App taken back")
+    written = [e for e in audit.since(mark) if e.namespace == namespace and e.user_agent.startswith(USER_AGENT)
+               and e.verb in ("patch", "update", "create")]
+    assert written == [], written  # no status PATCH, no Event
+    after = kubectl("get", "environments,blueprints,apps,actionruns", "-n", namespace, "-o", "json").stdout
+    assert json.loads(after)["items"] == json.loads(before)["items"]  # not even a transition time
