@@ -16,6 +16,7 @@ from operators.runtime.core.ring import Ownership, StaticMembership
 from operators.runtime.core.store import LocalStore
 from operators.runtime.engine.addons import Addon
 from operators.runtime.engine.events import EventRecorder
+from operators.runtime.engine.outage import ApiHealth
 from operators.runtime.engine.reconciler import Reconciler
 from operators.runtime.engine.runs import RunSettings
 from operators.runtime.engine.services import Services
@@ -60,9 +61,11 @@ async def run_operator(
         services = Services(kube=kube, store=store, events=recorder, replica=options.replica, vault=vault,
                             runs=options.runs or RunSettings.beside(options.store_path), metrics=metrics)
         ownership = Ownership(options.replica, StaticMembership([options.replica]))
+        api_health = ApiHealth(lambda: kube.request("GET", "/version"))
+        stack.push_async_callback(api_health.close)
         reconcilers = [
             Reconciler(kind, store=store, ownership=ownership, writer=kube, events=recorder, metrics=metrics,
-                       services=services)
+                       services=services, health=api_health)
             for kind in kinds
         ]
         _link_dependents(reconcilers)

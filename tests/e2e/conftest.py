@@ -51,17 +51,23 @@ def binaries() -> Binaries:
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory, binaries: Binaries) -> Iterator[ClusterInfo]:
+def control_plane(tmp_path_factory: pytest.TempPathFactory, binaries: Binaries) -> Iterator[LocalControlPlane]:
+    """The session's control plane; a test that stops a part of it (an outage) starts it again."""
     plane = LocalControlPlane(
         tmp_path_factory.mktemp("stead-home"),
         apiserver_port=free_port(), etcd_client_port=free_port(), etcd_peer_port=free_port(),
         controller_manager_port=free_port(), binaries=binaries,
     )
-    info = plane.up()
+    plane.up()
     try:
-        yield info
+        yield plane
     finally:
         plane.down()
+
+
+@pytest.fixture(scope="session")
+def cluster(control_plane: LocalControlPlane) -> ClusterInfo:
+    return control_plane.info
 
 
 Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]

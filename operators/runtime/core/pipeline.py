@@ -224,11 +224,9 @@ async def run(
         except (PermanentError, TemporaryError) as error:
             return Outcome(phase=phase, facts={**facts, **error.facts}, error=error)
         except Exception as error:
-            return Outcome(
-                phase=phase,
-                facts=facts,
-                error=TemporaryError("InternalError", f"{type(error).__name__}: {error}"),
-            )
+            failure = TemporaryError("InternalError", f"{type(error).__name__}: {error}")
+            failure.__cause__ = error  # what it came from (an outage of the API server is waited out)
+            return Outcome(phase=phase, facts=facts, error=failure)
         index += 1
     return Outcome(phase=PROVISIONED, facts=facts)
 

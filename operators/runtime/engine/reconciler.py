@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -23,7 +23,9 @@ from operators.runtime.core.kinds import FINALIZER, Kind
 from operators.runtime.core.pipeline import Observed, PermanentError, StoredRecord, TemporaryError
 from operators.runtime.core.ring import Ownership, project_of
 from operators.runtime.core.store import LocalStore, object_key
+from operators.runtime.engine.outage import ApiHealth
 from operators.runtime.engine.services import EventSink
+from operators.runtime.kube.client import is_outage
 from operators.runtime.serving.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -91,6 +93,12 @@ def _ready_generation(obj: Observed) -> int | None:
     return int(obj.status.get("observedGeneration") or 0)
 
 
+def _caused(error: TemporaryError, cause: BaseException) -> TemporaryError:
+    """`error` as raised from `cause` (which `is_outage` reads) without raising it."""
+    error.__cause__ = cause
+    return error
+
+
 @dataclass
 class _Pending:
     generation: int
@@ -112,6 +120,7 @@ class Reconciler:
         clock: Callable[[], str] = utc_now,
         backoff: Backoff = Backoff(),
         services: Any = None,  # operators.runtime.engine.services.Services (None in pure tests)
+        health: ApiHealth | None = None,
     ) -> None:
         self.kind = kind
         self._store = store
@@ -122,6 +131,7 @@ class Reconciler:
         self._clock = clock
         self._backoff = backoff
         self._services = services
+        self._health = health
         self._pending: dict[str, _Pending] = {}
         self._latest: dict[str, Observed] = {}
         self._seen: dict[str, Observed] = {}  # owned objects, as last observed (for rechecks)
@@ -222,7 +232,7 @@ class Reconciler:
                 if FINALIZER not in obj.finalizers:  # created past the mutating webhook: add it now
                     await self._finalizer("add", obj)
             except WriteFailed as error:
-                self._retry(key, obj, TemporaryError("FinalizerWriteFailed", str(error)))
+                self._retry(key, obj, _caused(TemporaryError("FinalizerWriteFailed", str(error)), error))
                 return
         decision = engine.plan(self.kind.pipeline, obj, self._store.get(key))
         if isinstance(decision, engine.Skip):
@@ -239,7 +249,7 @@ class Reconciler:
                 return
             await self._run(key, obj, decision.start)
         except WriteFailed as error:
-            self._retry(key, obj, TemporaryError("StatusWriteFailed", str(error)))
+            self._retry(key, obj, _caused(TemporaryError("StatusWriteFailed", str(error)), error))
 
     async def _run(self, key: str, obj: Observed, start: str) -> None:
         self._count("stead_reconcile_runs_total")
@@ -335,6 +345,12 @@ class Reconciler:
             # nothing is left to retry, and a timer for it would run until the operator stops.
             self._count("stead_retries_dropped_total")
             return
+        if self._health is not None and is_outage(error):  # not the object's fault: no backoff for it
+            self._health.report(error)
+            log.debug("%s %s: %s (waiting for the API server)", self.kind.kind, key, error.message)
+            self._count("stead_outage_waits_total")
+            self._schedule(key, obj, self._health.wait_up())
+            return
         attempt = self._attempts[key] = self._attempts.get(key, 0) + 1
         delay = error.delay if error.delay is not None else self._backoff.delay(attempt)
         if error.waiting:  # expected (a run in progress): not a failure, so not logged as a retry
@@ -343,14 +359,18 @@ class Reconciler:
         else:
             log.info("%s %s: %s (retry %d in %.1fs)", self.kind.kind, key, error.message, attempt, delay)
             self._count("stead_retries_total")
+        self._schedule(key, obj, asyncio.sleep(delay))  # the backoff itself, not a synchronisation
+
+    def _schedule(self, key: str, obj: Observed, wait: Coroutine[Any, Any, None]) -> None:
+        """Reconcile `obj` again once `wait` is over (one pending retry per object)."""
         previous = self._pending.pop(key, None)
         if previous is not None and previous.task is not asyncio.current_task():
             previous.task.cancel()
         self._latest[key] = obj
-        self._pending[key] = _Pending(obj.generation, asyncio.create_task(self._retry_after(key, delay)))
+        self._pending[key] = _Pending(obj.generation, asyncio.create_task(self._retry_after(key, wait)))
 
-    async def _retry_after(self, key: str, delay: float) -> None:
-        await asyncio.sleep(delay)  # the backoff itself, not a synchronisation
+    async def _retry_after(self, key: str, wait: Coroutine[Any, Any, None]) -> None:
+        await wait
         self._pending.pop(key, None)
         obj = self._latest.pop(key, None)
         if obj is not None:

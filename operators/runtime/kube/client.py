@@ -35,6 +35,32 @@ class ApiError(Exception):
         self.message = message
 
 
+class ApiUnreachable(ApiError):
+    """No answer from the API server (connection refused or reset, TLS failure, timeout): an
+    outage, never the fault of the object being worked on. Status 0: no HTTP answer at all."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0, message)
+
+
+OUTAGE_STATUSES = frozenset({429, 502, 503, 504})
+"""Answers that mean the API server (or etcd behind it) cannot serve now, whatever was asked."""
+
+
+def is_outage(error: BaseException) -> bool:
+    """Whether `error`, or an error it was raised from or while handling, says the API server is
+    unreachable or overloaded (a step often wraps an ApiError in an error of its own)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ApiUnreachable) or (
+                isinstance(current, ApiError) and current.status in OUTAGE_STATUSES):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 @dataclass(frozen=True)
 class ClusterAccess:
     """Where the API server is and how to authenticate to it."""
@@ -120,9 +146,10 @@ class Requester(Protocol):
 class KubeClient:
     """Asynchronous calls to the API server over one pooled connection set."""
 
-    def __init__(self, access: ClusterAccess, concurrency: int = 32) -> None:
+    def __init__(self, access: ClusterAccess, concurrency: int = 32, timeout: float = 30.0) -> None:
         self._access = access
         self._concurrency = concurrency
+        self._timeout = timeout
         self._session: aiohttp.ClientSession | None = None
         self.requests: dict[str, int] = {}
 
@@ -132,7 +159,7 @@ class KubeClient:
             base_url=self._access.server,
             headers={"User-Agent": USER_AGENT, **self._access.headers},
             connector=connector,
-            timeout=aiohttp.ClientTimeout(total=30),
+            timeout=aiohttp.ClientTimeout(total=self._timeout),
         )
         return self
 
@@ -150,11 +177,18 @@ class KubeClient:
         self.requests[method] = self.requests.get(method, 0) + 1
         data = None if body is None else json.dumps(body, separators=(",", ":"))
         headers = {"Content-Type": content_type} if data is not None else {}
-        async with self._session.request(method, path, data=data, headers=headers, params=params) as resp:
-            text = await resp.text()
-            if resp.status >= 300:
-                raise ApiError(resp.status, _message(text))
-            return json.loads(text) if text else {}
+        try:
+            async with self._session.request(method, path, data=data, headers=headers, params=params) as resp:
+                text = await resp.text()
+        except TimeoutError:
+            raise ApiUnreachable(f"{method} {path}: no answer from the API server within "
+                                 f"{self._timeout:g}s") from None
+        except aiohttp.ClientError as error:  # refused, reset, TLS, DNS: the message says which
+            raise ApiUnreachable(f"{method} {path}: API server unreachable: "
+                                 f"{error or type(error).__name__}") from None
+        if resp.status >= 300:
+            raise ApiError(resp.status, _message(text))
+        return json.loads(text) if text else {}
 
     async def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         """A JSON merge patch of `status` through the status subresource (never touches spec)."""

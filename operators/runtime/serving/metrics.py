@@ -48,6 +48,8 @@ COUNTERS: dict[str, str] = {
     "stead_waits_total": "Checks scheduled while an object waits for something expected (a run in progress).",
     "stead_store_adopted_total": "Provisioned objects the store had no record of, taken from their status as "
     "they are (a lost store, a restart on another volume).",
+    "stead_outage_waits_total": "Objects set to wait for the API server to answer again (not retried on a "
+    "timer meanwhile).",
     "stead_retries_dropped_total": "Retries not scheduled because their object was deleted meanwhile.",
     "stead_events_posted_total": "Kubernetes Events posted.",
     "stead_events_dropped_total": "Kubernetes Events dropped because the queue to post them was full.",

@@ -351,11 +351,12 @@ def test_events_arriving_during_a_reconcile_coalesce_into_one_with_the_freshest_
 def test_an_object_deleted_while_its_reconcile_runs_leaves_every_queue(tmp_path: Path) -> None:
     """Its DELETED event arrives mid-step; the step then fails temporarily: no retry is scheduled
     (before, the retry re-armed itself with the stale body every backoff until the operator stopped)."""
-    gate = asyncio.Event()
+    gate, entered = asyncio.Event(), asyncio.Event()
     calls: list[int] = []
 
     async def blocked(ctx: StepContext) -> Mapping[str, Any]:
         calls.append(1)
+        entered.set()
         await gate.wait()
         raise TemporaryError("EnvironmentMissing", 'Environment "c8-env" not found')
 
@@ -365,8 +366,7 @@ def test_an_object_deleted_while_its_reconcile_runs_leaves_every_queue(tmp_path:
 
     async def scenario() -> None:
         running = asyncio.create_task(rec.on_event("ADDED", body()))
-        while not calls:
-            await asyncio.sleep(0)
+        await entered.wait()
         await rec.on_event("DELETED", body())
         gate.set()
         await running
@@ -425,7 +425,7 @@ def test_waiting_is_logged_as_waiting_not_as_a_retry(tmp_path: Path, caplog: pyt
 
 
 def test_a_lost_store_is_rebuilt_from_status_with_no_write_and_no_event(tmp_path: Path) -> None:
-    rec, writer, events, _ = make(tmp_path / "before")
+    rec, writer, _, _ = make(tmp_path / "before")
     asyncio.run(rec.on_event("ADDED", body()))
     written = writer.patches[0][1]
     lost, writer2, events2, store2 = make(tmp_path / "after")  # a new volume: an empty store
