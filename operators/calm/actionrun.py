@@ -62,7 +62,7 @@ from pipelines.paths import RunPaths
 
 log = logging.getLogger(__name__)
 
-RunState = Literal["Pending", "Running", "Succeeded", "Failed", "Aborted"]
+RunState = Literal["Pending", "Queued", "Running", "Succeeded", "Failed", "Aborted"]
 HOOKS = "operators.calm.runhooks:hooks"
 TRANSITIONAL = {"create": "provisioning", "start": "starting", "stop": "stopping", "restart": "restarting",
                 "delete": "deleting"}
@@ -85,7 +85,8 @@ class Progress(Model):
 
 
 class ActionRunStatus(StatusBase):
-    state: RunState | None = Field(None, description="Pending, Running, Succeeded, Failed or Aborted.")
+    state: RunState | None = Field(None, description="Pending, Queued (waiting for one of the operator's run "
+                                   "slots: see message), Running, Succeeded, Failed or Aborted.")
     progress: Progress | None = Field(None, description="Task instances done / total.")
     progress_text: str | None = Field(None, description="done/total, for the printer column.")
     start_time: str | None = Field(None, description="When the run started.")
@@ -105,7 +106,7 @@ class ActionRunStatus(StatusBase):
 COLUMNS = (
     PrinterColumn("App", ".spec.app", description="The app."),
     PrinterColumn("Action", ".spec.action", description="The action."),
-    PrinterColumn("State", ".status.state", description="Pending, Running, Succeeded, Failed or Aborted."),
+    PrinterColumn("State", ".status.state", description="Pending, Queued, Running, Succeeded, Failed or Aborted."),
     PrinterColumn("Progress", ".status.progressText", description="Task instances done/total."),
 )
 
@@ -312,6 +313,9 @@ class _Observer:
         return {"progress": done, "progressText": f"{done.get('done', 0)}/{done.get('total', 0)}",
                 "runLog": wf.run_log(status, self.run.built.data["steps"])}
 
+    def queue_patch(self, waiting: str | None) -> Mapping[str, Any]:
+        return {"state": "Queued" if waiting else "Running", "message": waiting}
+
     async def write(self, patch: Mapping[str, Any]) -> None:
         obj = self.ctx.obj
         await self.ctx.services.kube.patch_status(ACTIONRUN.plural, obj.namespace, obj.name, dict(patch))
@@ -474,7 +478,7 @@ async def admission(request: AdmissionRequest) -> None:
 KIND = Kind(
     kind=ACTIONRUN.kind,
     plural=ACTIONRUN.plural,
-    short_names=("run",),
+    short_names=("ar", "run"),
     description="One run of an action on an App: progress, the run log tree per task and replica, and the "
     "failing task with its reason. Set spec.abort to abort it.",
     spec_model=ActionRunSpec,

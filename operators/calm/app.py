@@ -340,8 +340,10 @@ async def create(ctx: StepContext) -> Mapping[str, Any]:
                                run_body(ctx.obj, name, "create", owned=True))
         except ApiError as error:
             if error.status != 409:
+                # a server-side failure (a webhook that timed out under a burst) is retried soon,
+                # not after an exponential backoff grown to minutes
                 raise TemporaryError("CreateRunNotStarted", f"ActionRun {name} not created: {error.message}",
-                                     facts=status) from None
+                                     facts=status, delay=POLL_SECONDS * 2 if error.status >= 500 else None) from None
         raise running
     run_status = run.get("status") or {}
     if run_status.get("state") not in FINAL_RUN_STATES:

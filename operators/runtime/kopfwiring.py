@@ -64,16 +64,17 @@ class WebhookOptions:
 
 
 async def prepare_kopf(
-    kube: KubeClient, kinds: Sequence[Kind], reconcilers: Sequence[Reconciler], services: Services,
+    kube: KubeClient, kinds: Sequence[Kind], reconcilers: Sequence[Reconciler], admission_services: Services,
     kubeconfig: Path | None, webhook: WebhookOptions | None, stack: contextlib.AsyncExitStack,
 ) -> StartKopf:
     """Register every kind's handlers (and its webhooks) with a registry of this process's own;
-    return what starts Kopf with them."""
+    return what starts Kopf with them. `admission_services` are what admission checks use: their
+    API client has connections of its own (see `run_operator`)."""
     logging.getLogger("kopf.objects").addFilter(_RefusalsAreNotErrors())
     registry = kopf.OperatorRegistry()
     kopf.on.login(registry=registry)(_login_with(kubeconfig))
     for reconciler in reconcilers:
-        _register(registry, reconciler, services, webhooks=webhook is not None)
+        _register(registry, reconciler, admission_services, webhooks=webhook is not None)
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # Stead posts its own Events, one per transition
     settings.peering.standalone = True

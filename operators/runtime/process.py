@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from operators.runtime.engine.outage import ApiHealth
 from operators.runtime.engine.reconciler import Reconciler
 from operators.runtime.engine.runs import RunSettings
 from operators.runtime.engine.services import Services
+from operators.runtime.engine.slots import RunSlots, default_limit
 from operators.runtime.kopfwiring import WebhookOptions, prepare_kopf
 from operators.runtime.kube.client import KubeClient, load_access
 from operators.runtime.kube.crds import install_crds
@@ -53,13 +54,24 @@ async def run_operator(
         metrics = Metrics()
         store = LocalStore(options.store_path)
         stack.callback(store.close)
-        kube = await stack.enter_async_context(KubeClient(load_access(options.kubeconfig)))
+        access = load_access(options.kubeconfig)
+        kube = await stack.enter_async_context(KubeClient(access))
+        # Admission webhooks (and the vault writes they make) answer within the API server's
+        # webhook timeout whatever the reconcilers are doing: connections of their own, so a burst
+        # of reconciles holding every pooled connection cannot make a create time out.
+        admission_kube = await stack.enter_async_context(
+            KubeClient(access, concurrency=ADMISSION_CONNECTIONS, timeout=ADMISSION_TIMEOUT_SECONDS))
         if options.install_crds:
             await install_crds(kube, kinds)
         recorder = EventRecorder(kube, metrics, options.replica)
-        vault = await open_vault(kube, store, options.namespace)
+        vault = await open_vault(admission_kube, store, options.namespace)
+        runs = options.runs or RunSettings.beside(options.store_path)
+        slots = RunSlots(runs.max_concurrent or default_limit())
+        metrics.gauge("stead_runs_running", "Workflow runs in progress in this operator.", lambda: slots.running)
+        metrics.gauge("stead_runs_queued", "Workflow runs waiting for a slot (see --max-concurrent-runs).",
+                      lambda: slots.queued)
         services = Services(kube=kube, store=store, events=recorder, replica=options.replica, vault=vault,
-                            runs=options.runs or RunSettings.beside(options.store_path), metrics=metrics)
+                            runs=runs, metrics=metrics, run_slots=slots)
         ownership = Ownership(options.replica, StaticMembership([options.replica]))
         api_health = ApiHealth(lambda: kube.request("GET", "/version"))
         stack.push_async_callback(api_health.close)
@@ -74,8 +86,8 @@ async def run_operator(
             swept = reconciler.sweep(await kube.list(reconciler.kind.plural))  # deleted while we were away
             if swept:
                 log.info("dropped %d stale %s store entries", swept, reconciler.kind.kind)
-        start_kopf = await prepare_kopf(kube, kinds, reconcilers, services, options.kubeconfig, options.webhook,
-                                        stack)
+        start_kopf = await prepare_kopf(kube, kinds, reconcilers, replace(services, kube=admission_kube),
+                                        options.kubeconfig, options.webhook, stack)
         health = HealthServer(metrics, options.health_listen, options.health_port)
         await health.start()
         stack.push_async_callback(health.stop)
@@ -88,6 +100,12 @@ async def run_operator(
         _background(stack, _become_ready(ready, health, options.webhook))
         freeze_startup_objects()
         await start_kopf(options.namespaces, stop, ready)
+
+
+ADMISSION_CONNECTIONS = 16
+ADMISSION_TIMEOUT_SECONDS = 5.0
+"""Half the webhooks' `timeoutSeconds` (10): a slow call fails the request with a clear error
+rather than the API server's "context deadline exceeded"."""
 
 
 def _link_dependents(reconcilers: Sequence[Reconciler]) -> None:

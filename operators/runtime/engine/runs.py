@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from operators.runtime.core.pipeline import StepContext, TemporaryError
+from operators.runtime.engine.slots import RunSlots
 from operators.runtime.kube.client import ApiError, core_path, load_configuration
 from pipelines.control import (
     RunProcess,
@@ -82,6 +83,7 @@ class RunSettings:
     job_service_account: str = "default"  # in each namespace: what script Jobs and the runner act as
     runner_token_seconds: int = TOKEN_SECONDS
     http_allow: tuple[str, ...] = ()  # networks http steps may reach although they are this host's own
+    max_concurrent: int = 0  # runs at once (the others are queued); 0: from the memory (`slots.default_limit`)
 
     @classmethod
     def beside(cls, store_path: Path, **given: Any) -> RunSettings:
@@ -125,8 +127,14 @@ class RunObserver(Protocol):
         same patch twice is written once."""
         ...
 
+    def queue_patch(self, waiting: str | None) -> Mapping[str, Any]:
+        """The status patch that shows the run waiting for a slot (`waiting` says why and behind
+        how many), or, with None, that it has one and runs."""
+        ...
+
     async def write(self, patch: Mapping[str, Any]) -> None:
-        """Write a patch returned by `progress_patch` (with the supervision's counters added)."""
+        """Write a patch returned by `progress_patch` or `queue_patch` (the supervision may add its
+        counters)."""
         ...
 
 
@@ -240,6 +248,37 @@ async def follow_run(ctx: StepContext, request: RunRequest, observer: RunObserve
     paths = request.paths
     jobs = in_jobs(ctx, request)
     followed = Followed(starts, writes)
+    slots: RunSlots = ctx.services.run_slots
+    waited = False
+
+    async def queued(ahead: int, running: int) -> None:
+        nonlocal waited
+        waited = True
+        await _write_quietly(observer, observer.queue_patch(
+            f"queued: {running} runs in progress (this operator runs at most {slots.limit} at once), "
+            f"{ahead} queued before this one"))
+
+    await slots.acquire(ctx.obj.namespace, queued, at_once=is_running(paths))
+    try:
+        if waited:
+            await _write_quietly(observer, observer.queue_patch(None))
+        await _follow(ctx, request, observer, jobs, followed)
+    finally:
+        slots.release(ctx.obj.namespace)
+    followed.status = read_status(paths) or {}
+    followed.progress = read_progress(paths) or {}
+    _observe_steps(ctx, followed.status)
+    return followed
+
+
+async def _write_quietly(observer: RunObserver, patch: Mapping[str, Any]) -> None:
+    with contextlib.suppress(ApiError):  # shown at the next write; the run goes on meanwhile
+        await observer.write(patch)
+
+
+async def _follow(ctx: StepContext, request: RunRequest, observer: RunObserver, jobs: bool,
+                  followed: Followed) -> None:
+    paths = request.paths
     process: RunProcess | None = None
     shown: Mapping[str, Any] | None = None
     last_patch = 0.0
@@ -284,10 +323,6 @@ async def follow_run(ctx: StepContext, request: RunRequest, observer: RunObserve
     finally:
         with contextlib.suppress(FileNotFoundError):
             (paths.run_dir / RUNNER_CREDENTIALS).unlink()
-    followed.status = read_status(paths) or {}
-    followed.progress = read_progress(paths) or {}
-    _observe_steps(ctx, followed.status)
-    return followed
 
 
 def _observe_steps(ctx: StepContext, status: Mapping[str, Any]) -> None:

@@ -13,6 +13,7 @@ from typing import Protocol
 from operators.runtime.core.pipeline import Observed
 from operators.runtime.core.store import LocalStore
 from operators.runtime.engine.runs import RunSettings
+from operators.runtime.engine.slots import RunSlots, default_limit
 from operators.runtime.kube.client import KubeClient
 from operators.runtime.secrets import Vault
 from operators.runtime.serving.metrics import Metrics
@@ -33,3 +34,5 @@ class Services:
     """How workflow runs are started and where their scripts run (`operators.runtime.engine.runs`)."""
     metrics: Metrics = field(default_factory=Metrics)
     """The operator's metrics, the ones `/metrics` serves (a fresh, unserved set when not given)."""
+    run_slots: RunSlots = field(default_factory=lambda: RunSlots(default_limit()))
+    """The bound on workflow runs at once (`RunSettings.max_concurrent`), shared by every kind."""

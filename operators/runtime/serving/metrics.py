@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
@@ -131,6 +131,10 @@ class Metrics:
             found[1].observe(seconds)
 
         return observe
+
+    def gauge(self, name: str, documentation: str, read: Callable[[], float]) -> None:
+        """A gauge whose value is read from `read` at each scrape."""
+        Gauge(name, documentation, registry=self.registry).set_function(read)
 
     def track_queue(self, kind: str, depth: Callable[[], int], retrying: Callable[[], int]) -> None:
         """Read `kind`'s queue depth and pending retries from these functions at each scrape."""

@@ -28,6 +28,7 @@ from operators.runtime.engine.runs import (
     read_conclusion,
     write_conclusion,
 )
+from operators.runtime.engine.slots import RunSlots
 from operators.runtime.serving.metrics import Metrics
 from pipelines.control import read_status
 from tests.polling import wait_until
@@ -38,6 +39,7 @@ class Services:
     runs: RunSettings
     kube: Any = None
     metrics: Metrics = field(default_factory=Metrics)
+    run_slots: RunSlots = field(default_factory=lambda: RunSlots(4))
 
 
 @dataclass
@@ -55,15 +57,19 @@ class Observer:
         return {"done": (progress.get("progress") or {}).get("done", 0),
                 "states": [s.get("state") for s in status.get("steps") or []]}
 
+    def queue_patch(self, waiting: str | None) -> Mapping[str, Any]:
+        return {"queued": waiting}
+
     async def write(self, patch: Mapping[str, Any]) -> None:
         self.patches.append(patch)
 
 
-def context(tmp_path: Path, namespace: str = "team-a", **settings: Any) -> StepContext:
-    obj = Observed(kind="ThingRun", namespace=namespace, name="r", uid="uid-1", generation=1, labels={}, spec={},
+def context(tmp_path: Path, namespace: str = "team-a", uid: str = "uid-1", slots: RunSlots | None = None,
+            **settings: Any) -> StepContext:
+    obj = Observed(kind="ThingRun", namespace=namespace, name="r", uid=uid, generation=1, labels={}, spec={},
                    status={})
     runs = RunSettings.beside(tmp_path / "store", **{"trusted_local_namespaces": ("team-*",), **settings})
-    return StepContext(obj=obj, facts={}, services=Services(runs))
+    return StepContext(obj=obj, facts={}, services=Services(runs, run_slots=slots or RunSlots(4)))
 
 
 def workflow(*scripts: str) -> dict[str, Any]:
@@ -139,3 +145,26 @@ def test_where_scripts_run_follows_the_operators_settings(tmp_path: Path) -> Non
     assert in_jobs(context(tmp_path, "eve", exec_in_jobs=True), request)
     with pytest.raises(UntrustedNamespace, match=r"namespace eve is not trusted .*task@host"):
         in_jobs(context(tmp_path, "eve"), request)
+
+
+def test_runs_beyond_the_bound_are_queued_visibly_then_run(tmp_path: Path) -> None:
+    slots = RunSlots(1)
+    first, second = context(tmp_path, "team-a", "uid-1", slots), context(tmp_path, "team-b", "uid-2", slots)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    waiting = Observer()
+
+    async def scenario() -> None:
+        one = asyncio.create_task(follow_run(first, RunRequest(paths_for(first), workflow(
+            f"echo a >> {marks}/log; sleep 1; echo a >> {marks}/log")), Observer()))
+        await asyncio.to_thread(wait_until, lambda: (marks / "log").exists(), 30, "the first run started")
+        two = asyncio.create_task(follow_run(second, RunRequest(paths_for(second), workflow(
+            f"echo b >> {marks}/log")), waiting))
+        await asyncio.gather(one, two)
+
+    asyncio.run(scenario())
+    assert (marks / "log").read_text() == "a\na\nb\n"  # never two at once
+    assert waiting.patches[0] == {"queued": "queued: 1 runs in progress (this operator runs at most 1 at once), "
+                                            "0 queued before this one"}
+    assert waiting.patches[1] == {"queued": None}  # running: shown before its progress
+    assert slots.running == slots.queued == 0
