@@ -39,7 +39,7 @@ from operators.calm.app import (
 from operators.calm.blueprint import secret_owner
 from operators.calm.compiler import compile_blueprint
 from operators.calm.models import ACTIONRUN, APP, BlueprintSpec, CompiledAction, CompiledState, SecretSource
-from operators.runtime.core.clock import utc_now
+from operators.runtime.core.clock import utc_now, utc_seconds
 from operators.runtime.core.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
 from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, Pipeline, StepContext, TemporaryError
 from operators.runtime.core.ring import PROJECT_LABEL
@@ -382,6 +382,13 @@ async def _release(ctx: StepContext, spec: ActionRunSpec, fields: Mapping[str, A
         await patch_app(ctx, spec.app, patch)
 
 
+def end_time(status: Mapping[str, Any], progress: Mapping[str, Any]) -> str:
+    """When the run ended by the runner's own clock: the operator may learn of it much later (after
+    an API-server outage, say), and that moment is not when the run ended."""
+    ended = status.get("finishedAt") or progress.get("finishedAt")
+    return utc_seconds(str(ended)) if ended else utc_now()
+
+
 async def _conclude(ctx: StepContext, run: _Run, paths: RunPaths, facts: dict[str, Any],
                     followed: Followed) -> Mapping[str, Any]:
     status, progress, aborted_for = followed.status, followed.progress, followed.aborted_for
@@ -390,7 +397,7 @@ async def _conclude(ctx: StepContext, run: _Run, paths: RunPaths, facts: dict[st
     if aborted_for is not None or phase not in FINAL_RUN_STATES:
         phase = "Failed"
     done = status.get("progress") or progress.get("progress") or {}
-    at = utc_now()
+    at = end_time(status, progress)
     failure = wf.first_failure(tree)
     reason = aborted_for or (failure[1] if failure else str(status.get("message") or phase))
     result = {**facts, "state": phase, "progress": done,

@@ -8,3 +8,8 @@ from datetime import UTC, datetime
 
 def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def utc_seconds(stamp: str) -> str:
+    """Another clock's RFC 3339 time (a runner's, to the millisecond, any offset) in this format."""
+    return datetime.fromisoformat(stamp).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from operators.calm.actionrun import _finished_again, deleting_refusal, read_conclusion, write_conclusion
+from operators.calm.actionrun import _finished_again, deleting_refusal, end_time, read_conclusion, write_conclusion
 from operators.runtime.core.pipeline import Observed, PermanentError, StepContext
 from pipelines.control import run_paths
 
@@ -32,3 +32,9 @@ def test_only_the_delete_run_may_start_on_an_app_being_deleted() -> None:
     assert deleting_refusal(deleting, "shop-delete-2", "delete") is None
     assert deleting_refusal(deleting, "greet-1", "greet") == "app shop is being deleted: only its delete run may start"
     assert deleting_refusal(deleting, "shop-delete-1", "delete") is not None
+
+
+def test_the_end_time_is_the_runners_not_when_the_operator_noticed() -> None:
+    assert end_time({"finishedAt": "2026-11-24T22:20:54.318Z"}, {}) == "2026-11-24T22:20:54Z"
+    assert end_time({}, {"finishedAt": "2026-11-24T23:20:54.000+01:00"}) == "2026-11-24T22:20:54Z"
+    assert end_time({}, {}).endswith("Z")  # a run that never started: now
