@@ -18,9 +18,16 @@ the server):
   stack on this machine can answer faster.
 - ``uvicorn``: the contender not chosen, uvicorn with httptools and uvloop, serving the same
   constant answer as a bare ASGI app, same TLS.
-- ``operator``: the configuration API of the real `stead run --config-api-workers N`
-  (TokenReview + SubjectAccessReview with their short cache, reads from the watch-fed cache,
-  effective values cached per snapshot).
+- ``operator``: the configuration API of the real `stead run --config-api-workers N
+  --config-api-client-ca off` (TokenReview + SubjectAccessReview with their short cache, reads
+  from the watch-fed cache, effective values cached per snapshot; granian terminates TLS).
+- ``relay-token`` and ``relay-cert``: "operator, client CA on": a second `stead run`, with
+  `--config-api-client-ca auto` (the default), whose API terminates TLS in Python in front of
+  granian (`operators.runtime.serving.relay`) so that client certificates map to users. The same
+  token through the relay, then a client certificate of the cluster's client CA whose user a
+  RoleBinding grants the same Role (SubjectAccessReview, no TokenReview). wrk cannot present a
+  client certificate: ``relay-cert`` always uses the Python client, and with `--client wrk`
+  ``relay-token`` is measured with both, for the comparison.
 - ``uncached``: the same API application reading from the API server on every request
   (`KubeConfigRepository`: three GETs per lookup), which is what the operator did before the
   cache. Shown for the difference; skip with `--only ceiling,operator`.
@@ -46,7 +53,7 @@ one answer each cannot see a median under 10 ms unless the server answers more t
 second: compare the operator's p99 with the ceiling's, measured the same way.
 
     .venv/bin/python bench/config_lookup.py [--concurrency 100] [--seconds 10] [--repeat 3]
-                                            [--workers 2] [--only ceiling,operator,uncached]
+                                            [--workers 2] [--only ceiling,operator,relay-token,relay-cert]
 """
 
 from __future__ import annotations
@@ -80,9 +87,10 @@ from operators.config.api import ConfigApi  # noqa: E402
 from operators.config.auth import TokenReviewAuthenticator  # noqa: E402
 from operators.config.repository import KubeConfigRepository  # noqa: E402
 from operators.runtime.kube.client import KubeClient, load_access  # noqa: E402
-from operators.runtime.serving.certs import make_ca, make_leaf  # noqa: E402
+from operators.runtime.serving.certs import KeyPair, make_ca, make_leaf  # noqa: E402
 from operators.runtime.serving.eventloop import event_loop_factory  # noqa: E402
 from operators.runtime.serving.http import HttpServer, Request, Response  # noqa: E402
+from operators.runtime.serving.relay import ClientCa  # noqa: E402
 
 STEAD = Path(sys.executable).parent / "stead"
 NAMESPACE = "bench"
@@ -137,9 +145,12 @@ class Setup:
                                        etcd_peer_port=_free_port(), controller_manager_port=_free_port(),
                                        binaries=binaries)
         self.operator: subprocess.Popen[bytes] | None = None
+        self.relayed: subprocess.Popen[bytes] | None = None
         self.api_port = _free_port()
+        self.relayed_port = _free_port()
         self.token = ""
         self.kubeconfig = Path()
+        self.cert = ("", "")
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         result = subprocess.run([str(self.binaries.kubectl), "--kubeconfig", str(self.kubeconfig), *args],
@@ -148,21 +159,21 @@ class Setup:
             raise RuntimeError(f"kubectl {' '.join(args)}: {result.stderr}")
         return result.stdout
 
-    def up(self) -> None:
-        info = self.plane.up()
-        self.kubeconfig = info.kubeconfig
+    def _operator(self, name: str, port: int, *flags: str) -> subprocess.Popen[bytes]:
+        """A `stead run` serving the API on `port`, ready (its CA in `<work>/<name>-home/config-api`)."""
         health = _free_port()
-        home = self.work / "stead-home"
-        with (self.work / "operator.log").open("ab") as log:
-            self.operator = subprocess.Popen(
-                [str(STEAD), "run", "--kubeconfig", str(self.kubeconfig), "--install-crds",
-                 "--store", str(home / "store"), "--webhook-port", str(_free_port()), "--health-port", str(health),
-                 "--config-api-port", str(self.api_port), "--config-api-workers", str(self.workers)],
+        home = self.work / f"{name}-home"
+        log_path = self.work / f"{name}.log"
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(
+                [str(STEAD), "run", "--kubeconfig", str(self.kubeconfig), "--store", str(home / "store"),
+                 "--health-port", str(health), "--replica", f"bench-{name}", "--config-api-port", str(port),
+                 "--config-api-workers", str(self.workers), *flags],
                 stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "STEAD_HOME": str(home)})
         deadline = time.monotonic() + 90
         while True:
-            if self.operator.poll() is not None:
-                raise RuntimeError(f"stead run exited: {(self.work / 'operator.log').read_text()[-2000:]}")
+            if process.poll() is not None:
+                raise RuntimeError(f"stead run exited: {log_path.read_text()[-2000:]}")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2) as response:
                     if response.status == 200:
@@ -171,8 +182,15 @@ class Setup:
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError("stead run did not become ready")
-            time.sleep(0.2)
-        self.cacert = home / "config-api" / "ca.crt"
+            time.sleep(0.2)  # a readiness poll with a deadline
+        return process
+
+    def up(self, relayed: bool) -> None:
+        info = self.plane.up()
+        self.kubeconfig = info.kubeconfig
+        self.operator = self._operator("operator", self.api_port, "--install-crds", "--webhook-port",
+                                       str(_free_port()), "--config-api-client-ca", "off")
+        self.cacert = self.work / "operator-home" / "config-api" / "ca.crt"
         self.kubectl("create", "namespace", NAMESPACE)
         self.kubectl("create", "serviceaccount", "hiera", "-n", NAMESPACE)
         self.kubectl("create", "role", "hiera", "-n", NAMESPACE, "--verb=get,list",
@@ -185,15 +203,31 @@ class Setup:
         self.kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", "--timeout=60s", "env/env-1", "cc/fuel")
         self.kubectl("apply", "-n", NAMESPACE, "-f", "-", input="\n".join(json.dumps(d) for d in docs[2:]))
         self.kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", "--timeout=60s", "cv", "--all")
+        if relayed:
+            # "operator, client CA on": watching only an empty namespace and without webhooks, so that it
+            # leaves the first one alone; its API serves every namespace. A certificate of the cluster's
+            # client CA whose user the same Role is bound to.
+            self.kubectl("create", "namespace", "bench-quiet")
+            self.relayed = self._operator("relayed", self.relayed_port, "--webhook", "off", "--namespace",
+                                          "bench-quiet", "--config-api-client-ca", "auto")
+            self.relayed_cacert = self.work / "relayed-home" / "config-api" / "ca.crt"
+            pki = info.home / "pki"
+            ca = KeyPair((pki / "client-ca.crt").read_bytes(), (pki / "client-ca.key").read_bytes())
+            leaf = make_leaf(ca, "hiera-cert", server=False, client=True)
+            self.cert = (str(self.work / "hiera-cert.crt"), str(self.work / "hiera-cert.key"))
+            Path(self.cert[0]).write_bytes(leaf.cert_pem)
+            Path(self.cert[1]).write_bytes(leaf.key_pem)
+            self.kubectl("create", "rolebinding", "hiera-cert", "-n", NAMESPACE, "--role=hiera", "--user=hiera-cert")
 
     def down(self) -> None:
-        if self.operator is not None and self.operator.poll() is None:
-            self.operator.send_signal(signal.SIGTERM)
-            try:
-                self.operator.wait(30)
-            except subprocess.TimeoutExpired:
-                self.operator.kill()
-                self.operator.wait(10)
+        for process in (self.relayed, self.operator):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(10)
         self.plane.down()
 
 
@@ -205,19 +239,22 @@ def _serve(which: str, port: int, cert: str, key: str, kubeconfig: str) -> None:
         if which == "uvicorn":
             await _serve_uvicorn(port, cert, key)
             return
-        if which == "ceiling":
+        client_ca = None
+        if which in ("ceiling", "relay"):
             answer = Response(200, EXPECTED)
 
             async def constant(request: Request) -> Response:
                 return answer
 
             server = HttpServer(constant)
+            if which == "relay":  # the same, with the TLS relay in front (a client CA configured)
+                client_ca = ClientCa(make_ca("bench-client-ca").cert_pem)
         else:
             kube = KubeClient(load_access(Path(kubeconfig)), concurrency=100)
             await kube.__aenter__()
             api = ConfigApi(KubeConfigRepository(kube), TokenReviewAuthenticator(kube), NAMESPACE)
             server = HttpServer(api, errors=api.problem)
-        await server.start("127.0.0.1", port, (Path(cert), Path(key)))
+        await server.start("127.0.0.1", port, (Path(cert), Path(key)), client_ca=client_ca)
         await asyncio.Event().wait()  # until terminated
 
     _new_loop().run_until_complete(serve())
@@ -252,7 +289,7 @@ def attack(which: str, work: Path) -> str:
     deadline = time.monotonic() + 10
     while True:
         try:
-            raw = socket.create_connection(("127.0.0.1", port), timeout=30)
+            raw = socket.create_connection(("127.0.0.1", port), timeout=5)  # then it stops sending, and reads
             break
         except OSError:
             if time.monotonic() > deadline:
@@ -288,15 +325,17 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 
 async def _load(base: str, cafile: str, token: str, concurrency: int, seconds: float,
-                pids: list[int]) -> tuple[int, list[float], int, float]:
+                pids: list[int], cert: tuple[str, str] | None = None) -> tuple[int, list[float], int, float]:
     """Checks one answer (waiting for the server), then cycles through LOOKUPS from `concurrency`
-    workers; a non-200 answer counts as an error."""
+    workers; a non-200 answer counts as an error. With `cert`, a client certificate instead of the token."""
     url = base + PATH + QUERY
     context = ssl.create_default_context(cafile=cafile)
+    if cert is not None:
+        context.load_cert_chain(*cert)
     connector = aiohttp.TCPConnector(ssl=context, limit=concurrency)
     latencies: list[float] = []
     errors = 0
-    headers = {"Authorization": f"Bearer {token}"}
+    headers = {"Authorization": f"Bearer {token}"} if cert is None else {}
     async with aiohttp.ClientSession(connector=connector) as session:
         for _ in range(300):  # wait for the server, and warm caches and connections
             try:
@@ -402,32 +441,42 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="processes serving each contender (`stead run --config-api-workers`; the others "
                         "listen on one port the same way); default: one per CPU")
-    parser.add_argument("--only", default="ceiling,uvicorn,operator,uncached", help="comma-separated contenders")
+    parser.add_argument("--only", default="ceiling,uvicorn,operator,relay-token,relay-cert,uncached",
+                        help="comma-separated contenders")
     parser.add_argument("--no-attack", dest="attack", action="store_false", help="skip the 64 MiB header attack")
     parser.add_argument("--repeat", type=int, default=1, help="run the contenders this many times, interleaved; "
                         "report medians")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs) at the end")
     args = parser.parse_args()
-    contenders = [c for c in ("ceiling", "uvicorn", "operator", "uncached") if c in args.only.split(",")]
+    contenders = [c for c in ("ceiling", "uvicorn", "operator", "relay-token", "relay-cert", "uncached")
+                  if c in args.only.split(",")]
+    if args.client == "wrk" and "relay-token" in contenders:  # beside relay-cert, which wrk cannot measure
+        contenders.insert(contenders.index("relay-token") + 1, "relay-token/py")
     work = Path(tempfile.mkdtemp(prefix="stead-bench-config-"))
     ca = make_ca("bench-ca")
     leaf = make_leaf(ca, "bench", hosts=["127.0.0.1"])
     (work / "ca.crt").write_bytes(ca.cert_pem)
     (work / "tls.crt").write_bytes(leaf.cert_pem)
     (work / "tls.key").write_bytes(leaf.key_pem)
-    attacks = [attack(which, work) for which in ("ceiling", "uvicorn")] if args.attack else []
+    attacks = [attack(which, work) for which in ("ceiling", "relay", "uvicorn")] if args.attack else []
     setup = Setup(work, ensure_binaries(progress=lambda line: print(line, file=sys.stderr)), args.workers)
     runs: dict[str, list[tuple[float, ...]]] = {c: [] for c in contenders}
     try:
         print("starting a local control plane and `stead run` ...", file=sys.stderr)
-        setup.up()
+        setup.up(relayed=any(c.startswith("relay") for c in contenders))
         for _ in range(args.repeat):
             for which in contenders:
                 servers: list[multiprocessing.Process] = []
+                cert = setup.cert if which == "relay-cert" else None
+                client = "python" if which in ("relay-cert", "relay-token/py") else args.client
                 if which == "operator":
                     assert setup.operator is not None
                     pids = with_children(setup.operator.pid)
                     base, cafile = f"https://127.0.0.1:{setup.api_port}", str(setup.cacert)
+                elif which.startswith("relay"):
+                    assert setup.relayed is not None
+                    pids = with_children(setup.relayed.pid)
+                    base, cafile = f"https://127.0.0.1:{setup.relayed_port}", str(setup.relayed_cacert)
                 else:
                     port = _free_port()
                     servers = [multiprocessing.Process(target=_serve, daemon=True, args=(
@@ -438,13 +487,13 @@ def main() -> int:
                     pids = [server.pid for server in servers if server.pid is not None]
                     base, cafile = f"https://127.0.0.1:{port}", str(work / "ca.crt")
                 try:
-                    if args.client == "wrk":  # the Python client checks the answer and warms up first
+                    if client == "wrk":  # the Python client checks the answer and warms up first
                         asyncio.run(_load(base, cafile, setup.token, args.concurrency, 1.0, pids))
                         runs[which].append(_load_wrk(base, setup.token, args.concurrency, args.seconds, pids,
                                                      wrk_script(work / "lookups.lua")))
                     else:
                         rps, latencies, errors, cpu = asyncio.run(
-                            _load(base, cafile, setup.token, args.concurrency, args.seconds, pids))
+                            _load(base, cafile, setup.token, args.concurrency, args.seconds, pids, cert=cert))
                         cuts = statistics.quantiles(latencies, n=100)
                         runs[which].append((rps, cuts[49] * 1000, cuts[98] * 1000, errors,
                                             cpu / max(1, len(latencies)) * 1e6))
@@ -469,13 +518,16 @@ def main() -> int:
           f"median of {args.repeat} ({os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; client and "
           "servers on one machine)")
     if attacks:
-        print("one 64 MiB header (ceiling = granian, Stead's server; uvicorn = httptools):")
+        print("one 64 MiB header (ceiling = granian, Stead's server; relay = granian behind the TLS relay; "
+              "uvicorn = httptools):")
         for line in attacks:
             print("  " + line)
-    print(f"{'contender':<10} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'server CPU us/req':>18} "
+    print(f"{'contender':<14} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'server CPU us/req':>18} "
           f"{'server RSS MiB':>15}")
     for which, (rate, p50, p99, failed, per_request, rss) in results.items():
-        print(f"{which:<10} {rate:>8.0f} {p50:>8.2f} {p99:>8.2f} {failed:>7.0f} {per_request:>18.0f} {rss:>15.0f}")
+        print(f"{which:<14} {rate:>8.0f} {p50:>8.2f} {p99:>8.2f} {failed:>7.0f} {per_request:>18.0f} {rss:>15.0f}")
+    if any(which in ("relay-cert", "relay-token/py") for which in results):
+        print("(relay-cert and relay-token/py: the Python client, which shares the CPUs with the servers)")
     if "ceiling" in results and "uvicorn" in results:
         print(f"granian / uvicorn (bare handlers): {results['ceiling'][0] / max(1, results['uvicorn'][0]):.2f} req/s")
     if "ceiling" in results and "operator" in results:

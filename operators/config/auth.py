@@ -1,9 +1,13 @@
-"""Who may use the configuration API: Kubernetes bearer tokens and HTTP Basic against a Secret.
+"""Who may use the configuration API: Kubernetes bearer tokens, client certificates, and HTTP
+Basic against a Secret.
 
 The API takes the platform's own authentication plus Basic. On Kubernetes the platform's
-is a bearer token: `TokenReview` says who it belongs to and `SubjectAccessReview` whether that
-user may `get`/`update` `configvalues.stead.dev` (or `configcomponents`, `environments`) in the
-namespace, so the API is governed by the same RBAC as `kubectl`. Basic credentials come from
+is a bearer token or a client certificate. For a token, `TokenReview` says who it belongs to;
+for a certificate (verified against the cluster's client CA by the TLS layer,
+`operators.runtime.serving.relay`), its Subject does, by Kubernetes' x509 rule (user = CN,
+groups = O). Then `SubjectAccessReview` says whether that user may `get`/`update`
+`configvalues.stead.dev` (or `configcomponents`, `environments`) in the namespace, so the API is
+governed by the same RBAC as `kubectl`. Basic credentials come from
 one Secret (`username`, `password`, optionally `namespaces`) for clients that cannot carry a
 token (a Hiera backend); whoever holds them may do anything through the API, in the namespaces
 the Secret lists (comma-separated), or in every namespace when it lists none.
@@ -196,6 +200,10 @@ class TokenReviewAuthenticator:
     async def authorize(self, identity: Identity, access: Access) -> bool:
         if identity.scheme != "Bearer":
             return False
+        return await self.review(identity, access)
+
+    async def review(self, identity: Identity, access: Access) -> bool:
+        """A SubjectAccessReview of any authenticated identity (cached for `ttl`)."""
         return await self._reviews.get((identity, access), lambda: self._review_access(identity, access))
 
     async def _review_access(self, identity: Identity, access: Access) -> bool:
@@ -214,6 +222,34 @@ class TokenReviewAuthenticator:
             {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec},
         )
         return (review.get("status") or {}).get("allowed") is True
+
+
+CERTIFICATE_SCHEME = "x509"
+
+
+class CertificateAuthenticator:
+    """Users of client certificates, authorized by SubjectAccessReview as token users are.
+
+    The certificate is verified, and its Subject mapped to a user and groups, before a request
+    is read (`operators.runtime.serving.relay`); the API makes the identity from that
+    (`certificate_identity`). This authenticator only authorizes: no header carries a certificate.
+    """
+
+    scheme = CERTIFICATE_SCHEME
+
+    def __init__(self, reviewer: TokenReviewAuthenticator) -> None:
+        self._reviewer = reviewer
+
+    async def authenticate(self, authorization: str, peer: str = "") -> Identity | None:
+        return None
+
+    async def authorize(self, identity: Identity, access: Access) -> bool:
+        return identity.scheme == CERTIFICATE_SCHEME and await self._reviewer.review(identity, access)
+
+
+def certificate_identity(user: str, groups: Sequence[str]) -> Identity:
+    """The identity of a verified client certificate's user and groups."""
+    return Identity(user=user, scheme=CERTIFICATE_SCHEME, groups=tuple(groups))
 
 
 class BasicCredentials(NamedTuple):

@@ -1,53 +1,36 @@
 """`stead config`: the client of the configuration API (docs/configuration.md), after Fuel's `fuel config`.
 
-    stead config get      --env E [--level node=FQDN] --resource R [--key a.b.0] [--format json|yaml|plain]
-    stead config set      --env E [--level ...] --resource R [--key K --value V [--type T]] [--format json|yaml] < doc
-    stead config override (same as set, for the overrides)
-    stead config delete   --env E [--level ...] --resource R [--key K] [--overrides]
-    stead config history  --env E [--level ...] --resource R [--overrides] [--format json|yaml|plain]
-    stead config revert   --env E [--level ...] --resource R --to-version N [--overrides]
-
-`--level` takes `name=value` pairs root first, comma-separated or repeated
-(`--level role=controller,node=node-1.domain.tld`); without it, or with Fuel's bare
-`--level cluster`, the command addresses the environment root. `get` prints effective values
-(as `fuel config` does); `--no-effective` prints what is stored at the level itself.
-
-`--value` without `--type` takes the type the resource's schema declares at that key (Fuel's
-`--key deployment_id --value 2` stores the integer 2 where the schema says integer),
-and is a string where the schema declares none or allows strings.
+What users read is `HELP` (and each action's help), not this docstring.
 
 The argument checks follow `fuel config`: `--value` only with `--key`; `--type null` takes no
 value; `--type int|str|bool` need one; `--type json|yaml` take it from `--value` or stdin; a
 whole resource comes from stdin in `--format json|yaml`, so `--value` and `--format` exclude
 each other. They live in `check_args`, a pure function, so they are tested without a server.
 
-Credentials: `--token`, else the bearer token of the kubeconfig (`--kubeconfig`, `$KUBECONFIG`),
-or `--user NAME` with the password from `$STEAD_CONFIG_PASSWORD` or a prompt. They are never
-printed, and never sent in clear text except to a loopback address.
+Start-up is kept short: this module imports only the standard library's light modules at the
+top; yaml, ssl, urllib.request, the schema reader (jsonschema) and rich are imported where they
+are needed, and the kubeconfig is read without the Kubernetes client library
+(`operators.config.kubeconfig`).
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
-import ipaddress
+import contextlib
 import json
 import os
-import ssl
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 from base64 import b64encode
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
-
-import yaml
+from typing import IO, TYPE_CHECKING, Any
 
 from operators.config.keys import KeyPathError, parse_key
-from operators.config.levels import LevelError, parse_levels
-from operators.config.schema import schema_at, value_from_text
+
+if TYPE_CHECKING:
+    import ssl
 
 PREFIX = "/api/v1/config"
 DEFAULT_SERVER = "https://127.0.0.1:8443"
@@ -55,35 +38,87 @@ TYPES = ("null", "int", "str", "json", "yaml", "bool")
 TRUE = ("true", "yes", "on", "1")
 FALSE = ("false", "no", "off", "0")
 
+HELP = """\
+Read and change configuration values: the values and overrides of a resource at each level of an
+environment's hierarchy, merged from the root down, every change kept as a version. `stead
+config` talks to the configuration API that the operator serves (`stead operator`, on
+https://127.0.0.1:8443 by default).
+
+  stead config get      --env E [--level role=R,node=N] --resource R [--key a.b] [--trace]
+  stead config set      --env E [--level ...] --resource R --key K --value V [--type T]
+  stead config set      --env E [--level ...] --resource R [--format yaml] < values.yaml
+  stead config override (as set, for the overrides, which win over the values of their level)
+  stead config delete   --env E [--level ...] --resource R [--key K] [--overrides]
+  stead config history  --env E [--level ...] --resource R [--overrides]
+  stead config revert   --env E [--level ...] --resource R --to-version N [--overrides]
+
+Levels: --level takes name=value pairs from the root down, comma-separated or repeated
+(--level role=controller,node=node-1.domain.tld). A node with one role may be named alone
+(--level node=node-1.domain.tld). Without --level, or with --level cluster, the environment's
+root.
+
+get prints the effective values, merged from the root down to the level (--no-effective: only
+what is stored at the level itself; --trace: which level gave each key). set --key K --value V
+stores V with the type the resource's schema declares at K (2 is a number where the schema
+says integer), else as text; --type chooses one. set prints what changed.
+
+Credentials, the first that is there: --token, $STEAD_CONFIG_TOKEN, --user NAME (HTTP Basic,
+the password from $STEAD_CONFIG_PASSWORD or a prompt), then the kubeconfig's user (--kubeconfig,
+$KUBECONFIG, ~/.kube/config, else the local control plane's in $STEAD_HOME): its token, token
+file or client certificate, as kubectl uses them. They are never printed, and never sent
+unencrypted except to a loopback address.
+
+Where: --server ($STEAD_CONFIG_URL, default https://127.0.0.1:8443); its CA --cacert
+($STEAD_CONFIG_CACERT, default the system's and the one `stead operator` writes in
+$STEAD_HOME/config-api/ca.crt); -n NAMESPACE (default the kubeconfig context's, else default).
+
+Exit status: 0 done, 1 the API refused or could not be reached (its reason is printed), 2 a
+command line that cannot work.
+"""
+
 
 class UsageError(Exception):
     """A command line the argument rules refuse."""
 
 
 class RequestFailed(Exception):
-    """The API answered with an error; `message` is its explanation."""
+    """The API answered with an error (status 0: it could not be reached); `message` is its
+    explanation, `not_found` what a 404 says is missing."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, not_found: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.not_found = not_found
 
 
 def add_config_commands(subparsers: Any) -> None:
     """Add `config` and its actions to the `stead` command's subparsers."""
-    config = subparsers.add_parser("config", help="read and change configuration values (ConfigDB)",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    config = subparsers.add_parser("config", help="read and change configuration values",
+                                   description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = config.add_subparsers(metavar="ACTION")
     specs = [
-        ("get", "print the effective values (or one key) of a resource"),
-        ("set", "replace the values of a resource, or set one key"),
-        ("override", "replace the overrides of a resource, or override one key"),
-        ("delete", "delete one key, or the whole values (or overrides) of a resource at a level"),
-        ("history", "list the kept versions of the values (or overrides) at a level"),
-        ("revert", "make an earlier version current again (recorded as a new version)"),
+        ("get", "print the effective values (or one key) of a resource",
+         "Print the values of a resource at a level: merged from the root down (the effective values), "
+         "or, with --no-effective, only what is stored at the level."),
+        ("set", "replace the values of a resource, or set one key",
+         "Set one key (--key K --value V), or replace all the values at the level with a JSON or YAML "
+         "document read from stdin. Prints what changed."),
+        ("override", "replace the overrides of a resource, or override one key",
+         "As set, for the overrides: at each level they are applied after the values, so they win over "
+         "them and over the levels above. Prints what changed."),
+        ("delete", "delete one key, or the whole values (or overrides) of a resource at a level",
+         "Delete one key (--key), or the values (--overrides: the overrides) stored at the level, with "
+         "their history."),
+        ("history", "list the kept versions of the values (or overrides) at a level",
+         "List the kept versions of the values (--overrides: the overrides) stored at the level; the "
+         "current one is marked with *."),
+        ("revert", "make an earlier version current again (recorded as a new version)",
+         "Put the data of a kept version back in force. The history keeps every version: the revert is "
+         "recorded as a new one."),
     ]
-    for name, help_ in specs:
-        action = actions.add_parser(name, help=help_)
+    for name, help_, description in specs:
+        action = actions.add_parser(name, help=help_, description=description)
         _common(action)
         if name in ("get", "set", "override", "delete"):
             action.add_argument("--key", help="dotted key path, e.g. nova.debug or servers.0.address")
@@ -116,14 +151,21 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="name=value, root first; comma-separated or repeated (node=node-1.domain.tld)")
     parser.add_argument("--resource", required=True, help="the resource (data source), e.g. astute")
     parser.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's, else default)")
-    parser.add_argument("--server", default=os.environ.get("STEAD_CONFIG_SERVER", DEFAULT_SERVER),
-                        help=f"the API's base URL (default $STEAD_CONFIG_SERVER or {DEFAULT_SERVER})")
+    parser.add_argument("--server", "--url", dest="server", default=_default_server(),
+                        help=f"the API's base URL (default $STEAD_CONFIG_URL, else {DEFAULT_SERVER})")
     parser.add_argument("--cacert", default=os.environ.get("STEAD_CONFIG_CACERT"),
-                        help="CA certificate of the server (default $STEAD_CONFIG_CACERT, else the system's)")
-    parser.add_argument("--insecure", action="store_true", help="do not verify the server's certificate")
-    parser.add_argument("--kubeconfig", type=Path, help="kubeconfig with a bearer token (default $KUBECONFIG)")
-    parser.add_argument("--token", help="bearer token (default: the kubeconfig's)")
+                        help="CA certificate of the API (default $STEAD_CONFIG_CACERT, else the system's CAs and "
+                        "$STEAD_HOME/config-api/ca.crt, which `stead operator` writes)")
+    parser.add_argument("--insecure", action="store_true", help="do not verify the API's certificate")
+    parser.add_argument("--kubeconfig", type=Path,
+                        help="kubeconfig whose user's credentials to use (default $KUBECONFIG, ~/.kube/config)")
+    parser.add_argument("--token", help="bearer token (default $STEAD_CONFIG_TOKEN, else the kubeconfig's)")
     parser.add_argument("--user", help="HTTP Basic user; the password comes from $STEAD_CONFIG_PASSWORD or a prompt")
+
+
+def _default_server() -> str:
+    """$STEAD_CONFIG_URL, else $STEAD_CONFIG_SERVER (its earlier name), else the local default."""
+    return os.environ.get("STEAD_CONFIG_URL") or os.environ.get("STEAD_CONFIG_SERVER") or DEFAULT_SERVER
 
 
 def _positive(text: str) -> int:
@@ -137,6 +179,8 @@ def _positive(text: str) -> int:
 
 def check_args(args: argparse.Namespace) -> list[str]:
     """Everything wrong with a command line beyond argparse's own checks: the argument rules."""
+    from operators.config.levels import LevelError
+
     problems: list[str] = []
     try:
         level_pairs(args.level)
@@ -181,6 +225,8 @@ def check_args(args: argparse.Namespace) -> list[str]:
 
 def level_pairs(levels: list[str]) -> list[tuple[str, str]]:
     """The `--level` options as ordered pairs; a bare `cluster` (Fuel's spelling) means the root."""
+    from operators.config.levels import parse_levels
+
     pairs: list[tuple[str, str]] = []
     for text in levels:
         if text.strip() == "cluster":
@@ -211,6 +257,8 @@ def typed_value(value: str | None, type_: str | None) -> Any:
 
 
 def parse_document(text: str, fmt: str, where: str) -> Any:
+    import yaml
+
     try:
         return json.loads(text) if fmt == "json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as error:
@@ -230,48 +278,173 @@ def values_url(args: argparse.Namespace, kind: str) -> str:
     return str(args.server).rstrip("/") + PREFIX + "/" + "/".join(parts)
 
 
-def _namespace(args: argparse.Namespace) -> str:
-    if args.namespace:
-        return str(args.namespace)
+def stead_home() -> Path:
+    """`$STEAD_HOME`, else `$XDG_DATA_HOME/stead` (`~/.local/share/stead`), as `stead run` has it."""
+    explicit = os.environ.get("STEAD_HOME")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share") / "stead"
+
+
+@dataclass
+class Credentials:
+    """What the CLI authenticates with: an `Authorization` header, or a client certificate and its
+    key (files, or the PEM itself). `source` says where they came from, for messages; never the secret."""
+
+    source: str
+    authorization: str | None = None
+    certificate: Path | bytes | None = None
+    key: Path | bytes | None = None
+
+
+@dataclass
+class Connection:
+    """Everything the requests of one command share: read once."""
+
+    namespace: str
+    credentials: Credentials
+    context: ssl.SSLContext | None = field(default=None, repr=False)
+
+
+def _kubeconfig(args: argparse.Namespace) -> tuple[Any, str]:
+    """The kubeconfig's current user (None when there is none), and what was looked at, for messages."""
+    from operators.config.kubeconfig import KubeconfigError, current_user, kubeconfig_paths
+
+    paths = kubeconfig_paths(args.kubeconfig)
+    looked = ", ".join(str(p) for p in paths)
     try:
-        from kubernetes import config as kconfig
+        user = current_user(paths)
+        if user is None and args.kubeconfig is None and not os.environ.get("KUBECONFIG"):
+            local = stead_home() / "kubeconfig"  # the local control plane's (`stead cluster kubeconfig`)
+            looked += f", {local}"
+            user = current_user([local])
+    except KubeconfigError as error:
+        return None, f"the kubeconfig ({error})"
+    if user is None:
+        return None, f"a kubeconfig (none at {looked})"
+    return user, user.describe()
 
-        path = args.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
-        _, active = kconfig.list_kube_config_contexts(config_file=str(path) if path else None)
-        namespace = (active or {}).get("context", {}).get("namespace")
-        return str(namespace) if namespace else "default"
-    except Exception:  # no kubeconfig at all is fine: the default namespace
-        return "default"
 
-
-def _authorization(args: argparse.Namespace) -> str:
+def credentials(args: argparse.Namespace, user: Any = None, looked: str = "a kubeconfig (not read)") -> Credentials:
+    """The first credentials there are, in this order: --token, $STEAD_CONFIG_TOKEN, --user (Basic),
+    the kubeconfig user's token, token file, client certificate; `UsageError` naming what was tried."""
     if args.token:
-        return f"Bearer {args.token}"
+        return Credentials("--token", f"Bearer {args.token}")
+    token = os.environ.get("STEAD_CONFIG_TOKEN", "").strip()
+    if token:
+        return Credentials("$STEAD_CONFIG_TOKEN", f"Bearer {token}")
     if args.user:
         password = os.environ.get("STEAD_CONFIG_PASSWORD")
         if password is None:
+            import getpass
+
             password = getpass.getpass(f"password for {args.user}: ")
-        return "Basic " + b64encode(f"{args.user}:{password}".encode()).decode()
-    from operators.runtime.kube.client import bearer_token, load_configuration
+        return Credentials(f"--user {args.user}", "Basic " + b64encode(f"{args.user}:{password}".encode()).decode())
+    tried = ["--token (not given)", "$STEAD_CONFIG_TOKEN (not set)", "--user (not given)"]
+    if user is None:
+        tried.append(looked)
+    else:
+        if user.token:
+            return Credentials(f"the token of {looked}", f"Bearer {user.token}")
+        if user.token_file is not None:
+            try:
+                from_file = user.token_file.read_text().strip()
+            except OSError as error:
+                tried.append(f"the token file of {looked} ({user.token_file}: {error.strerror})")
+            else:
+                if from_file:
+                    return Credentials(f"the token file of {looked}", f"Bearer {from_file}")
+                tried.append(f"the token file of {looked} ({user.token_file} is empty)")
+        if user.client_certificate is not None and user.client_key is not None:
+            return Credentials(f"the client certificate of {looked}", certificate=user.client_certificate,
+                               key=user.client_key)
+        if user.client_certificate is not None:
+            tried.append(f"the client certificate of {looked} (no client-key beside it)")
+        elif user.plugin is not None:
+            tried.append(f"{looked}, whose credentials come from an {user.plugin} plugin, which stead config "
+                         "does not run")
+        elif user.token_file is None:
+            tried.append(f"{looked} (no token, token file or client certificate)")
+    raise UsageError("no credentials: tried " + "; ".join(tried) + '. Pass --token (e.g. --token "$(kubectl '
+                     'create token NAME)"), set $STEAD_CONFIG_TOKEN, or use a kubeconfig with a token or a client '
+                     "certificate")
 
-    try:
-        token = bearer_token(load_configuration(args.kubeconfig))
-    except Exception as error:
-        raise UsageError(f"no credentials: pass --token or --user (kubeconfig: {type(error).__name__})") from None
-    if not token:
-        raise UsageError("no credentials: the kubeconfig has no bearer token; pass --token or --user")
-    return f"Bearer {token}"
+
+def _connection(args: argparse.Namespace) -> Connection:
+    """The namespace, credentials and TLS settings of this command (made on its first request)."""
+    made = getattr(args, "_connection", None)
+    if isinstance(made, Connection):
+        return made
+    user, looked = None, "a kubeconfig (not read)"
+    needs_user = not (args.namespace and (args.token or os.environ.get("STEAD_CONFIG_TOKEN", "").strip()
+                                          or args.user))
+    if needs_user:
+        user, looked = _kubeconfig(args)
+    namespace = str(args.namespace or (user.namespace if user is not None else None) or "default")
+    found = credentials(args, user, looked)
+    connection = Connection(namespace, found)
+    if str(args.server).startswith("https:"):
+        connection.context = _ssl_context(args, found)
+    args._connection = connection
+    return connection
 
 
-def _ssl_context(args: argparse.Namespace) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=args.cacert) if args.cacert else ssl.create_default_context()
+def _ssl_context(args: argparse.Namespace, found: Credentials) -> ssl.SSLContext:
+    """Trust --cacert alone, or else the system's CAs and the one `stead operator` writes; present the
+    client certificate, if that is what the credentials are."""
+    import ssl
+
+    if args.cacert:
+        context = ssl.create_default_context(cafile=args.cacert)
+    else:
+        context = ssl.create_default_context()
+        local = stead_home() / "config-api" / "ca.crt"
+        if local.is_file():
+            with contextlib.suppress(OSError):  # a stale or partial file: the system's CAs still apply
+                context.load_verify_locations(cafile=str(local))
     if args.insecure:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
+    if found.certificate is not None and found.key is not None:
+        _load_client_certificate(context, found)
     return context
 
 
+def _load_client_certificate(context: ssl.SSLContext, found: Credentials) -> None:
+    """Load the certificate and key into `context`. The ssl module reads them from files only: PEM
+    given inline is written to files of a private directory (0700, the files 0600), removed as
+    soon as it is loaded."""
+    import shutil
+    import ssl
+    import tempfile
+
+    assert found.certificate is not None and found.key is not None
+    private: str | None = None
+    try:
+        files: list[Path] = []
+        for index, part in enumerate((found.certificate, found.key)):
+            if isinstance(part, bytes):
+                private = private or tempfile.mkdtemp(prefix="stead-config-")  # mode 0700
+                path = Path(private) / ("client.crt", "client.key")[index]
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(part)
+                files.append(path)
+            else:
+                files.append(part)
+        context.load_cert_chain(files[0], files[1])
+    except (OSError, ssl.SSLError) as error:
+        raise UsageError(f"the client certificate of {found.source.removeprefix('the client certificate of ')} "
+                         f"cannot be loaded: {getattr(error, 'strerror', None) or error}") from None
+    finally:
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
+
+
 def _check_transport(url: str) -> None:
+    import ipaddress
+
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme == "https":
         return
@@ -288,31 +461,58 @@ NO_BODY = object()
 
 
 def call(args: argparse.Namespace, method: str, url: str, query: dict[str, str] | None = None,
-         body: Any = NO_BODY, expect_body: bool = True) -> Any:
-    """One API request; errors become `RequestFailed` with the server's message."""
+         body: Any = NO_BODY, expect_body: bool = True, answer: dict[str, str] | None = None) -> Any:
+    """One API request; errors become `RequestFailed` with the server's message. `answer`, when
+    given, receives the response's headers (names in lower case)."""
+    import urllib.error
+    import urllib.request
+
     _check_transport(url)
-    params = {"namespace": _namespace(args), **(query or {})}
+    connection = _connection(args)
+    params = {"namespace": connection.namespace, **(query or {})}
     full = url + "?" + "&".join(f"{k}={urllib.parse.quote(v, safe='')}" if v else k for k, v in params.items())
     data = None if body is NO_BODY else json.dumps(body).encode()  # JSON null is a body too
-    request = urllib.request.Request(full, data=data, method=method, headers={
-        "Authorization": _authorization(args), "Accept": "application/json",
-        **({"Content-Type": "application/json"} if data is not None else {}),
-    })
+    headers = {"Accept": "application/json", **({"Content-Type": "application/json"} if data is not None else {})}
+    if connection.credentials.authorization is not None:
+        headers["Authorization"] = connection.credentials.authorization
+    request = urllib.request.Request(full, data=data, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(request, context=_ssl_context(args), timeout=30) as response:
+        with urllib.request.urlopen(request, context=connection.context, timeout=30) as response:
             text = response.read().decode()
+            if answer is not None:
+                answer.update((name.lower(), value) for name, value in response.headers.items())
     except urllib.error.HTTPError as error:
         raw = error.read().decode(errors="replace")
         try:
-            message = str(json.loads(raw).get("message") or raw)
+            problem = json.loads(raw)
+            message, missing = str(problem.get("message") or raw), problem.get("notFound")
         except (ValueError, AttributeError):
-            message = raw[:300] or error.reason
-        raise RequestFailed(error.code, message) from None
+            message, missing = raw[:300] or error.reason, None
+        if error.code == 401 and connection.credentials.certificate is not None and "certificate" not in message:
+            message += (f" (sent {connection.credentials.source}: the API takes client certificates when "
+                        "`stead operator --config-api-client-ca` is auto or a CA bundle, and signed by that CA)")
+        raise RequestFailed(error.code, message, missing) from None
     except urllib.error.URLError as error:
-        raise RequestFailed(0, f"cannot reach {args.server}: {error.reason}") from None
+        raise RequestFailed(0, _unreachable(args, connection, error.reason)) from None
+    except OSError as error:  # TLS 1.3: a refused client certificate shows when the answer is read
+        raise RequestFailed(0, _unreachable(args, connection, error)) from None
     if not expect_body or not text:
         return None
     return json.loads(text)
+
+
+def _unreachable(args: argparse.Namespace, connection: Connection, reason: Any) -> str:
+    """Why a request got no answer, in the user's terms."""
+    text = str(getattr(reason, "reason", None) or reason)
+    if "CERTIFICATE_VERIFY_FAILED" in str(reason):
+        return (f"cannot verify the certificate of {args.server}: {getattr(reason, 'verify_message', text)}; "
+                "pass --cacert (`stead operator` writes its CA to $STEAD_HOME/config-api/ca.crt) or set "
+                "$STEAD_CONFIG_CACERT")
+    if "ALERT" in text.upper() and connection.credentials.certificate is not None:
+        alert = text.split("ALERT_", 1)[-1].split("]")[0].replace("_", " ").lower() if "ALERT_" in text else text
+        return (f"{args.server} refused {connection.credentials.source} (TLS alert: {alert}): the API trusts "
+                "another CA for client certificates; pass --token instead")
+    return f"cannot reach {args.server}: {text}"
 
 
 # --- commands -----------------------------------------------------------------------------
@@ -361,17 +561,27 @@ def _dispatch(args: argparse.Namespace, stdin: IO[str], stdout: IO[str]) -> None
             document = parse_document(_read_stdin(stdin), args.format or "json", "stdin")
             if not isinstance(document, dict):
                 raise UsageError("stdin: a resource's data is a mapping (a JSON object / YAML mapping)")
-            call(args, "PUT", url, body=document, expect_body=False)
+            change: Any = document
         else:
             if args.value is not None and args.type is None:
-                value = value_from_text(args.value, _schema_at_key(args))
+                from operators.config.schema.reading import value_from_text
+
+                change = value_from_text(args.value, _schema_at_key(args))
             elif args.value is not None or args.type == "null":
-                value = typed_value(args.value, args.type)
+                change = typed_value(args.value, args.type)
             else:
-                value = parse_document(_read_stdin(stdin), "json" if args.type == "json" else "yaml", "stdin")
-            call(args, "PUT", url, {"key": args.key}, body=value, expect_body=False)
+                change = parse_document(_read_stdin(stdin), "json" if args.type == "json" else "yaml", "stdin")
+        before, version = _stored(args, url)
+        answer: dict[str, str] = {}
+        if args.key is None:
+            after = call(args, "PUT", url, body=change, answer=answer)
+        else:
+            after = call(args, "PUT", url, {"key": args.key}, body=change, answer=answer)
+        _print_change(args, kind, before, after if isinstance(after, dict) else {}, version, answer, stdout)
     elif args.action == "delete":
         call(args, "DELETE", url, {"key": args.key} if args.key is not None else {}, expect_body=False)
+        what = f"key {args.key} of the {kind}" if args.key is not None else f"the {kind} and their history"
+        stdout.write(f"deleted {what} of {args.resource} at {_level_text(args)} in environment {args.env}\n")
     elif args.action == "history":
         result = call(args, "GET", url, {"history": ""})
         if args.format == "plain":
@@ -381,7 +591,10 @@ def _dispatch(args: argparse.Namespace, stdin: IO[str], stdout: IO[str]) -> None
         else:
             _print(result, args.format or "json", stdout)
     elif args.action == "revert":
-        call(args, "POST", url, {"revert": str(args.to_version)}, expect_body=False)
+        answer = {}
+        call(args, "POST", url, {"revert": str(args.to_version)}, expect_body=False, answer=answer)
+        stdout.write(f"the {kind} of {args.resource} at {_level_text(args)} in environment {args.env} are version "
+                     f"{args.to_version}'s again (ETag {answer.get('etag', '?')}; recorded as a new version)\n")
 
 
 def _schema_at_key(args: argparse.Namespace) -> Any:
@@ -394,10 +607,106 @@ def _schema_at_key(args: argparse.Namespace) -> Any:
             view = call(args, "GET", f"{base}/components/{urllib.parse.quote(str(component), safe='')}")
             definition = (view.get("resource_definitions") or {}).get(args.resource)
             if definition is not None:
+                from operators.config.schema.reading import schema_at
+
                 return schema_at(definition.get("schema"), parse_key(args.key))
     except (RequestFailed, KeyPathError, AttributeError):
         return None
     return None
+
+
+def _stored(args: argparse.Namespace, url: str) -> tuple[dict[str, Any], int | None]:
+    """What is stored at the level now, and its version (({}, None) when nothing is)."""
+    answer: dict[str, str] = {}
+    try:
+        data = call(args, "GET", url, answer=answer)
+    except RequestFailed as error:
+        if error.status == 404 and error.not_found == "values":
+            return {}, None
+        raise
+    version = answer.get("x-stead-version", "")
+    return (data if isinstance(data, dict) else {}), (int(version) if version.isdigit() else None)
+
+
+UNSET = object()
+
+
+def _leaves(data: Any, prefix: str = "") -> dict[str, Any]:
+    """The values of a document by dotted key (mappings walked into; lists and scalars are leaves)."""
+    if isinstance(data, dict) and data:
+        found: dict[str, Any] = {}
+        for key, value in data.items():
+            found.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+        return found
+    return {prefix: data} if prefix else {}
+
+
+def _shown(value: Any) -> str:
+    return "(unset)" if value is UNSET else json.dumps(value, ensure_ascii=False)
+
+
+def _level_text(args: argparse.Namespace) -> str:
+    pairs = level_pairs(args.level)
+    return ",".join(f"{name}={value}" for name, value in pairs) if pairs else "the root"
+
+
+def _print_change(args: argparse.Namespace, kind: str, before: dict[str, Any], after: dict[str, Any],
+                  version: int | None, answer: dict[str, str], stdout: IO[str]) -> None:
+    """What a set changed (each key: old -> new), where, and the version it became."""
+    old, new = _leaves(before), _leaves(after)
+    if args.key is not None:  # the key itself, even when it holds a mapping
+        try:
+            from operators.config.keys import get_key
+
+            old_value: Any = get_key(before, args.key)
+        except KeyPathError:
+            old_value = UNSET
+        try:
+            new_value: Any = get_key(after, args.key)
+        except KeyPathError:
+            new_value = UNSET
+        changes = [] if old_value == new_value and type(old_value) is type(new_value) else [
+            (args.key, old_value, new_value)]
+    else:
+        changes = [(key, old.get(key, UNSET), new.get(key, UNSET)) for key in dict.fromkeys([*old, *new])
+                   if old.get(key, UNSET) != new.get(key, UNSET)]
+    where = f"{kind} of {args.resource} at {_level_text(args)} in environment {args.env}"
+    if not changes:
+        stdout.write(f"unchanged: the {where} already held that (version {version or '-'})\n")
+        return
+    for key, was, now in changes[:50]:
+        stdout.write(f"{key}: {_shown(was)} -> {_shown(now)}\n")
+    if len(changes) > 50:
+        stdout.write(f"... and {len(changes) - 50} more keys\n")
+    recorded = _recorded_version(args, answer.get("etag", ""), version)
+    stored = answer.get("x-stead-object", "?")
+    if recorded is not None:
+        stdout.write(f"the {where}: version {recorded} (ConfigValues {stored}, ETag {answer.get('etag', '?')})\n")
+    else:
+        stdout.write(f"the {where}: ConfigValues {stored}, ETag {answer.get('etag', '?')}; the operator has not "
+                     "recorded the new version yet (stead config history shows it once it has)\n")
+
+
+def _recorded_version(args: argparse.Namespace, etag: str, previous: int | None, within: float = 3.0
+                      ) -> int | None:
+    """The version the operator recorded for the write with `etag` (it does so within moments of
+    the write): polled for `within` seconds, None when not recorded by then."""
+    import time
+
+    url = values_url(args, "overrides" if args.action == "override" else "values")
+    deadline = time.monotonic() + within
+    while True:
+        answer: dict[str, str] = {}
+        try:
+            call(args, "GET", url, answer=answer)
+        except RequestFailed:
+            return None
+        version = answer.get("x-stead-version", "")
+        if answer.get("etag") == etag and version.isdigit() and (previous is None or int(version) > previous):
+            return int(version)
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)  # a poll with a deadline: the operator records versions asynchronously
 
 
 def _read_stdin(stdin: IO[str]) -> str:
@@ -427,6 +736,8 @@ def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], stdout: IO[
 
 def _print(value: Any, fmt: str, stdout: IO[str]) -> None:
     if fmt == "yaml":
+        import yaml
+
         stdout.write(yaml.safe_dump(value, sort_keys=False, default_flow_style=False, allow_unicode=True))
     else:
         stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")

@@ -23,8 +23,10 @@ several roles needs its role named; a role the node does not have is an error
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from operators.environment.models import EnvironmentSpec, Node
+if TYPE_CHECKING:  # annotations only: `stead config` parses levels without importing the models
+    from operators.environment.models import EnvironmentSpec, Node
 
 Point = tuple[tuple[str, str], ...]
 NODE_LEVEL = "node"

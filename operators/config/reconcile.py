@@ -79,6 +79,11 @@ async def load_context(kube: Requester, namespace: str, environment: str, name: 
     return ValuesContext(environment=env, components=components, others=others, name=name)
 
 
+def missing_environment(name: str) -> PermanentError:
+    return PermanentError("EnvironmentNotFound", f'spec.environment: no Environment "{name}" in this namespace '
+                          "(checked again when it appears)")
+
+
 async def validate_values(ctx: StepContext) -> Mapping[str, Any]:
     """Init -> Validated."""
     model, problems = parse_values_spec(ctx.obj.spec)
@@ -86,12 +91,13 @@ async def validate_values(ctx: StepContext) -> Mapping[str, Any]:
         raise PermanentError("InvalidSpec", "; ".join(problems))
     context = await load_context(_kube(ctx), ctx.obj.namespace, model.environment, ctx.obj.name)
     env = context.environment
-    if env is None:
-        raise TemporaryError("EnvironmentNotFound", f'Environment "{model.environment}" not found', delay=10)
+    if env is None:  # Stalled, not polled: it is checked again when the Environment appears (DEPENDS_ON)
+        raise missing_environment(model.environment)
     missing = [name for name in env.components if name not in context.components]
     problems = values_problems(ctx.obj.spec, context)
     if problems and missing and any(p.startswith("spec.resource:") for p in problems):
-        raise TemporaryError("ComponentNotFound", f"ConfigComponent not found: {', '.join(missing)}", delay=10)
+        raise PermanentError("ComponentNotFound", f"spec.resource: no ConfigComponent {', '.join(missing)} in this "
+                             "namespace (checked again when it appears)")
     if problems:
         raise PermanentError("InvalidSpec", "; ".join(problems))
     return {"point": format_point(values_point(model, env))}
@@ -164,7 +170,7 @@ async def publish(ctx: StepContext) -> Mapping[str, Any]:
     spec = ConfigValuesSpec.model_validate(dict(ctx.obj.spec))
     snapshot = await KubeConfigRepository(kube).snapshot(ctx.obj.namespace, spec.environment)
     if snapshot is None:
-        raise TemporaryError("EnvironmentNotFound", f'Environment "{spec.environment}" not found', delay=10)
+        raise missing_environment(spec.environment)
     try:
         mine = values_point(spec, snapshot.environment)
     except LevelError as error:

@@ -4,6 +4,13 @@ Certificates come from a mounted directory (`tls.crt`/`tls.key`, from the Helm c
 cert-manager) or, on a developer's machine, are made at start-up by a CA whose certificate is
 written next to the store so that `stead config` can trust it (`$STEAD_HOME/config-api/ca.crt`).
 
+Client certificates (`client_ca`): `auto` trusts the CA that the cluster's API server trusts for
+its own clients, as aggregated API servers do: `client-ca-file` of the ConfigMap
+`kube-system/extension-apiserver-authentication`, which kube-apiserver publishes (none there, or
+not readable: certificates are not asked for); a path trusts the CA bundle in that file; `off`
+asks for none. With a CA, TLS is terminated by the relay of `operators.runtime.serving.relay`,
+and the bundle is read again every `cert_reload_seconds` (a renewed CA applies to new connections).
+
 Reads are served from a watch-fed cache (`operators.config.cache`), writes go to the API
 server. The watches use the same credentials as the operator: `kubeconfig`, else what
 `load_access` finds (`$KUBECONFIG`, which `stead run --kubeconfig` sets, or in-cluster).
@@ -23,6 +30,7 @@ from operators.config.api import ConfigApi
 from operators.config.auth import (
     Authenticator,
     BasicAuthenticator,
+    CertificateAuthenticator,
     ChainAuthenticator,
     TokenReviewAuthenticator,
     secret_loader,
@@ -30,10 +38,11 @@ from operators.config.auth import (
 from operators.config.cache import cached_repository
 from operators.config.repository import ConfigRepository, KubeConfigRepository
 from operators.runtime.engine.services import Services
-from operators.runtime.kube.client import KubeClient, load_access
+from operators.runtime.kube.client import ApiError, KubeClient, Requester, core_path, load_access
 from operators.runtime.serving.certs import make_ca, make_leaf
 from operators.runtime.serving.http import HttpServer
 from operators.runtime.serving.metrics import RequestObserver
+from operators.runtime.serving.relay import ClientCa
 from operators.runtime.serving.tls import on_renewal, write_private
 from operators.runtime.serving.workers import WorkerPool
 
@@ -62,7 +71,8 @@ class ConfigApiServer:
     cache: bool = True  # False: every read goes to the API server (three requests per lookup)
     kubeconfig: Path | None = None
     workers: int = 0
-    cert_reload_seconds: float = 30.0  # how often mounted certificates are checked for a renewal
+    cert_reload_seconds: float = 30.0  # how often mounted certificates and the client CA are checked for a renewal
+    client_ca: str = "off"  # auto: the cluster's client CA; off; or the path of a CA bundle (see the module)
     _stack: contextlib.AsyncExitStack | None = field(default=None, init=False, repr=False)
 
     def _tls_files(self) -> tuple[Path, Path]:
@@ -97,19 +107,47 @@ class ConfigApiServer:
         process of its own, whose requests the operator's `/metrics` cannot count, so workers serve
         unobserved."""
         cert, key = self._tls_files()
-        authenticators: list[Authenticator] = [TokenReviewAuthenticator(kube)]
+        tokens = TokenReviewAuthenticator(kube)
+        authenticators: list[Authenticator] = [tokens]
         if self.basic_secret is not None:
             authenticators.append(BasicAuthenticator(secret_loader(kube, *self.basic_secret)))
+        bundle = await read_client_ca(kube, self.client_ca)
+        try:
+            client_ca = ClientCa(bundle) if bundle is not None else None
+        except ValueError as error:
+            raise ValueError(f"the client CA ({self.client_ca}) holds no readable certificate: {error}") from None
+        if client_ca is not None:
+            authenticators.append(CertificateAuthenticator(tokens))
         repository: ConfigRepository = KubeConfigRepository(kube)
         if self.cache:
             repository = await stack.enter_async_context(cached_repository(kube, load_access(self.kubeconfig)))
         api = ConfigApi(repository, ChainAuthenticator(*authenticators), self.default_namespace)
         server = HttpServer(api, errors=api.problem, observe=observe)
-        await server.start(self.listen, self.port, (cert, key))
+        await server.start(self.listen, self.port, (cert, key), client_ca=client_ca)
         stack.push_async_callback(server.stop)
         if self.mounted:  # cert-manager renews them in place: serve the renewal without a restart
             reloader = asyncio.create_task(on_renewal(cert, key, server.reload, self.cert_reload_seconds, "config API"))
             stack.push_async_callback(_cancel, reloader)
+        if client_ca is not None:
+            log.info("config API: client certificates of %s accepted (%s)", _describe_ca(client_ca),
+                     "the cluster's client CA" if self.client_ca == "auto" else self.client_ca)
+            watcher = asyncio.create_task(self._follow_client_ca(kube, server, client_ca))
+            stack.push_async_callback(_cancel, watcher)
+
+    async def _follow_client_ca(self, kube: Requester, server: HttpServer, current: ClientCa) -> None:
+        """Trust a renewed client CA bundle for the connections to come (checked every `cert_reload_seconds`)."""
+        while True:
+            await asyncio.sleep(self.cert_reload_seconds)  # a poll interval, not a synchronisation
+            try:
+                bundle = await read_client_ca(kube, self.client_ca)
+                if bundle is None or bundle == current.pem:
+                    continue
+                current = ClientCa(bundle)
+            except (OSError, ValueError, ApiError) as error:
+                log.warning("config API: client CA not reloaded (keeping the previous one): %s", error)
+                continue
+            server.trust(current)
+            log.info("config API: client CA reloaded: %s", _describe_ca(current))
 
     def worker_argument(self) -> str:
         """What a worker process needs to serve as this server does (paths and names, no secret)."""
@@ -117,7 +155,7 @@ class ConfigApiServer:
             "listen": self.listen, "port": self.port, "tls_dir": str(self.tls_dir),
             "basic_secret": self.basic_secret, "default_namespace": self.default_namespace, "name": self.name,
             "cache": self.cache, "kubeconfig": None if self.kubeconfig is None else str(self.kubeconfig),
-            "log_level": logging.getLogger().getEffectiveLevel(),
+            "log_level": logging.getLogger().getEffectiveLevel(), "client_ca": self.client_ca,
         })
 
     @classmethod
@@ -130,13 +168,49 @@ class ConfigApiServer:
             listen=given["listen"], port=given["port"], tls_dir=Path(given["tls_dir"]), mounted=True,
             basic_secret=None if secret is None else (secret[0], secret[1]),
             default_namespace=given["default_namespace"], name=given["name"], cache=given["cache"],
-            kubeconfig=None if given["kubeconfig"] is None else Path(given["kubeconfig"]))
+            kubeconfig=None if given["kubeconfig"] is None else Path(given["kubeconfig"]),
+            client_ca=given.get("client_ca", "off"))
         return server, int(given["log_level"])
 
     async def stop(self) -> None:
         if self._stack is not None:
             await self._stack.aclose()
             self._stack = None
+
+
+CLIENT_CA_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
+"""Where kube-apiserver publishes the CA of its clients' certificates (key `client-ca-file`)."""
+
+
+async def read_client_ca(kube: Requester, setting: str) -> bytes | None:
+    """The client CA bundle `setting` names (`auto`, `off` or a path; see the module), None for none.
+
+    `auto` without the ConfigMap, its key, or the permission to read it is None (logged): the API
+    then takes tokens and Basic only. A path that cannot be read is an error (OSError).
+    """
+    if setting == "off":
+        return None
+    if setting != "auto":
+        return await asyncio.to_thread(Path(setting).read_bytes)
+    namespace, name = CLIENT_CA_CONFIGMAP
+    try:
+        configmap = await kube.request("GET", core_path("configmaps", namespace, name))
+    except ApiError as error:
+        if error.status in (403, 404):
+            log.info("config API: no client certificates (ConfigMap %s/%s: %s %s)", namespace, name,
+                     error.status, error.message)
+            return None
+        raise
+    bundle = (configmap.get("data") or {}).get("client-ca-file")
+    if not bundle:
+        log.info("config API: no client certificates (ConfigMap %s/%s has no client-ca-file)", namespace, name)
+        return None
+    return str(bundle).encode()
+
+
+def _describe_ca(client_ca: ClientCa) -> str:
+    names = [c.subject.rfc4514_string() for c in client_ca.certificates]
+    return f"CA {', '.join(names)}" if len(names) == 1 else f"{len(names)} CAs ({'; '.join(names)})"
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

@@ -236,7 +236,7 @@ def test_rendered_chart_is_least_privilege_and_serves_every_crd(
     # the config API's writes.
     assert {g for g in granted if g[0] in groups} == _expected_kind_grants(crds, config_api=True)
     finalized = {crd["spec"]["names"]["plural"] for crd in crds if _finalizes(crd)}
-    assert finalized == {"apps", "blueprints"}
+    assert finalized == {"apps", "blueprints", "serviceinstances"}
     assert {g[1] for g in granted if g[0] in groups and g[2] == "patch"} == (
         finalized | {f"{crd['spec']['names']['plural']}/status" for crd in crds})
     # Script Jobs (actions.jobs.enabled by default): tokens of the namespaces' service account, by name.
@@ -445,6 +445,19 @@ def test_config_api_args_ports_service_and_rbac(helm: Helm) -> None:
 
 
 @pytest.mark.e2e
+def test_config_api_client_certificates_are_opt_in_with_the_role_to_read_the_client_ca(helm: Helm) -> None:
+    default = _objects(_template(helm))
+    assert "--config-api-client-ca=off" in _operator(default)["args"]  # the relay halves the API's throughput
+    assert not [o for o in default if o["kind"] == "RoleBinding" and o["metadata"]["namespace"] == "kube-system"]
+    objects = _objects(_template(helm, "--set", "configApi.clientCertificates=true"))
+    assert "--config-api-client-ca=auto" in _operator(objects)["args"]
+    binding = _named(objects, "RoleBinding", f"{RELEASE}-client-ca-reader")
+    assert binding["metadata"]["namespace"] == "kube-system"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": "extension-apiserver-authentication-reader"}
+
+
+@pytest.mark.e2e
 @pytest.mark.parametrize("values", [[], CERT_MANAGER], ids=["generated", "cert-manager"])
 def test_config_api_disabled_renders_none_of_it(helm: Helm, values: list[str]) -> None:
     objects = _objects(_template(helm, *CONFIG_API_OFF, *BASIC, *values))
@@ -525,7 +538,7 @@ def test_finalizer_and_actionrun_rbac_follow_the_crd_files(helm: Helm, tmp_path:
     granted = _grants(role)
     assert {g for g in granted if g[0] == "stead.dev"} == _expected_kind_grants(crds, config_api=True)
     assert {g[1] for g in granted if g[2] == "patch" and g[0] == "stead.dev" and "/" not in g[1]} == {
-        "blueprints", "environments"}
+        "blueprints", "environments", "serviceinstances"}
     assert not {g for g in granted if g[1].startswith("actionruns")}
     assert not _token_rules(role)
     assert "--exec-in-jobs" in _operator(objects)["args"]

@@ -3,7 +3,8 @@
 Everything goes the ways a user goes: the examples are applied with kubectl and waited for with
 `kubectl wait`; `stead config` runs as a subprocess; the HTTP API is the one `stead run` serves
 over HTTPS (its CA in `$STEAD_HOME/config-api/ca.crt`), with tokens of ServiceAccounts that a
-Role grants the stead.dev resources (`kubectl create token`). Versions are recorded, published
+Role grants the stead.dev resources (`kubectl create token`), and with client certificates of the
+cluster's client CA (the admin's kubeconfig, as kubectl uses it). Versions are recorded, published
 ConfigMaps written and ConfigValues validated by the operator's reconcilers, never by the test.
 """
 
@@ -29,6 +30,8 @@ from typing import Any
 import pytest
 import yaml
 
+from operators.cluster import ClusterInfo
+from operators.runtime.serving.certs import KeyPair, make_ca, make_leaf
 from tests.e2e.conftest import ROOT, STEAD, Kubectl, OperatorProcess, free_port
 from tests.polling import wait_until
 
@@ -49,8 +52,11 @@ class Store:
     reader: str
 
     def http(self, method: str, path: str, token: str | None = None, body: Any = None,
-             headers: dict[str, str] | None = None) -> tuple[int, Any, Message]:
+             headers: dict[str, str] | None = None, cert: tuple[Path, Path] | None = None
+             ) -> tuple[int, Any, Message]:
         context = ssl.create_default_context(cafile=str(self.cacert))  # read now: a restart makes a new CA
+        if cert is not None:
+            context.load_cert_chain(*cert)
         data = None if body is None else json.dumps(body).encode()
         hdrs = {"Content-Type": "application/json", **(headers or {})}
         if token is not None:
@@ -238,8 +244,10 @@ def test_a_gitops_change_shows_in_the_api(store: Store, kubectl: Kubectl) -> Non
     ("/environments/env-1/resources/globals/values?version=1", "version",
      "no values were ever stored there"),
     ("/environments/env-1/racks/r1/resources/astute/values", "level", 'environment "env-1" has no level "racks"'),
-    ("/environments/env-1/roles/cinder/resources/astute/values", "values",
-     'no values of resource "astute" at role=cinder'),
+    ("/environments/env-1/roles/compute/resources/globals/values", "values",
+     'no values of resource "globals" at role=compute'),
+    ("/environments/env-1/roles/controler/resources/astute/values?effective", "role",  # a typo: not the root's
+     'environment "env-1" has no node with role "controler" (roles: compute, controller)'),
     ("/environments/env-1/resources/astute/values?key=nova.nope", "key", '"nope"'),
     ("/components/nope", "component", 'component "nope" not found'),
     ("/nothing/here", "route", "no such route"),
@@ -247,6 +255,68 @@ def test_a_gitops_change_shows_in_the_api(store: Store, kubectl: Kubectl) -> Non
 def test_every_404_names_what_was_not_found(store: Store, path: str, what: str, text: str) -> None:
     status, body, _ = store.http("GET", P + path, token=store.reader)
     assert status == 404 and body["notFound"] == what and text in body["message"], body
+
+
+def test_a_mistyped_role_in_the_cli_is_an_error_naming_the_roles(store: Store) -> None:
+    result = store.cli("get", "--env", "env-1", "--level", "role=controler", "--resource", "astute")
+    assert result.returncode == 1 and result.stdout == ""
+    assert 'no node with role "controler" (roles: compute, controller)' in result.stderr
+
+
+def test_the_apis_root_lists_its_routes(store: Store) -> None:
+    for path in ("/", "/api/v1", P):
+        status, body, _ = store.http("GET", path, token=store.reader)
+        assert status == 200 and {"method": "GET", "path": P + "/environments", "does": "list the environments"
+                                  } in body["routes"], body
+
+
+def client_certificate(cluster: ClusterInfo, directory: Path, user: str, groups: tuple[str, ...] = ()
+                       ) -> tuple[Path, Path]:
+    """A certificate of the cluster's client CA (the local control plane's, in its home)."""
+    ca = KeyPair((cluster.home / "pki" / "client-ca.crt").read_bytes(), (cluster.home / "pki" / "client-ca.key"
+                                                                        ).read_bytes())
+    leaf = make_leaf(ca, user, organizations=groups, server=False, client=True)
+    cert, key = directory / f"{user}.crt", directory / f"{user}.key"
+    cert.write_bytes(leaf.cert_pem)
+    key.write_bytes(leaf.key_pem)
+    key.chmod(0o600)
+    return cert, key
+
+
+def test_the_local_kubeconfigs_client_certificate_reads_without_any_rbac_setup(
+        store: Store, operator: OperatorProcess, tmp_path: Path) -> None:
+    """The newcomer's path: `make run`'s kubeconfig (the admin's client certificate, O=system:masters)
+    and `stead config get`; no ServiceAccount, no ClusterRole, no binding, no token."""
+    env = {k: v for k, v in os.environ.items() if k not in ("STEAD_CONFIG_TOKEN", "STEAD_CONFIG_SERVER")}
+    env.update(KUBECONFIG=str(operator.cluster.kubeconfig), STEAD_CONFIG_URL=store.url,
+               STEAD_CONFIG_CACERT=str(store.cacert))
+    result = subprocess.run([str(STEAD), "config", "get", "-n", store.namespace, *NODE1, "--key",
+                             "nova.cpu_allocation_ratio"], capture_output=True, text=True, timeout=60, env=env)
+    assert (result.returncode, result.stderr) == (0, "") and json.loads(result.stdout) == {
+        "nova.cpu_allocation_ratio": 1.5}
+    # a user of the same CA whom RBAC grants nothing: authenticated, then forbidden
+    nobody = client_certificate(operator.cluster, tmp_path, f"nobody-{uuid.uuid4().hex[:6]}")
+    status, body, _ = store.http("GET", f"{P}/environments/env-1", cert=nobody)
+    assert status == 403 and f'user "{nobody[0].stem}" may not get environments' in body["message"], body
+    # ... and the same through the CLI, from a kubeconfig holding that certificate inline
+    config = tmp_path / "nobody.kubeconfig"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "nobody"}}],
+        "clusters": [{"name": "c", "cluster": {"server": operator.cluster.server}}],
+        "users": [{"name": "nobody", "user": {
+            "client-certificate-data": base64.b64encode(nobody[0].read_bytes()).decode(),
+            "client-key-data": base64.b64encode(nobody[1].read_bytes()).decode()}}]}))
+    result = subprocess.run([str(STEAD), "config", "get", "-n", store.namespace, *NODE1],
+                            capture_output=True, text=True, timeout=60, env={**env, "KUBECONFIG": str(config)})
+    assert result.returncode == 1 and "may not get configvalues" in result.stderr, result.stderr
+    # a certificate of another CA never gets as far as a request
+    stranger = make_leaf(make_ca("another-cluster"), "system:admin", organizations=("system:masters",),
+                         server=False, client=True)
+    (tmp_path / "stranger.crt").write_bytes(stranger.cert_pem)
+    (tmp_path / "stranger.key").write_bytes(stranger.key_pem)
+    with pytest.raises((ssl.SSLError, ConnectionError, urllib.error.URLError)):
+        store.http("GET", f"{P}/environments/env-1", cert=(tmp_path / "stranger.crt", tmp_path / "stranger.key"))
 
 
 def test_401_without_credentials_403_without_permission(store: Store) -> None:
@@ -438,6 +508,18 @@ def test_basic_credentials_from_a_secret(workers_operator: WorkersOperator) -> N
     wrong = "Basic " + base64.b64encode(b"hiera:wrong").decode()
     assert basic.http("GET", f"{P}/environments", headers={"Authorization": wrong})[0] == 401
     assert basic.http("GET", f"{P}/environments", token=basic.reader)[0] == 200  # tokens still work
+
+
+def test_client_certificates_in_worker_processes(workers_operator: WorkersOperator, operator: OperatorProcess,
+                                                 tmp_path: Path) -> None:
+    """Each worker terminates TLS itself (the relay of its process): a certificate is the user there too."""
+    admin = client_certificate(operator.cluster, tmp_path, "worker-admin", ("system:masters",))
+    nobody = client_certificate(operator.cluster, tmp_path, "worker-nobody")
+    api = workers_operator.api
+    for _ in range(4):  # a connection each: the kernel spreads them over both workers
+        assert api.http("GET", f"{P}/environments/env-1", cert=admin)[0] == 200
+        assert api.http("GET", f"{P}/environments/env-1", cert=nobody)[0] == 403
+    assert api.http("GET", f"{P}/environments", token=api.reader)[0] == 200  # tokens through the relay
 
 
 def test_api_workers_write_through_survive_a_crash_and_stop_with_the_operator(

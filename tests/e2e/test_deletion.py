@@ -35,10 +35,29 @@ def test_a_deleted_namespace_leaves_no_retry_behind(operator: OperatorProcess, k
             "-f", str(EXAMPLES / "config-component.yaml"))
     for i in (1, 2, 3):  # Ready ones, re-checked while the namespace goes (its Environment goes first or not)
         kubectl("apply", "-n", namespace, "-f", "-", input=values(f"ready-{i}", "env-1", f"node-{i}"))
-    for i in range(6):  # waiting for an Environment that never comes: retrying when the namespace goes
+    for i in range(6):  # waiting for an Environment that never comes
         kubectl("apply", "-n", namespace, "-f", "-", input=values(f"orphan-{i}", "c8-env", f"node-{i}"))
     kubectl("wait", "-n", namespace, "--timeout=60s", "--for=condition=Ready", "cv/ready-1", "cv/ready-2", "cv/ready-3")
-    wait_until(lambda: pending() >= baseline + 6, 30, "the orphans' retries to be scheduled")
 
     kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=120s")
     wait_until(lambda: pending() <= baseline, 30, "no retry left for the deleted namespace's objects")
+
+
+def test_config_values_wait_for_their_environment_stalled_not_polled(operator: OperatorProcess, kubectl: Kubectl,
+                                                                    namespace: str) -> None:
+    """Before: retried every 10 s for ever ("Environment "c8-env" not found (retry 37 in 10.0s)")."""
+    def pending() -> float:
+        return operator.metric("stead_reconcile_retries_pending", kind="ConfigValues")
+
+    baseline = pending()
+    kubectl("apply", "-n", namespace, "-f", "-", input=values("early", "env-1", "node-1"))
+    kubectl("wait", "-n", namespace, "--timeout=30s", "--for=condition=Stalled", "cv/early")
+    status = json.loads(kubectl("get", "cv", "early", "-n", namespace, "-o", "json").stdout)["status"]
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    assert stalled["reason"] == "EnvironmentNotFound"
+    assert stalled["message"] == 'spec.environment: no Environment "env-1" in this namespace (checked again when it ' \
+                                 "appears)"
+    assert pending() <= baseline  # nothing on a timer
+    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "config-environment.yaml"),
+            "-f", str(EXAMPLES / "config-component.yaml"))
+    kubectl("wait", "-n", namespace, "--timeout=60s", "--for=condition=Ready", "cv/early")

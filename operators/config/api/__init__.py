@@ -11,6 +11,7 @@
     GET|PUT|DELETE|POST  /environments/<env>[/<level>/<value>...]/resources/<resource>/values
                                                   (and .../overrides; .../override too)
     GET  /openapi.json
+    GET  / (also /api/v1, /api/v1/config)   the routes, one per line (`openapi.ROUTES`)
 
 Levels in the path name the environment's hierarchy levels root first; the plural
 `nodes/<fqdn>` is accepted for a level `node` (any level's plural with an `s`). A node is
@@ -32,12 +33,15 @@ written by FQDN or name; its role level may be left out when it has one role
   retry their read-modify-write so concurrent key updates are not lost.
 
 Errors are JSON `{"code", "error", "message"}`, plus `"notFound": "<what>"` on 404s:
-environment, level, node (not found at all, or not assigned to this environment), resource
-(not defined by an enabled component), version, values, key.
+environment, level, role (no node of the environment has it, and no values are stored at it),
+node (not found at all, or not assigned to this environment), resource (not defined by an
+enabled component), version, values, key.
 
 Authentication comes first, for every route: without valid credentials the answer is 401
 with the same body whatever the path, so an anonymous client learns nothing (not even whether
-an environment exists). An authenticated caller lacking RBAC permission gets 403.
+an environment exists). A verified client certificate (`Request.certificate`) is the identity
+when there is one; a refused one is 401 with the reason. An authenticated caller lacking RBAC
+permission gets 403.
 
 The package: `calls` (what a handler works with: the call, values paths, errors as answers),
 `handlers` (`ConfigApi`: authentication, routing, handlers), `openapi` (the served document).

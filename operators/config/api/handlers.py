@@ -34,12 +34,20 @@ from operators.config.api.calls import (
     bad_request,
     not_found,
 )
-from operators.config.api.openapi import OPENAPI
-from operators.config.auth import Access, Authenticator, AuthUnavailable, TooManyAttempts
+from operators.config.api.openapi import OPENAPI, route_list
+from operators.config.auth import (
+    Access,
+    Authenticator,
+    AuthUnavailable,
+    Identity,
+    TooManyAttempts,
+    certificate_identity,
+)
 from operators.config.history import Version
 from operators.config.keys import KeyPathError, delete_key, get_key, parse_key, set_key
 from operators.config.levels import (
     NODE_LEVEL,
+    ROLE_LEVEL,
     LevelError,
     Point,
     canonical_point,
@@ -113,6 +121,7 @@ class ConfigApi:
         self.default_namespace = default_namespace
         self._derived: weakref.WeakKeyDictionary[Snapshot, _Derived] = weakref.WeakKeyDictionary()
         self._table = self._routes()
+        self._index = route_list()
 
     def _derived_from(self, snapshot: Snapshot) -> _Derived:
         derived = self._derived.get(snapshot)
@@ -143,6 +152,7 @@ class ConfigApi:
             (rf"{PREFIX}/components/{name}", {"GET": self.get_component}),
             (rf"{PREFIX}/components", {"GET": self.list_components, "POST": self.create_component}),
             (rf"{PREFIX}/openapi\.json", {"GET": self.openapi}),
+            (rf"(?:/|/api/v1/?|{PREFIX}/?)", {"GET": self.index}),
         ]
         return [(re.compile(pattern + "$"), {**methods, "HEAD": methods["GET"]}) for pattern, methods in table]
 
@@ -157,13 +167,25 @@ class ConfigApi:
         not_found("route", f"no such route: {request.method} {request.path}")
 
     async def __call__(self, request: Request) -> Response:
-        """Authenticate every request before routing can tell anything, then map errors to JSON."""
-        try:
-            identity = await self.authenticator.authenticate(request.headers.get("authorization", ""), request.peer)
-        except AuthUnavailable:
-            return ApiProblem(503, "ServiceUnavailable", "credentials cannot be checked now; retry").response()
-        except TooManyAttempts as error:
-            return ApiProblem(429, "TooManyRequests", str(error)).response({"Retry-After": "1"})
+        """Authenticate every request before routing can tell anything, then map errors to JSON.
+
+        A client certificate comes first, as in Kubernetes: a verified one is the identity (any
+        `Authorization` header is then not looked at), a refused one (expired, say) is 401 with the
+        reason whatever else the request carries."""
+        certificate = request.certificate
+        if certificate is not None:
+            if certificate.problem:
+                return ApiProblem(401, "Unauthorized", f"client certificate refused: {certificate.problem}"
+                                  ).response(UNAUTHORIZED_HEADERS)
+            identity: Identity | None = certificate_identity(certificate.user, certificate.groups)
+        else:
+            try:
+                identity = await self.authenticator.authenticate(request.headers.get("authorization", ""),
+                                                                 request.peer)
+            except AuthUnavailable:
+                return ApiProblem(503, "ServiceUnavailable", "credentials cannot be checked now; retry").response()
+            except TooManyAttempts as error:
+                return ApiProblem(429, "TooManyRequests", str(error)).response({"Retry-After": "1"})
         if identity is None:
             return ApiProblem(401, "Unauthorized", "valid credentials are required").response(UNAUTHORIZED_HEADERS)
         try:
@@ -343,6 +365,7 @@ class ConfigApi:
         mismatch = role_problem(point, env)
         if mismatch is not None:
             not_found("node", f'{mismatch} in environment "{path.environment}"')
+        self._check_role(path.environment, point, snapshot)
         point = canonical_point(point, env)
         definition = resource_definition(path.resource, env, snapshot.components)
         if definition is None:
@@ -350,6 +373,19 @@ class ConfigApi:
                                                            snapshot.components))
         _remember(derived.resolved, (path.pairs, path.resource), (point, definition))
         return snapshot, point, definition
+
+    @staticmethod
+    def _check_role(environment: str, point: Point, snapshot: Snapshot) -> None:
+        """A role that no node of the environment has is a 404 (a typo would otherwise read the
+        root's values), unless values are stored at it already (set before its nodes were added)."""
+        role = dict(point).get(ROLE_LEVEL)
+        if role is None:
+            return
+        roles = sorted({r for node in snapshot.environment.nodes for r in node.roles})
+        if role in roles or any(dict(stored.point).get(ROLE_LEVEL) == role for stored in snapshot.values):
+            return
+        not_found("role", f'environment "{environment}" has no node with role "{role}" '
+                          f"(roles: {', '.join(roles) or 'none, it has no nodes'})")
 
     async def _node_not_found(self, namespace: str, environment: str, node: str) -> NoReturn:
         """The two cases of a missing node: unknown everywhere, or assigned to another environment."""
@@ -557,6 +593,10 @@ class ConfigApi:
 
     async def openapi(self, call: Call) -> Response:
         return _json(OPENAPI)
+
+    async def index(self, call: Call) -> Response:
+        """The routes, one per line (any authenticated caller: it is what the documentation says)."""
+        return Response(200, self._index)
 
 
 def _camel(key: str) -> str:

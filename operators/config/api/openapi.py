@@ -1,10 +1,45 @@
-"""The OpenAPI 3.0 document of the configuration API (served at `/api/v1/config/openapi.json`)."""
+"""What the configuration API says about itself: the list of its routes (served at its root,
+`GET /api/v1`) and its OpenAPI 3.0 document (at `/api/v1/config/openapi.json`)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from operators.config.api.calls import PREFIX
+
+VALUES_TEMPLATE = PREFIX + "/environments/{env}[/{level}/{value}...]/resources/{resource}/values"
+ROUTES: tuple[tuple[str, str, str], ...] = (
+    ("GET", "/api/v1", "this list (also at / and /api/v1/config)"),
+    ("GET", PREFIX + "/openapi.json", "the OpenAPI 3.0 document of the API"),
+    ("GET", PREFIX + "/components", "list the components"),
+    ("POST", PREFIX + "/components", "create a component: {name, resource_definitions: {name: {schema}}}"),
+    ("GET", PREFIX + "/components/{name}", "one component"),
+    ("GET", PREFIX + "/environments", "list the environments"),
+    ("POST", PREFIX + "/environments",
+     "create an environment: {name, release, nodes, hierarchy_levels, components}"),
+    ("GET", PREFIX + "/environments/{env}", "one environment"),
+    ("GET", VALUES_TEMPLATE, "the values stored at the level; ?effective: merged from the root down, "
+                             "&trace: with the level each key came from; ?key=a.b: one key; ?version=N: a kept "
+                             "version; ?history: the kept versions"),
+    ("PUT", VALUES_TEMPLATE, "replace the values (a JSON object); ?key=a.b: set one key (the body: any JSON "
+                             "value); If-Match: the ETag of a read"),
+    ("DELETE", VALUES_TEMPLATE, "delete the values and their history; ?key=a.b: remove one key"),
+    ("POST", VALUES_TEMPLATE, "?revert=N: put version N's data back in force, as a new version"),
+    ("GET|PUT|DELETE|POST", VALUES_TEMPLATE.removesuffix("/values") + "/overrides",
+     "the same for the overrides (also .../override)"),
+)
+"""Every route (method, path template, what it does), as the API's root lists them."""
+
+
+def route_list() -> bytes:
+    """The root's answer: JSON with one route per line, for a person reading `curl` output too."""
+    lines = ",\n".join(json.dumps({"method": m, "path": p, "does": d}, ensure_ascii=False) for m, p, d in ROUTES)
+    notes = {"head": "HEAD is answered wherever GET is, without the body",
+             "namespace": "every route takes ?namespace=NS (default: the server's)",
+             "authentication": "a Kubernetes bearer token, a client certificate of the cluster's client CA, "
+                               "or HTTP Basic when the server has credentials for it"}
+    return (f'{{"routes": [\n{lines}\n],\n"notes": {json.dumps(notes, ensure_ascii=False)}}}\n').encode()
 
 
 def _error(description: str) -> dict[str, Any]:
@@ -36,7 +71,7 @@ def _values_operations() -> dict[str, Any]:
     key = {"name": "key", "in": "query", "schema": {"type": "string"}, "description": "Dotted key path, e.g. a.b.0."}
     if_match = {"name": "If-Match", "in": "header", "schema": {"type": "string"},
                 "description": "Precondition: the ETag read before; 409 if the values changed since."}
-    not_found_text = "Environment, level, node, resource, version, values or key not found (see notFound)."
+    not_found_text = "Environment, level, role, node, resource, version, values or key not found (see notFound)."
     return {
         "parameters": _VALUES_PARAMS,
         "get": {
@@ -87,14 +122,17 @@ OPENAPI: dict[str, Any] = {
     "security": [{"bearer": []}, {"basic": []}],
     "components": {
         "securitySchemes": {
-            "bearer": {"type": "http", "scheme": "bearer", "description": "A Kubernetes token (TokenReview + RBAC)."},
+            "bearer": {"type": "http", "scheme": "bearer", "description": "A Kubernetes token (TokenReview + RBAC). "
+                       "A client certificate of the cluster's client CA (TLS; user = Subject CN, groups = Subject O, "
+                       "then RBAC) works as well where the server asks for one (`stead operator "
+                       "--config-api-client-ca`)."},
             "basic": {"type": "http", "scheme": "basic", "description": "Credentials from the configured Secret."},
         },
         "schemas": {
             "Error": {"type": "object", "required": ["code", "error", "message"], "properties": {
                 "code": {"type": "integer"}, "error": {"type": "string"}, "message": {"type": "string"},
-                "notFound": {"type": "string", "enum": ["environment", "level", "node", "resource", "version",
-                                                        "values", "key", "component", "route"]}}},
+                "notFound": {"type": "string", "enum": ["environment", "level", "role", "node", "resource",
+                                                        "version", "values", "key", "component", "route"]}}},
             "Component": {"type": "object", "properties": {
                 "id": {"type": "string"}, "name": {"type": "string"},
                 "resource_definitions": {"type": "object", "additionalProperties": {"type": "object", "properties": {
@@ -149,5 +187,7 @@ OPENAPI: dict[str, Any] = {
         _VALUES_PATH.removesuffix("/values") + "/overrides": {
             **_values_operations(), "description": "Same as .../values, for the overrides (alias .../override)."},
         PREFIX + "/openapi.json": {"get": {"summary": "This document.", "responses": {"200": _ok("OpenAPI 3.0.")}}},
+        "/api/v1": {"get": {"summary": "The routes, one per line (also at / and /api/v1/config).",
+                            "responses": {"200": _ok("{routes: [{method, path, does}], notes}")}}},
     },
 }

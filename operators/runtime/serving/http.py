@@ -25,6 +25,13 @@ What is bounded, and where:
   `identity, chunked`; trailers never become headers (granian hands them to no one).
 
 `Request` and `Response` are what a handler sees: plain values, no framework types.
+
+With a client CA (`start(client_ca=...)`), TLS is terminated by `operators.runtime.serving.relay`
+in this process instead, and granian listens without TLS on a loopback port of its own: granian
+does not tell the application which certificate a client presented, the relay does (see there).
+Every bound above holds behind the relay, which adds its own (connections, handshake, idleness).
+A request then carries the client's real address and, when it presented one, what its verified
+certificate says (`Request.certificate`).
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ from granian.constants import HTTPModes, Interfaces, SSLProtocols
 from granian.http import HTTP1Settings
 from granian.server.embed import Server
 
+from operators.runtime.serving.relay import ClientCa, PeerCertificate, TlsRelay
+
 log = logging.getLogger(__name__)
 
 
@@ -57,6 +66,7 @@ class Request:
     headers: Mapping[str, str]
     body: bytes = b""
     peer: str = ""  # the client's address (rate limits are per peer)
+    certificate: PeerCertificate | None = None  # the client's verified certificate, when it presented one
 
 
 @dataclass(slots=True)
@@ -97,45 +107,68 @@ class HttpServer:
     max_body: int = 1 << 20
     header_timeout: float = 10.0
     concurrency: int = 256
+    max_connections: int = 1024
+    """With a client CA: client connections the TLS relay keeps open at most (more are closed at once)."""
+    handshake_timeout: float = 10.0
+    idle_timeout: float = 120.0
+    """With a client CA: a connection with no byte either way for this long is closed by the relay."""
     observe: Callable[[str, int, float], None] | None = None
     """Called once per answered request with (method, status, seconds from its arrival to its
     answer), e.g. `Metrics.request_observer`; never for a connection closed before an answer."""
     _server: Server | None = field(default=None, init=False, repr=False)
     _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
     _port: int = field(default=0, init=False, repr=False)
+    _relay: TlsRelay | None = field(default=None, init=False, repr=False)
+    _tls: tuple[Path, Path] | None = field(default=None, init=False, repr=False)
 
     async def start(self, host: str, port: int, tls: tuple[Path, Path] | None = None,
-                    ready_within: float = 10.0) -> None:
-        """Listen on `host:port` (0: a free port), with TLS from (certificate, key) files.
+                    ready_within: float = 10.0, client_ca: ClientCa | None = None) -> None:
+        """Listen on `host:port` (0: a free port), with TLS from (certificate, key) files; with
+        `client_ca`, also asking clients for a certificate (through the relay: see the module).
 
-        Several processes may listen on the same port (granian sets SO_REUSEPORT on Linux): the
-        kernel spreads connections between them.
+        Several processes may listen on the same port (SO_REUSEPORT, set by granian and by the
+        relay): the kernel spreads connections between them.
         """
-        self._port = port or free_port(host)
+        if client_ca is not None and tls is None:
+            raise ValueError("client certificates need TLS: give the server's certificate and key")
+        self._tls = tls
+        relayed = client_ca is not None
+        inner_host = "127.0.0.1" if relayed else host
+        inner_port = free_port(inner_host) if relayed else port or free_port(host)
         self._server = Server(
-            self._rsgi, address=host, port=self._port, interface=Interfaces.RSGI, http=HTTPModes.http1,
+            self._rsgi, address=inner_host, port=inner_port, interface=Interfaces.RSGI, http=HTTPModes.http1,
             websockets=False, backlog=1024, backpressure=self.concurrency, runtime_threads=1,
             http1_settings=HTTP1Settings(header_read_timeout=int(self.header_timeout * 1000), keep_alive=True,
                                          max_buffer_size=self.max_head, pipeline_flush=False),
-            ssl_cert=None if tls is None else tls[0], ssl_key=None if tls is None else tls[1],
+            ssl_cert=None if tls is None or relayed else tls[0], ssl_key=None if tls is None or relayed else tls[1],
             ssl_protocol_min=SSLProtocols.tls12, log_enabled=False,
         )
-        self._task = asyncio.create_task(self._server.serve(), name=f"http-{host}:{self._port}")
-        await self._listening(host, ready_within)
+        self._port = inner_port
+        self._task = asyncio.create_task(self._server.serve(), name=f"http-{inner_host}:{inner_port}")
+        await self._listening(inner_host, inner_port, ready_within)
+        if client_ca is not None and tls is not None:
+            self._relay = TlsRelay(
+                (inner_host, inner_port), client_ca.context(*tls), client_ca, max_connections=self.max_connections,
+                handshake_timeout=self.handshake_timeout, idle_timeout=self.idle_timeout)
+            try:
+                self._port = await self._relay.start(host, port)
+            except BaseException:
+                await self.stop(grace=1)
+                raise
 
-    async def _listening(self, host: str, within: float) -> None:
+    async def _listening(self, host: str, port: int, within: float) -> None:
         deadline = time.monotonic() + within
         while True:
             assert self._task is not None
             if self._task.done():
                 self._task.result()  # raises what stopped it
-                raise OSError(f"the HTTP server on {host}:{self._port} stopped while starting")
+                raise OSError(f"the HTTP server on {host}:{port} stopped while starting")
             with contextlib.suppress(OSError):
-                _, writer = await asyncio.open_connection(host, self._port)
+                _, writer = await asyncio.open_connection(host, port)
                 writer.close()
                 return
             if time.monotonic() > deadline:
-                raise OSError(f"the HTTP server on {host}:{self._port} did not listen within {within:g} s")
+                raise OSError(f"the HTTP server on {host}:{port} did not listen within {within:g} s")
             await asyncio.sleep(0.01)  # a readiness poll with a deadline
 
     @property
@@ -144,20 +177,40 @@ class HttpServer:
         assert self._server is not None, "not started"
         return self._port
 
+    @property
+    def relay(self) -> TlsRelay | None:
+        """The TLS relay in front of granian (with a client CA), else None."""
+        return self._relay
+
     def reload(self) -> None:
-        """Start fresh workers (they read the certificate files again), then stop the old ones."""
-        if self._server is not None:
+        """Serve the certificate files anew: granian starts fresh workers (they read them again) and
+        stops the old ones; the relay makes a new TLS context for the connections to come."""
+        if self._relay is not None and self._relay.client_ca is not None and self._tls is not None:
+            self._relay.context = self._relay.client_ca.context(*self._tls)
+        elif self._server is not None:
             self._server.reload()  # type: ignore[no-untyped-call]  # granian is not typed
+
+    def trust(self, client_ca: ClientCa) -> None:
+        """Verify the client certificates of connections to come against `client_ca` (a renewed
+        bundle); only when the server was started with one."""
+        if self._relay is None or self._tls is None:
+            raise RuntimeError("the server was started without a client CA")
+        self._relay.context = client_ca.context(*self._tls)
+        self._relay.client_ca = client_ca
 
     async def stop(self, grace: float = 10.0) -> None:
         """Stop listening and let requests being handled finish, up to `grace` seconds."""
-        if self._server is None or self._task is None:
-            return
-        self._server.workers_kill_timeout = int(grace) or 1
-        self._server.stop()  # type: ignore[no-untyped-call]  # granian is not typed
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._server = self._task = None
+        relay, self._relay = self._relay, None
+        if relay is not None:
+            relay.close()  # no new connections; those open get granian's answers until it stops
+        if self._server is not None and self._task is not None:
+            self._server.workers_kill_timeout = int(grace) or 1
+            self._server.stop()  # type: ignore[no-untyped-call]  # granian is not typed
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._server = self._task = None
+        if relay is not None:
+            await relay.stop()
 
     # --- granian's native interface (RSGI) -----------------------------------------------------
 
@@ -187,8 +240,13 @@ class HttpServer:
             refusal = self.errors(413, f"the request body is over {self.max_body} bytes")
             self._reply(protocol, scope.method, started, refusal)
             return
-        query = scope.query_string
-        request = Request(scope.method, scope.path, query, headers, body, scope.client.rpartition(":")[0].strip("[]"))
+        client: str = scope.client
+        relayed = self._relay.peer(client) if self._relay is not None else None
+        if relayed is None:
+            request = Request(scope.method, scope.path, scope.query_string, headers, body,
+                              client.rpartition(":")[0].strip("[]"))
+        else:
+            request = Request(scope.method, scope.path, scope.query_string, headers, body, *relayed)
         try:
             response = await self.handler(request)
         except Exception:

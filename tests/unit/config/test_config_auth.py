@@ -221,3 +221,22 @@ def test_basic_credentials_can_be_limited_to_namespaces() -> None:
     del kube.objects[SYSTEM_BASIC]["data"]["namespaces"]  # no list: every namespace (as before)
     unlimited = BasicAuthenticator(secret_loader(kube, "stead-system", "basic"))
     assert run(unlimited.authorize(identity, Access("get", "configvalues", "team-c")))
+
+
+def test_certificate_users_are_authorized_by_subject_access_review_with_their_groups() -> None:
+    from operators.config.auth import CertificateAuthenticator, certificate_identity
+
+    kube = api()
+    tokens = TokenReviewAuthenticator(kube)
+    chain = ChainAuthenticator(tokens, CertificateAuthenticator(tokens))
+    alice = certificate_identity("alice", ("dev", "system:authenticated"))
+    assert run(chain.authorize(alice, ACCESS)) is True
+    assert kube.received[-1][2]["spec"] == {
+        "user": "alice", "groups": ["dev", "system:authenticated"],
+        "resourceAttributes": {"group": "stead.dev", "version": "v1alpha1", "resource": "configvalues",
+                               "verb": "get", "namespace": "ns"}}
+    assert run(chain.authorize(alice, Access("update", "configvalues", "ns"))) is False  # RBAC says no
+    # no header makes a certificate identity, and a token identity is not authorized as a certificate's
+    assert run(chain.authenticate("x509 alice")) is None
+    assert run(CertificateAuthenticator(tokens).authorize(Identity("alice", "Bearer"), ACCESS)) is False
+    assert not any(path.endswith("/tokenreviews") for _, path, _ in kube.received)  # nothing to review

@@ -115,7 +115,12 @@ def test_the_seeds_use_cases_through_the_cli(server: tuple[str, FakeRepository],
                                              capsys: pytest.CaptureFixture[str]) -> None:
     url, _ = server
     astute = {"deployment_id": 1, "nodes": [{"fqdn": "node-1.domain.tld"}], "nova": {"debug": False}}
-    assert cli(url, "set", *BASE, stdin=json.dumps(astute)) == (0, "")
+    code, out = cli(url, "set", *BASE, stdin=json.dumps(astute))
+    assert code == 0 and out.splitlines() == [  # what changed, and the version it became
+        "deployment_id: (unset) -> 1", 'nodes: (unset) -> [{"fqdn": "node-1.domain.tld"}]',
+        "nova.debug: (unset) -> false",
+        'the values of astute at node=node-1.domain.tld in environment 1: version 1 (ConfigValues cv-1, '
+        'ETag "1-uid-1")']
     # use case 1: the whole resource
     code, out = cli(url, "get", *BASE)
     assert code == 0 and json.loads(out) == astute
@@ -198,3 +203,23 @@ def test_lists_are_rich_tables_on_a_terminal_and_plain_columns_otherwise() -> No
     ]
     drawn = terminal.getvalue()
     assert "\x1b[" in drawn and "kubectl" in drawn and "VERSION" in drawn  # rich, with its escape codes
+
+
+def test_set_says_what_changed_and_the_version_it_became(server: tuple[str, FakeRepository]) -> None:
+    url, _ = server
+    assert cli(url, "set", *BASE, stdin='{"deployment_id": 1, "nova": {"debug": false, "workers": 4}}')[0] == 0
+    code, out = cli(url, "set", *BASE, "--key", "deployment_id", "--value", "2")
+    assert code == 0 and out.splitlines() == [
+        "deployment_id: 1 -> 2",
+        'the values of astute at node=node-1.domain.tld in environment 1: version 2 (ConfigValues cv-1, '
+        'ETag "2-uid-1")']
+    code, out = cli(url, "set", *BASE, "--key", "nova", "--type", "json", "--value", '{"debug": true}')
+    assert out.splitlines()[0] == 'nova: {"debug": false, "workers": 4} -> {"debug": true}'
+    code, out = cli(url, "set", *BASE, stdin='{"deployment_id": 2, "nova": {"debug": true}, "new": "x"}')
+    assert out.splitlines()[:1] == ['new: (unset) -> "x"']
+    code, out = cli(url, "set", *BASE, "--key", "new", "--value", "x")
+    assert (code, out) == (0, "unchanged: the values of astute at node=node-1.domain.tld in environment 1 already "
+                              "held that (version 4)\n")
+    code, out = cli(url, "override", *BASE, "--key", "fresh", "--type", "null")
+    assert out.splitlines()[0] == "fresh: (unset) -> null"
+    assert "the overrides of astute" in out.splitlines()[1]

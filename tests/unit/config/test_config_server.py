@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pytest
+
 from operators.config.server import ConfigApiServer
 
 
@@ -33,3 +35,38 @@ def test_the_worker_argument_names_the_secret_but_never_holds_credentials(tmp_pa
     assert not {"password", "token", "BEGIN"} & set(argument.replace('"', " ").split())
     worker, _ = ConfigApiServer.for_worker(argument)
     assert worker.kubeconfig is None  # then the worker finds the operator's access as the operator did
+
+
+def test_the_client_ca_comes_from_the_clusters_configmap_a_file_or_nowhere(tmp_path: Path) -> None:
+    import asyncio
+
+    from operators.config.server import read_client_ca
+    from operators.runtime.kube.client import ApiError, core_path
+    from tests.unit.fakeapi import FakeApi
+
+    configmap = core_path("configmaps", "kube-system", "extension-apiserver-authentication")
+    kube = FakeApi()
+    kube.add(configmap, {"data": {"client-ca-file": "-----BEGIN CERTIFICATE-----\n..."}})
+    assert asyncio.run(read_client_ca(kube, "auto")) == b"-----BEGIN CERTIFICATE-----\n..."
+    kube.objects[configmap] = {"data": {"requestheader-client-ca-file": "x"}}  # no client-ca-file
+    assert asyncio.run(read_client_ca(kube, "auto")) is None
+    del kube.objects[configmap]
+    assert asyncio.run(read_client_ca(kube, "auto")) is None  # absent: certificates are not asked for
+    denied = FakeApi()
+    denied.fail_with(ApiError(403, "configmaps is forbidden"))
+    assert asyncio.run(read_client_ca(denied, "auto")) is None
+    broken = FakeApi()
+    broken.fail_with(ApiError(500, "etcd is down"))
+    with pytest.raises(ApiError):
+        asyncio.run(read_client_ca(broken, "auto"))
+    bundle = tmp_path / "ca.crt"
+    bundle.write_bytes(b"PEM")
+    assert asyncio.run(read_client_ca(kube, str(bundle))) == b"PEM"
+    assert asyncio.run(read_client_ca(kube, "off")) is None
+    with pytest.raises(OSError):
+        asyncio.run(read_client_ca(kube, str(tmp_path / "missing.crt")))
+
+
+def test_a_worker_gets_the_client_ca_setting(tmp_path: Path) -> None:
+    server = ConfigApiServer(listen="127.0.0.1", port=8443, tls_dir=tmp_path, client_ca="auto")
+    assert ConfigApiServer.for_worker(server.worker_argument())[0].client_ca == "auto"

@@ -111,3 +111,89 @@ def test_the_config_api_serves_a_renewed_mounted_certificate(tmp_path: Path) -> 
             return await files.serials_around_renewal(port)
 
     assert asyncio.run(scenario()) == files.expected()
+
+
+def test_the_tls_relay_serves_a_renewed_certificate_and_trusts_a_renewed_client_ca(tmp_path: Path) -> None:
+    """With client certificates on, TLS is the relay's: `reload` and `trust` reach the connections to come."""
+    from operators.runtime.serving.http import HttpServer, Request, Response
+    from operators.runtime.serving.relay import ClientCa
+
+    files = Renewal(tmp_path, "config-api")
+    old_ca, new_ca = make_ca("client-ca-1"), make_ca("client-ca-2")
+    user = make_leaf(new_ca, "alice", server=False, client=True)
+    (tmp_path / "alice.crt").write_bytes(user.cert_pem)
+    (tmp_path / "alice.key").write_bytes(user.key_pem)
+
+    async def who(request: Request) -> Response:
+        return Response(200, (request.certificate.user if request.certificate else "-").encode())
+
+    async def ask(port: int) -> bytes:
+        client = ssl.create_default_context(cadata=files.ca.cert_pem.decode())
+        client.load_cert_chain(tmp_path / "alice.crt", tmp_path / "alice.key")
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client)
+            writer.write(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            answer = await reader.read()
+            writer.close()
+        except (ssl.SSLError, ConnectionError):
+            return b"refused"
+        return answer.partition(b"\r\n\r\n")[2] or b"refused"
+
+    async def scenario() -> tuple[tuple[int, int], bytes, bytes]:
+        server = HttpServer(who)
+        await server.start("127.0.0.1", 0, (files.cert, files.key), client_ca=ClientCa(old_ca.cert_pem))
+        try:
+            before = await ask(server.port)  # alice's CA is not trusted yet
+            server.trust(ClientCa(new_ca.cert_pem))
+            after = await ask(server.port)
+            reloader = asyncio.create_task(_reload_on_change(server, files))
+            serials = await files.serials_around_renewal(server.port)
+            reloader.cancel()
+            return serials, before, after
+        finally:
+            await server.stop(grace=1)
+
+    serials, before, after = asyncio.run(scenario())
+    assert (before, after) == (b"refused", b"alice")
+    assert serials == files.expected()
+
+
+async def _reload_on_change(server: object, files: Renewal) -> None:
+    from operators.runtime.serving.tls import on_renewal
+
+    await on_renewal(files.cert, files.key, server.reload, every=0.02)  # type: ignore[attr-defined]
+
+
+def test_the_config_api_follows_a_renewed_client_ca_in_the_clusters_configmap() -> None:
+    from operators.config.server import ConfigApiServer
+    from operators.runtime.kube.client import core_path
+    from operators.runtime.serving.relay import ClientCa
+    from tests.unit.fakeapi import FakeApi
+
+    first, second = make_ca("cluster-ca-1"), make_ca("cluster-ca-2")
+    path = core_path("configmaps", "kube-system", "extension-apiserver-authentication")
+    kube = FakeApi()
+    kube.add(path, {"data": {"client-ca-file": first.cert_pem.decode()}})
+
+    class Server:
+        def __init__(self) -> None:
+            self.trusted: list[bytes] = []
+
+        def trust(self, client_ca: ClientCa) -> None:
+            self.trusted.append(client_ca.pem)
+
+    async def scenario() -> list[bytes]:
+        api = ConfigApiServer(listen="127.0.0.1", port=0, tls_dir=Path("."), client_ca="auto",
+                              cert_reload_seconds=0.01)
+        server = Server()
+        following = api._follow_client_ca(kube, server, ClientCa(first.cert_pem))  # type: ignore[arg-type]
+        follower = asyncio.create_task(following)
+        kube.objects[path] = {**kube.objects[path], "data": {"client-ca-file": second.cert_pem.decode()}}
+        for _ in range(500):
+            if server.trusted:
+                break
+            await asyncio.sleep(0.01)  # polled, with a bound
+        follower.cancel()
+        return server.trusted
+
+    assert asyncio.run(scenario()) == [second.cert_pem]

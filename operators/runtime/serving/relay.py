@@ -1,0 +1,619 @@
+"""TLS in front of granian, for an API whose clients may authenticate with certificates.
+
+Why this exists: granian (2.8) can verify client certificates (`ssl_client_verify`), but tells
+the application nothing about them: its RSGI scope has no peer certificate (and neither do
+uvicorn 0.54 nor hypercorn 0.18). An API that maps a certificate to a user, as Kubernetes does
+(user = Subject CN, groups = Subject O), must terminate TLS itself. The relay does that and
+nothing more: granian still frames HTTP behind it, so its bounds (header size, header timeout,
+body size, concurrency) hold for the relayed connections as for any other.
+
+How a handler learns who is there: for each client connection the relay, once the handshake is
+done, opens one connection to granian, which listens without TLS on a loopback port of its own.
+Before it forwards a byte, it records under that connection's local address (what granian
+reports as the request's client, `ip:port`) the client's real address and what its certificate
+says; the record goes the moment the relay ends that connection. A connection that the relay did
+not make (a local process connecting to granian's port) has no record: no certificate identity,
+and its requests can still carry a token. Two live TCP connections to granian never share a
+source address, and the record of a closed one is gone before its port can be reused.
+
+Refused certificates. The standard library's `ssl` has no verification callback, so a
+certificate that OpenSSL refuses ends the handshake (a TLS alert: "unknown ca"): that is the
+fate of a certificate from another CA, and it never reaches granian. Time is left out of
+OpenSSL's check (`X509_V_FLAG_NO_CHECK_TIME`) and checked here instead, together with the path
+from the certificate up to the CA bundle (`ClientCa.check`): an expired certificate of the right
+CA is recorded as refused, with the reason, so that the API answers 401 saying why.
+
+Bounds of the relay itself: at most `max_connections` client connections (more are closed at
+once); the TLS handshake within `handshake_timeout`; a connection with no byte either way for
+`idle_timeout` is closed; each direction stops reading while the other side's write buffer is
+full, so a client that never reads its answers holds one buffer, not a growing queue. TLS is
+done over memory buffers (`ssl.MemoryBIO`): a connection costs tens of kilobytes, not the
+quarter megabyte of the event loop's own TLS layer. When granian ends a connection, the relay
+sends the rest, ends its side and stops reading, and closes the connection a moment later
+(`linger`): a client still sending (a huge header) then gets granian's answer (431) rather than
+a reset that would discard it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import hashlib
+import logging
+import socket
+import ssl
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple, cast
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.x509.oid import NameOID
+
+log = logging.getLogger(__name__)
+
+X509_V_FLAG_NO_CHECK_TIME = 0x200000
+"""OpenSSL's flag to leave validity periods out of chain verification (`ClientCa.check` does it)."""
+
+AUTHENTICATED_GROUP = "system:authenticated"
+"""The group Kubernetes adds to every authenticated user; RBAC bindings to it must hold here too."""
+
+
+class PeerCertificate(NamedTuple):
+    """What a verified client certificate says: the user and groups (Kubernetes' x509 rule), or,
+    in `problem`, why it is refused although its CA is the right one (expired, not valid yet)."""
+
+    user: str
+    groups: tuple[str, ...] = ()
+    problem: str = ""
+
+
+class Peer(NamedTuple):
+    """A relayed connection as a handler sees it: the client's real address, and its certificate
+    (None when it presented none)."""
+
+    address: str
+    certificate: PeerCertificate | None
+
+
+class ClientCa:
+    """The CA bundle client certificates are verified against, and the checks OpenSSL leaves to it.
+
+    OpenSSL verifies the signatures and the CA constraints; `check` verifies the validity periods
+    of the certificate and of the bundle's certificates above it, and that the certificate is
+    issued by a certificate of the bundle (an intermediate CA sent by the client, whose validity
+    cannot be read here, is refused). The results are cached by certificate, with the period
+    they hold for.
+    """
+
+    def __init__(self, pem: bytes, clock: Callable[[], datetime.datetime] | None = None,
+                 cache_size: int = 4096) -> None:
+        self.pem = pem
+        self.certificates = x509.load_pem_x509_certificates(pem)  # ValueError when there is none
+        self._clock = clock or (lambda: datetime.datetime.now(datetime.UTC))
+        self._cache: OrderedDict[bytes, tuple[PeerCertificate, datetime.datetime, datetime.datetime]] = OrderedDict()
+        self._cache_size = cache_size
+
+    def context(self, certfile: Path, keyfile: Path) -> ssl.SSLContext:
+        """A server context that asks for a client certificate (optional) and verifies it against
+        this bundle, time aside."""
+        # this bundle only: never the system's CAs (given `cadata`, the default context loads none)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cadata=self.pem.decode("ascii", errors="replace"))
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(certfile, keyfile)
+        context.verify_mode = ssl.CERT_OPTIONAL
+        context.options |= ssl.OP_NO_RENEGOTIATION
+        context.verify_flags |= X509_V_FLAG_NO_CHECK_TIME  # an OpenSSL flag the ssl module does not name
+        return context
+
+    def check(self, der: bytes) -> PeerCertificate:
+        """The identity of a certificate OpenSSL verified (time aside), or the reason it is refused."""
+        digest = hashlib.sha256(der).digest()
+        now = self._clock()
+        cached = self._cache.get(digest)
+        if cached is not None and cached[1] <= now <= cached[2]:
+            self._cache.move_to_end(digest)
+            return cached[0]
+        leaf = x509.load_der_x509_certificate(der)
+        path = self._path(leaf)
+        if path is None:
+            return PeerCertificate("", (), "the client certificate is not issued by a CA of the client CA bundle "
+                                   "(intermediate CAs sent by the client are not accepted)")
+        for certificate in path:
+            what = "the client certificate" if certificate is leaf else f'its CA "{_common_name(certificate)}"'
+            if now > certificate.not_valid_after_utc:
+                return PeerCertificate("", (), f"{what} expired on "
+                                               f"{certificate.not_valid_after_utc:%Y-%m-%d %H:%M:%S} UTC")
+            if now < certificate.not_valid_before_utc:
+                return PeerCertificate("", (), f"{what} is not valid before "
+                                               f"{certificate.not_valid_before_utc:%Y-%m-%d %H:%M:%S} UTC")
+        identity = subject_identity(leaf.subject)
+        if not identity.problem:
+            start = max(c.not_valid_before_utc for c in path)
+            end = min(c.not_valid_after_utc for c in path)
+            self._cache[digest] = (identity, start, end)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return identity
+
+    def _path(self, leaf: x509.Certificate) -> list[x509.Certificate] | None:
+        """The leaf and the bundle's certificates above it up to a self-signed one (or as far as
+        the bundle goes); None when no certificate of the bundle issued the leaf."""
+        path = [leaf]
+        current = leaf
+        while True:
+            issuer = next((ca for ca in self.certificates if ca is not current and _issued_by(current, ca)), None)
+            if issuer is None or issuer in path:
+                break
+            path.append(issuer)
+            if issuer.issuer == issuer.subject:
+                break
+            current = issuer
+        return path if len(path) > 1 else None
+
+
+def _issued_by(certificate: x509.Certificate, issuer: x509.Certificate) -> bool:
+    if certificate.issuer != issuer.subject:
+        return False
+    try:
+        certificate.verify_directly_issued_by(issuer)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def _common_name(certificate: x509.Certificate) -> str:
+    names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(names[0].value) if names else certificate.subject.rfc4514_string()
+
+
+def subject_identity(subject: x509.Name) -> PeerCertificate:
+    """Kubernetes' x509 rule: the user is the Subject's common name, the groups its organizations
+    (in order), plus `system:authenticated`, which Kubernetes adds to every authenticated user."""
+    names = [str(a.value) for a in subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    if not names or not names[0]:
+        return PeerCertificate("", (), "the client certificate has no common name (CN), the user's name")
+    groups = [str(a.value) for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
+    return PeerCertificate(names[0], (*dict.fromkeys(groups), AUTHENTICATED_GROUP))
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: TLS done here over memory buffers (`ssl.MemoryBIO`), not by the event
+    loop's TLS layer, whose buffers cost a quarter of a megabyte per connection (asyncio's and
+    uvloop's alike), and whose handshake and shutdown this relay must bound itself anyway."""
+
+    __slots__ = ("client", "draining", "handshake_timer", "incoming", "last", "outgoing", "peer", "relay", "tls",
+                 "upstream", "upstream_key")
+
+    def __init__(self, relay: TlsRelay) -> None:
+        self.relay = relay
+        self.client: asyncio.Transport | None = None
+        self.upstream: _Granian | None = None
+        self.upstream_key = ""
+        self.incoming = ssl.MemoryBIO()
+        self.outgoing = ssl.MemoryBIO()
+        self.tls: ssl.SSLObject | None = None
+        self.handshake_timer: asyncio.TimerHandle | None = None
+        self.draining = -1  # >= 0: granian is done with the connection, which lingers a moment
+        self.last = 0.0
+        self.peer = ""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        tcp = cast(asyncio.Transport, transport)  # uvloop's transports do not derive from asyncio's
+        self.client = tcp
+        self.relay._accepted(self, tcp)
+
+    def data_received(self, data: bytes) -> None:
+        relay = self.relay
+        self.last = relay.clock()
+        if self.draining >= 0:
+            return  # finished: what the client still sends is dropped
+        tls = self.tls
+        if tls is None:
+            return
+        self.incoming.write(data)
+        if self.handshake_timer is not None:
+            try:
+                tls.do_handshake()
+            except ssl.SSLWantReadError:
+                self.flush()
+                return
+            except (ssl.SSLError, ValueError) as error:
+                log.debug("TLS relay: handshake with %s failed: %s", self.peer, error)
+                self.flush()  # the alert saying why
+                relay._end(self)
+                return
+            self.handshake_timer.cancel()
+            self.handshake_timer = None
+            self.flush()
+            relay._handshaken(self)
+            return
+        self.pump()
+
+    def pump(self) -> None:
+        """Decrypt what has arrived and pass it on to granian (once connected to it)."""
+        tls, incoming = self.tls, self.incoming
+        if tls is None:
+            return
+        while (upstream := self.upstream) is not None and self.draining < 0:  # granian may end it meanwhile
+            try:
+                chunk = tls.read(READ_SIZE)
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLError as error:
+                log.debug("TLS relay: TLS error from %s: %s", self.peer, error)
+                self.relay._end(self, abort=True)
+                return
+            if not chunk:  # the client's close_notify: it sends no more
+                self.relay._end(self)
+                return
+            upstream.write(chunk)
+            if not incoming.pending and not tls.pending():
+                break  # nothing left to decrypt: spares the exception another read would raise
+        if self.outgoing.pending:
+            self.flush()  # reading may have produced TLS messages (TLS 1.3 key updates)
+
+    def send(self, data: bytes) -> None:
+        """Encrypt an answer from granian and send it to the client."""
+        if self.tls is None or self.draining >= 0:
+            return
+        try:
+            self.tls.write(data)
+        except ssl.SSLError as error:
+            log.debug("TLS relay: cannot write to %s: %s", self.peer, error)
+            self.relay._end(self, abort=True)
+            return
+        self.flush()
+
+    def flush(self) -> None:
+        out = self.outgoing.read()
+        if out and self.client is not None and not self.client.is_closing():
+            self.client.write(out)
+
+    def finish(self) -> None:
+        """Granian is done with the connection: say so in TLS (close_notify), end the sending side,
+        stop reading, and keep the connection a moment (`TlsRelay.linger`) before closing it:
+        closing a socket with unread data resets the connection at once, and a client still
+        sending (a huge header) would lose the answer it has not read yet (granian's 431)."""
+        client = self.client
+        if self.tls is not None and self.handshake_timer is None:
+            with contextlib.suppress(ssl.SSLError, ValueError):
+                self.tls.unwrap()
+            self.flush()
+        if client is None or client.is_closing():
+            return
+        self.draining = 0
+        if client.can_write_eof():
+            client.write_eof()
+        client.pause_reading()
+
+    def eof_received(self) -> bool:
+        self.relay._end(self)
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client = None
+        self.relay._end(self)
+
+    def pause_writing(self) -> None:  # the client does not read: stop reading granian's answers
+        if self.upstream is not None:
+            self.upstream.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.upstream is not None and not self.upstream.is_closing():
+            self.upstream.resume_reading()
+
+
+READ_SIZE = 16384
+"""Plaintext read at a time: one TLS record's worth."""
+
+
+class _Granian:
+    """The relay's connection to granian: a non-blocking socket of its own, not an event loop transport.
+
+    When granian ends a connection while the relay still writes to it (a client still sending a
+    header granian refused), a transport's failed write closes the socket at once, and granian's
+    last answer (the 431), already received, is lost unread. Here the socket stays open until
+    what granian sent is read and passed on.
+    """
+
+    __slots__ = ("buffer", "closed", "connection", "fd", "loop", "reading", "sock", "throttled")
+
+    HIGH = 256 * 1024  # bytes waiting for granian beyond which the client is not read
+    LOW = 64 * 1024
+
+    def __init__(self, sock: socket.socket, connection: _Connection, loop: asyncio.AbstractEventLoop) -> None:
+        self.sock, self.connection, self.loop = sock, connection, loop
+        self.fd = sock.fileno()
+        self.buffer = bytearray()
+        self.closed = False
+        self.throttled = False
+        self.reading = True
+        loop.add_reader(self.fd, self._readable)
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if not self.buffer:
+            try:
+                sent = self.sock.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self._lost()
+                return
+            if sent == len(data):
+                return
+            data = data[sent:]
+            self.loop.add_writer(self.fd, self._writable)
+        self.buffer += data
+        client = self.connection.client
+        if len(self.buffer) > self.HIGH and not self.throttled and client is not None:
+            self.throttled = True  # granian does not read (busy, or done with the request): nor does the relay
+            client.pause_reading()
+
+    def _writable(self) -> None:
+        try:
+            sent = self.sock.send(self.buffer)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._lost()
+            return
+        del self.buffer[:sent]
+        if not self.buffer:
+            self.loop.remove_writer(self.fd)
+        client = self.connection.client
+        if self.throttled and len(self.buffer) <= self.LOW and client is not None and not client.is_closing():
+            self.throttled = False
+            client.resume_reading()
+
+    def _readable(self) -> None:
+        try:
+            data = self.sock.recv(READ_BUFFER)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._lost()
+            return
+        connection = self.connection
+        connection.last = connection.relay.clock()
+        connection.send(data)
+
+    def _lost(self) -> None:
+        """Granian ended the connection (or it broke): pass on what it sent before, then finish."""
+        if self.closed:
+            return
+        for _ in range(64):  # what is queued: at most a few answers (bounded all the same)
+            try:
+                data = self.sock.recv(READ_BUFFER)
+            except OSError:
+                break
+            if not data:
+                break
+            self.connection.send(data)
+        self.close()
+        self.connection.relay._finished(self.connection)
+
+    def pause_reading(self) -> None:
+        if self.reading and not self.closed:
+            self.reading = False
+            self.loop.remove_reader(self.fd)
+
+    def resume_reading(self) -> None:
+        if not self.reading and not self.closed:
+            self.reading = True
+            self.loop.add_reader(self.fd, self._readable)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.loop.remove_reader(self.fd)
+        self.loop.remove_writer(self.fd)
+        self.sock.close()
+
+    abort = close
+
+
+READ_BUFFER = 256 * 1024
+
+
+@dataclass
+class TlsRelay:
+    """Terminates TLS on `host:port` and relays each connection to granian on `upstream` (see the module)."""
+
+    upstream: tuple[str, int]
+    context: ssl.SSLContext
+    client_ca: ClientCa | None = None
+    max_connections: int = 1024
+    handshake_timeout: float = 10.0
+    idle_timeout: float = 120.0
+    linger: float = 10.0
+    """After granian's last answer: how long the connection stays open, unread, before it is closed."""
+    _server: asyncio.Server | None = field(default=None, init=False, repr=False)
+    _connections: set[_Connection] = field(default_factory=set, init=False, repr=False)
+    _peers: dict[str, Peer] = field(default_factory=dict, init=False, repr=False)
+    _sweeper: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
+    _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False, repr=False)
+    refused_over_limit: int = field(default=0, init=False)
+
+    clock: Callable[[], float] = field(default=time.monotonic, init=False, repr=False)
+    """The event loop's clock, once started."""
+
+    def now(self) -> float:
+        return self.clock()
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen (several processes may share the port: SO_REUSEPORT); returns the port."""
+        loop = self._loop = asyncio.get_running_loop()
+        self.clock = loop.time
+        self._server = await loop.create_server(lambda: _Connection(self), host, port, reuse_port=True,
+                                                backlog=1024)
+        self._sweeper = asyncio.create_task(self._sweep(), name=f"relay-idle-{host}:{port}")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    def peer(self, client: str) -> Peer | None:
+        """The relayed connection granian reports as `client` (`ip:port`); None when the relay did not make it."""
+        return self._peers.get(client)
+
+    @property
+    def connections(self) -> int:
+        """Client connections open now (handshaking, relaying or finishing)."""
+        return len(self._connections)
+
+    def _accepted(self, connection: _Connection, transport: asyncio.Transport) -> None:
+        if len(self._connections) >= self.max_connections:
+            self.refused_over_limit += 1
+            if self.refused_over_limit in (1, 10, 100) or self.refused_over_limit % 1000 == 0:
+                log.warning("TLS relay: %d connections open, the most allowed; closing new ones (%d so far)",
+                            len(self._connections), self.refused_over_limit)
+            connection.client = None
+            transport.abort()
+            return
+        self._connections.add(connection)
+        connection.last = self.now()
+        peer = transport.get_extra_info("peername")
+        connection.peer = str(peer[0]) if peer else ""
+        connection.tls = self.context.wrap_bio(connection.incoming, connection.outgoing, server_side=True)
+        assert self._loop is not None
+        connection.handshake_timer = self._loop.call_later(self.handshake_timeout, self._end, connection, True)
+
+    def _handshaken(self, connection: _Connection) -> None:
+        """The handshake is done: what the certificate says, then the connection to granian."""
+        assert connection.client is not None and connection.tls is not None
+        connection.client.pause_reading()  # until granian's connection is there and recorded
+        certificate = self._certificate(connection.tls)
+        task = asyncio.create_task(self._connect(connection, certificate))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _connect(self, connection: _Connection, certificate: PeerCertificate | None) -> None:
+        loop = self._loop
+        assert loop is not None
+        sock = socket.socket(socket.AF_INET6 if ":" in self.upstream[0] else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, self.upstream)
+        except OSError as error:
+            sock.close()
+            log.warning("TLS relay: cannot reach the HTTP server on %s:%d: %s", *self.upstream, error)
+            self._end(connection, abort=True)
+            return
+        except BaseException:
+            sock.close()
+            raise
+        if connection not in self._connections:  # the client left meanwhile
+            sock.close()
+            return
+        local = sock.getsockname()
+        connection.upstream_key = f"{local[0]}:{local[1]}"
+        self._peers[connection.upstream_key] = Peer(connection.peer, certificate)  # before any byte is relayed
+        connection.upstream = _Granian(sock, connection, loop)
+        connection.last = self.now()
+        connection.pump()  # what came with the end of the handshake
+        if connection.client is not None and not connection.client.is_closing():
+            connection.client.resume_reading()
+
+    def _certificate(self, tls: ssl.SSLObject) -> PeerCertificate | None:
+        der = tls.getpeercert(binary_form=True)
+        if not der:
+            return None
+        if self.client_ca is None:  # cannot happen with a context of ClientCa.context
+            return PeerCertificate("", (), "client certificates are not accepted here")
+        try:
+            return self.client_ca.check(der)
+        except ValueError as error:
+            return PeerCertificate("", (), f"the client certificate cannot be read: {error}")
+
+    def _finished(self, connection: _Connection) -> None:
+        """Granian closed its side: forget the record, send what is left, and close (after lingering)."""
+        self._forget(connection)
+        upstream, connection.upstream = connection.upstream, None
+        if upstream is not None and not upstream.is_closing():
+            upstream.close()
+        if connection in self._connections and connection.draining < 0:
+            connection.finish()
+            assert self._loop is not None
+            self._loop.call_later(self.linger, self._drained, connection)
+
+    def _drained(self, connection: _Connection) -> None:
+        """The lingering moment is over: close, once the client has been sent everything (until then
+        the idle bound applies)."""
+        client = connection.client
+        if client is not None and not client.is_closing() and client.get_write_buffer_size() > 0:
+            assert self._loop is not None
+            self._loop.call_later(self.linger, self._drained, connection)
+            return
+        self._end(connection, abort=True)
+
+    def _forget(self, connection: _Connection) -> None:
+        if connection.upstream_key:
+            self._peers.pop(connection.upstream_key, None)
+            connection.upstream_key = ""
+
+    def _end(self, connection: _Connection, abort: bool = False) -> None:
+        """Forget the record first, then close both sides (idempotent); `abort`: at once, without
+        writing what is buffered."""
+        self._forget(connection)
+        self._connections.discard(connection)
+        if connection.handshake_timer is not None:
+            connection.handshake_timer.cancel()
+            connection.handshake_timer = None
+        upstream, client = connection.upstream, connection.client
+        connection.upstream = None
+        if upstream is not None and not upstream.is_closing():
+            upstream.abort() if abort else upstream.close()
+        if client is not None:
+            if abort:
+                client.abort()
+            elif not client.is_closing():
+                if connection.tls is not None and connection.handshake_timer is None and connection.draining < 0:
+                    with contextlib.suppress(ssl.SSLError, ValueError):
+                        connection.tls.unwrap()  # close_notify
+                    connection.flush()
+                client.close()  # writes what is buffered (the answer), then closes
+
+    async def _sweep(self) -> None:
+        """Close connections idle for `idle_timeout` (a check every quarter of it)."""
+        every = max(0.05, self.idle_timeout / 4)
+        while True:
+            await asyncio.sleep(every)  # a periodic check, not a synchronisation
+            cutoff = self.now() - self.idle_timeout
+            for connection in [c for c in self._connections if c.last < cutoff]:
+                log.debug("TLS relay: closing a connection from %s idle for %g s", connection.peer,
+                          self.idle_timeout)
+                self._end(connection, abort=True)
+
+    def close(self) -> None:
+        """Stop listening; the connections open go on."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+    async def stop(self) -> None:
+        """Stop listening and close every connection."""
+        self.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        for connection in list(self._connections):
+            self._end(connection, abort=True)
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
