@@ -1,13 +1,15 @@
 # Stead: `make run` starts everything on this machine, `make test` runs every test.
 # Everything is set up from a fresh clone: the venv here, control-plane binaries cached by
-# version outside the repo (~/.cache/stead, or $STEAD_CACHE).
+# version outside the repo (~/.cache/stead, or $STEAD_CACHE), and as root buildah and mmdebstrap
+# for the image (apt-get; the image's Debian base is cached there too).
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+IMAGE  ?= localhost/stead:dev
 
-.PHONY: venv run test unit e2e lint typecheck crds controlplane bench clean
+.PHONY: venv run test unit e2e lint typecheck crds controlplane image image-tools bench clean
 
 venv: $(STAMP)
 
@@ -21,7 +23,7 @@ controlplane: venv ## build (once) and cache kube-apiserver, kube-controller-man
 	$(BIN)/stead cluster build
 
 run: venv ## start a local control plane unless a cluster is reachable, install CRDs, run the operators
-	$(BIN)/stead run --local auto
+	$(BIN)/stead operator --local auto
 
 lint: venv
 	$(BIN)/ruff check operators pipelines tests bench
@@ -36,10 +38,16 @@ crds: venv ## regenerate crds/ from the models
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
-e2e: venv controlplane
+image-tools: ## buildah and mmdebstrap, installed with apt-get when missing (as root; tests/e2e/test_image.py needs them)
+	sh scripts/build-image.sh tools
+
+image: ## build $(IMAGE) from the Dockerfile with buildah, on a local Debian base (STEAD_BASE_IMAGE=... to choose one)
+	sh scripts/build-image.sh build $(IMAGE)
+
+e2e: venv controlplane image-tools
 	$(BIN)/pytest -q tests/e2e
 
-test: venv controlplane lint typecheck
+test: venv controlplane image-tools lint typecheck
 	$(BIN)/stead crds --check
 	$(BIN)/pytest -q tests
 

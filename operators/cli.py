@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from operators.catalog import KINDS
-from operators.runtime.kube import crds as crdgen
-from operators.runtime.serving.eventloop import event_loop_factory
+from operators.cluster.ports import PORT_SETTINGS, Ports, choose_ports, parse_port, remembered_ports
 
 if TYPE_CHECKING:
     from operators.cluster import LocalControlPlane
@@ -21,12 +20,19 @@ if TYPE_CHECKING:
 
 CRD_DIRS = (Path("crds"), Path("charts/stead/files/crds"))  # checked in, and the chart's copy
 
+SCHEME = """\
+Commands are the kinds' names as kubectl knows them, followed by an action, and take the
+kinds' short names too: `stead actionrun logs R` is `stead ar logs R` or `stead run logs R`,
+as `kubectl get actionrun R` is `kubectl get ar R`. `stead run` followed by operator flags, or
+by nothing, is the older spelling of `stead operator`. `stead COMMAND -h` shows a command's
+actions and flags.
+"""
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from operators.calm.cli import rewrite_argv
-
-    parser = _parser()
-    args = parser.parse_args(rewrite_argv(sys.argv[1:] if argv is None else argv))
+    words = canonical_argv(sys.argv[1:] if argv is None else argv)
+    parser = _parser(words)
+    args = parser.parse_args(words)
     if not hasattr(args, "func"):
         parser.print_help()
         return 2
@@ -37,11 +43,198 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="stead", description=__doc__)
-    sub = parser.add_subparsers(metavar="COMMAND")
+# --- the command nouns ------------------------------------------------------------------------------
+# Only the parser of the noun on the command line is built, so only its module is imported: `stead
+# --help`, `stead cluster kubeconfig` or `stead actionrun logs` never import the catalog of kinds, their
+# models, Kopf or the Kubernetes client unless the command itself needs them.
 
-    run = sub.add_parser("run", help="run the operators in the foreground")
+
+@dataclass(frozen=True)
+class Noun:
+    """A command of `stead` (a noun, followed by its action)."""
+
+    name: str
+    help: str
+    add: Callable[[Any, Noun], None]
+    """Adds the noun's parser, with its actions and flags, to the subparsers (importing what it needs)."""
+    kind_module: str | None = None
+    """The module whose `KIND` this noun is about: its short names are the noun's aliases."""
+    older: tuple[str, ...] = ()
+    """Earlier spellings, still accepted."""
+
+    def aliases(self) -> tuple[str, ...]:
+        short = kind_short_names(self.kind_module) if self.kind_module else ()
+        return tuple(dict.fromkeys(a for a in (*short, *self.older) if a != self.name))
+
+
+def _noun_parser(sub: Any, noun: Noun) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(noun.name, help=noun.help, description=noun.help)
+    return parser
+
+
+def _add_operator(sub: Any, noun: Noun) -> None:
+    _operator_arguments(_noun_parser(sub, noun))
+
+
+def _add_app(sub: Any, noun: Noun) -> None:
+    from operators.calm.cli import add_app_actions
+
+    add_app_actions(_noun_parser(sub, noun))
+
+
+def _add_actionrun(sub: Any, noun: Noun) -> None:
+    from operators.calm.cli import add_actionrun_actions
+
+    add_actionrun_actions(_noun_parser(sub, noun))
+
+
+def _add_blueprint(sub: Any, noun: Noun) -> None:
+    from operators.calm.cli import add_blueprint_actions
+
+    add_blueprint_actions(_noun_parser(sub, noun))
+
+
+def _add_config(sub: Any, noun: Noun) -> None:
+    from operators.config.cli import add_config_commands
+
+    add_config_commands(sub)
+
+
+def _add_cluster(sub: Any, noun: Noun) -> None:
+    _cluster_actions(_noun_parser(sub, noun))
+
+
+def _add_crds(sub: Any, noun: Noun) -> None:
+    crds = _noun_parser(sub, noun)
+    crds.add_argument("--dir", type=Path, action="append", help="write here instead (repeatable)")
+    crds.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
+    crds.set_defaults(func=_cmd_crds)
+
+
+NOUNS: tuple[Noun, ...] = (
+    Noun("operator", "run the operators in the foreground", _add_operator, older=("run",)),
+    Noun("app", "Apps: launch one from a blueprint, run an action", _add_app, kind_module="operators.calm.app"),
+    Noun("actionrun", "ActionRuns: logs (follow one), abort", _add_actionrun,
+         kind_module="operators.calm.actionrun", older=("runs",)),
+    Noun("blueprint", "Blueprints: deps (their dependencies, one per line)", _add_blueprint,
+         kind_module="operators.calm.blueprint"),
+    Noun("config", "read and change configuration values (the configuration API)", _add_config),
+    Noun("cluster", "the local control plane (kube-apiserver, etcd, controller-manager)", _add_cluster),
+    Noun("crds", "write crds/*.yaml and the chart's copies from the models (or --check them)", _add_crds),
+)
+
+
+def kind_short_names(module: str) -> tuple[str, ...]:
+    """The short names of the kind `module` declares (`KIND = Kind(..., short_names=(...))`, closed by a `)`
+    at the start of a line): the CLI's aliases of that kind's noun, so that they have one source. Read from
+    that statement of the module's source, because importing the module (its models, the compiler, the
+    Kubernetes client: ~0.7 s), or even parsing all of it (~15 ms each), is what `stead --help` must not pay;
+    imported after all when the source does not spell them so."""
+    import ast
+    import importlib
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec(module)
+    source = Path(spec.origin).read_text() if spec is not None and spec.origin and spec.origin.endswith(".py") else ""
+    statement = re.search(r"^KIND = Kind\(.*?^\)$", source, re.DOTALL | re.MULTILINE)
+    try:
+        node = ast.parse(statement.group(0)).body[0] if statement else None
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            for keyword in node.value.keywords:
+                if keyword.arg == "short_names":
+                    return tuple(str(name) for name in ast.literal_eval(keyword.value))
+    except (SyntaxError, ValueError):
+        pass
+    return tuple(importlib.import_module(module).KIND.short_names)
+
+
+def _noun_index(words: Sequence[str]) -> int | None:
+    """Where the noun is: the first word that is not an option (`stead` itself takes only -h)."""
+    return next((i for i, word in enumerate(words) if not word.startswith("-")), None)
+
+
+def canonical_argv(argv: Sequence[str]) -> list[str]:
+    """The command line with its noun spelled canonically: a kind's short name or an older spelling
+    becomes the noun (`ar`, `run`, `runs` -> `actionrun`, `bp` -> `blueprint`). `run` is both the
+    ActionRun's short name and the operator's older spelling: `stead run logs|abort ...` is about
+    ActionRuns, `stead run` with anything else (operator flags, or nothing) starts the operator."""
+    words = list(argv)
+    i = _noun_index(words)
+    if i is None or words[i] in {noun.name for noun in NOUNS}:
+        return words
+    if words[i] == "run":
+        from operators.calm.cli import ACTIONRUN_ACTIONS
+
+        words[i] = "actionrun" if words[i + 1:i + 2] and words[i + 1] in ACTIONRUN_ACTIONS else "operator"
+        return words
+    for noun in NOUNS:
+        if words[i] in noun.aliases():
+            words[i] = noun.name
+            break
+    return words
+
+
+def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser of `argv` (canonical): the noun it names is built whole, the others as names only.
+    Without a noun, `stead --help` lists every noun with its aliases."""
+    i = _noun_index(argv)
+    named = argv[i] if i is not None else None
+    listing = named not in {noun.name for noun in NOUNS}
+    parser = argparse.ArgumentParser(prog="stead", usage="%(prog)s [-h] [--version] COMMAND [ACTION] [ARGS ...]",
+                                     description=__doc__, epilog=SCHEME if listing else None,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version of Stead and exit")
+    sub = parser.add_subparsers(prog="stead", metavar="COMMAND", help=argparse.SUPPRESS, title="commands",
+                                description=commands_table() if listing else None)
+    for noun in NOUNS:
+        if noun.name == named:
+            noun.add(sub, noun)
+        else:
+            sub.add_parser(noun.name, help=argparse.SUPPRESS)
+    return parser
+
+
+class _Version(argparse.Action):
+    """`stead --version`: the installed distribution's version (looked up only when asked)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"stead {version('stead')}")
+        except PackageNotFoundError:
+            print("stead (not installed: run from a source tree)")
+        parser.exit()
+
+
+def commands_table() -> str:
+    """The nouns of `stead --help`, each with its aliases (`stead COMMAND -h` shows its actions)."""
+    names = [", ".join((noun.name, *noun.aliases())) for noun in NOUNS]
+    width = max(len(name) for name in names) + 2
+    rows = [f"{name:<{width}}{noun.help}" for name, noun in zip(names, NOUNS, strict=True)]
+    return "\n".join(rows)
+
+
+def _cluster_actions(cluster: argparse.ArgumentParser) -> None:
+    csub = cluster.add_subparsers(metavar="ACTION")
+    for name, help_ in [("up", "start it (idempotent)"), ("down", "stop what `up` started"),
+                        ("status", "show whether it runs, where, and on which ports"),
+                        ("kubeconfig", "print the path of its admin kubeconfig"),
+                        ("kubectl", "print the path of the cached kubectl of the pinned Kubernetes version"),
+                        ("build", "build and cache the binaries")]:
+        action = csub.add_parser(name, help=help_, description=help_)
+        action.set_defaults(func=_cmd_cluster, action=name)
+        if name == "up":
+            for setting in PORT_SETTINGS:
+                action.add_argument(setting.flag, type=_port, dest=setting.argument, metavar="N",
+                                    help=f"the {setting.label} port (default: ${setting.variable}, else the port "
+                                    f"this home used last, else {setting.default})")
+
+
+def _operator_arguments(run: argparse.ArgumentParser) -> None:
+    """The operator's flags (`stead operator`, and `stead run` as it was spelled first)."""
     run.add_argument("--kubeconfig", type=Path, help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     run.add_argument("--local", choices=["auto", "always", "never"], default="never",
                      help="start the local control plane: when no cluster is reachable (auto), always, or never")
@@ -63,6 +256,10 @@ def _parser() -> argparse.ArgumentParser:
                      "$STEAD_HOME/config-api/ca.crt)")
     run.add_argument("--config-api-basic-secret", metavar="NAMESPACE/NAME", type=_namespaced_name,
                      help="also accept HTTP Basic credentials (username, password) from this Secret")
+    run.add_argument("--config-api-client-ca", default="auto", metavar="auto|off|PATH",
+                     help="accept client certificates (user = CN, groups = O; then RBAC, as for tokens) signed by: "
+                     "auto (the default), the cluster's client CA (ConfigMap "
+                     "kube-system/extension-apiserver-authentication; none when absent), a CA bundle file, or off")
     run.add_argument("--config-api-workers", type=_non_negative, default=0, metavar="N",
                      help="serve the config API from N processes of its own on its port, each with its own "
                      "watches (0, the default: from the operator's process)")
@@ -94,30 +291,12 @@ def _parser() -> argparse.ArgumentParser:
                           "admission request)")
     run.add_argument("--vault-collect-seconds", type=float, default=60.0, metavar="S",
                      help="how often unreferenced vault entries are looked for")
+    run.add_argument("--max-concurrent-runs", type=_non_negative, default=0, metavar="N",
+                     help="workflow runs at once (each a process of ~50 MiB); the others are queued, shown as "
+                     "Queued, and let in fairly across namespaces (default 0: half of the memory the operator "
+                     "may use at 64 MiB a run, between 2 and 64)")
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=_cmd_run)
-
-    crds = sub.add_parser("crds", help="write crds/*.yaml and the chart's copies from the models (or --check them)")
-    crds.add_argument("--dir", type=Path, action="append", help="write here instead (repeatable)")
-    crds.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
-    crds.set_defaults(func=_cmd_crds)
-
-    from operators.config.cli import add_config_commands
-
-    add_config_commands(sub)
-
-    from operators.calm.cli import add_app_commands
-
-    add_app_commands(sub)
-
-    cluster = sub.add_parser("cluster", help="the local control plane (kube-apiserver, etcd, controller-manager)")
-    csub = cluster.add_subparsers(metavar="ACTION")
-    for name, help_ in [("up", "start it (idempotent)"), ("down", "stop what `up` started"),
-                        ("status", "show whether it runs"), ("kubeconfig", "print the kubeconfig path"),
-                        ("build", "build and cache the binaries")]:
-        action = csub.add_parser(name, help=help_)
-        action.set_defaults(func=_cmd_cluster, action=name)
-    return parser
 
 
 def _namespaced_name(text: str) -> tuple[str, str]:
@@ -134,6 +313,9 @@ def _non_negative(text: str) -> int:
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
+    from operators.catalog import KINDS
+    from operators.runtime.kube import crds as crdgen
+
     stale = []
     for directory in args.dir or CRD_DIRS:
         for kind in KINDS:
@@ -153,24 +335,42 @@ def _cmd_crds(args: argparse.Namespace) -> int:
 
 
 def _cmd_cluster(args: argparse.Namespace) -> int:
-    from operators.cluster import ControlPlaneError, ensure_binaries
+    if args.action == "kubeconfig":  # paths: nothing else to import or read (`$(stead cluster ...)` is instant)
+        from operators.cluster.home import default_home, kubeconfig_path
 
-    plane = _local_plane()
+        print(kubeconfig_path(default_home()))
+        return 0
+    if args.action == "kubectl":
+        from operators.cluster.build import cached_kubectl
+        from operators.cluster.versions import KUBERNETES_VERSION
+
+        kubectl = cached_kubectl()
+        if kubectl is None:
+            print(f"stead cluster kubectl: kubectl {KUBERNETES_VERSION} is not built yet; `stead cluster build` "
+                  "builds it (once)", file=sys.stderr)
+            return 1
+        print(kubectl)
+        return 0
+    from operators.cluster import ControlPlaneError, PortInUse, ensure_binaries
+
     try:
         if args.action == "build":
             ensure_binaries(progress=lambda line: print(line, file=sys.stderr))
         elif args.action == "up":
+            plane = _local_plane({s.argument: getattr(args, s.argument) for s in PORT_SETTINGS})
             info = plane.up()
             print(f"control plane up at {info.server}\nexport KUBECONFIG={info.kubeconfig}")
         elif args.action == "down":
-            plane.down()
+            _local_plane().down()
             print("control plane stopped")
-        elif args.action == "status":
-            status = plane.status()
+        else:
+            status = _local_plane().status()
             print(status.describe())
             return 0 if status.running else 3
-        else:
-            print(plane.kubeconfig_path)
+    except PortInUse as error:
+        setting = next(s for s in PORT_SETTINGS if s.field == error.field)
+        print(f"stead cluster {args.action}: {error}: {setting.flag} N (or ${setting.variable})", file=sys.stderr)
+        return 1
     except ControlPlaneError as error:
         print(f"stead cluster {args.action}: {error}", file=sys.stderr)
         return 1
@@ -200,8 +400,12 @@ def script_user(given: str, euid: int) -> str | None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from operators.catalog import KINDS
     from operators.runtime.engine.runs import RunSettings
     from operators.runtime.process import OperatorOptions, WebhookOptions, run_operator
+    from operators.runtime.serving.eventloop import event_loop_factory
 
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -218,8 +422,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from operators.cluster import ControlPlaneError, reaches_cluster
 
         if args.local == "always" or not reaches_cluster(kubeconfig):
-            plane = _local_plane()
             try:
+                plane = _local_plane()
                 was_running = plane.status().running
                 info = plane.up()
             except ControlPlaneError as error:
@@ -251,7 +455,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     store_path = args.store or home / "store"
     runs = dict(trusted_local_namespaces=trusted, script_user=run_scripts_as, exec_in_jobs=args.exec_in_jobs,
                 job_image=args.job_image, job_service_account=args.job_service_account,
-                http_allow=tuple(args.http_allow_networks))
+                http_allow=tuple(args.http_allow_networks), max_concurrent=args.max_concurrent_runs)
     options = OperatorOptions(
         store_path=store_path,
         replica=args.replica,
@@ -275,6 +479,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             listen=args.config_api_listen, port=args.config_api_port,
             tls_dir=args.config_api_cert_dir or home / "config-api", mounted=args.config_api_cert_dir is not None,
             basic_secret=args.config_api_basic_secret, workers=args.config_api_workers,
+            client_ca=args.config_api_client_ca,
         ))
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
@@ -283,7 +488,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         pass
     finally:
         if started is not None:
-            print("stopping the local control plane", file=sys.stderr)
+            # stdout may be a closed pipe (`make run | tee log`, then Ctrl-C): nothing written
+            # may stand between the interrupt and stopping what this command started
+            with contextlib.suppress(OSError):
+                print("stopping the local control plane", file=sys.stderr)
             started.down()
     return 0
 
@@ -294,33 +502,32 @@ def _home() -> Path:
     return default_home()
 
 
-PORT_VARIABLES = {
-    "apiserver_port": "STEAD_APISERVER_PORT",
-    "etcd_client_port": "STEAD_ETCD_CLIENT_PORT",
-    "etcd_peer_port": "STEAD_ETCD_PEER_PORT",
-    "controller_manager_port": "STEAD_CONTROLLER_MANAGER_PORT",
-}
+PORT_VARIABLES = {setting.argument: setting.variable for setting in PORT_SETTINGS}
+"""`LocalControlPlane`'s port keywords and the variables that set them."""
 
 
-def _local_plane() -> LocalControlPlane:
-    """The local control plane of `$STEAD_HOME`, on the ports `$STEAD_*_PORT` name (else the defaults),
-    so that two homes can run side by side."""
-    from operators.cluster import LocalControlPlane, default_home
-    from operators.cluster.controlplane import (
-        DEFAULT_APISERVER_PORT,
-        DEFAULT_CONTROLLER_MANAGER_PORT,
-        DEFAULT_ETCD_CLIENT_PORT,
-        DEFAULT_ETCD_PEER_PORT,
-    )
+def _port(text: str) -> int:
+    try:
+        return parse_port(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
-    def port(argument: str, default: int) -> int:
-        value = os.environ.get(PORT_VARIABLES[argument])
-        return int(value) if value else default
 
-    return LocalControlPlane(
-        default_home(),
-        apiserver_port=port("apiserver_port", DEFAULT_APISERVER_PORT),
-        etcd_client_port=port("etcd_client_port", DEFAULT_ETCD_CLIENT_PORT),
-        etcd_peer_port=port("etcd_peer_port", DEFAULT_ETCD_PEER_PORT),
-        controller_manager_port=port("controller_manager_port", DEFAULT_CONTROLLER_MANAGER_PORT),
-    )
+def local_plane_ports(given: Mapping[str, int | None], environ: Mapping[str, str], home: Path) -> Ports:
+    """The ports of the plane of `home`: each from `given` (the flags of `stead cluster up`, by `LocalControlPlane`
+    keyword), else `$STEAD_*_PORT`, else the ports that home's plane last started on, else the defaults; so that
+    two homes run side by side, and each finds its own plane again."""
+    return choose_ports({s.field: given.get(s.argument) for s in PORT_SETTINGS}, environ, remembered_ports(home))
+
+
+def _local_plane(given: Mapping[str, int | None] | None = None) -> LocalControlPlane:
+    """The local control plane of `$STEAD_HOME`, on the ports `local_plane_ports` chooses."""
+    from operators.cluster import ControlPlaneError, LocalControlPlane, default_home
+
+    home = default_home()
+    try:
+        ports = local_plane_ports(given or {}, os.environ, home)
+        return LocalControlPlane(home, apiserver_port=ports.apiserver, etcd_client_port=ports.etcd_client,
+                                 etcd_peer_port=ports.etcd_peer, controller_manager_port=ports.controller_manager)
+    except ValueError as error:  # a variable that is no port, or two equal ports
+        raise ControlPlaneError(str(error)) from None

@@ -1,20 +1,25 @@
-"""`stead app` and `stead run logs|abort`: launch apps, run actions, follow runs (all through the API server).
+"""`stead app`, `stead actionrun` and `stead blueprint`: launch apps, run actions, follow runs, show a
+blueprint's dependencies (all through the API server).
 
     stead app launch NAME --blueprint BP [--input k=v ...] [-n NS]
     stead app run APP ACTION [--arg k=v ...] [-n NS] [-f]
-    stead run logs RUN [-n NS] [-f] [-o json|yaml] [--tail N]
+    stead actionrun logs RUN [-n NS] [-f] [-o json|yaml] [--tail N]
                                          the run log tree with per-task output; -f follows it live
                                          (on a terminal: a live table; otherwise plain text), -o prints
                                          the ActionRun's status instead (with -f: the final one)
-    stead run abort RUN [-n NS]
+    stead actionrun abort RUN [-n NS]
+    stead blueprint deps NAME [-n NS] [-o json|yaml]
+                                         the dependencies of its system actions, one line each
 
 The output shown is what the ActionRun's status holds: already masked, secrets never appear.
+
+Only the standard library is imported here at start-up: the models, the Kubernetes client and rich
+are imported by the command that uses them, so that `stead --help` and argument errors are instant.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -22,11 +27,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from operators import API_VERSION
-from operators.calm.models import ACTIONRUN, APP
-from operators.runtime.kube.client import ApiError, KubeClient, custom_path, load_access
 
-if TYPE_CHECKING:  # rich is imported where it draws, so `stead --help` does not pay for it
+if TYPE_CHECKING:
     from rich.console import Console, RenderableType
+
+    from operators.runtime.kube.client import KubeClient
+
+PLURALS = {"App": "apps", "ActionRun": "actionruns", "Blueprint": "blueprints"}
+"""The kinds' plurals in API paths, as `operators.calm.models` declares them (a test checks that they
+agree): importing the models, ~0.13 s, only to build a path is what these commands must not pay."""
 
 FINAL = ("Succeeded", "Failed", "Aborted")
 
@@ -47,7 +56,7 @@ def progress_bar(done: int, total: int, width: int = 20) -> str:
 
 
 def format_run(obj: Mapping[str, Any], outputs: bool = True) -> str:
-    """The run log tree of an ActionRun, as `stead run logs` prints it."""
+    """The run log tree of an ActionRun, as `stead actionrun logs` prints it."""
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     progress = status.get("progress") or {}
     lines = [f"run {obj['metadata']['name']}  app {spec.get('app')}  action {spec.get('action')}  "
@@ -70,7 +79,8 @@ def format_run(obj: Mapping[str, Any], outputs: bool = True) -> str:
 
 
 def run_status(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The ActionRun's status as `stead run logs -o json|yaml` prints it: state, progress and runLog always there."""
+    """The ActionRun's status as `stead actionrun logs -o json|yaml` prints it: state, progress and runLog
+    always there."""
     status = dict(obj.get("status") or {})
     progress = status.get("progress") or {}
     return {**status, "state": status.get("state") or "Pending",
@@ -131,7 +141,7 @@ STYLES = {"pending": ("◷", "dim"), "running": ("●", "bold yellow"), "success
 
 
 def render_run(obj: Mapping[str, Any], tail: int | None = 0, now: datetime | None = None) -> RenderableType:
-    """The run log tree of an ActionRun for a terminal (what `stead run logs -f` shows live, like `argo watch`):
+    """The run log tree of an ActionRun for a terminal (what `stead actionrun logs -f` shows live, like `argo watch`):
     each task and its replicas with state, attempts, exit code, duration and message, the last `tail` lines of
     each replica's output (None: all of them), and a progress bar of the task instances done."""
     from rich.console import Group
@@ -194,29 +204,64 @@ def render_run(obj: Mapping[str, Any], tail: int | None = 0, now: datetime | Non
     return Group(*parts)
 
 
+def _run_command(args: argparse.Namespace) -> int:
+    import asyncio
+
+    return asyncio.run(_call(args))
+
+
 async def _call(args: argparse.Namespace) -> int:
-    async with KubeClient(load_access(args.kubeconfig)) as kube:
+    """Run the command's handler with a client of the cluster; API errors, an unreachable API server and
+    an unusable kubeconfig are one line on stderr and exit code 1 (never a traceback)."""
+    import aiohttp
+    from kubernetes.config.config_exception import ConfigException
+
+    from operators.runtime.kube.client import ApiError, KubeClient, load_access
+
+    try:
+        access = load_access(args.kubeconfig)
+    except (ConfigException, OSError) as error:
+        print(f"stead: no usable kubeconfig: {error}", file=sys.stderr)
+        return 1
+    async with KubeClient(access) as kube:
         try:
             return int(await args.handler(kube, args))
         except ApiError as error:
             print(f"stead: {error.message}", file=sys.stderr)
             return 1
+        except (aiohttp.ClientError, OSError) as error:
+            print(f"stead: cannot reach the API server at {access.server}: {error}", file=sys.stderr)
+            return 1
 
 
 async def _launch(kube: KubeClient, args: argparse.Namespace) -> int:
+    from operators.runtime.kube.client import ApiError, custom_path
+
+    try:  # an App of a blueprint that does not exist would only wait, Stalled: say so now
+        await kube.request("GET", custom_path(PLURALS["Blueprint"], args.namespace, args.blueprint))
+    except ApiError as error:
+        if error.status != 404:
+            raise
+        listed = await kube.request("GET", custom_path(PLURALS["Blueprint"], args.namespace))
+        names = sorted(str(item["metadata"]["name"]) for item in listed.get("items") or [])
+        print(f"stead: no blueprint {args.blueprint!r} in namespace {args.namespace} (blueprints here: "
+              f"{', '.join(names) or 'none'}); nothing launched", file=sys.stderr)
+        return 1
     body = {"apiVersion": API_VERSION, "kind": "App", "metadata": {"name": args.name, "namespace": args.namespace},
             "spec": {"blueprint": args.blueprint, "inputs": _pairs(args.input, "--input")}}
-    await kube.request("POST", custom_path(APP.plural, args.namespace), body)
+    await kube.request("POST", custom_path(PLURALS["App"], args.namespace), body)
     print(f"app/{args.name} launched (its create run: {args.name}-create)")
     return 0
 
 
 async def _run_action(kube: KubeClient, args: argparse.Namespace) -> int:
+    from operators.runtime.kube.client import custom_path
+
     body = {"apiVersion": API_VERSION, "kind": "ActionRun",
             "metadata": {"generateName": f"{args.app}-{args.action}-"[:60].lower().replace("_", "-"),
                          "namespace": args.namespace},
             "spec": {"app": args.app, "action": args.action, "arguments": _pairs(args.arg, "--arg")}}
-    made = await kube.request("POST", custom_path(ACTIONRUN.plural, args.namespace), body)
+    made = await kube.request("POST", custom_path(PLURALS["ActionRun"], args.namespace), body)
     args.run = made["metadata"]["name"]
     print(f"actionrun/{args.run} created")
     return await _logs(kube, args) if args.follow else 0
@@ -232,7 +277,11 @@ def _final(obj: Mapping[str, Any]) -> bool:
 
 async def _logs(kube: KubeClient, args: argparse.Namespace, console: Console | None = None) -> int:
     """Print the run (plain text, a rich view on a terminal, or -o json|yaml); -f: until it is final."""
-    path = custom_path(ACTIONRUN.plural, args.namespace, args.run)
+    import asyncio
+
+    from operators.runtime.kube.client import custom_path
+
+    path = custom_path(PLURALS["ActionRun"], args.namespace, args.run)
     output, tail = getattr(args, "output", None), getattr(args, "tail", None)
     if output:
         obj = await kube.request("GET", path)
@@ -261,6 +310,8 @@ async def _logs(kube: KubeClient, args: argparse.Namespace, console: Console | N
 async def _logs_rich(kube: KubeClient, args: argparse.Namespace, path: str, tail: int | None,
                      console: Console | None) -> int:
     """The terminal view: printed once, or (-f) redrawn in place every second until the run is final."""
+    import asyncio
+
     from rich.console import Console
     from rich.live import Live
 
@@ -278,10 +329,79 @@ async def _logs_rich(kube: KubeClient, args: argparse.Namespace, path: str, tail
 
 
 async def _abort(kube: KubeClient, args: argparse.Namespace) -> int:
-    await kube.request("PATCH", custom_path(ACTIONRUN.plural, args.namespace, args.run), {"spec": {"abort": True}},
+    from operators.runtime.kube.client import custom_path
+
+    await kube.request("PATCH", custom_path(PLURALS["ActionRun"], args.namespace, args.run), {"spec": {"abort": True}},
                        content_type="application/merge-patch+json")
     print(f"actionrun/{args.run}: abort requested")
     return 0
+
+
+# --- stead blueprint deps --------------------------------------------------------------------------
+
+def _entity(kind: Any, name: Any) -> str:
+    return f"{kind}/{name}" if kind else str(name)
+
+
+def dependency_why(entry: Mapping[str, Any]) -> str:
+    """Where one dependency comes from: the spec field; for an implicit one, also the action, the task
+    that reads the attribute and the task that sets it."""
+    source = str(entry.get("source") or "")
+    if entry.get("type") != "implicit":
+        return source
+    action = entry.get("actionName") or "?"
+    if entry.get("actionResourceName"):
+        action = f"{entry['actionResourceName']}.{action}"
+    reads = f"{entry.get('getterTask') or entry.get('getterResourceName')} reads {entry.get('setterResourceAttr')}"
+    sets = f"which {entry.get('setterTask') or entry.get('setterResourceName')} sets"
+    return f"{action}: {reads}, {sets}" + (f" ({source})" if source else "")
+
+
+def format_deps(obj: Mapping[str, Any]) -> str:
+    """A Blueprint's `status.dependencyList` as `stead blueprint deps` prints it: a header, then one line
+    per dependency, `DEPENDENT -> DEPENDS ON  TYPE  WHY` in columns, in the list's order (the compiler's:
+    inherent, explicit from dependsOn, then implicit, where a task reads an attribute a task of another
+    entity sets)."""
+    status = obj.get("status") or {}
+    entries = list(status.get("dependencyList") or [])
+    name = (obj.get("metadata") or {}).get("name", "?")
+    state = status.get("state") or status.get("phase") or "not compiled yet"
+    counted = f"{len(entries)} {'dependency' if len(entries) == 1 else 'dependencies'}"
+    lines = [f"blueprint/{name}  {state}  {counted}"]
+    if not entries:
+        return "\n".join([*lines, *(f"error: {e}" for e in status.get("errors") or [])])
+    lines.append("(A -> B: A depends on B; create, start and restart run B's tasks first, stop and delete A's)")
+    rows = [(_entity(e.get("getterResourceKind"), e.get("getterResourceName")),
+             _entity(e.get("setterResourceKind"), e.get("setterResourceName")),
+             str(e.get("type") or ""), dependency_why(e)) for e in entries]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines += [f"{a:<{widths[0]}}  -> {b:<{widths[1]}}  {kind:<{widths[2]}}  {why}".rstrip()
+              for a, b, kind, why in rows]
+    lines += [f"error: {e}" for e in status.get("errors") or []]
+    return "\n".join(lines)
+
+
+def dump_deps(obj: Mapping[str, Any], fmt: str) -> str:
+    """The dependency list as one JSON or YAML document (a list, as the status holds it)."""
+    entries = list((obj.get("status") or {}).get("dependencyList") or [])
+    if fmt == "json":
+        import json
+
+        return json.dumps(entries, indent=2)
+    import yaml
+
+    return str(yaml.safe_dump(entries, sort_keys=False, allow_unicode=True)).rstrip("\n")
+
+
+async def _deps(kube: KubeClient, args: argparse.Namespace) -> int:
+    from operators.runtime.kube.client import custom_path
+
+    obj = await kube.request("GET", custom_path(PLURALS["Blueprint"], args.namespace, args.name))
+    print(dump_deps(obj, args.output) if args.output else format_deps(obj))
+    return 1 if (obj.get("status") or {}).get("errors") else 0
+
+
+# --- the parsers -----------------------------------------------------------------------------------
 
 
 def _lines(value: str) -> int:
@@ -294,11 +414,11 @@ def _lines(value: str) -> int:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--namespace", default="default")
     parser.add_argument("--kubeconfig", type=Path)
-    parser.set_defaults(func=lambda args: asyncio.run(_call(args)))
+    parser.set_defaults(func=_run_command)
 
 
-def add_app_commands(sub: Any) -> None:
-    app = sub.add_parser("app", help="launch apps and run their actions")
+def add_app_actions(app: argparse.ArgumentParser) -> None:
+    """`stead app launch|run`."""
     asub = app.add_subparsers(metavar="ACTION")
     launch = asub.add_parser("launch", help="create an App from an Active Blueprint")
     launch.add_argument("name")
@@ -315,7 +435,14 @@ def add_app_commands(sub: Any) -> None:
     _common(run)
     run.set_defaults(handler=_run_action)
 
-    runs = sub.add_parser("runs", help="ActionRuns: logs, abort (also spelled `stead run logs|abort`)")
+
+ACTIONRUN_ACTIONS = ("logs", "abort")
+"""The actions of `stead actionrun`: after `stead run`, one of them makes `run` the ActionRun's short name
+(anything else after `stead run` is the operator's older spelling)."""
+
+
+def add_actionrun_actions(runs: argparse.ArgumentParser) -> None:
+    """`stead actionrun logs|abort`."""
     rsub = runs.add_subparsers(metavar="ACTION")
     logs = rsub.add_parser("logs", help="the run log tree with per-task output")
     logs.add_argument("run")
@@ -332,12 +459,25 @@ def add_app_commands(sub: Any) -> None:
     abort.set_defaults(handler=_abort)
 
 
-def rewrite_argv(argv: Sequence[str]) -> list[str]:
-    """`stead run logs|abort ...` is `stead runs logs|abort ...` (`stead run` alone runs the operator)."""
-    args = list(argv)
-    if len(args) >= 2 and args[0] == "run" and args[1] in ("logs", "abort"):
-        args[0] = "runs"
-    return args
+def add_blueprint_actions(blueprint: argparse.ArgumentParser) -> None:
+    """`stead blueprint deps`."""
+    bsub = blueprint.add_subparsers(metavar="ACTION")
+    deps = bsub.add_parser("deps", help="the dependencies of its system actions (status.dependencyList), one "
+                           "line each: inherent, explicit (dependsOn), implicit (an attribute a task reads)")
+    deps.add_argument("name")
+    deps.add_argument("-o", "--output", choices=["json", "yaml"], help="print status.dependencyList as it is")
+    _common(deps)
+    deps.set_defaults(handler=_deps)
 
 
-__all__ = ["add_app_commands", "dump_status", "format_run", "render_run", "rewrite_argv"]
+__all__ = [
+    "ACTIONRUN_ACTIONS",
+    "add_actionrun_actions",
+    "add_app_actions",
+    "add_blueprint_actions",
+    "dump_deps",
+    "dump_status",
+    "format_deps",
+    "format_run",
+    "render_run",
+]

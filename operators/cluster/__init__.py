@@ -1,20 +1,54 @@
 """A local Kubernetes control plane built from the Go module proxy and run on loopback.
 
-``stead cluster up|down|status|kubeconfig|build`` and the e2e session fixture use these names;
-everything else in the package is an implementation detail:
+``stead cluster up|down|status|kubeconfig|kubectl|build`` and the e2e session fixture use these
+names; everything else in the package is an implementation detail:
 
     build.py         building the binaries from the Go module proxy and caching them
     versions.py      the pinned Kubernetes, etcd and Helm versions
+    home.py          where a plane keeps its state
+    ports.py         the ports of one plane, and where `stead` takes them from
     controlplane.py  the components, their flags, up/down/status and kubeconfigs
     pki.py           which certificates the plane needs (made by operators.runtime.serving.certs)
     processes.py     pid records, /proc inspection, pidfd signalling, port owners
     probes.py        health endpoints and whether a kubeconfig reaches a cluster
     atomicwrite.py   files written whole or not at all
+
+The names are imported from their modules when first used, so that `stead cluster kubeconfig`
+or `stead cluster --help` do not import what starting a plane needs (cryptography, YAML, ...).
 """
 
-from operators.cluster.build import Binaries, ControlPlaneError, cache_root, ensure_binaries
-from operators.cluster.controlplane import ClusterInfo, ClusterStatus, LocalControlPlane, default_home
-from operators.cluster.probes import reaches_cluster
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from operators.cluster.build import Binaries, ControlPlaneError, cache_root, cached_kubectl, ensure_binaries
+    from operators.cluster.controlplane import ClusterInfo, ClusterStatus, LocalControlPlane, PortInUse
+    from operators.cluster.home import default_home
+    from operators.cluster.probes import reaches_cluster
+
+_MODULES = {
+    "Binaries": "build",
+    "ControlPlaneError": "build",
+    "cache_root": "build",
+    "cached_kubectl": "build",
+    "ensure_binaries": "build",
+    "ClusterInfo": "controlplane",
+    "ClusterStatus": "controlplane",
+    "LocalControlPlane": "controlplane",
+    "PortInUse": "controlplane",
+    "default_home": "home",
+    "reaches_cluster": "probes",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = [
     "Binaries",
@@ -22,7 +56,9 @@ __all__ = [
     "ClusterStatus",
     "ControlPlaneError",
     "LocalControlPlane",
+    "PortInUse",
     "cache_root",
+    "cached_kubectl",
     "default_home",
     "ensure_binaries",
     "reaches_cluster",

@@ -289,6 +289,13 @@ def cached_binaries(root: Path | None = None) -> Binaries | None:
     return None
 
 
+def cached_kubectl(root: Path | None = None) -> Path | None:
+    """The cached kubectl of the pinned Kubernetes version (whatever other versions the cache holds),
+    or None until it is built; never runs ``go``."""
+    kubectl = component_dir(KUBERNETES, root) / "kubectl"
+    return kubectl if os.access(kubectl, os.X_OK) else None
+
+
 def ensure_binaries(
     root: Path | None = None, *, force: bool = False, progress: Progress | None = None
 ) -> Binaries:

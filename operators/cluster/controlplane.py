@@ -10,6 +10,7 @@ every piece of state under one *home* directory, and stops exactly the processes
     <home>/logs/          <component>.log (the previous run's in <component>.log.1)
     <home>/audit/         audit.log: one JSON event per request, level Metadata
     <home>/run/           <component>.json pid records (processes.py), cluster.json (ports, versions)
+    <home>/ports.json     the ports it last started on (ports.py: kept across down, used by the next up)
 
 There is no kubelet: Pods never run, but CRDs, webhooks, RBAC, namespaces (deletion included),
 garbage collection, ServiceAccounts and Job→Pod creation behave as in a real cluster.
@@ -20,7 +21,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import ssl
 import subprocess
 import time
@@ -39,17 +39,23 @@ from operators.cluster.build import (
     ensure_binaries,
     log_tail,
 )
+from operators.cluster.home import kubeconfig_path
 from operators.cluster.pki import ADMIN_USER, CONTROLLER_MANAGER_USER, PkiFiles, ensure_pki
+from operators.cluster.ports import (
+    DEFAULT_APISERVER_PORT,
+    DEFAULT_CONTROLLER_MANAGER_PORT,
+    DEFAULT_ETCD_CLIENT_PORT,
+    DEFAULT_ETCD_PEER_PORT,
+    PORT_SETTINGS,
+    PORTS_FILE,
+    Ports,
+)
 from operators.cluster.probes import http_status
 from operators.cluster.processes import LOOPBACK, ProcessTable, describe_pid, port_in_use, port_owner
 from operators.cluster.versions import ETCD_VERSION, KUBERNETES_VERSION
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_APISERVER_PORT: Final = 16443
-DEFAULT_ETCD_CLIENT_PORT: Final = 12379
-DEFAULT_ETCD_PEER_PORT: Final = 12380
-DEFAULT_CONTROLLER_MANAGER_PORT: Final = 16257
 SERVICE_CLUSTER_IP_RANGE: Final = "10.0.0.0/24"
 SERVICE_ACCOUNT_ISSUER: Final = "https://kubernetes.default.svc.cluster.local"
 START_TIMEOUT_SECONDS: Final = 120.0
@@ -60,6 +66,9 @@ ETCD: Final = "etcd"
 APISERVER: Final = "kube-apiserver"
 CONTROLLER_MANAGER: Final = "kube-controller-manager"
 PROCESS_NAMES: Final = (ETCD, APISERVER, CONTROLLER_MANAGER)
+PORT_OWNERS: Final = {"apiserver": APISERVER, "etcd_client": ETCD, "etcd_peer": ETCD,
+                      "controller_manager": CONTROLLER_MANAGER}
+"""Which process listens on each port of `Ports`."""
 """Start order; they stop in reverse."""
 
 DISABLED_CONTROLLERS: Final = (
@@ -93,31 +102,13 @@ rules:
 """
 
 
-def default_home() -> Path:
-    """``$STEAD_HOME``, else ``$XDG_DATA_HOME/stead`` (``~/.local/share/stead``)."""
-    explicit = os.environ.get("STEAD_HOME")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share") / "stead"
+class PortInUse(ControlPlaneError):
+    """A port the plane would listen on is taken (by another plane, or anything else)."""
 
-
-@dataclass(frozen=True)
-class Ports:
-    """The loopback ports one control plane listens on; two planes need disjoint sets."""
-
-    apiserver: int = DEFAULT_APISERVER_PORT
-    etcd_client: int = DEFAULT_ETCD_CLIENT_PORT
-    etcd_peer: int = DEFAULT_ETCD_PEER_PORT
-    controller_manager: int = DEFAULT_CONTROLLER_MANAGER_PORT
-
-    def labelled(self) -> dict[str, int]:
-        return {
-            "kube-apiserver": self.apiserver,
-            "etcd client": self.etcd_client,
-            "etcd peer": self.etcd_peer,
-            "kube-controller-manager": self.controller_manager,
-        }
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+        """Which one: a field of `Ports`."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +135,8 @@ class ClusterStatus:
     kubeconfig: Path
     home: Path
     versions: Mapping[str, str]
+    ports: Ports
+    """The ports it runs on (while it runs), else those its next `up` uses."""
 
     def describe(self) -> str:
         """A few lines for a terminal: the state, how to reach the plane, pids and versions."""
@@ -156,7 +149,7 @@ class ClusterStatus:
         else:
             state = "not running (some components are down; `stead cluster up` restarts them)"
         rows = [("control plane", state), ("server", self.server), ("kubeconfig", str(self.kubeconfig)),
-                ("home", str(self.home))]
+                ("home", str(self.home)), ("ports", self.ports.describe())]
         rows += [(name, f"pid {self.pids[name]}" if name in self.pids else "not running") for name in PROCESS_NAMES]
         rows.append(("versions", ", ".join(f"{name} {version}" for name, version in self.versions.items())))
         width = max(len(label) for label, _ in rows) + 2
@@ -234,7 +227,7 @@ class LocalControlPlane:
 
     @property
     def kubeconfig_path(self) -> Path:
-        return self.home / "kubeconfig"
+        return kubeconfig_path(self.home)
 
     @property
     def pki(self) -> PkiFiles:
@@ -282,9 +275,11 @@ class LocalControlPlane:
     def up(self) -> ClusterInfo:
         """Start the control plane (or find it running) and return how to reach it.
 
-        Returns at once when all three processes are ours, alive and /readyz answers. Otherwise
-        stops any leftovers of ours, builds the binaries if needed, and starts etcd, the
-        apiserver and the controller-manager, waiting for each to be healthy and for the
+        Returns at once when all three processes are ours, alive and /readyz answers. When some
+        of them are alive and healthy on the same ports and versions (the API server died, say),
+        starts only the others. Otherwise stops any leftovers of ours, builds the binaries if
+        needed, and starts etcd, the apiserver and the controller-manager, waiting for each to be
+        healthy and for the
         ``default`` ServiceAccount (the sign that the controllers work). On any failure
         everything started is stopped again and ControlPlaneError carries the failing log's tail.
         """
@@ -296,13 +291,15 @@ class LocalControlPlane:
                     f"({recorded}); stop it with `stead cluster down` first"
                 )
             return self.info
-        self.down()
+        keep = self._healthy_to_keep(recorded)
+        if not keep:
+            self.down()
         binaries = self._binaries or ensure_binaries(progress=self._progress)
         self._prepare_files()
-        self.check_ports_free()
+        self.check_ports_free(skip=keep)
         deadline = time.monotonic() + self.start_timeout
         try:
-            self._start_all(binaries, deadline)
+            self._start_all(binaries, deadline, keep)
         except BaseException:
             self.down()
             raise
@@ -310,6 +307,7 @@ class LocalControlPlane:
                  "versions": {"kubernetes": KUBERNETES_VERSION, "etcd": ETCD_VERSION},
                  "binaries": {name: str(path) for name, path in asdict(binaries).items()}}
         write_file_atomically(self._cluster_state_path, json.dumps(state, indent=2).encode())
+        write_file_atomically(self.home / PORTS_FILE, (json.dumps(asdict(self.ports), indent=2) + "\n").encode())
         return self.info
 
     def down(self, timeout: float = STOP_TIMEOUT_SECONDS) -> None:
@@ -333,16 +331,45 @@ class LocalControlPlane:
         versions = self._recorded_versions() or {"kubernetes": KUBERNETES_VERSION,
                                                  "etcd": ETCD_VERSION}
         return ClusterStatus(running=running, pids=pids, server=self.server_url(ports),
-                             kubeconfig=self.kubeconfig_path, home=self.home, versions=versions)
+                             kubeconfig=self.kubeconfig_path, home=self.home, versions=versions, ports=ports)
 
-    def check_ports_free(self) -> None:
-        """Raise ControlPlaneError naming the first configured port something already listens on."""
-        for label, port in self.ports.labelled().items():
+    def _healthy_to_keep(self, recorded: Ports | None) -> frozenset[str]:
+        """The processes of a partly running plane (same ports and versions) that are alive and
+        healthy: `up` starts only the others, so that a dead API server does not cost a restart of
+        a healthy etcd and controller-manager. Alive but unhealthy ones are stopped here."""
+        if recorded != self.ports or self._recorded_versions() != {"kubernetes": KUBERNETES_VERSION,
+                                                                    "etcd": ETCD_VERSION}:
+            return frozenset()
+        alive = self._processes.alive(PROCESS_NAMES)
+        healthy = {name for name in alive if self._healthy(name)}
+        if ETCD not in healthy:
+            return frozenset()  # everything depends on etcd: start all of it again
+        unhealthy = [name for name in alive if name not in healthy]
+        if unhealthy and self._processes.stop(unhealthy, STOP_TIMEOUT_SECONDS):
+            return frozenset()
+        return frozenset(healthy)
+
+    def _healthy(self, name: str) -> bool:
+        ports = self.ports
+        if name == ETCD:
+            return http_status(ports.etcd_client, "/health") == 200
+        if name == APISERVER:
+            return self._apiserver_ready(ports)
+        return http_status(ports.controller_manager, "/healthz", self._client_context(with_admin_cert=False)) == 200
+
+    def check_ports_free(self, skip: frozenset[str] = frozenset()) -> None:
+        """Raise PortInUse naming the first configured port something already listens on (the
+        ports of the processes in `skip`, kept running, are theirs)."""
+        for setting in PORT_SETTINGS:
+            if PORT_OWNERS[setting.field] in skip:
+                continue
+            port = getattr(self.ports, setting.field)
             if port_in_use(port):
                 owner = port_owner(port)
                 by = f" by {describe_pid(owner)}" if owner is not None else ""
-                raise ControlPlaneError(
-                    f"port {port} ({label}) is in use{by}; stop it or choose other ports"
+                raise PortInUse(
+                    f"port {port} ({setting.label}) is in use{by}; stop it or choose another port",
+                    setting.field,
                 )
 
     # -- starting --
@@ -378,28 +405,33 @@ class LocalControlPlane:
     def _audit_policy(self) -> Path:
         return self._config_dir / "audit-policy.yaml"
 
-    def _start_all(self, binaries: Binaries, deadline: float) -> None:
+    def _start_all(self, binaries: Binaries, deadline: float, keep: frozenset[str] = frozenset()) -> None:
+        """Start etcd, the apiserver and the controller-manager in that order, but those in `keep`
+        (running and healthy), each waited for before the next."""
         ports, pki = self.ports, self.pki
         admin = self._client_context(with_admin_cert=True)
         anonymous = self._client_context(with_admin_cert=False)
         started: dict[str, subprocess.Popen[bytes]] = {}
 
-        self._progress(f"starting etcd on {LOOPBACK}:{ports.etcd_client}")
-        started[ETCD] = self._launch(ETCD, self._etcd_argv(binaries.etcd))
-        self._wait(lambda: http_status(ports.etcd_client, "/health") == 200,
-                   "etcd to report healthy", started, deadline)
+        if ETCD not in keep:
+            self._progress(f"starting etcd on {LOOPBACK}:{ports.etcd_client}")
+            started[ETCD] = self._launch(ETCD, self._etcd_argv(binaries.etcd))
+            self._wait(lambda: http_status(ports.etcd_client, "/health") == 200,
+                       "etcd to report healthy", started, deadline)
 
-        self._progress(f"starting kube-apiserver on {self.server_url()}")
-        started[APISERVER] = self._launch(APISERVER, self._apiserver_argv(binaries, pki))
-        self._wait(lambda: http_status(ports.apiserver, "/readyz", admin) == 200,
-                   "kube-apiserver /readyz", started, deadline)
+        if APISERVER not in keep:
+            self._progress(f"starting kube-apiserver on {self.server_url()}")
+            started[APISERVER] = self._launch(APISERVER, self._apiserver_argv(binaries, pki))
+            self._wait(lambda: http_status(ports.apiserver, "/readyz", admin) == 200,
+                       "kube-apiserver /readyz", started, deadline)
 
-        self._progress("starting kube-controller-manager")
-        started[CONTROLLER_MANAGER] = self._launch(
-            CONTROLLER_MANAGER, self._controller_manager_argv(binaries, pki)
-        )
-        self._wait(lambda: http_status(ports.controller_manager, "/healthz", anonymous) == 200,
-                   "kube-controller-manager /healthz", started, deadline)
+        if CONTROLLER_MANAGER not in keep:
+            self._progress("starting kube-controller-manager")
+            started[CONTROLLER_MANAGER] = self._launch(
+                CONTROLLER_MANAGER, self._controller_manager_argv(binaries, pki)
+            )
+            self._wait(lambda: http_status(ports.controller_manager, "/healthz", anonymous) == 200,
+                       "kube-controller-manager /healthz", started, deadline)
         default_sa = "/api/v1/namespaces/default/serviceaccounts/default"
         self._wait(lambda: http_status(ports.apiserver, default_sa, admin) == 200,
                    "the controller-manager to create the default ServiceAccount",

@@ -179,7 +179,10 @@ async def _webhook_server(
         if opts.certfile is None or opts.keyfile is None:
             raise ValueError("a mounted webhook certificate needs certfile and keyfile")
         context = server_context(opts.certfile, opts.keyfile)
-        server = kopf.WebhookServer(addr=opts.listen, port=opts.port, context=context)
+        # the files too: without them Kopf would try to make a self-signed certificate of its own
+        # (and fail: its `certbuilder` is not installed), whatever the context holds
+        server = kopf.WebhookServer(addr=opts.listen, port=opts.port, context=context, certfile=opts.certfile,
+                                    pkeyfile=opts.keyfile)
         return server, reload_certificate(context, opts.certfile, opts.keyfile)
     ca = make_ca("stead-webhook-ca")
     host = opts.register_url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]

@@ -97,6 +97,7 @@ class OperatorProcess:
     webhook_port: int = field(default_factory=free_port)
     health_port: int = field(default_factory=free_port)
     config_api_port: int = field(default_factory=free_port)
+    extra_args: tuple[str, ...] = ()
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -107,7 +108,7 @@ class OperatorProcess:
             "--config-api-port", str(self.config_api_port),
             "--trust-local-namespaces", "t-test-app*",  # tests/e2e/test_apps.py runs scripts on this host
             # short, so that tests/e2e/test_tenancy.py sees unreferenced vault entries collected
-            "--vault-grace-seconds", "3", "--vault-collect-seconds", "0.5",
+            "--vault-grace-seconds", "3", "--vault-collect-seconds", "0.5", *self.extra_args,
         ]
         with self.log_path.open("ab") as log:
             env = {**os.environ, "STEAD_HOME": str(self.store.parent)}  # its generated CAs land here, not in ~

@@ -6,22 +6,24 @@ The session's operator trusts the namespaces `t-test-app*` (the namespaces of th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
-from datetime import UTC, datetime
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from operators.cluster import LocalControlPlane
+from operators.cluster import Binaries, LocalControlPlane
 from operators.runtime.kube.client import USER_AGENT
 from pipelines.control import read_status, run_paths
 from tests.e2e.conftest import ROOT, STEAD, AuditLog, Kubectl, OperatorProcess, wait_until
@@ -469,6 +471,9 @@ def test_app_with_a_missing_blueprint_stalls_then_launches_when_it_appears(
     assert stalled["message"].startswith(f"spec.blueprint: no Blueprint 'small' in namespace {namespace} "
                                          "(Active blueprints here: other)"), stalled["message"]
     assert operator.metric("stead_reconcile_retries_pending", kind="App") == retries_before  # nothing on a timer
+    refused = stead(operator, "app", "launch", "ghost2", "--blueprint", "small", "-n", namespace)
+    assert refused.returncode == 1 and refused.stderr == (
+        f"stead: no blueprint 'small' in namespace {namespace} (blueprints here: other); nothing launched\n")
 
     apply(kubectl, blueprint("small", namespace, small_spec()))
     kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "60s", "app/ghost")
@@ -520,7 +525,8 @@ def test_app_resumes_within_seconds_once_the_api_server_is_back(
     run_state(kubectl, namespace, "outlasts-create", "Running", seconds=20)
 
     outage = 45.0  # the fault's length (long enough for a per-object backoff to reach 32 s)
-    os.kill(control_plane.status().pids["kube-apiserver"], signal.SIGKILL)
+    pids = control_plane.status().pids
+    os.kill(pids["kube-apiserver"], signal.SIGKILL)
     try:
         wait_until(lambda: operator.metric("stead_outage_waits_total", kind="App") > outages, 30,
                    "the operator to see the outage")
@@ -528,6 +534,9 @@ def test_app_resumes_within_seconds_once_the_api_server_is_back(
     finally:
         control_plane.up()  # restarts what is down (the other tests need it)
     back, back_at = time.monotonic(), datetime.now(UTC)
+    after = control_plane.status().pids
+    assert after["etcd"] == pids["etcd"] and after["kube-controller-manager"] == pids["kube-controller-manager"]
+    assert after["kube-apiserver"] != pids["kube-apiserver"]  # only what was down was started again
     kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "120s", "app/outlasts")
     resumed = time.monotonic() - back
     print(f"\nApp Ready {resumed:.1f}s after the API server was back (outage {outage:.0f}s)")
@@ -538,3 +547,57 @@ def test_app_resumes_within_seconds_once_the_api_server_is_back(
     last_task = max(datetime.fromisoformat(r["finishedAt"]) for t in run["runLog"] for r in t["replicas"])
     assert abs((ended - last_task).total_seconds()) < 2  # the runner's time, not when the operator noticed
     assert (back_at - ended).total_seconds() > outage / 2, (run["endTime"], back_at)
+
+
+def test_app_burst_from_parallel_clients_holds_the_run_bound_and_queues_fairly_visible(
+        operator: OperatorProcess, kubectl: Kubectl, namespace: str, tmp_path: Path, binaries: Binaries) -> None:
+    """40 Apps from 8 parallel `kubectl apply` against an operator bounded to 4 runs at once: no
+    create refused or timed out by the webhook, never more than 4 runs executing, the others shown
+    Queued, all Ready. (The burst's figures at scale are bench/app_burst.py's.)"""
+    bound = 4
+    operator.stop()
+    bounded = OperatorProcess(operator.cluster, store=operator.store, log_path=tmp_path / "bounded.log",
+                              extra_args=("--max-concurrent-runs", str(bound)))
+    bounded.start()
+    try:
+        apply(kubectl, blueprint("small", namespace, small_spec()))
+        kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "30s", "blueprint/small")
+        peak = {"running": 0.0, "queued": 0.0}
+        sampling = threading.Event()
+
+        def sample() -> None:
+            while not sampling.is_set():
+                with contextlib.suppress(OSError):
+                    peak["running"] = max(peak["running"], bounded.metric("stead_runs_running"))
+                    peak["queued"] = max(peak["queued"], bounded.metric("stead_runs_queued"))
+                sampling.wait(0.2)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        command = [str(binaries.kubectl), "--kubeconfig", str(operator.cluster.kubeconfig), "apply", "-f", "-"]
+        clients = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True) for _ in range(8)]
+        for index, client in enumerate(clients):  # all eight get their Apps before any is waited for
+            assert client.stdin is not None
+            client.stdin.write("\n".join(json.dumps(app(f"burst-{index}-{i}", namespace, "small")) for i in range(5)))
+            client.stdin.close()
+        for client in clients:
+            assert client.stderr is not None
+            err = client.stderr.read()  # small: the pipe never fills before the client exits
+            assert client.wait(timeout=120) == 0 and "webhook" not in err, err
+        kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "240s", "app", "--all")
+        sampling.set()
+        sampler.join(5)
+    finally:
+        bounded.stop()
+        operator.start()
+    runs = json.loads(kubectl("get", "actionruns", "-n", namespace, "-o", "json").stdout)["items"]
+    spans = []
+    for run in runs:
+        replicas = [r for task in run["status"]["runLog"] for r in task["replicas"]]
+        spans.append((min(r["startedAt"] for r in replicas), max(r["finishedAt"] for r in replicas)))
+    executing = max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans)
+    print(f"\n40 Apps: peak runs {peak['running']:.0f} (gauge), {executing} executing at once, "
+          f"peak queued {peak['queued']:.0f}")
+    assert len(runs) == 40 and executing <= bound and peak["running"] <= bound
+    assert peak["queued"] > 0  # the bound was reached: the others waited, visibly

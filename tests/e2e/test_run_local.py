@@ -7,6 +7,7 @@ import signal
 import subprocess
 import urllib.request
 from pathlib import Path
+from typing import IO
 
 from operators.cli import PORT_VARIABLES
 from operators.cluster import Binaries, LocalControlPlane
@@ -21,37 +22,67 @@ def _pid_alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_run_local_starts_everything_and_ctrl_c_stops_it(tmp_path: Path, binaries: Binaries) -> None:
+def _start(tmp_path: Path, output: int | IO[bytes]) -> tuple[subprocess.Popen[bytes], Path, dict[str, str], int]:
     home = tmp_path / "home"
     health = free_port()
     env = {**os.environ, "STEAD_HOME": str(home), **{var: str(free_port()) for var in PORT_VARIABLES.values()}}
     env.pop("KUBECONFIG", None)
-    log = (tmp_path / "run.log").open("wb")
     proc = subprocess.Popen(
         [str(STEAD), "run", "--local", "always", "--webhook-port", str(free_port()), "--health-port", str(health),
          "--config-api-port", str(free_port())],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
+        env=env, stdout=output, stderr=subprocess.STDOUT,
     )
+
+    def ready() -> bool:
+        assert proc.poll() is None, f"stead run exited {proc.returncode}"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2) as answer:
+                return bool(answer.status == 200)
+        except OSError:  # refused while starting, 503 until ready
+            return False
+
     try:
-        def ready() -> bool:
-            assert proc.poll() is None, (tmp_path / "run.log").read_text()
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2) as answer:
-                    return bool(answer.status == 200)
-            except OSError:  # refused while starting, 503 until ready
-                return False
         wait_until(ready, 120, "stead run --local to be ready")
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, home, env, health
+
+
+def _plane_pids(home: Path, env: dict[str, str]) -> list[int]:
+    plane = LocalControlPlane(home, **{arg: int(env[var]) for arg, var in PORT_VARIABLES.items()})
+    pids = list(plane.status().pids.values())
+    assert len(pids) == 3 and all(_pid_alive(p) for p in pids)
+    return pids
+
+
+def test_run_local_starts_everything_and_ctrl_c_stops_it(tmp_path: Path, binaries: Binaries) -> None:
+    log = (tmp_path / "run.log").open("wb")
+    proc, home, env, _ = _start(tmp_path, log)
+    try:
         kubeconfig = home / "kubeconfig"
         kubectl = [str(binaries.kubectl), "--kubeconfig", str(kubeconfig)]
         subprocess.run([*kubectl, "apply", "-f", "examples/environment.yaml"], check=True, capture_output=True)
         subprocess.run([*kubectl, "wait", "--for=condition=Ready", "environment/demo", "--timeout=30s"],
                        check=True, capture_output=True)
-        plane = LocalControlPlane(home, **{arg: int(env[var]) for arg, var in PORT_VARIABLES.items()})
-        pids = list(plane.status().pids.values())
-        assert len(pids) == 3 and all(_pid_alive(p) for p in pids)
+        pids = _plane_pids(home, env)
     finally:
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=60)
         log.close()
     assert code == 0
     assert not any(_pid_alive(p) for p in pids), "Ctrl-C left control-plane processes running"
+
+
+def test_run_local_stops_what_it_started_when_its_output_pipe_is_gone(tmp_path: Path) -> None:
+    """`make run | tee log`, then Ctrl-C: tee dies first, so every line the operator writes on its
+    way out meets a closed pipe. Before, the first one raised and the control plane stayed up."""
+    proc, home, env, _ = _start(tmp_path, subprocess.PIPE)
+    try:
+        pids = _plane_pids(home, env)
+    finally:
+        assert proc.stdout is not None
+        proc.stdout.close()  # the reader (tee) is gone
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    assert not any(_pid_alive(p) for p in pids), "a closed output pipe left control-plane processes running"

@@ -1,8 +1,9 @@
-"""`stead run logs` output and the `stead run logs|abort` spelling."""
+"""`stead actionrun logs` output, and the spellings of `stead actionrun` (`ar`, `run`, `runs`)."""
 
 from __future__ import annotations
 
-from operators.calm.cli import format_run, progress_bar, rewrite_argv
+from operators.calm.cli import format_run, progress_bar
+from operators.cli import canonical_argv
 
 
 def test_run_logs_show_the_tree_with_outputs_and_the_reason() -> None:
@@ -21,6 +22,12 @@ def test_run_logs_show_the_tree_with_outputs_and_the_reason() -> None:
     assert progress_bar(0, 0, 4) == "[....] 0/0"  # nothing to do is not done: an empty bar (was full)
 
 
-def test_run_logs_and_abort_are_subcommands_of_run_only_for_those_words() -> None:
-    assert rewrite_argv(["run", "logs", "x", "-f"]) == ["runs", "logs", "x", "-f"]
-    assert rewrite_argv(["run", "--local", "auto"]) == ["run", "--local", "auto"]
+def test_run_is_the_actionrun_before_logs_or_abort_and_the_operator_otherwise() -> None:
+    for spelling in ("actionrun", "ar", "run", "runs"):
+        assert canonical_argv([spelling, "logs", "x", "-f"]) == ["actionrun", "logs", "x", "-f"]
+        assert canonical_argv([spelling, "abort", "x"]) == ["actionrun", "abort", "x"]
+    assert canonical_argv(["run", "--local", "auto"]) == ["operator", "--local", "auto"]
+    assert canonical_argv(["run"]) == ["operator"]
+    assert canonical_argv(["run", "-h"]) == ["operator", "-h"]
+    assert canonical_argv(["operator", "--local", "auto"]) == ["operator", "--local", "auto"]
+    assert canonical_argv(["app", "run", "shop", "create"]) == ["app", "run", "shop", "create"]  # only the noun

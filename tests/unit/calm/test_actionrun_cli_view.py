@@ -1,4 +1,4 @@
-"""`stead run logs`: the terminal view (rich), the plain text when not on a terminal, -o json|yaml, the 0/0 bar."""
+"""`stead actionrun logs`: the terminal view (rich), the plain text off a terminal, -o json|yaml, the 0/0 bar."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import yaml
 from rich.console import Console
 
 from operators.calm import cli
-from operators.calm.cli import add_app_commands, dump_status, duration, format_run, progress_bar, render_run
+from operators.calm.cli import dump_status, duration, format_run, progress_bar, render_run
+from operators.cli import _parser, canonical_argv
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = datetime(2025, 1, 1, 12, 2, 0, tzinfo=UTC)
@@ -173,15 +174,19 @@ def test_output_prints_the_status_as_one_document(fmt: str, capsys: pytest.Captu
     assert json.loads(dump_status(run(), "json")) == yaml.safe_load(dump_status(run(), "yaml"))
 
 
+def parse(*words: str) -> argparse.Namespace:
+    argv = canonical_argv(words)
+    return _parser(argv).parse_args(argv)
+
+
 def test_the_options_parse_and_rich_is_not_imported_for_the_command_line() -> None:
-    parser = argparse.ArgumentParser()
-    add_app_commands(parser.add_subparsers())
-    args = parser.parse_args(["runs", "logs", "r", "-f", "-o", "yaml", "--tail", "3"])
-    assert (args.follow, args.output, args.tail) == (True, "yaml", 3)
-    assert parser.parse_args(["runs", "logs", "r"]).output is None
+    args = parse("runs", "logs", "r", "-f", "-o", "yaml", "--tail", "3")
+    assert (args.follow, args.output, args.tail, args.run) == (True, "yaml", 3, "r")
+    assert parse("ar", "logs", "r").output is None
     with pytest.raises(SystemExit):
-        parser.parse_args(["runs", "logs", "r", "-o", "table"])
-    assert parser.parse_args(["app", "run", "a", "x", "-f", "--tail", "2"]).tail == 2
-    code = "import sys, operators.cli as c; c._parser(); print(any(m.split('.')[0] == 'rich' for m in sys.modules))"
+        parse("actionrun", "logs", "r", "-o", "table")
+    assert parse("app", "run", "a", "x", "-f", "--tail", "2").tail == 2
+    code = ("import sys, operators.cli as c; c._parser(['actionrun', 'logs', 'r']); "
+            "print(any(m.split('.')[0] == 'rich' for m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert (done.returncode, done.stdout) == (0, "False\n"), done.stderr

@@ -67,12 +67,15 @@ def test_render_hook_reads_replica_properties_secrets_and_builtins() -> None:
     assert hooks.render is render
 
 
+APP_DIR = "/tmp/three-tier/@@{calm_application_uuid}@@"  # where the example writes, per app
+
+
 def test_a_run_of_create_sets_entity_properties_and_masks_the_secret(tmp_path: Path) -> None:
     spec = three_tier()
     for service in spec["services"]:
         for action in service["actions"]:
             for task in action["tasks"]:
-                task["script"] = task["script"].replace("/tmp/three-tier/@@{calm_application_uuid}@@", str(tmp_path / "tt"))
+                task["script"] = task["script"].replace(APP_DIR, str(tmp_path / "tt"))
     spec["packages"][0]["install"]["tasks"][0]["script"] = f"mkdir -p {tmp_path}/tt/db"
     built, place = build(spec, "create")
     key = new_run_key()

@@ -21,7 +21,8 @@ import pytest
 
 from operators.cluster import build
 from operators.cluster.build import ControlPlaneError
-from operators.cluster.controlplane import ClusterStatus, LocalControlPlane
+from operators.cluster.controlplane import ClusterStatus, LocalControlPlane, PortInUse
+from operators.cluster.ports import Ports
 from operators.cluster.processes import ProcessRecord, port_in_use, port_owner, process_start_ticks
 
 UPSTREAM_GO_MOD = """\
@@ -270,9 +271,10 @@ def test_a_port_in_use_is_reported_with_its_owner(tmp_path: Path) -> None:
             tmp_path, apiserver_port=port, etcd_client_port=_free_port(),
             etcd_peer_port=_free_port(), controller_manager_port=_free_port(),
         )
-        with pytest.raises(ControlPlaneError, match=rf"port {port} \(kube-apiserver\) is in use "
-                                                    rf"by pid {os.getpid()}"):
+        with pytest.raises(PortInUse, match=rf"port {port} \(kube-apiserver\) is in use "
+                                            rf"by pid {os.getpid()}") as raised:
             plane.check_ports_free()
+        assert raised.value.field == "apiserver"  # `stead cluster up` names its flag
     assert not port_in_use(port)
 
 
@@ -346,7 +348,8 @@ def test_status_describes_the_state_the_server_the_pids_and_the_versions(tmp_pat
     versions = {"kubernetes": "v1.34.4", "etcd": "v3.6.16"}
     pids = {"etcd": 11, "kube-apiserver": 12, "kube-controller-manager": 13}
     running = ClusterStatus(running=True, pids=pids, server="https://127.0.0.1:16443",
-                            kubeconfig=tmp_path / "kubeconfig", home=tmp_path, versions=versions)
+                            kubeconfig=tmp_path / "kubeconfig", home=tmp_path, versions=versions,
+                            ports=Ports(16443, 12379, 12380, 16257))
 
     lines = running.describe().splitlines()
 
@@ -354,18 +357,22 @@ def test_status_describes_the_state_the_server_the_pids_and_the_versions(tmp_pat
     assert any(line.split() == ["server:", "https://127.0.0.1:16443"] for line in lines)
     assert any(line.split() == ["kubeconfig:", str(tmp_path / "kubeconfig")] for line in lines)
     assert any(line.split() == ["kube-apiserver:", "pid", "12"] for line in lines)
+    assert any(line.split(None, 1) == ["ports:", "kube-apiserver 16443, etcd client 12379, etcd peer 12380, "
+                                       "kube-controller-manager 16257"] for line in lines)
     assert lines[-1].split(None, 1) == ["versions:", "kubernetes v1.34.4, etcd v3.6.16"]
     assert len({line.index(line.split(":", 1)[1].lstrip()) for line in lines}) == 1, "values aligned"
 
 
 def test_status_describes_a_stopped_or_partial_plane(tmp_path: Path) -> None:
-    stopped = LocalControlPlane(tmp_path).status()
+    stopped = LocalControlPlane(tmp_path, apiserver_port=17443).status()
     text = stopped.describe()
     assert "stopped" in text.splitlines()[0]
+    assert stopped.ports.apiserver == 17443 and "kube-apiserver 17443" in text  # the ports its next `up` uses
     assert text.count("not running") == 3
 
     partial = ClusterStatus(running=False, pids={"etcd": 11}, server=stopped.server,
-                            kubeconfig=stopped.kubeconfig, home=stopped.home, versions=stopped.versions)
+                            kubeconfig=stopped.kubeconfig, home=stopped.home, versions=stopped.versions,
+                            ports=stopped.ports)
     assert "not running" in partial.describe().splitlines()[0]
     assert "pid 11" in partial.describe()
 

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 from operators.environment import KIND
 from operators.environment.logic import components_condition, spec_problems, summarize
+from operators.environment.models import EnvironmentSpec
 from operators.runtime.core.pipeline import Observed, StoredRecord, compose_status, run
 from operators.runtime.core.store import LocalStore, object_key
-from operators.environment.models import EnvironmentSpec
 from operators.runtime.kube.crds import crd_for
 
 GOOD = {

@@ -1,0 +1,128 @@
+"""The command line's scheme: its nouns are the kinds' names, their aliases the kinds' short names (one
+source: the Kind), `stead run` still starts the operator, `stead --help` shows all of it, and a command
+imports only what it uses."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from operators.catalog import KINDS
+from operators.cli import NOUNS, _parser, canonical_argv, kind_short_names, main
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_nouns_of_kinds_are_their_names_and_their_aliases_are_their_short_names() -> None:
+    by_module = {noun.kind_module: noun for noun in NOUNS if noun.kind_module}
+    assert set(by_module) == {"operators.calm.app", "operators.calm.actionrun", "operators.calm.blueprint"}
+    for module, noun in by_module.items():
+        kind = importlib.import_module(module).KIND
+        assert kind in KINDS
+        assert noun.name == kind.kind.lower()  # as kubectl knows it: `kubectl get actionrun`
+        assert kind_short_names(module) == kind.short_names  # read without importing, and the same
+        assert set(kind.short_names) - {noun.name} <= set(noun.aliases())
+    assert importlib.import_module("operators.calm.actionrun").KIND.short_names == ("ar", "run")
+    assert {noun.name: noun.aliases() for noun in NOUNS if noun.aliases()} == {
+        "operator": ("run",), "actionrun": ("ar", "run", "runs"), "blueprint": ("bp",)}
+
+
+def test_a_kind_whose_short_names_are_not_a_literal_is_imported(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "computed_kind.py").write_text(
+        "class K:\n    def __init__(self, short_names):\n        self.short_names = short_names\n\n"
+        "NAMES = ('ck',)\nKIND = K(short_names=NAMES)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert kind_short_names("computed_kind") == ("ck",)
+
+
+@pytest.mark.parametrize(("argv", "canonical"), [
+    (["ar", "logs", "r"], ["actionrun", "logs", "r"]),
+    (["run", "abort", "r", "-n", "x"], ["actionrun", "abort", "r", "-n", "x"]),
+    (["runs", "logs", "r"], ["actionrun", "logs", "r"]),
+    (["bp", "deps", "three-tier"], ["blueprint", "deps", "three-tier"]),
+    (["run", "--local", "auto"], ["operator", "--local", "auto"]),
+    (["run"], ["operator"]),
+    (["-h"], ["-h"]),
+    ([], []),
+    (["nosuch", "x"], ["nosuch", "x"]),  # argparse says it is no command
+])
+def test_the_noun_is_spelled_canonically(argv: list[str], canonical: list[str]) -> None:
+    assert canonical_argv(argv) == canonical
+
+
+def test_every_spelling_reaches_the_same_action() -> None:
+    for argv in (["actionrun", "logs", "r"], ["ar", "logs", "r"], ["run", "logs", "r"], ["runs", "logs", "r"]):
+        words = canonical_argv(argv)
+        args = _parser(words).parse_args(words)
+        assert (args.handler.__name__, args.run) == ("_logs", "r")
+    for argv in (["blueprint", "deps", "bp1", "-o", "yaml"], ["bp", "deps", "bp1", "-o", "yaml"]):
+        words = canonical_argv(argv)
+        args = _parser(words).parse_args(words)
+        assert (args.handler.__name__, args.name, args.output) == ("_deps", "bp1", "yaml")
+    for argv in (["operator", "--local", "auto"], ["run", "--local", "auto"]):
+        words = canonical_argv(argv)
+        args = _parser(words).parse_args(words)
+        assert (args.func.__name__, args.local) == ("_cmd_run", "auto")
+
+
+def test_help_shows_the_scheme(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    for names in ("operator, run ", "actionrun, ar, run, runs ", "blueprint, bp ", "app ", "config ", "cluster "):
+        assert any(line.startswith(f"  {names}") for line in lines), names
+    assert "`stead actionrun logs R` is `stead ar logs R` or `stead run logs R`" in " ".join(out.split())
+    assert "older spelling of `stead operator`" in " ".join(out.split())
+    assert main([]) == 2
+    assert "actionrun, ar, run, runs" in capsys.readouterr().out
+
+
+def _modules_after(code: str) -> set[str]:
+    script = f"import sys\n{code}\nprint(' '.join(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.split())
+
+
+HEAVY = ("operators.catalog", "operators.calm.models", "operators.calm.actionrun", "operators.config",
+         "operators.runtime.kube.client", "pydantic", "kopf", "aiohttp", "kubernetes", "rich", "lmdb", "luigi",
+         "granian", "yaml", "cryptography", "networkx")
+
+
+def _heavy(modules: set[str]) -> set[str]:
+    return {m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)}
+
+
+def test_help_and_the_parsers_import_nothing_heavy() -> None:
+    helped = _modules_after("import contextlib, io, operators.cli as c\n"
+                            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+                            "    c.main(['--help'])")
+    assert _heavy(helped) == set()
+    for argv in (["actionrun", "logs", "r"], ["bp", "deps", "x"], ["app", "run", "a", "b"], ["cluster", "up"],
+                 ["operator", "--local", "auto"]):
+        code = f"import operators.cli as c\nw = c.canonical_argv({argv!r})\nc._parser(w).parse_args(w)"
+        parsed = _modules_after(code)
+        assert _heavy(parsed) == set(), argv
+
+
+def test_kubeconfig_and_kubectl_paths_import_nothing_heavy(tmp_path: Path) -> None:
+    for action in ("kubeconfig", "kubectl"):
+        modules = _modules_after(f"import contextlib, io, os, operators.cli as c\nos.environ['STEAD_HOME'] = "
+                                 f"{str(tmp_path)!r}\nwith contextlib.redirect_stdout(io.StringIO()), "
+                                 f"contextlib.redirect_stderr(io.StringIO()):\n    c.main(['cluster', {action!r}])")
+        assert _heavy(modules) == set(), action
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert (exit_info.value.code, capsys.readouterr().out) == (0, f"stead {version('stead')}\n")
