@@ -52,9 +52,9 @@ SPEC = {"environment": "e", "resource": "astute", "level": {"node": "n1"}}
 def test_validate_gives_the_point_and_tells_temporary_from_permanent() -> None:
     assert asyncio.run(validate_values(step_ctx(SPEC, api()))) == {"point": "node=n1.tld"}
     # a missing reference is Stalled, not polled: the runtime checks it again when the object appears
-    with pytest.raises(PermanentError, match='spec.environment: no Environment "e" in this namespace'):
+    with pytest.raises(PermanentError, match=r'spec\.environment: no Environment "e" in this namespace'):
         asyncio.run(validate_values(step_ctx(SPEC, api(env=None))))
-    with pytest.raises(PermanentError, match="spec.resource: no ConfigComponent fuel in this namespace"):
+    with pytest.raises(PermanentError, match=r"spec\.resource: no ConfigComponent fuel in this namespace"):
         asyncio.run(validate_values(step_ctx(SPEC, api(components=[]))))
     with pytest.raises(PermanentError, match=r"spec\.level: level 'rack'"):
         asyncio.run(validate_values(step_ctx({**SPEC, "level": {"rack": "1"}}, api())))
