@@ -35,6 +35,7 @@ from operators.runtime.kube.admission import (
     handler_id,
     mutating_configuration,
     mutating_handler_id,
+    validated_operations,
     validating_configuration,
 )
 from operators.runtime.kube.client import KubeClient, bearer_token, load_configuration
@@ -142,9 +143,10 @@ def _register(registry: kopf.OperatorRegistry, reconciler: Reconciler, services:
 
     if kind.validates:
         @kopf.on.validate(GROUP, VERSION, kind.plural, registry=registry, id=handler_id(kind),
-                          operations=["CREATE", "UPDATE"])
+                          operations=validated_operations(kind))
         async def validate(body: kopf.Body, dryrun: bool, **extra: Any) -> None:
-            problems = kind.check_spec(body.get("spec") or {})
+            # on DELETE `body` is the object being deleted: its spec is not checked, only `admission` decides
+            problems = kind.check_spec(body.get("spec") or {}) if extra.get("operation") != "DELETE" else []
             if problems:
                 raise kopf.AdmissionError("; ".join(problems), code=422)
             if kind.admission is not None:

@@ -165,6 +165,9 @@ def _expected_kind_grants(crds: list[Manifest], config_api: bool) -> set[tuple[s
             expected.add((group, plural, "patch"))
         if plural == "actionruns":
             expected |= {(group, plural, verb) for verb in ACTIONRUN_WRITES}
+        if plural == "serviceinstances" and "apps" in plurals:  # an instance's App, and itself when deleted
+            expected |= {(group, "apps", verb) for verb in ("create", "patch", "delete")}
+            expected.add((group, plural, "delete"))
     return expected
 
 
@@ -270,7 +273,8 @@ def test_rendered_chart_is_least_privilege_and_serves_every_crd(
         [rule] = hook["rules"]
         assert rule["apiGroups"] == [group] and rule["resources"] == [plural]
         assert rule["apiVersions"] == [v["name"] for v in crd["spec"]["versions"] if v["served"]]
-        assert rule["operations"] == ["CREATE", "UPDATE"]
+        admits_delete = (crd["metadata"].get("annotations") or {}).get("stead.dev/admit-delete") == "true"
+        assert rule["operations"] == ["CREATE", "UPDATE", *(["DELETE"] if admits_delete else [])]
         assert (hook["failurePolicy"], hook["sideEffects"], hook["admissionReviewVersions"]) == ("Fail", "None", ["v1"])
 
     # Mutating webhooks: only for the CRDs annotated stead.dev/mutating-webhook: "true".
@@ -285,7 +289,8 @@ def test_rendered_chart_is_least_privilege_and_serves_every_crd(
         validating = webhooks[f"{plural}.{group}"]
         assert hook["clientConfig"]["service"] == {**validating["clientConfig"]["service"], "path": f"/mutate-{plural}"}
         assert hook["clientConfig"].get("caBundle") == validating["clientConfig"].get("caBundle")
-        assert hook["rules"] == validating["rules"]
+        # the same rules, but DELETE, which only validation sees (kinds that may refuse a delete)
+        assert hook["rules"] == [{**rule, "operations": ["CREATE", "UPDATE"]} for rule in validating["rules"]]
         assert hook["sideEffects"] == "NoneOnDryRun"
         for field in ("failurePolicy", "matchPolicy", "timeoutSeconds", "admissionReviewVersions"):
             assert hook[field] == validating[field], field
@@ -396,8 +401,8 @@ def test_config_api_rbac_needs_the_configvalues_crd(helm: Helm, tmp_path: Path) 
     crds = [yaml.safe_load(path.read_text()) for path in sorted((chart / "files" / "crds").glob("*.yaml"))]
     granted = _grants(_named(objects, "ClusterRole", RELEASE))
     assert {g for g in granted if g[0] == "stead.dev"} == _expected_kind_grants(crds, config_api=True)
-    assert not {g for g in granted if g[0] == "stead.dev" and g[1] != "actionruns"
-                and g[2] in ("create", "update", "delete")}
+    assert not {g for g in granted if g[0] == "stead.dev" and g[2] in ("create", "update", "delete")
+                and g[1] not in ("actionruns", "apps", "serviceinstances")}  # an App's runs, an instance's App
     assert not {g for g in granted if g[1] == "configmaps"}
     _named(objects, "ClusterRoleBinding", f"{RELEASE}-auth-delegator")
 
@@ -538,7 +543,7 @@ def test_finalizer_and_actionrun_rbac_follow_the_crd_files(helm: Helm, tmp_path:
     granted = _grants(role)
     assert {g for g in granted if g[0] == "stead.dev"} == _expected_kind_grants(crds, config_api=True)
     assert {g[1] for g in granted if g[2] == "patch" and g[0] == "stead.dev" and "/" not in g[1]} == {
-        "blueprints", "environments", "serviceinstances"}
+        "blueprints", "environments", "serviceinstances", "apps"}  # apps: a ServiceInstance patches its App's inputs
     assert not {g for g in granted if g[1].startswith("actionruns")}
     assert not _token_rules(role)
     assert "--exec-in-jobs" in _operator(objects)["args"]

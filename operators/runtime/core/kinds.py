@@ -75,12 +75,12 @@ SpecCheck = Callable[[Mapping[str, Any]], list[str]]
 class AdmissionRequest:
     """What an admission webhook sees of one request, plus the process's services (store, vault, ...)."""
 
-    operation: str  # CREATE or UPDATE
+    operation: str  # CREATE, UPDATE, or DELETE for kinds with `admit_delete`
     namespace: str
     name: str
     labels: Mapping[str, str]
-    spec: Mapping[str, Any]
-    old: Mapping[str, Any] | None  # the whole old object on UPDATE
+    spec: Mapping[str, Any]  # on DELETE: the spec of the object being deleted
+    old: Mapping[str, Any] | None  # the whole old object on UPDATE and DELETE
     dry_run: bool
     services: Any = None
     annotations: Mapping[str, str] = field(default_factory=dict)
@@ -98,6 +98,14 @@ class Refusal(Exception):
 
 AdmissionCheck = Callable[[AdmissionRequest], Awaitable[None]]
 Refers = Callable[[Mapping[str, Any], str], bool]
+
+
+def named_after(spec: Mapping[str, Any], name: str) -> bool:
+    """The `depends_on` test of objects named after the referrer (the App a ServiceInstance launches
+    under its own name): the referrer refers to the object of its own name, which its spec does not
+    say, so the reconciler compares the names itself; called as a test, it refers to nothing."""
+    return False
+
 Mutation = Callable[[AdmissionRequest], Awaitable[dict[str, Any] | None]]
 
 
@@ -133,6 +141,10 @@ class Kind:
     """Runs when an object is deleted, before it goes (an App's delete action); the object holds
     the `FINALIZER` meanwhile. TemporaryError retries; PermanentError keeps the object, Stalled
     with the reason, until the user acts."""
+    admit_delete: bool = False
+    """The validating webhook sees DELETE requests too: `admission` is called with operation
+    DELETE, the object being deleted in `old` (and its spec in `spec`); a `Refusal` keeps the
+    object as it is, untouched (a ServiceInstance in a state that has no on_delete transfer)."""
 
     @property
     def resource(self) -> Resource:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from operators.runtime.core import conditions as cond
 from operators.runtime.core import pipeline as engine
 from operators.runtime.core.clock import utc_now
-from operators.runtime.core.kinds import FINALIZER, Kind
+from operators.runtime.core.kinds import FINALIZER, Kind, named_after
 from operators.runtime.core.pipeline import Observed, PermanentError, StoredRecord, TemporaryError
 from operators.runtime.core.ring import Ownership, project_of
 from operators.runtime.core.store import LocalStore, object_key
@@ -197,7 +197,8 @@ class Reconciler:
         if refers is None:
             return
         for key, obj in list(self._seen.items()):
-            if obj.namespace == namespace and not obj.deleting and refers(obj.spec, name):
+            matches = obj.name == name if refers is named_after else refers(obj.spec, name)
+            if obj.namespace == namespace and not obj.deleting and matches:
                 self._count("stead_rechecks_total")
                 self._forget(key)
                 async with self._locks.setdefault(key, asyncio.Lock()):
@@ -336,7 +337,10 @@ class Reconciler:
     def _remember_write(self, obj: Observed, answer: Mapping[str, Any]) -> None:
         version = _as_int(str((answer.get("metadata") or {}).get("resourceVersion") or ""))
         if version is not None:
-            self._written[object_key(self.kind.kind, obj.namespace, obj.name)] = version
+            key = object_key(self.kind.kind, obj.namespace, obj.name)
+            self._written[key] = version
+            if key in self._seen:  # a recheck starts from what we wrote, not from the body before it
+                self._seen[key] = Observed.from_body(answer)
 
     def _retry(self, key: str, obj: Observed, error: TemporaryError) -> None:
         seen = self._seen.get(key)

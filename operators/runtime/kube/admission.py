@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from operators import GROUP, VERSION
 from operators.runtime.core.kinds import Kind
@@ -30,13 +30,22 @@ def mutating_handler_id(kind: Kind) -> str:
     return f"mutate-{kind.plural}"
 
 
-def _webhook(kind: Kind, url: str, ca_bundle: str, side_effects: str) -> dict[str, Any]:
+Operation = Literal["CREATE", "UPDATE", "DELETE"]
+
+
+def validated_operations(kind: Kind) -> list[Operation]:
+    """The operations a kind's validating webhook sees: DELETE too for kinds that may refuse one."""
+    return ["CREATE", "UPDATE", "DELETE"] if kind.admit_delete else ["CREATE", "UPDATE"]
+
+
+def _webhook(kind: Kind, url: str, ca_bundle: str, side_effects: str,
+             operations: list[Operation] | None = None) -> dict[str, Any]:
     return {
         "name": f"{kind.plural}.{GROUP}",
         "clientConfig": {"url": url, "caBundle": ca_bundle},
         "rules": [{
             "apiGroups": [GROUP], "apiVersions": [VERSION], "resources": [kind.plural],
-            "operations": ["CREATE", "UPDATE"], "scope": "Namespaced",
+            "operations": operations or ["CREATE", "UPDATE"], "scope": "Namespaced",
         }],
         "sideEffects": side_effects,
         "failurePolicy": "Fail",
@@ -47,14 +56,16 @@ def _webhook(kind: Kind, url: str, ca_bundle: str, side_effects: str) -> dict[st
 
 
 def validating_configuration(kinds: Iterable[Kind], base_url: str, ca_pem: bytes) -> dict[str, Any]:
-    """A ValidatingWebhookConfiguration calling `base_url/validate-<plural>` for each kind."""
+    """A ValidatingWebhookConfiguration calling `base_url/validate-<plural>` for each kind (on CREATE
+    and UPDATE, and on DELETE for kinds with `admit_delete`)."""
     ca_bundle = base64.b64encode(ca_pem).decode()
     base = base_url.rstrip("/")
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": WEBHOOK_CONFIGURATION, "labels": {"app.kubernetes.io/part-of": "stead"}},
-        "webhooks": [_webhook(k, f"{base}/{handler_id(k)}", ca_bundle, "None") for k in kinds if k.validates],
+        "webhooks": [_webhook(k, f"{base}/{handler_id(k)}", ca_bundle, "None", validated_operations(k))
+                     for k in kinds if k.validates],
     }
 
 

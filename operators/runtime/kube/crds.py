@@ -23,6 +23,8 @@ CATEGORY = "stead"
 MUTATING_ANNOTATION = "stead.dev/mutating-webhook"
 VALIDATING_ANNOTATION = "stead.dev/validating-webhook"
 FINALIZER_ANNOTATION = "stead.dev/finalizer"
+ADMIT_DELETE_ANNOTATION = "stead.dev/admit-delete"
+"""The validating webhook also sees DELETE requests of this kind (the chart reads it)."""
 """On the CRDs of kinds with a `cleanup`: their objects hold `kinds.FINALIZER`, which the operator
 JSON-patches into and out of metadata.finalizers (the chart grants `patch` on exactly these kinds)."""
 
@@ -35,6 +37,8 @@ def _webhook_annotations(kind: Kind) -> dict[str, str]:
         annotations[MUTATING_ANNOTATION] = "true"
     if kind.cleanup is not None:
         annotations[FINALIZER_ANNOTATION] = "true"
+    if kind.admit_delete:
+        annotations[ADMIT_DELETE_ANNOTATION] = "true"
     return annotations
 
 _DROP = {"title", "default", "examples"}

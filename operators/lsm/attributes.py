@@ -1,0 +1,174 @@
+"""Attributes against their ServiceEntity: types, modifiers, defaults and the service identity.
+
+Two kinds of rule, refused differently:
+
+- what a client may send (`client_problems`, `changed_after_creation`): r attributes never, rw
+  ones only at creation, names the entity does not have never. These are refused on the request
+  (422), whatever the lifecycle says.
+- what an attribute set must be to pass a validation (`set_problems`): types, required values.
+  These are the lifecycle's business: a validating transfer takes its error path with them as the
+  reason (Inmanta's way: a bad create lands in `rejected`, where an update can fix it).
+
+Messages name the attribute by path (`spec.attributes.port`, `candidateAttributes.port`) and never
+quote a value: an attribute may be large, and the message goes into Events and logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from operators.lsm.models import AttributeDefinition, AttributeType, ServiceEntitySpec
+from operators.runtime.core.kinds import FirstSeen, field_path
+
+_JSON_NAMES = {str: "string", bool: "bool", int: "int", float: "float", dict: "dict", list: "list"}
+
+
+def json_type(value: Any) -> str:
+    """The attribute type name of a JSON value (null for None)."""
+    if value is None:
+        return "null"
+    return _JSON_NAMES.get(type(value), type(value).__name__)
+
+
+def type_fits(kind: AttributeType, value: Any) -> bool:
+    """Whether a (non-null) JSON value is of an attribute type. A bool is not an int (JSON tells them
+    apart, Python does not); an int is a float (JSON writes 2.0 as 2)."""
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "dict":
+        return isinstance(value, Mapping)
+    return isinstance(value, list)
+
+
+def definitions(entity: ServiceEntitySpec) -> dict[str, AttributeDefinition]:
+    return {attribute.name: attribute for attribute in entity.attributes}
+
+
+def _known(entity: ServiceEntitySpec) -> str:
+    return ", ".join(a.name for a in entity.attributes) or "none"
+
+
+def client_problems(entity: ServiceEntitySpec, entity_name: str, values: Mapping[str, Any],
+                    path: str = "spec.attributes") -> list[tuple[str, str]]:
+    """(reason, message) for each attribute a client may never send: unknown names and r attributes."""
+    defs = definitions(entity)
+    problems: list[tuple[str, str]] = []
+    for name in values:
+        attribute = defs.get(name)
+        if attribute is None:
+            problems.append(("UnknownAttribute", f"{path}.{name}: not an attribute of service entity {entity_name} "
+                                                 f"(attributes: {_known(entity)})"))
+        elif attribute.modifier == "r":
+            problems.append(("ReadOnlyAttribute", f"{path}.{name}: read-only (modifier r): Stead sets it from the "
+                                                  "deployment, a client never does"))
+    return problems
+
+
+def changed_keys(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The names whose value differs between two client attribute sets (added, removed or changed)."""
+    return [name for name in sorted({*old, *new}) if name not in old or name not in new or old[name] != new[name]]
+
+
+def changed_after_creation(entity: ServiceEntitySpec, changed: list[str],
+                           path: str = "spec.attributes") -> list[tuple[str, str]]:
+    """(reason, message) for each changed attribute whose modifier forbids a change after creation (rw)."""
+    defs = definitions(entity)
+    return [("ImmutableAttribute", f"{path}.{name}: set at creation only (modifier rw); rw+ attributes may change")
+            for name in changed if name in defs and defs[name].modifier == "rw"]
+
+
+def with_defaults(entity: ServiceEntitySpec, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The values, plus each absent attribute's default (r attributes' too: their initial value)."""
+    out = dict(values)
+    for attribute in entity.attributes:
+        if attribute.name not in out and attribute.default is not None:
+            out[attribute.name] = attribute.default
+    return out
+
+
+def set_problems(entity: ServiceEntitySpec, entity_name: str, values: Mapping[str, Any], path: str) -> list[str]:
+    """Why an attribute set does not pass validation: unknown names, wrong types, nulls and absent values
+    where the attribute is required. r attributes are Stead's to fill, so an absent one is no problem."""
+    defs = definitions(entity)
+    problems: list[str] = []
+    for name, value in values.items():
+        attribute = defs.get(name)
+        if attribute is None:
+            problems.append(f"{path}.{name}: not an attribute of service entity {entity_name} "
+                            f"(attributes: {_known(entity)})")
+        elif value is None:
+            if not attribute.optional:
+                problems.append(f"{path}.{name}: required (null given)")
+        elif not type_fits(attribute.type, value):
+            problems.append(f"{path}.{name}: expected {attribute.type}, got {json_type(value)}")
+    for attribute in entity.attributes:
+        if attribute.name not in values and not attribute.optional and attribute.modifier != "r":
+            problems.append(f"{path}.{attribute.name}: required")
+    return problems
+
+
+def identity_value(entity: ServiceEntitySpec, values: Mapping[str, Any] | None) -> str | None:
+    """The service identity's value as text (how status, columns and `<attribute>=<value>` ids show it)."""
+    if entity.identity is None or not values or values.get(entity.identity) is None:
+        return None
+    return str(values[entity.identity])
+
+
+def service_entity_problems(spec: Mapping[str, Any]) -> list[str]:
+    """Every problem of a ServiceEntity spec, each naming its field: the schema's, then the semantic ones
+    (those that need the lifecycle or the Blueprint are checked where they are known)."""
+    try:
+        entity = ServiceEntitySpec.model_validate(dict(spec))
+    except ValidationError as error:
+        return [f"spec.{field_path(e['loc'])}: {e['msg']}" for e in error.errors()]
+    return entity_problems(entity)
+
+
+def entity_problems(entity: ServiceEntitySpec) -> list[str]:
+    """The problems of a ServiceEntity spec the schema accepted, each naming its field."""
+    problems: list[str] = []
+    seen = FirstSeen("spec.attributes", "attribute")
+    for index, attribute in enumerate(entity.attributes):
+        repeat = seen.repeat(index, attribute.name)
+        if repeat is not None:
+            problems.append(repeat)
+        if attribute.default is not None and not type_fits(attribute.type, attribute.default):
+            problems.append(f"spec.attributes[{index}].default: expected {attribute.type}, "
+                            f"got {json_type(attribute.default)}")
+    defs = definitions(entity)
+    if entity.identity is not None:
+        identity = defs.get(entity.identity)
+        if identity is None:
+            problems.append(f"spec.identity: {entity.identity} is not an attribute (attributes: {_known(entity)})")
+        else:
+            if identity.modifier != "rw":
+                problems.append(f"spec.identity: {entity.identity} has modifier {identity.modifier}; an identity is "
+                                "rw (given at creation, never changed)")
+            if identity.type not in ("string", "int"):
+                problems.append(f"spec.identity: {entity.identity} is of type {identity.type}; an identity is a "
+                                "string or an int")
+            if identity.optional:
+                problems.append(f"spec.identity: {entity.identity} is optional; an identity is required")
+    if entity.realization is not None:
+        for index, given in enumerate(entity.realization.inputs):
+            if given.attribute not in defs:
+                problems.append(f"spec.realization.inputs[{index}].attribute: {given.attribute} is not an attribute "
+                                f"(attributes: {_known(entity)})")
+        for index, taken in enumerate(entity.realization.outputs):
+            filled = defs.get(taken.attribute)
+            if filled is None:
+                problems.append(f"spec.realization.outputs[{index}].attribute: {taken.attribute} is not an attribute "
+                                f"(attributes: {_known(entity)})")
+            elif filled.modifier != "r":
+                problems.append(f"spec.realization.outputs[{index}].attribute: {taken.attribute} has modifier "
+                                f"{filled.modifier}; only r attributes are filled from the App")
+    return problems

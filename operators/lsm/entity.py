@@ -1,0 +1,128 @@
+"""The service catalog's kinds at work: Lifecycle and ServiceEntity steps and admission.
+
+A **Lifecycle** is checked whole (`lifecycle_problems`: unknown states, operations, a failure with
+nowhere to go, ambiguous or looping transfers, unreachable deleted states) at apply time, and its
+status shows each state's model state. The built-in lifecycles are not objects: they are in code
+(`operators.lsm.builtin`), the same in every namespace.
+
+A **ServiceEntity** is checked alone at apply time (attributes, modifiers, identity, realization
+mappings), and against what it refers to where that is known: its lifecycle (its `config` may only
+name auto transfers of it) and its Blueprint (the realization's variables). It is Ready when its
+lifecycle and Blueprint are found and fit; otherwise Stalled naming what is missing, and checked
+again when they appear (`depends_on`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from operators.calm.models import BlueprintSpec
+from operators.lsm.attributes import entity_problems, service_entity_problems
+from operators.lsm.lifecycle import config_problems, lifecycle_problems, semantic_problems, summarize
+from operators.lsm.models import SERVICE_INSTANCE, LifecycleSpec, ServiceEntitySpec
+from operators.lsm.realization import realization_problems
+from operators.lsm.wire import merge_ready
+from operators.lsm.world import Unresolved, find_blueprint, find_lifecycle
+from operators.runtime.core.kinds import AdmissionRequest, Refusal
+from operators.runtime.core.pipeline import PermanentError, StepContext, TemporaryError
+from operators.runtime.kube.client import custom_path
+
+BLUEPRINT_RECHECK_SECONDS = 60.0
+"""A slow safety net only: an entity is checked again when its Blueprint becomes Ready."""
+
+# --- Lifecycle ------------------------------------------------------------------------------------
+
+
+def lifecycle_semantic_problems(spec: Mapping[str, Any]) -> list[str]:
+    """`Kind.problems` of a Lifecycle: the checks beyond its schema (which the webhook checked first)."""
+    return semantic_problems(LifecycleSpec.model_validate(dict(spec)))
+
+
+async def check_lifecycle(ctx: StepContext) -> Mapping[str, Any]:
+    """Init -> Provisioned: the admission checks again (for objects that bypassed the webhook), and the
+    model state of each state."""
+    problems = lifecycle_problems(ctx.obj.spec)
+    if problems:
+        raise PermanentError("InvalidSpec", "; ".join(problems))
+    facts = summarize(LifecycleSpec.model_validate(dict(ctx.obj.spec)))
+    facts["modelStates"] = merge_ready(ctx.obj.status.get("modelStates"), facts["modelStates"])
+    return facts
+
+
+# --- ServiceEntity --------------------------------------------------------------------------------
+
+
+async def check_entity(ctx: StepContext) -> Mapping[str, Any]:
+    """Init -> Validated: the entity alone (for objects that bypassed the webhook)."""
+    problems = service_entity_problems(ctx.obj.spec)
+    if problems:
+        raise PermanentError("InvalidSpec", "; ".join(problems))
+    return {}
+
+
+async def context_problems(services: Any, namespace: str, entity: ServiceEntitySpec, *, lenient: bool
+                           ) -> list[str]:
+    """The entity against its lifecycle and Blueprint, as far as they are found. Raises Unresolved when one
+    is missing (the pipeline stalls on it; admission lets it be, the order of a GitOps apply is free)."""
+    lifecycle = await find_lifecycle(services, namespace, entity.lifecycle, lenient=lenient)
+    problems = config_problems(entity.config, lifecycle)
+    realization = entity.realization
+    if realization is not None:
+        blueprint = BlueprintSpec.model_validate(dict(await find_blueprint(services, namespace,
+                                                                            realization.blueprint)))
+        problems += realization_problems(entity, blueprint, realization.blueprint)
+    return problems
+
+
+async def resolve_entity(ctx: StepContext) -> Mapping[str, Any]:
+    """Validated -> Provisioned: the lifecycle and the Blueprint are found and fit."""
+    entity = ServiceEntitySpec.model_validate(dict(ctx.obj.spec))
+    facts = {"lifecycle": entity.lifecycle.key, "attributeCount": len(entity.attributes),
+             "blueprint": entity.realization.blueprint if entity.realization is not None else None,
+             "autoTransfersOff": sorted(name for name, on in entity.config.items() if not on) or None}
+    try:
+        problems = await context_problems(ctx.services, ctx.obj.namespace, entity, lenient=False)
+    except Unresolved as error:
+        if error.waiting:
+            raise TemporaryError(error.reason, f"{error.message}; the entity is checked again when it is",
+                                 delay=BLUEPRINT_RECHECK_SECONDS, facts=facts, waiting=True) from None
+        raise PermanentError(error.reason, f"{error.message}; the entity is checked again when it appears",
+                             facts=facts) from None
+    if problems:
+        raise PermanentError("InvalidSpec", "; ".join(problems), facts=facts)
+    return facts
+
+
+async def entity_admission(request: AdmissionRequest) -> None:
+    """Refuse an entity that does not fit its lifecycle or Blueprint where they are known, and a change of
+    its lifecycle or identity while it has instances (they would be left in states or with identities that
+    no longer mean anything)."""
+    entity = ServiceEntitySpec.model_validate(dict(request.spec))
+    services = request.services
+    if services is None:
+        return
+    try:
+        problems = await context_problems(services, request.namespace, entity, lenient=True)
+    except Unresolved:
+        problems = []
+    if problems:
+        raise Refusal("; ".join(problems), 422)
+    if request.operation != "UPDATE" or request.old is None:
+        return
+    old = ServiceEntitySpec.model_validate(dict(request.old.get("spec") or {}))
+    changed = [path for path, before, after in (("spec.lifecycle", old.lifecycle, entity.lifecycle),
+                                                ("spec.identity", old.identity, entity.identity)) if before != after]
+    if not changed:
+        return
+    listed = await services.kube.request("GET", custom_path(SERVICE_INSTANCE.plural, request.namespace))
+    users = sorted(str((i.get("metadata") or {}).get("name")) for i in listed.get("items") or []
+                   if (i.get("spec") or {}).get("entity") == request.name)
+    if users:
+        shown = ", ".join(users[:10]) + (f" and {len(users) - 10} more" if len(users) > 10 else "")
+        raise Refusal(f"{changed[0]}: cannot change while the entity has instances ({shown})", 409)
+
+
+def entity_semantic_problems(spec: Mapping[str, Any]) -> list[str]:
+    """`Kind.problems` of a ServiceEntity: the checks of its spec alone beyond its schema."""
+    return entity_problems(ServiceEntitySpec.model_validate(dict(spec)))

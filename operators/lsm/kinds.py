@@ -1,0 +1,102 @@
+"""The three kinds of the service lifecycle manager, as the operator serves them (docs/services.md).
+
+| kind | phases |
+|---|---|
+| Lifecycle (`lc`) | `Init → Provisioned` (checked; each state's model state in status) |
+| ServiceEntity (`se`) | `Init → Validated → Provisioned` (its lifecycle and Blueprint found and fit) |
+| ServiceInstance (`si`) | `Init → Realizing → Provisioned` (triggers taken in; its App where the state wants it) |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from operators.calm.models import APP, BLUEPRINT
+from operators.lsm.entity import (
+    check_entity,
+    check_lifecycle,
+    entity_admission,
+    entity_semantic_problems,
+    lifecycle_semantic_problems,
+    resolve_entity,
+)
+from operators.lsm.instance import admission, realize_step, release, take_in
+from operators.lsm.models import (
+    LIFECYCLE,
+    LIFECYCLE_COLUMNS,
+    SERVICE_ENTITY,
+    SERVICE_ENTITY_COLUMNS,
+    SERVICE_INSTANCE,
+    SERVICE_INSTANCE_COLUMNS,
+    LifecycleSpec,
+    LifecycleStatus,
+    ServiceEntitySpec,
+    ServiceEntityStatus,
+    ServiceInstanceSpec,
+    ServiceInstanceStatus,
+)
+from operators.runtime.core.kinds import Kind, named_after
+from operators.runtime.core.pipeline import Pipeline
+
+
+def _lifecycle_name(spec: Mapping[str, Any]) -> Any:
+    return (spec.get("lifecycle") or {}).get("name")
+
+
+def _blueprint_name(spec: Mapping[str, Any]) -> Any:
+    return (spec.get("realization") or {}).get("blueprint")
+
+
+LIFECYCLE_KIND = Kind(
+    kind=LIFECYCLE.kind,
+    plural=LIFECYCLE.plural,
+    short_names=("lc",),
+    description="A service lifecycle: the states a service instance can be in and the transfers between them "
+    "(Inmanta's LSM fields). Built-in lifecycles (simple, service, testing_basic_lifecycle) need no object.",
+    spec_model=LifecycleSpec,
+    status_model=LifecycleStatus,
+    pipeline=Pipeline(phases=("Init", "Provisioned"), steps={"Init": check_lifecycle}),
+    columns=LIFECYCLE_COLUMNS,
+    problems=lifecycle_semantic_problems,
+)
+
+SERVICE_ENTITY_KIND = Kind(
+    kind=SERVICE_ENTITY.kind,
+    plural=SERVICE_ENTITY.plural,
+    short_names=("se",),
+    description="A service of the catalog: typed attributes with modifiers (r, rw, rw+), an optional identity, "
+    "the lifecycle its instances follow, and the Blueprint an instance is realized from.",
+    spec_model=ServiceEntitySpec,
+    status_model=ServiceEntityStatus,
+    pipeline=Pipeline(phases=("Init", "Validated", "Provisioned"),
+                      steps={"Init": check_entity, "Validated": resolve_entity}),
+    columns=SERVICE_ENTITY_COLUMNS,
+    problems=entity_semantic_problems,
+    admission=entity_admission,
+    # checked again when its lifecycle or Blueprint appears, changes readiness or goes
+    depends_on={LIFECYCLE.kind: lambda spec, name: _lifecycle_name(spec) == name,
+                BLUEPRINT.kind: lambda spec, name: _blueprint_name(spec) == name},
+)
+
+SERVICE_INSTANCE_KIND = Kind(
+    kind=SERVICE_INSTANCE.kind,
+    plural=SERVICE_INSTANCE.plural,
+    short_names=("si",),
+    description="A service instance of a ServiceEntity: the client's attributes and state requests in spec; "
+    "its lifecycle state, version, candidate/active/rollback attribute sets, its App and a log of transfers "
+    "in status.",
+    spec_model=ServiceInstanceSpec,
+    status_model=ServiceInstanceStatus,
+    pipeline=Pipeline(phases=("Init", "Realizing", "Provisioned"),
+                      steps={"Init": take_in, "Realizing": realize_step}),
+    columns=SERVICE_INSTANCE_COLUMNS,
+    admission=admission,
+    admit_delete=True,
+    cleanup=release,
+    # checked again when its entity changes readiness (auto transfers switched on, ways out), and when its
+    # App (named after it) becomes Ready, stops being Ready or goes
+    depends_on={SERVICE_ENTITY.kind: lambda spec, name: spec.get("entity") == name, APP.kind: named_after},
+)
+
+KINDS: tuple[Kind, ...] = (LIFECYCLE_KIND, SERVICE_ENTITY_KIND, SERVICE_INSTANCE_KIND)

@@ -1,0 +1,387 @@
+"""The Lifecycle, ServiceEntity and ServiceInstance kinds of the service lifecycle manager (issue 15).
+
+These models are the schema: the CRDs are generated from them (`kubectl explain` shows the field
+descriptions), and the pure checks (`operators.lsm.lifecycle`, `operators.lsm.attributes`) and the
+state machine (`operators.lsm.machine`) read them. Field names follow Inmanta's LSM (states:
+exportResources, validateSelf...; transfers: apiSetState, onUpdate, targetOperation...) in
+camelCase, so that a lifecycle written for Inmanta translates field by field.
+
+- A **Lifecycle** is a state machine: states, transfers between them, an initial state.
+- A **ServiceEntity** is a catalog entry: typed attributes with modifiers, an optional identity,
+  the lifecycle its instances follow, and how an instance is realized (a Blueprint, launched as
+  an App with inputs taken from the attributes).
+- A **ServiceInstance** is one service: the client's attributes in spec; the lifecycle's state,
+  version and the three attribute sets (candidate, active, rollback) in status.
+
+Attribute values are free-form JSON (string, number, bool, object, list), so the sets are typed
+`FreeForm`: an object the API server keeps as written.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, StringConstraints, WithJsonSchema, model_validator
+
+from operators.runtime.core.kinds import Model, PrinterColumn, Resource, StatusBase
+
+LIFECYCLE = Resource("Lifecycle", "lifecycles")
+SERVICE_ENTITY = Resource("ServiceEntity", "serviceentities")
+SERVICE_INSTANCE = Resource("ServiceInstance", "serviceinstances")
+
+FreeForm = Annotated[
+    dict[str, Any],
+    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+]
+# State names appear in API paths, CLI arguments and log lines: one word, no spaces.
+StateName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]
+# Attribute names are keys of the inventory API (`<attribute>=<value>` as an instance id): identifiers.
+AttributeName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+ObjectName = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+ConfigName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]
+
+Label = Literal["success", "info", "warning", "danger"]
+AttributeSet = Literal["candidate", "active", "rollback"]
+ValidationSet = Literal["candidate", "active"]
+Operation = Literal["clear candidate", "clear active", "clear rollback", "promote", "rollback"]
+ModelState = Literal["inactive", "candidate", "designed", "active"]
+AttributeType = Literal["string", "int", "float", "bool", "dict", "list"]
+Modifier = Literal["r", "rw", "rw+"]
+TriggerName = Literal["create", "auto", "api_set_state", "on_update", "on_delete", "resource_based"]
+BuiltinName = Literal["simple", "service", "testing_basic_lifecycle"]
+"""The lifecycles every namespace can use without creating them (`operators.lsm.builtin`)."""
+
+OPERATIONS: tuple[Operation, ...] = ("clear candidate", "clear active", "clear rollback", "promote", "rollback")
+
+
+# --- Lifecycle -----------------------------------------------------------------------------------
+
+
+class State(Model):
+    """One state of a lifecycle; its flags say how an instance in it is treated."""
+
+    name: StateName = Field(description="The state's name, unique in the lifecycle.")
+    label: Label | None = Field(None, description="How a console shows it: success, info, warning or danger.")
+    export_resources: bool = Field(
+        False,
+        description="The instance's resources are deployed in this state: its App runs with the active "
+        "attribute set (an update reaches it as new inputs).",
+    )
+    validate_self: ValidationSet | None = Field(
+        None, description="Which of the instance's own attribute sets a validation in this state checks: "
+        "candidate or active (unset: candidate)."
+    )
+    validate_others: ValidationSet | None = Field(
+        None,
+        description="Which attribute set this instance contributes while other instances are validated "
+        "(candidate or active; unset: none). A state that contributes but deploys nothing is `designed`.",
+    )
+    purge_resources: bool = Field(
+        False, description="The instance's resources are removed in this state: its App is deleted."
+    )
+    deleted: bool = Field(
+        False, description="Terminal: an instance arriving here is gone (its ServiceInstance object goes)."
+    )
+    description: str | None = Field(None, description="What the state means, for humans.")
+
+
+class Transfer(Model):
+    """A transfer from `source` to `target` (or to `error` when its validation or deployment fails),
+    set off by its triggers."""
+
+    source: StateName = Field(description="The state the transfer leaves.")
+    target: StateName = Field(description="The state it leads to (on success, for a validating or resource-based one).")
+    error: StateName | None = Field(
+        None, description="Where a failed validation (validate) or a failed deployment (resourceBased) leads."
+    )
+    auto: bool = Field(False, description="Taken at once when an instance arrives in `source`.")
+    api_set_state: bool = Field(
+        False, description="Taken on a state request (spec.stateRequest or the API) naming `target`."
+    )
+    on_update: bool = Field(False, description="Taken when the client changes the attributes.")
+    on_delete: bool = Field(False, description="Taken when the instance is deleted (kubectl delete or the API).")
+    resource_based: bool = Field(
+        False, description="Taken when the instance's App reaches its goal (to target) or fails (to error)."
+    )
+    validate_: bool = Field(
+        False,
+        alias="validate",
+        description="Validate first (the attribute set the source state's validateSelf names, against the "
+        "entity's attribute types, the Blueprint's variable rules and the identity's uniqueness): success "
+        "leads to target, failure to error.",
+    )
+    config_name: ConfigName | None = Field(
+        None, description="An auto transfer a ServiceEntity can switch off by this name (spec.config)."
+    )
+    target_operation: Operation | None = Field(
+        None,
+        description="Applied to the attribute sets on the way to target: clear candidate, clear active, "
+        "clear rollback, promote (candidate -> active -> rollback) or rollback (rollback -> active -> candidate).",
+    )
+    error_operation: Operation | None = Field(None, description="Applied on the way to error; same choices.")
+    description: str | None = Field(None, description="What the transfer does, for humans (shown in the log).")
+
+
+class LifecycleSpec(Model):
+    """A lifecycle: the states a service instance can be in and the transfers between them."""
+
+    description: str | None = Field(None, description="What the lifecycle is for.")
+    initial_state: StateName = Field(description="The state a new instance starts in.")
+    states: list[State] = Field(
+        min_length=1,
+        description="The states, by unique name.",
+        # The API server refuses duplicate names itself, naming the field, with no webhook round trip.
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    transfers: list[Transfer] = Field(default_factory=list, description="The transfers between states.")
+
+
+class LifecycleStatus(StatusBase):
+    """Written by Stead."""
+
+    state_count: int | None = Field(None, description="How many states the lifecycle has.")
+    transfer_count: int | None = Field(None, description="How many transfers it has.")
+    model_states: dict[str, ModelState] | None = Field(
+        None,
+        description="Each state's model state, derived from its flags: inactive (deleted, or never part of "
+        "the model), candidate (validated alone), designed (validated with the others, not deployed), "
+        "active (deployed).",
+    )
+
+
+# --- ServiceEntity -------------------------------------------------------------------------------
+
+
+class AttributeDefinition(Model):
+    """One attribute of a service entity."""
+
+    name: AttributeName = Field(description="The attribute's name, unique in the entity.")
+    type: AttributeType = Field(description="string, int, float, bool, dict (a JSON object) or list.")
+    modifier: Modifier = Field(
+        "rw",
+        description="r: set by Stead only (from what the App's tasks set), never by a client; rw (default): "
+        "set by the client at creation, never changed after; rw+: set at creation and changed by updates "
+        "where the lifecycle allows.",
+    )
+    optional: bool = Field(False, description="Whether the value may be absent or null.")
+    default: Any = Field(None, description="The value an instance gets when its client gives none.")
+    description: str | None = Field(None, description="What the attribute is, for humans.")
+
+
+class LifecycleRef(Model):
+    """Which lifecycle: a Lifecycle of the entity's namespace (`name`) or a built-in one (`builtin`).
+
+    Two fields rather than one name looked up in both places, so that a team's own lifecycle never
+    silently shadows a built-in, nor a built-in the team's (as a RoleBinding says Role or ClusterRole).
+    """
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        "rule": "has(self.name) != has(self.builtin)",
+        "message": "exactly one of name (a Lifecycle of this namespace) or builtin (simple, service, "
+                   "testing_basic_lifecycle)",
+    }]})
+
+    name: ObjectName | None = Field(None, description="A Lifecycle in the entity's namespace.")
+    builtin: BuiltinName | None = Field(
+        None, description="A built-in lifecycle: simple, service or testing_basic_lifecycle."
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> LifecycleRef:
+        if (self.name is None) == (self.builtin is None):
+            raise ValueError("exactly one of name (a Lifecycle of this namespace) or builtin must be set")
+        return self
+
+    @property
+    def key(self) -> str:
+        """How status and messages name it: `builtin:simple` or the Lifecycle's name."""
+        return f"builtin:{self.builtin}" if self.builtin is not None else str(self.name)
+
+
+class InputMapping(Model):
+    """One App input taken from an attribute (of the active set)."""
+
+    variable: AttributeName = Field(description="A runtime application variable of the Blueprint.")
+    attribute: AttributeName = Field(
+        description="The attribute whose value it takes (numbers and bools as text, dicts and lists as JSON)."
+    )
+
+
+class OutputMapping(Model):
+    """One `r` attribute filled from a property the App's tasks set (an allocated address, an id)."""
+
+    attribute: AttributeName = Field(description="The attribute (modifier r).")
+    property_: ObjectName = Field(
+        alias="property",
+        description="The property's name: an application property, or with `deployment` a replica's "
+        "property as the App shows it (Kind_Entity_name)."
+    )
+    deployment: str | None = Field(None, description="The deployment whose replica set the property.")
+    replica: int = Field(0, ge=0, description="Which replica of the deployment (calm_array_index).")
+
+
+class Realization(Model):
+    """How an instance is realized: an App launched from a Blueprint, with inputs from the attributes."""
+
+    blueprint: ObjectName = Field(description="The Blueprint (same namespace) the instance's App is launched from.")
+    inputs: list[InputMapping] = Field(
+        default_factory=list,
+        description="The App's inputs, each from an attribute of the active set.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["variable"]},
+    )
+    outputs: list[OutputMapping] = Field(
+        default_factory=list,
+        description="The r attributes filled from the App's properties when it reaches its goal.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["attribute"]},
+    )
+
+
+class ServiceEntitySpec(Model):
+    """A service offered by the catalog: its attributes, its lifecycle and how an instance is realized."""
+
+    description: str | None = Field(None, description="What the service is.")
+    attributes: list[AttributeDefinition] = Field(
+        default_factory=list,
+        description="The attributes of its instances, by unique name.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    identity: AttributeName | None = Field(
+        None,
+        description="The service identity: an rw, required, string or int attribute whose value is unique among "
+        "the entity's instances and never changes; the API accepts `<attribute>=<value>` as an instance id.",
+    )
+    lifecycle: LifecycleRef = Field(description="The lifecycle its instances follow.")
+    config: dict[str, bool] = Field(
+        default_factory=dict,
+        description="Switches of the lifecycle's auto transfers, by their configName: false switches that auto "
+        "transfer off (the instance then waits for a state request); true or absent: on.",
+    )
+    realization: Realization | None = Field(
+        None,
+        description="How an instance is deployed. Absent: nothing is deployed, and resource-based transfers "
+        "take their success path at once.",
+    )
+
+
+class ServiceEntityStatus(StatusBase):
+    """Written by Stead."""
+
+    lifecycle: str | None = Field(None, description="The lifecycle in force: its name, or builtin:<name>.")
+    blueprint: str | None = Field(None, description="The Blueprint its instances are realized from.")
+    attribute_count: int | None = Field(None, description="How many attributes the entity has.")
+    auto_transfers_off: list[str] | None = Field(
+        None, description="The config names of the auto transfers this entity switches off."
+    )
+
+
+# --- ServiceInstance -----------------------------------------------------------------------------
+
+
+class StateRequest(Model):
+    """A request to move the instance to a state (Inmanta's api_set_state)."""
+
+    target: StateName = Field(description="The state asked for; an api_set_state transfer from the current state "
+                              "to it must exist.")
+    current_version: int = Field(
+        ge=1, description="The version the requester saw (status.version); a stale one is refused (409)."
+    )
+    message: str | None = Field(None, max_length=1024, description="Why, for the log.")
+
+
+class ServiceInstanceSpec(Model):
+    """One service instance: which entity, the client's attributes, and an optional state request."""
+
+    entity: ObjectName = Field(description="The ServiceEntity (same namespace).")
+    attributes: FreeForm = Field(
+        default_factory=dict,
+        description="The client's attributes (rw and rw+ ones; r attributes are Stead's). A change is an "
+        "update, allowed only where the lifecycle has an on_update transfer.",
+    )
+    current_version: int | None = Field(
+        None, ge=1, description="The version the client saw (status.version); an update from a stale one is "
+        "refused (409)."
+    )
+    state_request: StateRequest | None = Field(None, description="Move the instance to a state (api_set_state).")
+
+
+class LogEntry(Model):
+    """One transfer in an instance's life."""
+
+    from_: str | None = Field(None, alias="from", description="The state left (none at creation).")
+    to: str = Field(description="The state reached.")
+    trigger: TriggerName = Field(
+        description="create, auto, api_set_state, on_update, on_delete or resource_based."
+    )
+    version: int = Field(description="The instance's version after the transfer.")
+    time: str = Field(description="When (RFC 3339).")
+    operation: Operation | None = Field(None, description="The operation applied to the attribute sets.")
+    error: bool = Field(False, description="Whether the error path was taken (failed validation or deployment).")
+    message: str | None = Field(None, description="What happened: the transfer, a request's message, a reason.")
+
+
+class RefusedRequest(Model):
+    """A client's request the lifecycle refused after admission (the instance had moved on meanwhile, or
+    the webhook was bypassed): recorded so that it is handled once, and shown until the spec changes."""
+
+    trigger: TriggerName = Field(description="What was asked: api_set_state, on_update or on_delete.")
+    reason: str = Field(description="Why, in one CamelCase word (StaleVersion, UpdateNotAllowed, ...).")
+    message: str = Field(description="Why, for humans; the same text the webhook or the API would answer.")
+    generation: int = Field(description="The metadata.generation (spec) the request came with.")
+    time: str = Field(description="When it was refused (RFC 3339).")
+
+
+class ServiceInstanceStatus(StatusBase):
+    """Written by Stead."""
+
+    state: str | None = Field(None, description="The lifecycle state.")
+    version: int | None = Field(None, description="Incremented by every transfer; requests carry it back.")
+    model_state: ModelState | None = Field(
+        None, description="inactive, candidate, designed or active, derived from the state's flags."
+    )
+    identity: str | None = Field(None, description="The value of the service identity attribute.")
+    candidate_attributes: FreeForm | None = Field(
+        None, description="Attributes being created or updated, not yet in force."
+    )
+    active_attributes: FreeForm | None = Field(None, description="The attributes in force (the App's inputs).")
+    rollback_attributes: FreeForm | None = Field(None, description="The attributes in force before the last promote.")
+    client_attributes: FreeForm | None = Field(
+        None, description="spec.attributes as last taken in: an update is the difference from these."
+    )
+    validation_problems: list[str] | None = Field(
+        None, description="Why the last validation failed (cleared by the next one that passes)."
+    )
+    ways_out: list[str] | None = Field(
+        None, description="The transfers that leave the current state, and their triggers."
+    )
+    app: str | None = Field(None, description="The App that realizes the instance.")
+    deleted: bool | None = Field(None, description="The instance reached a deleted state.")
+    state_request: StateRequest | None = Field(
+        None, description="The last state request taken in (accepted or refused), so that each is handled once."
+    )
+    delete_requested: bool | None = Field(
+        None, description="The deletion was taken in (sent to the lifecycle once: its on_delete transfer)."
+    )
+    refused: RefusedRequest | None = Field(
+        None, description="The client's last request refused by the lifecycle after admission, until the next one."
+    )
+    log: list[LogEntry] = Field(
+        default_factory=list, description="The latest transfers, oldest first (bounded)."
+    )
+
+
+LIFECYCLE_COLUMNS: tuple[PrinterColumn, ...] = (
+    PrinterColumn("Initial", ".spec.initialState", description="The initial state."),
+    PrinterColumn("States", ".status.stateCount", type="integer", description="States."),
+    PrinterColumn("Transfers", ".status.transferCount", type="integer", description="Transfers."),
+)
+SERVICE_ENTITY_COLUMNS: tuple[PrinterColumn, ...] = (
+    PrinterColumn("Lifecycle", ".status.lifecycle", description="The lifecycle in force."),
+    PrinterColumn("Attributes", ".status.attributeCount", type="integer", description="Attributes."),
+)
+SERVICE_INSTANCE_COLUMNS: tuple[PrinterColumn, ...] = (
+    PrinterColumn("Entity", ".spec.entity", description="The service entity."),
+    PrinterColumn("Identity", ".status.identity", description="The service identity's value."),
+    PrinterColumn("State", ".status.state", description="The lifecycle state."),
+    PrinterColumn("Version", ".status.version", type="integer", description="The instance's version."),
+)
+"""The kinds' own printer columns (the runtime adds Phase, Ready and Age)."""

@@ -1,0 +1,262 @@
+"""What the lifecycle of an instance needs of the cluster: its ServiceEntity, its Lifecycle, the rules of
+its Blueprint, and the identities of the entity's other instances.
+
+They are read through a kind's `services` (the local store first: Provisioned objects, no API call;
+the API server when the store has no answer, to say why), so that the pipeline, the admission
+webhook and the inventory HTTP API resolve them alike. `World.advance` runs the pure engine
+(`operators.lsm.machine.advance`) with them; the other instances are listed only when the engine
+asks for them (a creation or a validation of an entity with an identity).
+
+Two strictnesses:
+
+- the pipeline is strict: the entity must be Ready (Provisioned: its lifecycle and Blueprint were
+  found and fit), so that an instance never moves on a lifecycle or rules nobody checked;
+- admission and deletion are lenient: they take the entity and lifecycle as the API server has
+  them when they are valid, and leave the decision to the pipeline when they cannot be resolved
+  (an instance applied together with its entity, or deleted after it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from operators.calm.app import blueprint_reason
+from operators.calm.models import BLUEPRINT, BlueprintSpec
+from operators.lsm.attributes import entity_problems, identity_value
+from operators.lsm.builtin import BUILTINS
+from operators.lsm.lifecycle import lifecycle_problems
+from operators.lsm.machine import Context, Outcome, Trigger, Validator, advance
+from operators.lsm.models import (
+    LIFECYCLE,
+    SERVICE_ENTITY,
+    SERVICE_INSTANCE,
+    LifecycleRef,
+    LifecycleSpec,
+    ServiceEntitySpec,
+    ServiceInstanceStatus,
+)
+from operators.lsm.realization import blueprint_rules
+from operators.runtime.core import conditions as cond
+from operators.runtime.core.clock import utc_now
+from operators.runtime.core.store import object_key
+from operators.runtime.kube.client import ApiError, custom_path
+
+BUILTIN_NAMES = ", ".join(BUILTINS)
+
+
+class Unresolved(Exception):
+    """Something an instance or an entity refers to is missing or not Ready: `reason` is a CamelCase word
+    for conditions, `message` says what and what exists instead; `waiting` when it is on its way (a
+    Blueprint still compiling) rather than absent or broken."""
+
+    def __init__(self, reason: str, message: str, waiting: bool = False) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.waiting = waiting
+
+
+async def get_object(kube: Any, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+    """One of Stead's objects, or None when it does not exist."""
+    try:
+        found: dict[str, Any] = await kube.request("GET", custom_path(plural, namespace, name))
+    except ApiError as error:
+        if error.status == 404:
+            return None
+        raise
+    return found
+
+
+def _stored_names(services: Any, kind: str, namespace: str) -> str:
+    prefix = object_key(kind, namespace, "")
+    names = sorted(key.removeprefix(prefix) for key, _ in services.store.items(kind) if key.startswith(prefix))
+    return ", ".join(names) or "none"
+
+
+def _why_not_ready(status: Mapping[str, Any]) -> str:
+    return blueprint_reason(status) or "not reconciled yet"
+
+
+def ready(body: Mapping[str, Any]) -> bool:
+    """Whether an object says it is Ready at its generation: what the store would hold once its event is
+    seen (after a restart with a lost store, the objects of one kind may come before those of another)."""
+    status = body.get("status") or {}
+    return (cond.is_true(status.get("conditions") or [], cond.READY)
+            and status.get("observedGeneration") == (body.get("metadata") or {}).get("generation"))
+
+
+# --- lifecycles, entities, blueprints --------------------------------------------------------------
+
+
+async def find_lifecycle(services: Any, namespace: str, ref: LifecycleRef, *, lenient: bool = False) -> LifecycleSpec:
+    """The lifecycle a reference names: a built-in one, or a Ready Lifecycle of the namespace (any valid
+    one when `lenient`). Raises Unresolved."""
+    if ref.builtin is not None:
+        return BUILTINS[ref.builtin]
+    name = str(ref.name)
+    record = services.store.get(object_key(LIFECYCLE.kind, namespace, name))
+    if record is not None:
+        return LifecycleSpec.model_validate(dict(record.spec))
+    body = await get_object(services.kube, LIFECYCLE.plural, namespace, name)
+    if body is None:
+        raise Unresolved("LifecycleNotFound", f"spec.lifecycle.name: no Lifecycle {name!r} in namespace {namespace} "
+                         f"(Lifecycles here: {_stored_names(services, LIFECYCLE.kind, namespace)}; built-in, as "
+                         f"lifecycle.builtin: {BUILTIN_NAMES})")
+    spec = body.get("spec") or {}
+    if ready(body) or (lenient and not lifecycle_problems(spec)):
+        return LifecycleSpec.model_validate(dict(spec))
+    raise Unresolved("LifecycleNotReady", f"Lifecycle {name} is not Ready: {_why_not_ready(body.get('status') or {})}")
+
+
+async def find_blueprint(services: Any, namespace: str, name: str) -> Mapping[str, Any]:
+    """The spec of an Active Blueprint of the namespace. Raises Unresolved (waiting while it compiles)."""
+    record = services.store.get(object_key(BLUEPRINT.kind, namespace, name))
+    if record is not None and record.status.get("state") == "Active":
+        return dict(record.spec)
+    body = await get_object(services.kube, BLUEPRINT.plural, namespace, name)
+    if body is None:
+        raise Unresolved("BlueprintNotFound", f"spec.realization.blueprint: no Blueprint {name!r} in namespace "
+                         f"{namespace} (Blueprints here: {_stored_names(services, BLUEPRINT.kind, namespace)})")
+    status = body.get("status") or {}
+    if ready(body) and status.get("state") == "Active":
+        return dict(body.get("spec") or {})
+    stalled = cond.is_true(status.get("conditions") or [], cond.STALLED)
+    raise Unresolved("BlueprintNotActive", f"Blueprint {name} is not Active (state: {status.get('state') or 'none'}"
+                     f": {_why_not_ready(status)})", waiting=not stalled)
+
+
+def lazy_rules(entity: ServiceEntitySpec, blueprint: Mapping[str, Any]) -> Validator:
+    """The Blueprint's variable rules as a validation, its spec parsed only if a validation runs."""
+    parsed: list[Validator] = []
+
+    def check(values: Mapping[str, Any]) -> list[str]:
+        if not parsed:
+            parsed.append(blueprint_rules(entity, BlueprintSpec.model_validate(dict(blueprint))))
+        return parsed[0](values)
+
+    return check
+
+
+async def find_entity(services: Any, namespace: str, name: str, *, lenient: bool = False) -> ServiceEntitySpec:
+    """A ServiceEntity of the namespace: Ready (Provisioned), or any valid one when `lenient`. Raises Unresolved."""
+    record = services.store.get(object_key(SERVICE_ENTITY.kind, namespace, name))
+    if record is not None:
+        return ServiceEntitySpec.model_validate(dict(record.spec))
+    body = await get_object(services.kube, SERVICE_ENTITY.plural, namespace, name)
+    if body is None:
+        raise Unresolved("EntityNotFound", f"spec.entity: no ServiceEntity {name!r} in namespace {namespace} "
+                         f"(ServiceEntities here: {_stored_names(services, SERVICE_ENTITY.kind, namespace)}); the "
+                         "instance goes on when it appears")
+    if ready(body):
+        return ServiceEntitySpec.model_validate(dict(body.get("spec") or {}))
+    if lenient:
+        try:
+            entity = ServiceEntitySpec.model_validate(dict(body.get("spec") or {}))
+        except ValidationError:
+            entity = None
+        if entity is not None and not entity_problems(entity):
+            return entity
+    why = _why_not_ready(body.get("status") or {})
+    raise Unresolved("EntityNotReady", f"ServiceEntity {name} is not Ready: {why}; the instance goes on when it is")
+
+
+# --- the world of one instance --------------------------------------------------------------------
+
+
+class _Probe(Mapping[str, str]):
+    """An empty `others` that notes whether the engine looked at it."""
+
+    touched = False
+
+    def __getitem__(self, key: str) -> str:
+        self.touched = True
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        self.touched = True
+        return iter(())
+
+    def __len__(self) -> int:
+        self.touched = True
+        return 0
+
+
+@dataclass
+class World:
+    """An instance's entity, lifecycle and rules, and how to list the entity's other instances."""
+
+    services: Any
+    namespace: str
+    instance: str
+    entity_name: str
+    entity: ServiceEntitySpec
+    lifecycle: LifecycleSpec
+    check: Validator | None = None
+    tie_break: bool = False
+    """Count only the instances created before this one (the pipeline): of two instances created at once
+    with the same identity, the older keeps it. Admission counts every other instance."""
+    others: Mapping[str, str] | None = field(default=None, repr=False)
+
+    def context(self, others: Mapping[str, str] | None = None) -> Context:
+        return Context(instance=self.instance, entity_name=self.entity_name, entity=self.entity,
+                       lifecycle=self.lifecycle, now=utc_now(), others=others if others is not None else {},
+                       check=self.check)
+
+    async def advance(self, status: ServiceInstanceStatus, trigger: Trigger) -> Outcome:
+        """The engine's next status; the other instances are listed (once) only if the engine needs them."""
+        if self.others is not None or self.entity.identity is None:
+            return advance(self.context(self.others), status, trigger)
+        probe = _Probe()
+        try:
+            outcome = advance(replace(self.context(), others=probe), status, trigger)
+        except Exception:
+            if not probe.touched:
+                raise
+        else:
+            if not probe.touched:
+                return outcome
+        self.others = await self.list_others()
+        return advance(self.context(self.others), status, trigger)
+
+    async def list_others(self) -> dict[str, str]:
+        """The identity values of the entity's other instances that are not deleted, each with its instance."""
+        listed = await self.services.kube.request("GET", custom_path(SERVICE_INSTANCE.plural, self.namespace))
+        items = [i for i in listed.get("items") or [] if (i.get("spec") or {}).get("entity") == self.entity_name]
+        me = next((i for i in items if (i.get("metadata") or {}).get("name") == self.instance), None)
+        mine = ((me or {}).get("metadata") or {}).get("creationTimestamp")
+        out: dict[str, str] = {}
+        for item in sorted(items, key=_age):
+            meta, status = item.get("metadata") or {}, item.get("status") or {}
+            name = str(meta.get("name"))
+            if name == self.instance or status.get("deleted"):
+                continue
+            if self.tie_break and mine is not None and _age(item) >= (str(mine), self.instance):
+                continue
+            value = status.get("identity") or identity_value(self.entity, (item.get("spec") or {}).get("attributes"))
+            if value is not None:
+                out.setdefault(str(value), name)
+        return out
+
+
+def _age(item: Mapping[str, Any]) -> tuple[str, str]:
+    meta = item.get("metadata") or {}
+    return str(meta.get("creationTimestamp") or ""), str(meta.get("name") or "")
+
+
+async def resolve(services: Any, namespace: str, instance: str, entity_name: str, *, lenient: bool = False
+                  ) -> World:
+    """The world of an instance of `entity_name`. Raises Unresolved."""
+    entity = await find_entity(services, namespace, entity_name, lenient=lenient)
+    lifecycle = await find_lifecycle(services, namespace, entity.lifecycle, lenient=lenient)
+    check = None
+    if entity.realization is not None:
+        try:
+            check = lazy_rules(entity, await find_blueprint(services, namespace, entity.realization.blueprint))
+        except Unresolved:
+            if not lenient:
+                raise
+    return World(services, namespace, instance, entity_name, entity, lifecycle, check, tie_break=not lenient)
