@@ -3,17 +3,12 @@ prints a path without importing what starting a plane needs)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from operators import stead_home
 
-def default_home() -> Path:
-    """``$STEAD_HOME``, else ``$XDG_DATA_HOME/stead`` (``~/.local/share/stead``)."""
-    explicit = os.environ.get("STEAD_HOME")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share") / "stead"
+default_home = stead_home
+"""The home of the local control plane: Stead's own (`operators.stead_home`)."""
 
 
 def kubeconfig_path(home: Path) -> Path:

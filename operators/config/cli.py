@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from operators import stead_home
 from operators.config.keys import KeyPathError, parse_key
 
 if TYPE_CHECKING:
@@ -276,15 +277,6 @@ def values_url(args: argparse.Namespace, kind: str) -> str:
         parts += [urllib.parse.quote(name, safe=""), urllib.parse.quote(value, safe="")]
     parts += ["resources", urllib.parse.quote(args.resource, safe="/"), kind]
     return str(args.server).rstrip("/") + PREFIX + "/" + "/".join(parts)
-
-
-def stead_home() -> Path:
-    """`$STEAD_HOME`, else `$XDG_DATA_HOME/stead` (`~/.local/share/stead`), as `stead run` has it."""
-    explicit = os.environ.get("STEAD_HOME")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share") / "stead"
 
 
 @dataclass
