@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 from tests.e2e.conftest import Kubectl, OperatorProcess
+from tests.e2e.test_apps import app, blueprint, small_spec
 from tests.polling import wait_until
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -38,9 +39,20 @@ def test_a_deleted_namespace_leaves_no_retry_behind(operator: OperatorProcess, k
     for i in range(6):  # waiting for an Environment that never comes
         kubectl("apply", "-n", namespace, "-f", "-", input=values(f"orphan-{i}", "c8-env", f"node-{i}"))
     kubectl("wait", "-n", namespace, "--timeout=60s", "--for=condition=Ready", "cv/ready-1", "cv/ready-2", "cv/ready-3")
+    # mid-retry: an App of an Inactive blueprint waits for it, with a retry scheduled
+    apps_pending = operator.metric("stead_reconcile_retries_pending", kind="App")
+    inactive = blueprint("idle", namespace, small_spec())
+    inactive["spec"]["active"] = False
+    kubectl("apply", "-f", "-", input=json.dumps(inactive))
+    kubectl("wait", "-n", namespace, "--timeout=30s", "--for=condition=Ready", "blueprint/idle")
+    kubectl("apply", "-f", "-", input=json.dumps(app("waits", namespace, "idle")))
+    wait_until(lambda: operator.metric("stead_reconcile_retries_pending", kind="App") > apps_pending, 30,
+               "the App's retry to be scheduled")
 
     kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=120s")
     wait_until(lambda: pending() <= baseline, 30, "no retry left for the deleted namespace's objects")
+    wait_until(lambda: operator.metric("stead_reconcile_retries_pending", kind="App") <= apps_pending, 30,
+               "the App's retry gone with it")
 
 
 def test_config_values_wait_for_their_environment_stalled_not_polled(operator: OperatorProcess, kubectl: Kubectl,
