@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from operators.config.api import ConfigApi
+from operators.config.api.extension import load_extension
 from operators.config.auth import (
     Authenticator,
     BasicAuthenticator,
@@ -73,6 +74,7 @@ class ConfigApiServer:
     workers: int = 0
     cert_reload_seconds: float = 30.0  # how often mounted certificates and the client CA are checked for a renewal
     client_ca: str = "off"  # auto: the cluster's client CA; off; or the path of a CA bundle (see the module)
+    extensions: tuple[str, ...] = ()  # routes of other parts, as import paths of factories (`api.extension`)
     _stack: contextlib.AsyncExitStack | None = field(default=None, init=False, repr=False)
 
     def _tls_files(self) -> tuple[Path, Path]:
@@ -121,7 +123,10 @@ class ConfigApiServer:
         repository: ConfigRepository = KubeConfigRepository(kube)
         if self.cache:
             repository = await stack.enter_async_context(cached_repository(kube, load_access(self.kubeconfig)))
-        api = ConfigApi(repository, ChainAuthenticator(*authenticators), self.default_namespace)
+        authenticator = ChainAuthenticator(*authenticators)
+        extensions = [load_extension(reference)(kube, authenticator, self.default_namespace)
+                      for reference in self.extensions]
+        api = ConfigApi(repository, authenticator, self.default_namespace, extensions)
         server = HttpServer(api, errors=api.problem, observe=observe)
         await server.start(self.listen, self.port, (cert, key), client_ca=client_ca)
         stack.push_async_callback(server.stop)
@@ -156,6 +161,7 @@ class ConfigApiServer:
             "basic_secret": self.basic_secret, "default_namespace": self.default_namespace, "name": self.name,
             "cache": self.cache, "kubeconfig": None if self.kubeconfig is None else str(self.kubeconfig),
             "log_level": logging.getLogger().getEffectiveLevel(), "client_ca": self.client_ca,
+            "extensions": list(self.extensions),
         })
 
     @classmethod
@@ -169,7 +175,7 @@ class ConfigApiServer:
             basic_secret=None if secret is None else (secret[0], secret[1]),
             default_namespace=given["default_namespace"], name=given["name"], cache=given["cache"],
             kubeconfig=None if given["kubeconfig"] is None else Path(given["kubeconfig"]),
-            client_ca=given.get("client_ca", "off"))
+            client_ca=given.get("client_ca", "off"), extensions=tuple(given.get("extensions") or ()))
         return server, int(given["log_level"])
 
     async def stop(self) -> None:

@@ -9,43 +9,43 @@ I/O; the kinds' pipelines, admission and the inventory HTTP API are built on it.
     outcome = advance(Context(...), status, Update(attributes, current_version=4))
 
 The kinds the operator serves (`KINDS`: steps, admission, the App that realizes an instance) are in
-`operators.lsm.kinds`, imported on first use: the pure core does not pay for them.
+`operators.lsm.kinds`. Every name here is imported on first use: the pure core does not pay for the
+kinds, nor `stead service` for the models.
 """
 
 from typing import TYPE_CHECKING, Any
 
-from operators.lsm.attributes import service_entity_problems
-from operators.lsm.builtin import BUILTINS
-from operators.lsm.lifecycle import config_problems, lifecycle_problems, model_states, resource_intent
-from operators.lsm.machine import (
-    Auto,
-    Context,
-    Create,
-    Delete,
-    LifecycleError,
-    Outcome,
-    Refused,
-    ResourceOutcome,
-    SetState,
-    Trigger,
-    Update,
-    advance,
-    pending_request,
-)
-from operators.lsm.models import (
-    LIFECYCLE,
-    SERVICE_ENTITY,
-    SERVICE_INSTANCE,
-    LifecycleSpec,
-    LifecycleStatus,
-    ServiceEntitySpec,
-    ServiceEntityStatus,
-    ServiceInstanceSpec,
-    ServiceInstanceStatus,
-)
-
 if TYPE_CHECKING:
+    from operators.lsm.attributes import service_entity_problems
+    from operators.lsm.builtin import BUILTINS
     from operators.lsm.kinds import KINDS
+    from operators.lsm.lifecycle import config_problems, lifecycle_problems, model_states, resource_intent
+    from operators.lsm.machine import (
+        Auto,
+        Context,
+        Create,
+        Delete,
+        LifecycleError,
+        Outcome,
+        Refused,
+        ResourceOutcome,
+        SetState,
+        Trigger,
+        Update,
+        advance,
+        pending_request,
+    )
+    from operators.lsm.models import (
+        LIFECYCLE,
+        SERVICE_ENTITY,
+        SERVICE_INSTANCE,
+        LifecycleSpec,
+        LifecycleStatus,
+        ServiceEntitySpec,
+        ServiceEntityStatus,
+        ServiceInstanceSpec,
+        ServiceInstanceStatus,
+    )
 
 __all__ = [
     "BUILTINS",
@@ -80,9 +80,23 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "KINDS":
-        from operators.lsm import kinds
+_HOMES = {
+    "service_entity_problems": "attributes", "BUILTINS": "builtin", "KINDS": "kinds",
+    **dict.fromkeys(("config_problems", "lifecycle_problems", "model_states", "resource_intent"), "lifecycle"),
+    **dict.fromkeys(("Auto", "Context", "Create", "Delete", "LifecycleError", "Outcome", "Refused", "ResourceOutcome",
+                     "SetState", "Trigger", "Update", "advance", "pending_request"), "machine"),
+    **dict.fromkeys(("LIFECYCLE", "SERVICE_ENTITY", "SERVICE_INSTANCE", "LifecycleSpec", "LifecycleStatus",
+                     "ServiceEntitySpec", "ServiceEntityStatus", "ServiceInstanceSpec", "ServiceInstanceStatus"),
+                    "models"),
+}
+"""Where each name of the package lives: imported on first use, so that `stead service` (operators.lsm.cli)
+starts without the models (pydantic) and the engine."""
 
-        return kinds.KINDS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"operators.lsm.{home}"), name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, NoReturn
@@ -34,7 +34,8 @@ from operators.config.api.calls import (
     bad_request,
     not_found,
 )
-from operators.config.api.openapi import OPENAPI, route_list
+from operators.config.api.extension import ApiExtension
+from operators.config.api.openapi import OPENAPI, openapi_document, route_list
 from operators.config.auth import (
     Access,
     Authenticator,
@@ -115,13 +116,15 @@ class ConfigApi:
     """The handlers, over an injected repository and authenticator."""
 
     def __init__(self, repository: ConfigRepository, authenticator: Authenticator,
-                 default_namespace: str = "default") -> None:
+                 default_namespace: str = "default", extensions: Sequence[ApiExtension] = ()) -> None:
         self.repository = repository
         self.authenticator = authenticator
         self.default_namespace = default_namespace
+        self.extensions = tuple(extensions)
         self._derived: weakref.WeakKeyDictionary[Snapshot, _Derived] = weakref.WeakKeyDictionary()
         self._table = self._routes()
-        self._index = route_list()
+        self._index = route_list([doc for extension in self.extensions for doc in extension.route_docs()])
+        self._openapi = OPENAPI if not self.extensions else openapi_document(self.extensions)
 
     def _derived_from(self, snapshot: Snapshot) -> _Derived:
         derived = self._derived.get(snapshot)
@@ -144,7 +147,7 @@ class ConfigApi:
         """Path patterns (on the decoded path; mutually exclusive) and their handlers by method.
         The values route comes first: nearly every request is a lookup."""
         name, env = r"(?P<name>[^/]+)", r"(?P<env>[^/]+)"
-        table = [
+        table: list[tuple[str, Mapping[str, Callable[[Call], Awaitable[Response]]]]] = [
             (rf"{PREFIX}/environments/{env}/(?P<tail>.+)",
              {"GET": self.get_values, "PUT": self.put_values, "DELETE": self.delete_values, "POST": self.post_values}),
             (rf"{PREFIX}/environments/{env}", {"GET": self.get_environment}),
@@ -154,7 +157,9 @@ class ConfigApi:
             (rf"{PREFIX}/openapi\.json", {"GET": self.openapi}),
             (rf"(?:/|/api/v1/?|{PREFIX}/?)", {"GET": self.index}),
         ]
-        return [(re.compile(pattern + "$"), {**methods, "HEAD": methods["GET"]}) for pattern, methods in table]
+        table += [route for extension in self.extensions for route in extension.routes()]
+        return [(re.compile(pattern + "$"), {**methods, **({"HEAD": methods["GET"]} if "GET" in methods else {})})
+                for pattern, methods in table]
 
     def _route(self, request: Request) -> tuple[Callable[[Call], Awaitable[Response]], dict[str, str]]:
         for pattern, methods in self._table:
@@ -592,7 +597,7 @@ class ConfigApi:
         raise Conflict("the values kept changing during the write; retry")
 
     async def openapi(self, call: Call) -> Response:
-        return _json(OPENAPI)
+        return _json(self._openapi)
 
     async def index(self, call: Call) -> Response:
         """The routes, one per line (any authenticated caller: it is what the documentation says)."""

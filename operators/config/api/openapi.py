@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+import copy
 import json
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from operators.config.api.calls import PREFIX
+
+if TYPE_CHECKING:
+    from operators.config.api.extension import ApiExtension
 
 VALUES_TEMPLATE = PREFIX + "/environments/{env}[/{level}/{value}...]/resources/{resource}/values"
 ROUTES: tuple[tuple[str, str, str], ...] = (
@@ -32,9 +37,11 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
 """Every route (method, path template, what it does), as the API's root lists them."""
 
 
-def route_list() -> bytes:
-    """The root's answer: JSON with one route per line, for a person reading `curl` output too."""
-    lines = ",\n".join(json.dumps({"method": m, "path": p, "does": d}, ensure_ascii=False) for m, p, d in ROUTES)
+def route_list(extra: Iterable[tuple[str, str, str]] = ()) -> bytes:
+    """The root's answer: JSON with one route per line, for a person reading `curl` output too; `extra`:
+    the routes of the API's extensions."""
+    lines = ",\n".join(json.dumps({"method": m, "path": p, "does": d}, ensure_ascii=False)
+                        for m, p, d in (*ROUTES, *extra))
     notes = {"head": "HEAD is answered wherever GET is, without the body",
              "namespace": "every route takes ?namespace=NS (default: the server's)",
              "authentication": "a Kubernetes bearer token, a client certificate of the cluster's client CA, "
@@ -191,3 +198,12 @@ OPENAPI: dict[str, Any] = {
                             "responses": {"200": _ok("{routes: [{method, path, does}], notes}")}}},
     },
 }
+
+
+def openapi_document(extensions: Sequence[ApiExtension]) -> dict[str, Any]:
+    """The OpenAPI document with the paths and schemas of the API's extensions."""
+    document = copy.deepcopy(OPENAPI)
+    for extension in extensions:
+        document["paths"].update(extension.openapi_paths())
+        document["components"]["schemas"].update(extension.openapi_schemas())
+    return document

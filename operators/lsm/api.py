@@ -1,0 +1,563 @@
+"""The service inventory HTTP API (docs/services.md, "The inventory HTTP API"): Inmanta's paths under
+`/lsm/v1`, served on the configuration API's server (same port, TLS and authentication) as its
+extension (`operators.config.api.extension`).
+
+    GET|POST               /lsm/v1/service_inventory/<entity>
+    GET|PATCH|DELETE       /lsm/v1/service_inventory/<entity>/<id>
+    POST                   /lsm/v1/service_inventory/<entity>/<id>/state  (also /lsm/v1/services/...)
+
+`<id>` is the instance's uid, its name, or `<identity attribute>=<value>`. Kubernetes stays the
+source of truth: reads are ServiceInstance objects, writes create the object, patch
+`spec.attributes` / `spec.currentVersion` / `spec.stateRequest`, or delete it. Before writing, the
+checks of the admission webhook run (`check_request`, `check_delete`): a refusal is the answer (409
+or 422, its reason as `error`), and nothing is written; a refusal of the webhook itself (the object
+changed meanwhile) comes back from the API server and is passed on with its message. Patches carry
+the `resourceVersion` the checks saw, so a write never lands on an object they did not judge.
+
+Authorization: a SubjectAccessReview of the caller for `serviceinstances.stead.dev` with the verb
+(get, list, create, update, delete) in the namespace (`?namespace=`, default the server's).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+from pydantic import ValidationError
+
+from operators import API_VERSION
+from operators.config.api.calls import NAMESPACE_PATTERN, ApiProblem, Call, _json, _json_body, bad_request
+from operators.config.api.extension import Handler, RouteDoc
+from operators.config.auth import Access, Authenticator
+from operators.lsm.attributes import identity_value
+from operators.lsm.instance import check_delete, check_request
+from operators.lsm.machine import LifecycleError, Refused
+from operators.lsm.models import (
+    SERVICE_ENTITY,
+    SERVICE_INSTANCE,
+    ServiceEntitySpec,
+    ServiceInstanceSpec,
+    ServiceInstanceStatus,
+    StateRequest,
+)
+from operators.lsm.wire import merge_ready, read_instance_status
+from operators.lsm.world import Unresolved, World, resolve
+from operators.runtime.core.pipeline import StoredRecord
+from operators.runtime.kube.client import ApiError, Requester, custom_path
+from operators.runtime.serving.http import Response
+
+PREFIX = "/lsm/v1"
+RESOURCE = SERVICE_INSTANCE.plural
+_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class _NoStore:
+    """The API reads what it resolves from the API server (it has no local store of Provisioned objects)."""
+
+    def get(self, key: str) -> StoredRecord | None:
+        return None
+
+    def items(self, kind: str) -> Any:
+        return iter(())
+
+
+class _Services:
+    def __init__(self, kube: Requester) -> None:
+        self.kube = kube
+        self.store = _NoStore()
+
+
+def _not_found(what: str, message: str) -> NoReturn:
+    raise ApiProblem(404, "NotFound", message, not_found=what)
+
+
+def _name_ok(name: str) -> bool:
+    return len(name) <= 253 and _OBJECT_NAME.fullmatch(name) is not None
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def view(obj: Mapping[str, Any], config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """An instance as Inmanta's API shows one (and what Stead adds: name, namespace, model state, app,
+    the transfers' log, conditions)."""
+    meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
+    log = list(status.get("log") or [])
+    last_updated = log[-1].get("time") if log else None
+    return {
+        "id": meta.get("uid"),
+        "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
+        "environment": meta.get("namespace"),
+        "service_entity": spec.get("entity"),
+        "version": status.get("version") or 0,
+        "config": dict(config or {}),
+        "state": status.get("state"),
+        "candidate_attributes": status.get("candidateAttributes"),
+        "active_attributes": status.get("activeAttributes"),
+        "rollback_attributes": status.get("rollbackAttributes"),
+        "created_at": meta.get("creationTimestamp"),
+        "last_updated": last_updated or meta.get("creationTimestamp"),
+        "deleted": bool(status.get("deleted")) or bool(meta.get("deletionTimestamp")),
+        "service_identity_attribute_value": status.get("identity"),
+        "model_state": status.get("modelState"),
+        "app": status.get("app"),
+        "attributes": dict(spec.get("attributes") or {}),
+        "state_request": spec.get("stateRequest"),
+        "refused": status.get("refused"),
+        "validation_problems": status.get("validationProblems"),
+        "ways_out": status.get("waysOut"),
+        "log": log,
+        "conditions": list(status.get("conditions") or []),
+    }
+
+
+def _current_version(call: Call, body: Mapping[str, Any] | None = None, *, required: bool = False) -> int | None:
+    """`current_version` from the body, else the query (`?current_version=`)."""
+    raw: Any = None
+    where = "body.current_version"
+    if body is not None and body.get("current_version") is not None:
+        raw = body["current_version"]
+    elif "current_version" in call.query:
+        raw, where = call.query["current_version"], "query parameter current_version"
+    if raw is None:
+        if required:
+            bad_request("current_version: required (the instance's version you saw; a stale one is refused with 409)")
+        return None
+    if isinstance(raw, bool) or not (isinstance(raw, int) or (isinstance(raw, str) and raw.isdigit())) \
+            or int(raw) < 1:
+        bad_request(f"{where}: expected a positive integer, got {raw!r}")
+    return int(raw)
+
+
+def _stale(given: int | None, obj: Mapping[str, Any]) -> None:
+    """409 with Inmanta's message when `given` is not the instance's version."""
+    actual = (obj.get("status") or {}).get("version")
+    if given is not None and given != actual:
+        raise ApiProblem(409, "StaleVersion", f"The given current version ({given}) doesn't match the actual current "
+                                              f"version ({actual}) of service instance {_meta(obj).get('name')}")
+
+
+def _refused(refusal: Refused) -> NoReturn:
+    raise ApiProblem(refusal.code, refusal.reason, refusal.message)
+
+
+def _passed_on(error: ApiError, what: str) -> NoReturn:
+    """The API server's answer to a write, as the API's: a refusal (the webhook's, a conflict) with its message."""
+    if error.status == 404:
+        _not_found("service_instance", f"{what}: {error.message}")
+    if error.status == 409:
+        raise ApiProblem(409, "Conflict", f"{what}: {error.message}")
+    if 400 <= error.status < 500:
+        raise ApiProblem(error.status, "Refused", f"{what}: {error.message}")
+    raise ApiProblem(503, "ServiceUnavailable", f"{what}: the Kubernetes API server answered {error.status}: "
+                                                f"{error.message}; retry")
+
+
+class InventoryApi:
+    """The handlers, over the API server's client (the operator's credentials) and the authenticator that
+    checks callers (their permissions are reviewed per request)."""
+
+    def __init__(self, kube: Requester, authenticator: Authenticator, default_namespace: str = "default") -> None:
+        self.kube = kube
+        self.services = _Services(kube)
+        self.authenticator = authenticator
+        self.default_namespace = default_namespace
+
+    # --- the extension ------------------------------------------------------------------------
+
+    def routes(self) -> Sequence[tuple[str, Mapping[str, Handler]]]:
+        entity, ident = r"(?P<entity>[^/]+)", r"(?P<id>[^/]+)"
+        return [
+            (rf"{PREFIX}/(?:service_inventory|services)/{entity}/{ident}/state", {"POST": self.set_state}),
+            (rf"{PREFIX}/service_inventory/{entity}/{ident}",
+             {"GET": self.get, "PATCH": self.update, "DELETE": self.delete}),
+            (rf"{PREFIX}/service_inventory/{entity}", {"GET": self.list, "POST": self.create}),
+        ]
+
+    def route_docs(self) -> Sequence[RouteDoc]:
+        return ROUTE_DOCS
+
+    def openapi_paths(self) -> Mapping[str, Any]:
+        return OPENAPI_PATHS
+
+    def openapi_schemas(self) -> Mapping[str, Any]:
+        return OPENAPI_SCHEMAS
+
+    # --- plumbing -----------------------------------------------------------------------------
+
+    def _namespace(self, call: Call) -> str:
+        namespace = call.query.get("namespace", self.default_namespace)
+        if not NAMESPACE_PATTERN.match(namespace) or len(namespace) > 63:
+            bad_request(f"query parameter namespace: {namespace!r} is not a valid namespace name")
+        return namespace
+
+    async def _authorize(self, call: Call, verb: str, namespace: str, name: str = "") -> None:
+        identity = call.identity
+        if not await self.authenticator.authorize(identity, Access(verb, RESOURCE, namespace, name)):
+            raise ApiProblem(403, "Forbidden",
+                             f'user "{identity.user}" may not {verb} {RESOURCE} in namespace "{namespace}"')
+
+    async def _request(self, method: str, path: str, body: Any = None, **options: Any) -> Any:
+        try:
+            return await self.kube.request(method, path, body, **options)
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            _passed_on(error, f"{method} {path}")
+
+    async def _entity(self, namespace: str, name: str) -> ServiceEntitySpec:
+        """The entity of the path, or 404 naming what exists."""
+        body = await self._request("GET", custom_path(SERVICE_ENTITY.plural, namespace, name)) \
+            if _name_ok(name) else None
+        if body is None:
+            listed = await self._request("GET", custom_path(SERVICE_ENTITY.plural, namespace)) or {}
+            names = sorted(str(_meta(i).get("name")) for i in listed.get("items") or [])
+            _not_found("service_entity", f'service entity "{name}" not found in namespace "{namespace}" '
+                                         f"(service entities here: {', '.join(names) or 'none'})")
+        try:
+            return ServiceEntitySpec.model_validate(dict(body.get("spec") or {}))
+        except ValidationError:
+            raise ApiProblem(409, "EntityInvalid", f'service entity "{name}" has an invalid spec: see its status '
+                                                   "(kubectl describe se)") from None
+
+    async def _instances(self, namespace: str, entity: str) -> list[dict[str, Any]]:
+        listed = await self._request("GET", custom_path(SERVICE_INSTANCE.plural, namespace)) or {}
+        items = [i for i in listed.get("items") or [] if (i.get("spec") or {}).get("entity") == entity]
+        return sorted(items, key=lambda i: (str(_meta(i).get("creationTimestamp") or ""), str(_meta(i).get("name"))))
+
+    async def _find(self, call: Call, verb: str, namespace: str, entity_name: str, entity: ServiceEntitySpec
+                    ) -> dict[str, Any]:
+        """The instance `<id>` names, the caller allowed `verb` on it; 404 saying what was looked for."""
+        ident = call.params["id"]
+        found: dict[str, Any] | None = None
+        attribute, equals, value = ident.partition("=")
+        if equals:
+            if attribute != entity.identity:
+                await self._authorize(call, verb, namespace)
+                why = (f"its identity attribute is {entity.identity!r}" if entity.identity
+                       else "it has no identity attribute")
+                _not_found("service_instance", f"{ident!r}: {attribute!r} is not the service identity of service "
+                                               f'entity "{entity_name}" ({why}); use the uid, the name, or '
+                                               "<identity>=<value>")
+            found = next((i for i in await self._instances(namespace, entity_name)
+                          if _identity(entity, i) == value), None)
+        else:
+            if _name_ok(ident):
+                found = await self._request("GET", custom_path(SERVICE_INSTANCE.plural, namespace, ident))
+            if found is None and _UID.fullmatch(ident):
+                found = next((i for i in await self._instances(namespace, entity_name)
+                              if _meta(i).get("uid") == ident), None)
+        if found is None:
+            await self._authorize(call, verb, namespace)
+            _not_found("service_instance", f'no service instance {ident!r} of service entity "{entity_name}" in '
+                                           f'namespace "{namespace}" (looked for a uid, a name and '
+                                           f"<identity>=<value>)")
+        await self._authorize(call, verb, namespace, str(_meta(found).get("name")))
+        other = (found.get("spec") or {}).get("entity")
+        if other != entity_name:
+            _not_found("service_instance", f'service instance {_meta(found).get("name")} is an instance of service '
+                                           f'entity "{other}", not of "{entity_name}"')
+        return found
+
+    async def _world(self, namespace: str, name: str, entity: str) -> World | None:
+        """The instance's world as the admission webhook resolves it; None when it cannot be (the webhook
+        then lets the write through too, and the pipeline shows why it waits)."""
+        try:
+            return await resolve(self.services, namespace, name, entity, lenient=True)
+        except Unresolved:
+            return None
+
+    async def _check(self, world: World | None, spec: ServiceInstanceSpec, status: ServiceInstanceStatus,
+                     old_spec: ServiceInstanceSpec | None) -> None:
+        if world is None:
+            return
+        try:
+            await check_request(world, spec, status, old_spec)
+        except Refused as refusal:
+            _refused(refusal)
+        except LifecycleError:
+            return  # the lifecycle's problem, not the request's: the pipeline shows it
+
+    # --- handlers -----------------------------------------------------------------------------
+
+    async def list(self, call: Call) -> Response:
+        namespace = self._namespace(call)
+        await self._authorize(call, "list", namespace)
+        name = call.params["entity"]
+        entity = await self._entity(namespace, name)
+        return _json([view(i, entity.config) for i in await self._instances(namespace, name)])
+
+    async def get(self, call: Call) -> Response:
+        namespace = self._namespace(call)
+        name = call.params["entity"]
+        entity = await self._entity(namespace, name)
+        found = await self._find(call, "get", namespace, name, entity)
+        _stale(_current_version(call), found)
+        return _json(view(found, entity.config))
+
+    async def create(self, call: Call) -> Response:
+        namespace = self._namespace(call)
+        await self._authorize(call, "create", namespace)
+        entity_name = call.params["entity"]
+        body = _json_body(call)
+        if not isinstance(body, dict):
+            bad_request("body: expected a JSON object {attributes, service_instance_id?, name?}")
+        attributes = body.get("attributes", {})
+        if not isinstance(attributes, dict):
+            bad_request("body.attributes: expected a JSON object")
+        entity = await self._entity(namespace, entity_name)
+        name = _instance_name(body, entity, entity_name, attributes)
+        spec = ServiceInstanceSpec(entity=entity_name, attributes=attributes)
+        world = await self._world(namespace, name, entity_name)
+        await self._check(world, spec, ServiceInstanceStatus(), None)
+        obj = {"apiVersion": API_VERSION, "kind": SERVICE_INSTANCE.kind,
+               "metadata": {"name": name, "namespace": namespace},
+               "spec": spec.model_dump(by_alias=True, mode="json", exclude_none=True)}
+        try:
+            created = await self.kube.request("POST", custom_path(SERVICE_INSTANCE.plural, namespace), obj)
+        except ApiError as error:
+            if error.status == 409:
+                raise ApiProblem(409, "AlreadyExists", f'service instance "{name}" exists already in namespace '
+                                                       f'"{namespace}": {error.message}') from None
+            _passed_on(error, f"creating service instance {name}")
+        return _json(view(created, entity.config), status=201)
+
+    async def update(self, call: Call) -> Response:
+        namespace = self._namespace(call)
+        entity_name = call.params["entity"]
+        body = _json_body(call)
+        if not isinstance(body, dict):
+            bad_request("body: expected a JSON object {current_version, attributes}")
+        edits = body.get("attributes")
+        if not isinstance(edits, dict):
+            bad_request("body.attributes: required, a JSON object of the attributes to change (null removes one)")
+        current_version = _current_version(call, body, required=True)
+        entity = await self._entity(namespace, entity_name)
+        found = await self._find(call, "update", namespace, entity_name, entity)
+        _stale(current_version, found)
+        old_spec = _spec(found)
+        attributes = {k: v for k, v in {**old_spec.attributes, **edits}.items() if v is not None}
+        spec = old_spec.model_copy(update={"attributes": attributes, "current_version": current_version})
+        status = read_instance_status(found.get("status") or {})
+        await self._check(await self._world(namespace, _name(found), entity_name), spec, status, old_spec)
+        patch = {"metadata": {"resourceVersion": _meta(found).get("resourceVersion")},
+                 "spec": {"attributes": merge_ready(old_spec.attributes, attributes),
+                          "currentVersion": current_version}}
+        return await self._patch(namespace, found, patch, entity.config, "updating")
+
+    async def set_state(self, call: Call) -> Response:
+        namespace = self._namespace(call)
+        entity_name = call.params["entity"]
+        body = _json_body(call)
+        if not isinstance(body, dict):
+            bad_request("body: expected a JSON object {current_version, target_state, message?}")
+        target = body.get("target_state", body.get("target"))
+        if not isinstance(target, str) or not target:
+            bad_request("body.target_state: required, the name of a state")
+        message = body.get("message")
+        if message is not None and not isinstance(message, str):
+            bad_request("body.message: expected a string")
+        current_version = _current_version(call, body, required=True)
+        assert current_version is not None
+        entity = await self._entity(namespace, entity_name)
+        found = await self._find(call, "update", namespace, entity_name, entity)
+        _stale(current_version, found)
+        old_spec = _spec(found)
+        try:
+            request = StateRequest(target=target, current_version=current_version, message=message)
+        except ValidationError as error:
+            bad_request("; ".join(f"body: {e['msg']}" for e in error.errors()))
+        spec = old_spec.model_copy(update={"state_request": request})
+        status = read_instance_status(found.get("status") or {})
+        await self._check(await self._world(namespace, _name(found), entity_name), spec, status, old_spec)
+        patch = {"metadata": {"resourceVersion": _meta(found).get("resourceVersion")},
+                 "spec": {"stateRequest": request.model_dump(by_alias=True, mode="json")}}
+        return await self._patch(namespace, found, patch, entity.config, "setting the state of")
+
+    async def delete(self, call: Call) -> Response:
+        namespace = self._namespace(call)
+        entity_name = call.params["entity"]
+        current_version = _current_version(call)
+        entity = await self._entity(namespace, entity_name)
+        found = await self._find(call, "delete", namespace, entity_name, entity)
+        _stale(current_version, found)
+        world = await self._world(namespace, _name(found), entity_name)
+        if world is not None and not _meta(found).get("deletionTimestamp"):
+            try:
+                await check_delete(world, read_instance_status(found.get("status") or {}), current_version)
+            except Refused as refusal:
+                _refused(refusal)
+            except LifecycleError:
+                pass
+        meta = _meta(found)
+        options = {"apiVersion": "v1", "kind": "DeleteOptions",
+                   "preconditions": {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}}
+        try:
+            deleted = await self.kube.request("DELETE", custom_path(SERVICE_INSTANCE.plural, namespace, _name(found)),
+                                              options)
+        except ApiError as error:
+            _passed_on(error, f"deleting service instance {_name(found)}")
+        shown = deleted if isinstance(deleted, dict) and deleted.get("kind") == SERVICE_INSTANCE.kind else found
+        return _json(view(shown, entity.config))
+
+    async def _patch(self, namespace: str, found: Mapping[str, Any], patch: Mapping[str, Any],
+                     config: Mapping[str, Any], doing: str) -> Response:
+        name = _name(found)
+        try:
+            patched = await self.kube.request("PATCH", custom_path(SERVICE_INSTANCE.plural, namespace, name), patch,
+                                              content_type=MERGE_PATCH)
+        except ApiError as error:
+            if error.status == 409:
+                raise ApiProblem(409, "Conflict", f"service instance {name} changed while {doing} it (the operator "
+                                                  "or another client wrote it): read it again and retry with its "
+                                                  "current version") from None
+            _passed_on(error, f"{doing} service instance {name}")
+        return _json(view(patched, config))
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str(_meta(obj).get("name"))
+
+
+def _spec(obj: Mapping[str, Any]) -> ServiceInstanceSpec:
+    try:
+        return ServiceInstanceSpec.model_validate(dict(obj.get("spec") or {}))
+    except ValidationError:
+        raise ApiProblem(409, "InvalidSpec", f"service instance {_name(obj)} has an invalid spec: see its status "
+                                             "(kubectl describe si)") from None
+
+
+def _identity(entity: ServiceEntitySpec, obj: Mapping[str, Any]) -> str | None:
+    status = obj.get("status") or {}
+    value = status.get("identity") or identity_value(entity, (obj.get("spec") or {}).get("attributes"))
+    return None if value is None else str(value)
+
+
+def _instance_name(body: Mapping[str, Any], entity: ServiceEntitySpec, entity_name: str,
+                   attributes: Mapping[str, Any]) -> str:
+    """The object's name: `name`, else `service_instance_id` (Inmanta's client-chosen id), else the identity
+    value when it makes a name, else `<entity>-<random>`."""
+    for key in ("name", "service_instance_id"):
+        given = body.get(key)
+        if given is not None:
+            if not isinstance(given, str) or not _name_ok(given):
+                bad_request(f"body.{key}: {given!r} is not a valid object name (lowercase letters, digits, '-' "
+                            "and '.', at most 253)")
+            return given
+    identity = identity_value(entity, attributes)
+    if identity is not None and _name_ok(str(identity)):
+        return str(identity)
+    return f"{entity_name[:240]}-{secrets.token_hex(4)}"
+
+
+# --- what the API says about itself -------------------------------------------------------------------
+
+_INV = PREFIX + "/service_inventory/{entity}"
+ROUTE_DOCS: tuple[RouteDoc, ...] = (
+    ("GET", _INV, "list the service instances of an entity (?namespace=NS)"),
+    ("POST", _INV, "create a service instance: {attributes, service_instance_id? or name?}"),
+    ("GET", _INV + "/{id}", "one instance (id: uid, name or <identity>=<value>); ?current_version=N: 409 if stale"),
+    ("PATCH", _INV + "/{id}", "update: {current_version, attributes: {changed keys; null removes}}"),
+    ("DELETE", _INV + "/{id}", "delete (?current_version=N); the lifecycle's delete path runs"),
+    ("POST", _INV + "/{id}/state", "request a state: {current_version, target_state, message?} (also "
+                                   f"{PREFIX}/services/{{entity}}/{{id}}/state)"),
+)
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InventoryError"}}}}
+
+
+def _instance(description: str) -> dict[str, Any]:
+    return {"description": description,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ServiceInstance"}}}}
+
+
+_NS = {"name": "namespace", "in": "query", "required": False, "schema": {"type": "string"},
+       "description": "The Kubernetes namespace (default: the server's)."}
+_ENTITY = {"name": "entity", "in": "path", "required": True, "schema": {"type": "string"},
+           "description": "The ServiceEntity."}
+_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"},
+       "description": "The instance: its uid, its name, or <identity attribute>=<value>."}
+_VERSION = {"name": "current_version", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1},
+            "description": "The version you saw; 409 when the instance's is another."}
+_COMMON = {"401": _error("No valid credentials."), "403": _error("Not permitted by RBAC."),
+           "503": _error("The Kubernetes API server or the authentication backend is unreachable.")}
+_WRITE_ERRORS = {"400": _error("Malformed body or parameters."),
+                 "404": _error("No such entity or instance (see notFound)."),
+                 "409": _error("A stale current_version (StaleVersion), a state that does not allow it, or a "
+                               "concurrent write."),
+                 "422": _error("Attributes the entity refuses (r or rw attributes, unknown ones, wrong types)."),
+                 **_COMMON}
+_JSON_BODY = "application/json"
+_STATE = {
+    "parameters": [_ENTITY, _ID, _NS],
+    "post": {"summary": "Request a state (api_set_state): written to spec.stateRequest.",
+             "requestBody": {"required": True, "content": {_JSON_BODY: {"schema": {"type": "object",
+                             "required": ["current_version", "target_state"], "properties": {
+                                 "current_version": {"type": "integer"}, "target_state": {"type": "string"},
+                                 "message": {"type": "string"}}}}}},
+             "responses": {"200": _instance("Accepted: the instance, its request in spec."), **_WRITE_ERRORS}},
+}
+OPENAPI_PATHS: dict[str, Any] = {
+    _INV: {
+        "parameters": [_ENTITY, _NS],
+        "get": {"summary": "List the instances of a service entity.", "responses": {
+            "200": {"description": "Instances.", "content": {_JSON_BODY: {"schema": {
+                "type": "array", "items": {"$ref": "#/components/schemas/ServiceInstance"}}}}},
+            "404": _error("No such service entity."), **_COMMON}},
+        "post": {"summary": "Create a service instance (a ServiceInstance object).",
+                 "requestBody": {"required": True, "content": {_JSON_BODY: {"schema": {"type": "object", "properties": {
+                     "attributes": {"type": "object"}, "service_instance_id": {"type": "string"},
+                     "name": {"type": "string"}}}}}},
+                 "responses": {"201": _instance("Created (version 1 once the operator took it in)."),
+                               **_WRITE_ERRORS}},
+    },
+    _INV + "/{id}": {
+        "parameters": [_ENTITY, _ID, _NS],
+        "get": {"summary": "One service instance.", "parameters": [_VERSION],
+                "responses": {"200": _instance("The instance."), "404": _error("No such entity or instance."),
+                              "409": _error("A stale current_version."), **_COMMON}},
+        "patch": {"summary": "Update attributes (on_update): written to spec.attributes and spec.currentVersion.",
+                  "requestBody": {"required": True, "content": {_JSON_BODY: {"schema": {"type": "object",
+                                  "required": ["current_version", "attributes"], "properties": {
+                                      "current_version": {"type": "integer"}, "attributes": {"type": "object"}}}}}},
+                  "responses": {"200": _instance("Accepted: the instance, its new attributes in spec."),
+                                **_WRITE_ERRORS}},
+        "delete": {"summary": "Delete (on_delete): the object is deleted; the lifecycle's delete path runs.",
+                   "parameters": [_VERSION],
+                   "responses": {"200": _instance("Accepted: the instance being deleted."), **_WRITE_ERRORS}},
+    },
+    _INV + "/{id}/state": _STATE,
+    PREFIX + "/services/{entity}/{id}/state": {**_STATE, "description": "The seed's spelling of .../state."},
+}
+OPENAPI_SCHEMAS: dict[str, Any] = {
+    "InventoryError": {"type": "object", "required": ["code", "error", "message"], "properties": {
+        "code": {"type": "integer"},
+        "error": {"type": "string", "description": "One word: NotFound, StaleVersion, UpdateNotAllowed, ..."},
+        "message": {"type": "string"},
+        "notFound": {"type": "string", "enum": ["service_entity", "service_instance", "route"]}}},
+    "ServiceInstance": {"type": "object", "properties": {
+        "id": {"type": "string", "description": "metadata.uid"}, "name": {"type": "string"},
+        "namespace": {"type": "string"}, "environment": {"type": "string", "description": "The namespace."},
+        "service_entity": {"type": "string"}, "version": {"type": "integer"}, "config": {"type": "object"},
+        "state": {"type": "string", "nullable": True}, "candidate_attributes": {"type": "object", "nullable": True},
+        "active_attributes": {"type": "object", "nullable": True},
+        "rollback_attributes": {"type": "object", "nullable": True},
+        "created_at": {"type": "string"}, "last_updated": {"type": "string"}, "deleted": {"type": "boolean"},
+        "service_identity_attribute_value": {"type": "string", "nullable": True},
+        "model_state": {"type": "string", "nullable": True}, "app": {"type": "string", "nullable": True},
+        "attributes": {"type": "object", "description": "spec.attributes: the client's attributes."},
+        "state_request": {"type": "object", "nullable": True}, "refused": {"type": "object", "nullable": True},
+        "validation_problems": {"type": "array", "items": {"type": "string"}, "nullable": True},
+        "ways_out": {"type": "array", "items": {"type": "string"}, "nullable": True},
+        "log": {"type": "array", "items": {"type": "object"}}, "conditions": {"type": "array",
+                                                                              "items": {"type": "object"}}}},
+}

@@ -1,0 +1,503 @@
+"""`stead service`: the service catalog and its instances, through the API server (ServiceEntity and
+ServiceInstance objects, as `kubectl` would write them; docs/services.md).
+
+    stead service catalog [-o json|yaml]           the namespace's ServiceEntities (lifecycle, attributes,
+                                                   Ready) and the built-in lifecycles
+    stead service list ENTITY [-o json|yaml]       its instances: name, identity, state, version, age
+    stead service create ENTITY NAME --attr k=v... values read by the attribute's type (int, float,
+                                                   bool; dict and list as JSON)
+    stead service get ID [-o json|yaml]            state, version, the attribute sets, ways out
+    stead service update ID --attr k=v...          the client's attributes with these changed, sent with
+                                                   the version read (spec.currentVersion)
+    stead service set-state ID TARGET [--message M]  a state request (spec.stateRequest) at the version read
+    stead service delete ID
+    stead service log ID                           the transfers: from, to, trigger, version, time, message
+
+An ID is the instance's name, its uid, or `<identity>=<value>` (the entity's identity attribute). Every
+action takes `-n NAMESPACE` and `--kubeconfig`. A refusal (the admission webhook's 409 or 422, a 404)
+is one line on stderr and exit code 1.
+
+Only the standard library is imported at start-up: the Kubernetes client, the models, yaml and rich
+are imported by the command that uses them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from operators import API_VERSION
+
+if TYPE_CHECKING:
+    from operators.runtime.kube.client import Requester
+
+ENTITIES = "serviceentities"
+INSTANCES = "serviceinstances"
+"""The kinds' plurals in API paths, as `operators.lsm.models` declares them (a test checks that they agree)."""
+
+UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+class Kube(Protocol):
+    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+                      params: dict[str, str] | None = None) -> dict[str, Any]: ...
+
+
+class CliError(Exception):
+    """A one-line refusal of the CLI itself (no such instance, a malformed --attr)."""
+
+
+def _path(plural: str, namespace: str, name: str | None = None) -> str:
+    from operators.runtime.kube.client import custom_path
+
+    return custom_path(plural, namespace, name)
+
+
+# --- reading values ---------------------------------------------------------------------------------
+
+
+def parse_attrs(items: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--attr must be NAME=VALUE, not {item!r}")
+        out[key] = value
+    return out
+
+
+def typed_value(text: str, kind: str | None) -> Any:
+    """A value given on the command line, read as the attribute's type says (unknown: as it is)."""
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+        if kind == "bool":
+            lowered = text.lower()
+            if lowered in ("true", "yes", "1", "on"):
+                return True
+            if lowered in ("false", "no", "0", "off"):
+                return False
+            raise ValueError(text)
+        if kind in ("dict", "list"):
+            value = json.loads(text)
+            if not isinstance(value, dict if kind == "dict" else list):
+                raise ValueError(text)
+            return value
+        if kind is None:
+            return text
+    except ValueError:
+        raise CliError(f"{text!r} is not a {kind} (dict and list values are JSON)") from None
+    return text
+
+
+def typed_attrs(given: Mapping[str, str], entity: Mapping[str, Any] | None) -> dict[str, Any]:
+    types = {str(a.get("name")): a.get("type") for a in ((entity or {}).get("spec") or {}).get("attributes") or []}
+    out: dict[str, Any] = {}
+    for key, text in given.items():
+        try:
+            out[key] = typed_value(text, types.get(key))
+        except CliError as error:
+            raise CliError(f"--attr {key}: {error}") from None
+        if text == "" and types.get(key) not in (None, "string"):
+            out[key] = None
+    return out
+
+
+# --- finding an instance ----------------------------------------------------------------------------
+
+
+async def find_instance(kube: Kube, namespace: str, ident: str) -> dict[str, Any]:
+    """The instance an ID names: a name, a uid, or `<identity>=<value>` (CliError when none or several)."""
+    from operators.runtime.kube.client import ApiError
+
+    if "=" not in ident and not UID.match(ident):
+        try:
+            return await kube.request("GET", _path(INSTANCES, namespace, ident))
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            raise CliError(f"no service instance {ident!r} in namespace {namespace}") from None
+    items = (await kube.request("GET", _path(INSTANCES, namespace))).get("items") or []
+    if "=" in ident:
+        key, _, value = ident.partition("=")
+        entities = (await kube.request("GET", _path(ENTITIES, namespace))).get("items") or []
+        identity = {str(e["metadata"]["name"]): (e.get("spec") or {}).get("identity") for e in entities}
+        found = [i for i in items if identity.get(str((i.get("spec") or {}).get("entity"))) == key
+                 and not (i.get("status") or {}).get("deleted")
+                 and _identity(i, key) == value]
+    else:
+        found = [i for i in items if (i.get("metadata") or {}).get("uid") == ident]
+    if not found:
+        raise CliError(f"no service instance {ident!r} in namespace {namespace}")
+    if len(found) > 1:
+        names = ", ".join(f"{(i.get('spec') or {}).get('entity')}/{i['metadata']['name']}" for i in found)
+        raise CliError(f"{ident!r} names {len(found)} service instances in namespace {namespace} ({names}): "
+                       "give a name")
+    return dict(found[0])
+
+
+def _identity(obj: Mapping[str, Any], key: str) -> str:
+    known = (obj.get("status") or {}).get("identity")
+    return _text(known if known is not None else ((obj.get("spec") or {}).get("attributes") or {}).get(key))
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _version(obj: Mapping[str, Any]) -> int | None:
+    version = (obj.get("status") or {}).get("version")
+    return int(version) if version is not None else None
+
+
+# --- formatting -------------------------------------------------------------------------------------
+
+
+def age(created: Any, now: datetime | None = None) -> str:
+    if not created:
+        return ""
+    try:
+        moment = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
+    except ValueError:
+        return ""
+    seconds = int(((now or datetime.now(UTC)) - moment).total_seconds())
+    seconds = max(0, seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns as kubectl prints them: upper-case headers, two spaces apart."""
+    if not rows:
+        return ""
+    cells = [list(headers), *([str(c) for c in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+
+
+def _ready(obj: Mapping[str, Any]) -> str:
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return str(condition.get("status"))
+    return "Unknown"
+
+
+def dump(value: Any, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(value, indent=2)
+    import yaml
+
+    return str(yaml.safe_dump(value, sort_keys=False, allow_unicode=True)).rstrip("\n")
+
+
+def format_catalog(entities: Sequence[Mapping[str, Any]], builtins: Mapping[str, Mapping[str, Any]]) -> str:
+    lines = []
+    rows = [(str(e["metadata"]["name"]), str((e.get("status") or {}).get("lifecycle") or _lifecycle_ref(e)),
+             str(len((e.get("spec") or {}).get("attributes") or [])), str((e.get("spec") or {}).get("identity") or ""),
+             _ready(e), str((e.get("spec") or {}).get("description") or "")) for e in entities]
+    lines.append(table(("ENTITY", "LIFECYCLE", "ATTRIBUTES", "IDENTITY", "READY", "DESCRIPTION"), rows)
+                 if rows else "no service entities in this namespace")
+    lines.append("")
+    lines.append("built-in lifecycles (lifecycle: {builtin: NAME}):")
+    lines.append(table(("NAME", "INITIAL", "STATES", "TRANSFERS", "DESCRIPTION"),
+                       [(name, str(spec.get("initialState")), str(len(spec.get("states") or [])),
+                         str(len(spec.get("transfers") or [])), str(spec.get("description") or ""))
+                        for name, spec in builtins.items()]))
+    return "\n".join(lines)
+
+
+def _lifecycle_ref(entity: Mapping[str, Any]) -> str:
+    ref = (entity.get("spec") or {}).get("lifecycle") or {}
+    return f"builtin:{ref['builtin']}" if ref.get("builtin") else str(ref.get("name") or "")
+
+
+def format_list(items: Sequence[Mapping[str, Any]], now: datetime | None = None) -> str:
+    rows = [(str(i["metadata"]["name"]), _text((i.get("status") or {}).get("identity")),
+             _text((i.get("status") or {}).get("state")), _text((i.get("status") or {}).get("version")),
+             _ready(i), age((i.get("metadata") or {}).get("creationTimestamp"), now)) for i in items]
+    return table(("NAME", "IDENTITY", "STATE", "VERSION", "READY", "AGE"), rows)
+
+
+def _attrs(values: Any) -> str:
+    if not values:
+        return "-"
+    return ", ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in dict(values).items())
+
+
+def format_instance(obj: Mapping[str, Any]) -> str:
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    lines = [f"serviceinstance/{meta.get('name')}  entity {spec.get('entity')}  uid {meta.get('uid')}",
+             f"state:      {status.get('state') or '-'} ({status.get('modelState') or '-'})  version "
+             f"{status.get('version') or '-'}  ready {_ready(obj)}",
+             f"identity:   {status.get('identity') or '-'}",
+             f"app:        {status.get('app') or '-'}",
+             f"candidate:  {_attrs(status.get('candidateAttributes'))}",
+             f"active:     {_attrs(status.get('activeAttributes'))}",
+             f"rollback:   {_attrs(status.get('rollbackAttributes'))}"]
+    for problem in status.get("validationProblems") or []:
+        lines.append(f"invalid:    {problem}")
+    refused = status.get("refused")
+    if refused:
+        lines.append(f"refused:    {refused.get('trigger')}: {refused.get('message')}")
+    for way in status.get("waysOut") or []:
+        lines.append(f"way out:    {way}")
+    for condition in status.get("conditions") or []:
+        if (condition.get("status") == "True" and condition.get("type") != "Ready") or (
+                condition.get("type") == "Ready" and condition.get("status") != "True"):
+            lines.append(f"condition:  {condition.get('type')}={condition.get('status')} "
+                         f"{condition.get('reason') or ''}: {condition.get('message') or ''}".rstrip(": "))
+    return "\n".join(lines)
+
+
+def format_log(obj: Mapping[str, Any]) -> str:
+    """One line per transfer: FROM -> TO  TRIGGER  version V  TIME  MESSAGE."""
+    entries = list((obj.get("status") or {}).get("log") or [])
+    if not entries:
+        return f"serviceinstance/{obj['metadata']['name']}: no transfers yet"
+    rows = []
+    for entry in entries:
+        extra = []
+        if entry.get("operation"):
+            extra.append(f"[{entry['operation']}]")
+        if entry.get("error"):
+            extra.append("(error)")
+        if entry.get("message"):
+            extra.append(str(entry["message"]))
+        rows.append((_text(entry.get("from")) or "-", "->", _text(entry.get("to")), _text(entry.get("trigger")),
+                     f"v{_text(entry.get('version'))}", _text(entry.get("time")), " ".join(extra)))
+    return table(("FROM", "", "TO", "TRIGGER", "VERSION", "TIME", "MESSAGE"), rows)
+
+
+# --- the actions ------------------------------------------------------------------------------------
+
+
+async def _catalog(kube: Kube, args: argparse.Namespace) -> int:
+    from operators.lsm.builtin import BUILTINS
+
+    entities = (await kube.request("GET", _path(ENTITIES, args.namespace))).get("items") or []
+    builtins = {str(name): spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+                for name, spec in BUILTINS.items()}
+    if args.output:
+        print(dump({"entities": entities, "builtinLifecycles": builtins}, args.output))
+    else:
+        print(format_catalog(entities, builtins))
+    return 0
+
+
+async def _list(kube: Kube, args: argparse.Namespace) -> int:
+    from operators.runtime.kube.client import ApiError
+
+    try:
+        await kube.request("GET", _path(ENTITIES, args.namespace, args.entity))
+    except ApiError as error:
+        if error.status != 404:
+            raise
+        raise CliError(f"no service entity {args.entity!r} in namespace {args.namespace}") from None
+    items = [i for i in (await kube.request("GET", _path(INSTANCES, args.namespace))).get("items") or []
+             if (i.get("spec") or {}).get("entity") == args.entity]
+    if args.output:
+        print(dump(items, args.output))
+    elif items:
+        print(format_list(items))
+    else:
+        print(f"no instances of {args.entity} in namespace {args.namespace}", file=sys.stderr)
+    return 0
+
+
+async def _create(kube: Kube, args: argparse.Namespace) -> int:
+    from operators.runtime.kube.client import ApiError
+
+    given = parse_attrs(args.attr)
+    try:
+        entity = await kube.request("GET", _path(ENTITIES, args.namespace, args.entity))
+    except ApiError as error:
+        if error.status != 404:
+            raise
+        raise CliError(f"no service entity {args.entity!r} in namespace {args.namespace}; nothing created") from None
+    body = {"apiVersion": API_VERSION, "kind": "ServiceInstance",
+            "metadata": {"name": args.name, "namespace": args.namespace},
+            "spec": {"entity": args.entity, "attributes": typed_attrs(given, entity)}}
+    made = await kube.request("POST", _path(INSTANCES, args.namespace), body)
+    print(f"serviceinstance/{made['metadata']['name']} created (entity {args.entity})")
+    return 0
+
+
+async def _get(kube: Kube, args: argparse.Namespace) -> int:
+    obj = await find_instance(kube, args.namespace, args.id)
+    print(dump(obj, args.output) if args.output else format_instance(obj))
+    return 0
+
+
+async def _update(kube: Kube, args: argparse.Namespace) -> int:
+    given = parse_attrs(args.attr)
+    if not given:
+        raise CliError("nothing to update: give --attr NAME=VALUE")
+    obj = await find_instance(kube, args.namespace, args.id)
+    name, spec = obj["metadata"]["name"], obj.get("spec") or {}
+    entity = None
+    from operators.runtime.kube.client import ApiError
+
+    try:
+        entity = await kube.request("GET", _path(ENTITIES, args.namespace, str(spec.get("entity"))))
+    except ApiError as error:
+        if error.status != 404:
+            raise
+    attributes = {**dict(spec.get("attributes") or {}), **typed_attrs(given, entity)}
+    attributes = {k: v for k, v in attributes.items() if v is not None}
+    version = _version(obj)
+    patch: dict[str, Any] = {"spec": {"attributes": attributes, "currentVersion": version}}
+    removed = set(dict(spec.get("attributes") or {})) - set(attributes)
+    for key in removed:  # a merge patch keeps what it does not name: null removes
+        patch["spec"]["attributes"][key] = None
+    await kube.request("PATCH", _path(INSTANCES, args.namespace, name), patch,
+                       content_type="application/merge-patch+json")
+    print(f"serviceinstance/{name}: update sent at version {version}")
+    return 0
+
+
+async def _set_state(kube: Kube, args: argparse.Namespace) -> int:
+    obj = await find_instance(kube, args.namespace, args.id)
+    name, version = obj["metadata"]["name"], _version(obj)
+    if version is None:
+        raise CliError(f"serviceinstance/{name} has no version yet (not taken in by the operator): try again")
+    request: dict[str, Any] = {"target": args.target, "currentVersion": version}
+    if args.message:
+        request["message"] = args.message
+    await kube.request("PATCH", _path(INSTANCES, args.namespace, name), {"spec": {"stateRequest": request}},
+                       content_type="application/merge-patch+json")
+    print(f"serviceinstance/{name}: state {args.target} requested at version {version} "
+          f"(from {(obj.get('status') or {}).get('state')})")
+    return 0
+
+
+async def _delete(kube: Kube, args: argparse.Namespace) -> int:
+    obj = await find_instance(kube, args.namespace, args.id)
+    name = obj["metadata"]["name"]
+    await kube.request("DELETE", _path(INSTANCES, args.namespace, name),
+                       {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": obj["metadata"]["uid"]}})
+    print(f"serviceinstance/{name}: delete requested (in state {(obj.get('status') or {}).get('state')})")
+    return 0
+
+
+async def _log(kube: Kube, args: argparse.Namespace) -> int:
+    obj = await find_instance(kube, args.namespace, args.id)
+    print(format_log(obj))
+    return 0
+
+
+# --- running a command ------------------------------------------------------------------------------
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+async def dispatch(kube: Requester | Kube, args: argparse.Namespace) -> int:
+    """Run the action with `kube`; a refusal (API errors, CliError) is one line on stderr and exit code 1."""
+    from operators.runtime.kube.client import ApiError
+
+    try:
+        return int(await args.handler(kube, args))
+    except CliError as error:
+        print(f"stead service: {one_line(str(error))}", file=sys.stderr)
+        return 1
+    except ApiError as error:
+        print(f"stead service: {one_line(error.message)}", file=sys.stderr)
+        return 1
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    import asyncio
+
+    return asyncio.run(_call(args))
+
+
+async def _call(args: argparse.Namespace) -> int:
+    import aiohttp
+    from kubernetes.config.config_exception import ConfigException
+
+    from operators.runtime.kube.client import KubeClient, load_access
+
+    try:
+        access = load_access(args.kubeconfig)
+    except (ConfigException, OSError) as error:
+        print(f"stead service: no usable kubeconfig: {one_line(str(error))}", file=sys.stderr)
+        return 1
+    async with KubeClient(access) as kube:
+        try:
+            return await dispatch(kube, args)
+        except (aiohttp.ClientError, OSError) as error:
+            print(f"stead service: cannot reach the API server at {access.server}: {one_line(str(error))}",
+                  file=sys.stderr)
+            return 1
+
+
+# --- the parser -------------------------------------------------------------------------------------
+
+
+def _common(parser: argparse.ArgumentParser, output: bool = False) -> None:
+    parser.add_argument("-n", "--namespace", default="default")
+    parser.add_argument("--kubeconfig", type=Path)
+    if output:
+        parser.add_argument("-o", "--output", choices=["json", "yaml"], help="print the objects as they are")
+    parser.set_defaults(func=_run_command)
+
+
+def add_service_actions(service: argparse.ArgumentParser) -> None:
+    """`stead service catalog|list|create|get|update|set-state|delete|log`."""
+    sub = service.add_subparsers(metavar="ACTION")
+    ident = "the instance: its name, its uid, or IDENTITY=VALUE"
+    catalog = sub.add_parser("catalog", help="the namespace's service entities and the built-in lifecycles")
+    _common(catalog, output=True)
+    catalog.set_defaults(handler=_catalog)
+    listing = sub.add_parser("list", help="the instances of an entity")
+    listing.add_argument("entity")
+    _common(listing, output=True)
+    listing.set_defaults(handler=_list)
+    create = sub.add_parser("create", help="create an instance of an entity")
+    create.add_argument("entity")
+    create.add_argument("name")
+    create.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE")
+    _common(create)
+    create.set_defaults(handler=_create)
+    get = sub.add_parser("get", help="an instance: state, version, attribute sets, ways out")
+    get.add_argument("id", help=ident)
+    _common(get, output=True)
+    get.set_defaults(handler=_get)
+    update = sub.add_parser("update", help="change attributes (sent with the current version)")
+    update.add_argument("id", help=ident)
+    update.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE",
+                        help="an attribute's new value (empty: removed, for a non-string one)")
+    _common(update)
+    update.set_defaults(handler=_update)
+    set_state = sub.add_parser("set-state", help="request a state (an apiSetState transfer), at the current version")
+    set_state.add_argument("id", help=ident)
+    set_state.add_argument("target")
+    set_state.add_argument("--message", help="why, for the log")
+    _common(set_state)
+    set_state.set_defaults(handler=_set_state)
+    delete = sub.add_parser("delete", help="delete an instance (its on_delete transfer)")
+    delete.add_argument("id", help=ident)
+    _common(delete)
+    delete.set_defaults(handler=_delete)
+    log = sub.add_parser("log", help="the transfer log: from, to, trigger, version, time, message")
+    log.add_argument("id", help=ident)
+    _common(log)
+    log.set_defaults(handler=_log)
+
+
+__all__ = ["add_service_actions", "dispatch", "find_instance", "format_catalog", "format_instance", "format_list",
+           "format_log", "typed_value"]
