@@ -357,3 +357,27 @@ def test_a_namespace_deletion_takes_instances_in_any_state(kubectl: Kubectl, nam
         kubectl("delete", "namespace", other, "--timeout", "60s")  # the namespace controller's deletes go through
     finally:
         kubectl("delete", "namespace", other, "--wait=false", "--ignore-not-found")
+
+
+def test_app_service_refuses_a_duplicate_identity_and_an_update_where_no_transfer_takes_one(
+        kubectl: Kubectl, namespace: str, operator: OperatorProcess) -> None:
+    catalog(kubectl, namespace, nap=6)  # the App's create takes a while: the instance stays in `creating`
+    apply(kubectl, instance("first", namespace, who="one"))
+    wait_until(lambda: status_of(kubectl, namespace, "first").get("state") == "creating", 30, "first in creating",
+               interval=0.2)
+    # the identity is unique per entity: another instance claiming "first" is refused at apply time
+    dup = instance("second", namespace, who="two")
+    dup["spec"]["attributes"]["name"] = "first"
+    refused = apply(kubectl, dup, check=False)
+    assert refused.returncode != 0
+    assert "spec.attributes.name: service identity name=first is already used by service instance first" in (
+        refused.stderr)
+    # an update in a state without an on_update transfer: 409 naming the state and where updates are taken
+    version = status_of(kubectl, namespace, "first")["version"]
+    changed = merge(kubectl, namespace, "first", {"spec": {"currentVersion": version,
+                                                             "attributes": {"who": "three"}}}, check=False)
+    assert changed.returncode != 0
+    assert ('service instance first in state "creating" cannot be updated: the state has no on_update transfer '
+            "(states that allow an update: rejected, up, update_rejected)") in changed.stderr, changed.stderr
+    assert si(kubectl, namespace, "first")["spec"]["attributes"]["who"] == "one"  # untouched
+    in_state(kubectl, namespace, "first", "up")
