@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from operators.runtime.engine.addons import Addon
 
 CRD_DIRS = (Path("crds"), Path("charts/stead/files/crds"))  # checked in, and the chart's copy
+OBJECTS_DIR = Path("charts/stead/files/objects")  # the objects Stead ships (built-in ClusterLifecycles), for the chart
 
 SCHEME = """\
 Commands are the kinds' names as kubectl knows them, followed by an action, and take the
@@ -324,19 +325,21 @@ def _cmd_crds(args: argparse.Namespace) -> int:
     from operators.runtime.kube import crds as crdgen
 
     stale = []
-    for directory in args.dir or CRD_DIRS:
-        for kind in KINDS:
-            path = directory / f"{kind.plural}.yaml"
-            text = crdgen.render(kind)
-            if args.check:
-                if not path.exists() or path.read_text() != text:
-                    stale.append(str(path))
-            else:
-                directory.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
-                print(f"wrote {path}")
+    files = [(directory / f"{kind.plural}.yaml", crdgen.render(kind)) for directory in args.dir or CRD_DIRS
+             for kind in KINDS]
+    if not args.dir:
+        files += [(OBJECTS_DIR / f"{kind.plural}-{obj['metadata']['name']}.yaml", crdgen.render_object(obj))
+                  for kind in KINDS for obj in crdgen.shipped_objects(kind)]
+    for path, text in files:
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(path))
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path}")
     if stale:
-        print(f"stale CRDs (run `stead crds`): {', '.join(stale)}", file=sys.stderr)
+        print(f"stale CRDs or shipped objects (run `stead crds`): {', '.join(stale)}", file=sys.stderr)
         return 1
     return 0
 

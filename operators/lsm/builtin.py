@@ -16,7 +16,7 @@ avoidance) are left out: Stead knows whether an App's inputs changed from the at
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from operators.lsm.models import BuiltinName, Label, LifecycleSpec, Operation, State, Transfer, ValidationSet
 
@@ -245,3 +245,15 @@ BUILTINS: MappingProxyType[BuiltinName, LifecycleSpec] = MappingProxyType({
     "testing_basic_lifecycle": TESTING_BASIC,
 })
 """The built-in lifecycles by the name a ServiceEntity's `lifecycle.builtin` gives."""
+
+
+def object_name(name: BuiltinName) -> str:
+    """The ClusterLifecycle a built-in is shipped as: its name with `-` for `_` (object names allow no `_`),
+    so `testing_basic_lifecycle` is the ClusterLifecycle `testing-basic-lifecycle`."""
+    return name.replace("_", "-")
+
+
+def shipped() -> dict[str, dict[str, Any]]:
+    """The built-ins as the specs of the ClusterLifecycles Stead ships, by object name."""
+    return {object_name(name): spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+            for name, spec in BUILTINS.items()}

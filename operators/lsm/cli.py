@@ -221,7 +221,9 @@ def format_catalog(entities: Sequence[Mapping[str, Any]], builtins: Mapping[str,
 
 def _lifecycle_ref(entity: Mapping[str, Any]) -> str:
     ref = (entity.get("spec") or {}).get("lifecycle") or {}
-    return f"builtin:{ref['builtin']}" if ref.get("builtin") else str(ref.get("name") or "")
+    if ref.get("builtin"):
+        return f"builtin:{ref['builtin']}"
+    return f"cluster:{ref['cluster']}" if ref.get("cluster") else str(ref.get("name") or "")
 
 
 def format_list(items: Sequence[Mapping[str, Any]], now: datetime | None = None) -> str:

@@ -3,6 +3,7 @@
 | kind | phases |
 |---|---|
 | Lifecycle (`lc`) | `Init → Provisioned` (checked; each state's model state in status) |
+| ClusterLifecycle (`clc`) | the same, cluster-scoped (the built-ins are shipped as ClusterLifecycles) |
 | ServiceEntity (`se`) | `Init → Validated → Provisioned` (its lifecycle and Blueprint found and fit) |
 | ServiceInstance (`si`) | `Init → Realizing → Provisioned` (triggers taken in; its App where the state wants it) |
 """
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from operators.calm.models import APP, BLUEPRINT
+from operators.lsm.builtin import shipped
 from operators.lsm.entity import (
     check_entity,
     check_lifecycle,
@@ -23,6 +25,7 @@ from operators.lsm.entity import (
 )
 from operators.lsm.instance import admission, realize_step, release, take_in
 from operators.lsm.models import (
+    CLUSTER_LIFECYCLE,
     LIFECYCLE,
     LIFECYCLE_COLUMNS,
     SERVICE_ENTITY,
@@ -53,12 +56,28 @@ LIFECYCLE_KIND = Kind(
     plural=LIFECYCLE.plural,
     short_names=("lc",),
     description="A service lifecycle: the states a service instance can be in and the transfers between them "
-    "(Inmanta's LSM fields). Built-in lifecycles (simple, service, testing_basic_lifecycle) need no object.",
+    "(Inmanta's LSM fields), for the ServiceEntities of its namespace.",
     spec_model=LifecycleSpec,
     status_model=LifecycleStatus,
     pipeline=Pipeline(phases=("Init", "Provisioned"), steps={"Init": check_lifecycle}),
     columns=LIFECYCLE_COLUMNS,
     problems=lifecycle_semantic_problems,
+)
+
+CLUSTER_LIFECYCLE_KIND = Kind(
+    kind=CLUSTER_LIFECYCLE.kind,
+    plural=CLUSTER_LIFECYCLE.plural,
+    short_names=("clc",),
+    description="A cluster-wide service lifecycle, for the ServiceEntities of every namespace (lifecycle: "
+    "{cluster: NAME}); the same fields as a Lifecycle. Stead ships simple, service and testing-basic-lifecycle "
+    "(lifecycle: {builtin: NAME}).",
+    spec_model=LifecycleSpec,
+    status_model=LifecycleStatus,
+    pipeline=Pipeline(phases=("Init", "Provisioned"), steps={"Init": check_lifecycle}),
+    columns=LIFECYCLE_COLUMNS,
+    problems=lifecycle_semantic_problems,
+    cluster_scoped=True,
+    shipped=shipped,
 )
 
 SERVICE_ENTITY_KIND = Kind(
@@ -99,4 +118,4 @@ SERVICE_INSTANCE_KIND = Kind(
     depends_on={SERVICE_ENTITY.kind: lambda spec, name: spec.get("entity") == name, APP.kind: named_after},
 )
 
-KINDS: tuple[Kind, ...] = (LIFECYCLE_KIND, SERVICE_ENTITY_KIND, SERVICE_INSTANCE_KIND)
+KINDS: tuple[Kind, ...] = (LIFECYCLE_KIND, CLUSTER_LIFECYCLE_KIND, SERVICE_ENTITY_KIND, SERVICE_INSTANCE_KIND)

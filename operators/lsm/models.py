@@ -26,6 +26,7 @@ from pydantic import ConfigDict, Field, StringConstraints, WithJsonSchema, model
 from operators.runtime.core.kinds import Model, PrinterColumn, Resource, StatusBase
 
 LIFECYCLE = Resource("Lifecycle", "lifecycles")
+CLUSTER_LIFECYCLE = Resource("ClusterLifecycle", "clusterlifecycles")
 SERVICE_ENTITY = Resource("ServiceEntity", "serviceentities")
 SERVICE_INSTANCE = Resource("ServiceInstance", "serviceinstances")
 
@@ -169,33 +170,40 @@ class AttributeDefinition(Model):
 
 
 class LifecycleRef(Model):
-    """Which lifecycle: a Lifecycle of the entity's namespace (`name`) or a built-in one (`builtin`).
+    """Which lifecycle: a Lifecycle of the entity's namespace (`name`), a ClusterLifecycle (`cluster`), or a
+    built-in one (`builtin`: the ClusterLifecycle Stead ships under that name, or the code's copy where it is
+    not installed).
 
-    Two fields rather than one name looked up in both places, so that a team's own lifecycle never
-    silently shadows a built-in, nor a built-in the team's (as a RoleBinding says Role or ClusterRole).
+    Separate fields rather than one name looked up in several places, so that a team's own lifecycle never
+    silently shadows a cluster-wide one, nor the reverse (as a RoleBinding says Role or ClusterRole).
     """
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
-        "rule": "has(self.name) != has(self.builtin)",
-        "message": "exactly one of name (a Lifecycle of this namespace) or builtin (simple, service, "
-                   "testing_basic_lifecycle)",
+        "rule": "(has(self.name) ? 1 : 0) + (has(self.cluster) ? 1 : 0) + (has(self.builtin) ? 1 : 0) == 1",
+        "message": "exactly one of name (a Lifecycle of this namespace), cluster (a ClusterLifecycle) or "
+                   "builtin (simple, service, testing_basic_lifecycle)",
     }]})
 
     name: ObjectName | None = Field(None, description="A Lifecycle in the entity's namespace.")
+    cluster: ObjectName | None = Field(None, description="A ClusterLifecycle (cluster-wide, `kubectl get clc`).")
     builtin: BuiltinName | None = Field(
-        None, description="A built-in lifecycle: simple, service or testing_basic_lifecycle."
+        None, description="A built-in lifecycle: simple, service or testing_basic_lifecycle (the ClusterLifecycle "
+        "simple, service or testing-basic-lifecycle when installed, else Stead's own copy)."
     )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> LifecycleRef:
-        if (self.name is None) == (self.builtin is None):
-            raise ValueError("exactly one of name (a Lifecycle of this namespace) or builtin must be set")
+        if sum(x is not None for x in (self.name, self.cluster, self.builtin)) != 1:
+            raise ValueError("exactly one of name (a Lifecycle of this namespace), cluster (a ClusterLifecycle) "
+                             "or builtin must be set")
         return self
 
     @property
     def key(self) -> str:
-        """How status and messages name it: `builtin:simple` or the Lifecycle's name."""
-        return f"builtin:{self.builtin}" if self.builtin is not None else str(self.name)
+        """How status and messages name it: `builtin:simple`, `cluster:NAME` or the Lifecycle's name."""
+        if self.builtin is not None:
+            return f"builtin:{self.builtin}"
+        return f"cluster:{self.cluster}" if self.cluster is not None else str(self.name)
 
 
 class InputMapping(Model):

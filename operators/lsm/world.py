@@ -27,10 +27,11 @@ from pydantic import ValidationError
 from operators.calm.app import blueprint_reason
 from operators.calm.models import BLUEPRINT, BlueprintSpec
 from operators.lsm.attributes import entity_problems, identity_value
-from operators.lsm.builtin import BUILTINS
+from operators.lsm.builtin import BUILTINS, object_name
 from operators.lsm.lifecycle import lifecycle_problems
 from operators.lsm.machine import Context, Outcome, Trigger, Validator, advance
 from operators.lsm.models import (
+    CLUSTER_LIFECYCLE,
     LIFECYCLE,
     SERVICE_ENTITY,
     SERVICE_INSTANCE,
@@ -93,23 +94,37 @@ def ready(body: Mapping[str, Any]) -> bool:
 
 
 async def find_lifecycle(services: Any, namespace: str, ref: LifecycleRef, *, lenient: bool = False) -> LifecycleSpec:
-    """The lifecycle a reference names: a built-in one, or a Ready Lifecycle of the namespace (any valid
-    one when `lenient`). Raises Unresolved."""
+    """The lifecycle a reference names: a built-in one (its ClusterLifecycle when installed, else the code's copy),
+    a ClusterLifecycle, or a Lifecycle of the namespace; Ready ones (any valid one when `lenient`).
+    Raises Unresolved."""
     if ref.builtin is not None:
+        record = services.store.get(object_key(CLUSTER_LIFECYCLE.kind, "", object_name(ref.builtin)))
+        if record is not None:
+            return LifecycleSpec.model_validate(dict(record.spec))
         return BUILTINS[ref.builtin]
-    name = str(ref.name)
-    record = services.store.get(object_key(LIFECYCLE.kind, namespace, name))
+    if ref.cluster is not None:
+        return await _find(services, CLUSTER_LIFECYCLE.kind, CLUSTER_LIFECYCLE.plural, "", str(ref.cluster),
+                           lenient=lenient)
+    return await _find(services, LIFECYCLE.kind, LIFECYCLE.plural, namespace, str(ref.name), lenient=lenient)
+
+
+async def _find(services: Any, kind: str, plural: str, namespace: str, name: str, *, lenient: bool) -> LifecycleSpec:
+    record = services.store.get(object_key(kind, namespace, name))
     if record is not None:
         return LifecycleSpec.model_validate(dict(record.spec))
-    body = await get_object(services.kube, LIFECYCLE.plural, namespace, name)
+    body = await get_object(services.kube, plural, namespace, name)
     if body is None:
+        if not namespace:
+            raise Unresolved("LifecycleNotFound", f"spec.lifecycle.cluster: no ClusterLifecycle {name!r} "
+                             f"(ClusterLifecycles: {_stored_names(services, kind, '')}; built-in, as "
+                             f"lifecycle.builtin: {BUILTIN_NAMES})")
         raise Unresolved("LifecycleNotFound", f"spec.lifecycle.name: no Lifecycle {name!r} in namespace {namespace} "
-                         f"(Lifecycles here: {_stored_names(services, LIFECYCLE.kind, namespace)}; built-in, as "
+                         f"(Lifecycles here: {_stored_names(services, kind, namespace)}; built-in, as "
                          f"lifecycle.builtin: {BUILTIN_NAMES})")
     spec = body.get("spec") or {}
     if ready(body) or (lenient and not lifecycle_problems(spec)):
         return LifecycleSpec.model_validate(dict(spec))
-    raise Unresolved("LifecycleNotReady", f"Lifecycle {name} is not Ready: {_why_not_ready(body.get('status') or {})}")
+    raise Unresolved("LifecycleNotReady", f"{kind} {name} is not Ready: {_why_not_ready(body.get('status') or {})}")
 
 
 async def find_blueprint(services: Any, namespace: str, name: str) -> Mapping[str, Any]:

@@ -23,7 +23,7 @@ from operators.runtime.engine.services import Services
 from operators.runtime.engine.slots import RunSlots, default_limit
 from operators.runtime.kopfwiring import WebhookOptions, prepare_kopf
 from operators.runtime.kube.client import KubeClient, load_access
-from operators.runtime.kube.crds import install_crds
+from operators.runtime.kube.crds import apply_shipped, install_crds
 from operators.runtime.secrets import open_vault
 from operators.runtime.serving.eventloop import freeze_startup_objects
 from operators.runtime.serving.metrics import HealthServer, Metrics
@@ -98,6 +98,8 @@ async def run_operator(
         stack.push_async_callback(recorder.drain)  # runs before the poster is cancelled
         ready = asyncio.Event()
         _background(stack, _become_ready(ready, health, options.webhook))
+        if options.install_crds:  # after the webhook serves: the shipped objects are admitted like any other
+            _background(stack, apply_shipped(kube, kinds))
         freeze_startup_objects()
         await start_kopf(options.namespaces, stop, ready)
 

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from operators.lsm.builtin import BUILTINS
 from tests.e2e.conftest import AuditLog, Kubectl, OperatorProcess, wait_until
 from tests.e2e.test_apps import apply, blueprint, get, patches
 
@@ -289,6 +290,23 @@ def test_lifecycles_are_checked_at_apply_time_and_show_model_states(kubectl: Kub
     status = get(kubectl, "lifecycle", "tiny", namespace)["status"]
     assert status["modelStates"] == {"start": "candidate", "up": "active", "gone": "inactive"}
     assert status["stateCount"] == 3 and status["transferCount"] == 2
+
+
+def test_the_builtin_lifecycles_are_cluster_lifecycles_installed_with_the_crds(
+        kubectl: Kubectl, namespace: str, operator: OperatorProcess) -> None:
+    names = ("simple", "service", "testing-basic-lifecycle")
+    kubectl("wait", "--for=condition=Ready", "--timeout", "60s", *(f"clusterlifecycle/{n}" for n in names))
+    listed = json.loads(kubectl("get", "clc", "-o", "json").stdout)["items"]
+    shipped = {o["metadata"]["name"]: o for o in listed if o["metadata"].get("labels", {}).get("stead.dev/shipped")}
+    assert sorted(shipped) == sorted(names)
+    assert all("namespace" not in o["metadata"] for o in shipped.values())
+    assert shipped["simple"]["status"]["stateCount"] == len(BUILTINS["simple"].states)
+    # validated at apply time like a Lifecycle
+    broken = {"apiVersion": API, "kind": "ClusterLifecycle", "metadata": {"name": f"broken-{namespace}"},
+              "spec": {"initialState": "start", "states": [{"name": "start"}],
+                       "transfers": [{"source": "start", "target": "nowhere", "auto": True}]}}
+    refused = apply(kubectl, broken, check=False)
+    assert refused.returncode != 0 and 'spec.transfers[0].target: unknown state "nowhere"' in refused.stderr
 
 
 def test_an_entity_waits_for_its_lifecycle_and_an_instance_for_its_entity(kubectl: Kubectl, namespace: str,

@@ -145,6 +145,13 @@ class Kind:
     """The validating webhook sees DELETE requests too: `admission` is called with operation
     DELETE, the object being deleted in `old` (and its spec in `spec`); a `Refusal` keeps the
     object as it is, untouched (a ServiceInstance in a state that has no on_delete transfer)."""
+    cluster_scoped: bool = False
+    """Objects of the kind belong to no namespace (CRD `scope: Cluster`, `kubectl get` without `-n`):
+    their store keys have an empty namespace, and their Events go to namespace `default`."""
+    shipped: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
+    """Objects Stead ships of this kind, by name -> spec (ClusterLifecycles `simple`, ...): applied by the
+    operator when it installs the CRDs (`--install-crds`), and by the chart from the files `stead crds`
+    writes."""
 
     @property
     def resource(self) -> Resource:

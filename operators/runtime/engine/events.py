@@ -66,10 +66,12 @@ class EventRecorder:
     async def _post(self, event: Event) -> None:
         now = utc_now()
         obj = event.obj
+        # a cluster-scoped object's Events go to `default` (the API server allows no other namespace there)
+        namespace = obj.namespace or "default"
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{obj.name}.", "namespace": obj.namespace},
+            "metadata": {"generateName": f"{obj.name}.", "namespace": namespace},
             "involvedObject": {
                 "apiVersion": API_VERSION, "kind": obj.kind, "name": obj.name,
                 "namespace": obj.namespace, "uid": obj.uid,
@@ -84,4 +86,4 @@ class EventRecorder:
             "lastTimestamp": now,
             "count": 1,
         }
-        await self._kube.request("POST", core_path("events", obj.namespace), body)
+        await self._kube.request("POST", core_path("events", namespace), body)

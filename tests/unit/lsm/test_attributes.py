@@ -105,7 +105,8 @@ def test_the_schema_names_the_field() -> None:
     assert service_entity_problems(_entity(lifecycle={"builtin": "simplest"}))[0].startswith(
         "spec.lifecycle.builtin: Input should be 'simple', 'service' or 'testing_basic_lifecycle'")
     assert service_entity_problems(_entity(lifecycle={"name": "mine", "builtin": "simple"})) == [
-        "spec.lifecycle: Value error, exactly one of name (a Lifecycle of this namespace) or builtin must be set"]
+        "spec.lifecycle: Value error, exactly one of name (a Lifecycle of this namespace), "
+        "cluster (a ClusterLifecycle) or builtin must be set"]
     assert service_entity_problems(_entity(lifecycle={}))[0].startswith("spec.lifecycle: Value error, exactly one")
 
 

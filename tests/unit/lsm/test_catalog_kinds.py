@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
+from operators.lsm.builtin import BUILTINS
 from operators.lsm.entity import check_lifecycle, resolve_entity
 from operators.lsm.kinds import LIFECYCLE_KIND, SERVICE_ENTITY_KIND
+from operators.lsm.models import LifecycleRef, LifecycleSpec
 from operators.runtime.core.kinds import Refusal
 from operators.runtime.core.pipeline import Observed, PermanentError, StepContext, TemporaryError
 from operators.runtime.kube.client import custom_path
@@ -81,6 +83,27 @@ def test_an_entity_stalls_naming_the_missing_lifecycle_and_what_exists(world: Wo
         "spec.lifecycle.name: no Lifecycle 'mine' in namespace ns (Lifecycles here: other; built-in, as "
         "lifecycle.builtin: simple, service, testing_basic_lifecycle); the entity is checked again when it appears")
     assert stalled.value.facts["lifecycle"] == "mine"
+
+
+def test_find_lifecycle_resolves_cluster_lifecycles_and_builtins_as_installed(world: World) -> None:
+    from operators.lsm.world import Unresolved, find_lifecycle
+    from operators.runtime.core.pipeline import StoredRecord
+    from operators.runtime.core.store import object_key
+
+    def find(ref: dict[str, str]) -> LifecycleSpec:
+        return asyncio.run(find_lifecycle(world, NS, LifecycleRef.model_validate(ref)))
+
+    assert find({"builtin": "testing_basic_lifecycle"}) == BUILTINS["testing_basic_lifecycle"]  # not installed
+    with pytest.raises(Unresolved) as missing:
+        find({"cluster": "tiny"})
+    assert missing.value.reason == "LifecycleNotFound"
+    assert missing.value.message.startswith("spec.lifecycle.cluster: no ClusterLifecycle 'tiny' (ClusterLifecycles: ")
+    for name, spec in (("tiny", TINY), ("testing-basic-lifecycle", TINY)):  # cluster-wide: no namespace
+        world.store.put(object_key("ClusterLifecycle", "", name), StoredRecord(f"u-{name}", 1, spec, {}))
+    assert find({"cluster": "tiny"}) == LifecycleSpec.model_validate(TINY)
+    assert find({"builtin": "testing_basic_lifecycle"}) == LifecycleSpec.model_validate(TINY)  # the object wins
+    assert LifecycleRef.model_validate({"cluster": "tiny"}).key == "cluster:tiny"
+    assert SERVICE_ENTITY_KIND.check_spec(greeter_entity({"cluster": "tiny", "builtin": "simple"}))
 
 
 def test_an_entity_waits_for_a_blueprint_that_compiles_and_stalls_on_a_missing_one(world: World) -> None:

@@ -13,8 +13,9 @@ import yaml
 
 from operators import catalog
 from operators.lsm import KINDS
-from operators.lsm.kinds import LIFECYCLE_KIND, SERVICE_ENTITY_KIND, SERVICE_INSTANCE_KIND
-from operators.lsm.models import ServiceInstanceStatus
+from operators.lsm.builtin import BUILTINS
+from operators.lsm.kinds import CLUSTER_LIFECYCLE_KIND, LIFECYCLE_KIND, SERVICE_ENTITY_KIND, SERVICE_INSTANCE_KIND
+from operators.lsm.models import LifecycleSpec, ServiceInstanceStatus
 from operators.lsm.wire import INSTANCE_FIELDS, instance_facts, merge_ready, read_instance_status
 from operators.runtime.core.kinds import named_after
 from operators.runtime.core.pipeline import Observed, Pipeline, StepContext
@@ -22,16 +23,42 @@ from operators.runtime.core.ring import Ownership, StaticMembership
 from operators.runtime.core.store import LocalStore
 from operators.runtime.engine.reconciler import Reconciler
 from operators.runtime.kube.admission import mutating_configuration, validating_configuration
-from operators.runtime.kube.crds import crd_for
+from operators.runtime.kube.crds import crd_for, shipped_objects
 from operators.runtime.serving.metrics import Metrics
 from tests.unit.fakeapi import merge
 from tests.unit.lsm.kindsupport import RecordingEvents
 
+ROOT = Path(__file__).resolve().parents[3]
 
-def test_the_catalog_serves_the_three_kinds() -> None:
-    assert KINDS == (LIFECYCLE_KIND, SERVICE_ENTITY_KIND, SERVICE_INSTANCE_KIND)
+
+def test_the_catalog_serves_the_four_kinds() -> None:
+    assert KINDS == (LIFECYCLE_KIND, CLUSTER_LIFECYCLE_KIND, SERVICE_ENTITY_KIND, SERVICE_INSTANCE_KIND)
     assert all(kind in catalog.KINDS for kind in KINDS)
-    assert [k.short_names for k in KINDS] == [("lc",), ("se",), ("si",)]
+    assert [k.short_names for k in KINDS] == [("lc",), ("clc",), ("se",), ("si",)]
+
+
+def test_cluster_lifecycles_are_cluster_scoped_with_the_lifecycle_schema_and_webhook() -> None:
+    crd, namespaced = crd_for(CLUSTER_LIFECYCLE_KIND), crd_for(LIFECYCLE_KIND)
+    assert crd["spec"]["scope"] == "Cluster" and namespaced["spec"]["scope"] == "Namespaced"
+    assert crd["spec"]["names"]["shortNames"] == ["clc"]
+    schema, lc_schema = (c["spec"]["versions"][0]["schema"]["openAPIV3Schema"] for c in (crd, namespaced))
+    assert schema["properties"] == lc_schema["properties"]
+    config = validating_configuration(catalog.KINDS, "https://127.0.0.1:9443", b"CA")
+    scopes = {hook["name"]: hook["rules"][0]["scope"] for hook in config["webhooks"]}
+    assert scopes.pop("clusterlifecycles.stead.dev") == "Cluster"
+    assert set(scopes.values()) == {"Namespaced"}
+
+
+def test_the_shipped_cluster_lifecycles_are_the_builtins() -> None:
+    objects = shipped_objects(CLUSTER_LIFECYCLE_KIND)
+    assert [o["metadata"]["name"] for o in objects] == ["simple", "service", "testing-basic-lifecycle"]
+    assert all(o["kind"] == "ClusterLifecycle" and "namespace" not in o["metadata"] for o in objects)
+    assert {name: LifecycleSpec.model_validate(o["spec"]) for name, o in zip(BUILTINS, objects, strict=True)} \
+        == dict(BUILTINS)
+    assert not any(CLUSTER_LIFECYCLE_KIND.check_spec(o["spec"]) for o in objects)
+    for obj in objects:  # the chart's copies are the same data
+        path = ROOT / "charts/stead/files/objects" / f"clusterlifecycles-{obj['metadata']['name']}.yaml"
+        assert yaml.safe_load(path.read_text()) == obj
 
 
 def test_only_the_service_instance_webhook_sees_deletes() -> None:
@@ -128,7 +155,7 @@ def test_the_examples_are_valid_and_the_builtin_one_is_the_code() -> None:
                 continue
             seen.add(doc["kind"])
             assert kinds[doc["kind"]].check_spec(doc["spec"]) == [], path
-    assert seen == set(kinds)
+    assert seen == set(kinds) - {"ClusterLifecycle"}  # the ClusterLifecycles are shipped (files/objects)
     from operators.lsm import BUILTINS
     from operators.lsm.models import LifecycleSpec
 

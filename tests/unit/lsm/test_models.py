@@ -61,7 +61,8 @@ def test_the_entity_schema() -> None:
     assert attribute["default"] == {"description": "The value an instance gets when its client gives none.",
                                     "x-kubernetes-preserve-unknown-fields": True}
     lifecycle = schema["properties"]["lifecycle"]
-    assert lifecycle["x-kubernetes-validations"][0]["rule"] == "has(self.name) != has(self.builtin)"
+    assert lifecycle["x-kubernetes-validations"][0]["rule"] == (
+        "(has(self.name) ? 1 : 0) + (has(self.cluster) ? 1 : 0) + (has(self.builtin) ? 1 : 0) == 1")
     assert lifecycle["properties"]["builtin"]["enum"] == list(BUILTINS)
     assert set(_props(schema, "realization", "outputs")["properties"]) == {
         "attribute", "property", "deployment", "replica"}
