@@ -143,7 +143,9 @@ def crd_for(kind: Kind) -> dict[str, Any]:
                 "singular": kind.singular,
                 "listKind": f"{kind.kind}List",
                 "shortNames": list(kind.short_names),
-                "categories": [CATEGORY],
+                # `kubectl get stead` lists a namespace's objects: cluster-wide ones (the built-in
+                # lifecycles) would head every such list, so they are not in the category
+                **({} if kind.cluster_scoped else {"categories": [CATEGORY]}),
             },
             "versions": [
                 {
