@@ -252,6 +252,8 @@ def _operator_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--operator-namespace", default=os.environ.get("STEAD_NAMESPACE", "stead-system"),
                      help="the operator's own namespace: vault key and ciphertexts (default $STEAD_NAMESPACE)")
     run.add_argument("--install-crds", action="store_true", help="apply the CRDs before starting")
+    run.add_argument("--no-shipped-objects", dest="shipped_objects", action="store_false",
+                     help="do not install or update the objects Stead ships (the built-in ClusterLifecycles)")
     run.add_argument("--webhook", choices=["local", "mounted", "off"], default="local",
                      help="local: serve on loopback and register it; mounted: certificates from --webhook-cert-dir")
     run.add_argument("--webhook-listen", default="127.0.0.1")
@@ -473,6 +475,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         kubeconfig=kubeconfig,
         namespaces=tuple(args.namespace),
         install_crds=args.install_crds or args.local != "never",
+        shipped_objects=args.shipped_objects,
         webhook=webhook,
         health_listen=args.health_listen,
         health_port=args.health_port,

@@ -39,6 +39,8 @@ class OperatorOptions:
     kubeconfig: Path | None = None
     namespaces: Sequence[str] = ()
     install_crds: bool = False
+    shipped_objects: bool = True
+    """Install or update the objects Stead ships (the built-in ClusterLifecycles) once the webhook serves."""
     webhook: WebhookOptions | None = None
     health_listen: str = "127.0.0.1"
     health_port: int = 8080
@@ -98,7 +100,7 @@ async def run_operator(
         stack.push_async_callback(recorder.drain)  # runs before the poster is cancelled
         ready = asyncio.Event()
         _background(stack, _become_ready(ready, health, options.webhook))
-        if options.install_crds:  # after the webhook serves: the shipped objects are admitted like any other
+        if options.shipped_objects:  # after the webhook serves: the shipped objects are admitted like any other
             _background(stack, apply_shipped(kube, kinds))
         freeze_startup_objects()
         await start_kopf(options.namespaces, stop, ready)

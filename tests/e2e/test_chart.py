@@ -174,6 +174,8 @@ def _expected_kind_grants(crds: list[Manifest], config_api: bool) -> set[tuple[s
         if plural == "serviceinstances" and "apps" in plurals:  # an instance's App, and itself when deleted
             expected |= {(group, "apps", verb) for verb in ("create", "patch", "delete")}
             expected.add((group, plural, "delete"))
+        if plural == "clusterlifecycles":  # the built-ins, created at start (patched only by name: below)
+            expected.add((group, plural, "create"))
     return expected
 
 
@@ -248,6 +250,12 @@ def test_rendered_chart_is_least_privilege_and_serves_every_crd(
     assert finalized == {"apps", "blueprints", "serviceinstances"}
     assert {g[1] for g in granted if g[0] in groups and g[2] == "patch"} == (
         finalized | {f"{crd['spec']['names']['plural']}/status" for crd in crds})
+    # The built-in ClusterLifecycles: patched (server-side apply) under their own names only.
+    [shipped_rule] = [rule for rule in operator_role["rules"] if "clusterlifecycles" in rule["resources"]
+                      and rule.get("resourceNames")]
+    assert shipped_rule["verbs"] == ["patch"]
+    assert sorted(shipped_rule["resourceNames"]) == sorted(
+        o["metadata"]["name"] for o in shipped_objects(CLUSTER_LIFECYCLE_KIND))
     # Script Jobs (actions.jobs.enabled by default): tokens of the namespaces' service account, by name.
     assert _token_rules(operator_role) == [TOKEN_RULE]
     assert not {g for g in granted if g[1].startswith("serviceaccounts")}
@@ -370,6 +378,16 @@ def test_crds_install_false_renders_no_crds_but_still_the_webhooks(
     assert len(_one(objects, "MutatingWebhookConfiguration")["webhooks"]) == sum(map(_mutates, _crd_files()))
 
 
+@pytest.mark.e2e
+def test_shipped_objects_off_passes_the_flag_and_grants_no_writes_of_them(helm: Helm) -> None:
+    objects = _objects(_template(helm, "--set", "shippedObjects.install=false"))
+    assert "--no-shipped-objects" in _operator(objects)["args"]
+    rules = _named(objects, "ClusterRole", RELEASE)["rules"]
+    writes = {verb for rule in rules if "clusterlifecycles" in rule["resources"] for verb in rule["verbs"]}
+    assert writes == {"get", "list", "watch"}
+    assert "--no-shipped-objects" not in _operator(_objects(_template(helm)))["args"]
+
+
 # --- 3. derived from the CRD files ------------------------------------------------------------------
 
 
@@ -408,7 +426,8 @@ def test_config_api_rbac_needs_the_configvalues_crd(helm: Helm, tmp_path: Path) 
     granted = _grants(_named(objects, "ClusterRole", RELEASE))
     assert {g for g in granted if g[0] == "stead.dev"} == _expected_kind_grants(crds, config_api=True)
     assert not {g for g in granted if g[0] == "stead.dev" and g[2] in ("create", "update", "delete")
-                and g[1] not in ("actionruns", "apps", "serviceinstances")}  # an App's runs, an instance's App
+                and g[1] not in ("actionruns", "apps", "serviceinstances",  # an App's runs, an instance's App
+                                 "clusterlifecycles")}  # the built-ins
     assert not {g for g in granted if g[1] == "configmaps"}
     _named(objects, "ClusterRoleBinding", f"{RELEASE}-auth-delegator")
 
@@ -578,17 +597,13 @@ def test_rendered_chart_passes_server_side_dry_run(
     # A release name of its own: nothing it renders can collide with what the session installed.
     release = f"{chart_namespace}-stead"
     objects = _objects(_template(helm, *values, namespace=chart_namespace, release=release))
-    # Hooks (the shipped ClusterLifecycles) are applied by Helm after the release's objects, when their CRD
-    # exists, which a dry run never creates: the release's objects are dry-run here, the hooks compared.
-    hooks = [o for o in objects if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]
-    assert sorted(o["metadata"]["name"] for o in hooks if o["kind"] == "ClusterLifecycle") == sorted(
-        o["metadata"]["name"] for o in shipped_objects(CLUSTER_LIFECYCLE_KIND))
-    release_objects = [o for o in objects if o not in hooks]
-    rendered = yaml.safe_dump_all(release_objects)
+    # No hooks: the built-in ClusterLifecycles are the operator's to install (apply_shipped), not Helm's.
+    assert not [o for o in objects if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]
+    rendered = yaml.safe_dump_all(objects)
     result = kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-", input=rendered, check=False)
     assert result.returncode == 0, result.stderr
     applied = [line for line in result.stdout.splitlines() if line.endswith("(server dry run)")]
-    assert len(applied) == len(release_objects), result.stdout
+    assert len(applied) == len(objects), result.stdout
 
 
 @pytest.mark.e2e

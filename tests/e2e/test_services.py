@@ -8,12 +8,17 @@ Status PATCHes are counted from the API server's audit log.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import Counter
 from typing import Any
 
+from operators.cluster import ClusterInfo
 from operators.lsm.builtin import BUILTINS
+from operators.lsm.kinds import CLUSTER_LIFECYCLE_KIND
+from operators.runtime.kube.client import KubeClient, load_access
+from operators.runtime.kube.crds import apply_shipped, shipped_objects
 from tests.e2e.conftest import AuditLog, Kubectl, OperatorProcess, wait_until
 from tests.e2e.test_apps import apply, blueprint, get, patches
 
@@ -292,10 +297,18 @@ def test_lifecycles_are_checked_at_apply_time_and_show_model_states(kubectl: Kub
     assert status["stateCount"] == 3 and status["transferCount"] == 2
 
 
+def wait_for_builtins(kubectl: Kubectl) -> None:
+    """The operator installs the built-ins once its webhook serves, in the background of its start:
+    `kubectl wait` would fail at once on an object not created yet."""
+    names = ("simple", "service", "testing-basic-lifecycle")
+    wait_until(lambda: kubectl("get", "clc", *names, check=False).returncode == 0, 60, "the built-ins installed")
+    kubectl("wait", "--for=condition=Ready", "--timeout", "60s", *(f"clusterlifecycle/{n}" for n in names))
+
+
 def test_the_builtin_lifecycles_are_cluster_lifecycles_installed_with_the_crds(
         kubectl: Kubectl, namespace: str, operator: OperatorProcess) -> None:
     names = ("simple", "service", "testing-basic-lifecycle")
-    kubectl("wait", "--for=condition=Ready", "--timeout", "60s", *(f"clusterlifecycle/{n}" for n in names))
+    wait_for_builtins(kubectl)
     listed = json.loads(kubectl("get", "clc", "-o", "json").stdout)["items"]
     shipped = {o["metadata"]["name"]: o for o in listed if o["metadata"].get("labels", {}).get("stead.dev/shipped")}
     assert sorted(shipped) == sorted(names)
@@ -399,3 +412,36 @@ def test_app_service_refuses_a_duplicate_identity_and_an_update_where_no_transfe
             "(states that allow an update: rejected, up, update_rejected)") in changed.stderr, changed.stderr
     assert si(kubectl, namespace, "first")["spec"]["attributes"]["who"] == "one"  # untouched
     in_state(kubectl, namespace, "first", "up")
+
+
+def test_the_operator_installs_restores_and_updates_the_builtins_but_leaves_an_admins_object(
+        kubectl: Kubectl, cluster: ClusterInfo, operator: OperatorProcess) -> None:
+    """apply_shipped, as every operator start runs it: a deleted built-in comes back, an edited one is
+    put back as shipped, and an object of the same name without the shipped label is an admin's."""
+    wait_for_builtins(kubectl)
+    kubectl("delete", "clusterlifecycle", "testing-basic-lifecycle")
+    kubectl("patch", "clusterlifecycle", "simple", "--type=json",
+            "-p", '[{"op": "add", "path": "/spec/states/0/description", "value": "edited"}]')
+
+    def ship() -> None:
+        async def body() -> None:
+            async with KubeClient(load_access(cluster.kubeconfig)) as kube:
+                await apply_shipped(kube, [CLUSTER_LIFECYCLE_KIND], wait_seconds=20)
+        asyncio.run(body())
+
+    ship()
+    shipped = {o["metadata"]["name"]: o["spec"] for o in shipped_objects(CLUSTER_LIFECYCLE_KIND)}
+    for name in ("testing-basic-lifecycle", "simple"):
+        assert get(kubectl, "clusterlifecycle", name, "default")["spec"] == shipped[name]
+    # an admin's `service`: the label gone, the spec edited; left alone, then given back
+    kubectl("label", "clusterlifecycle", "service", "stead.dev/shipped-")
+    kubectl("patch", "clusterlifecycle", "service", "--type=json",
+            "-p", '[{"op": "add", "path": "/spec/states/0/description", "value": "the admin\'s"}]')
+    try:
+        ship()
+        states = get(kubectl, "clusterlifecycle", "service", "default")["spec"]["states"]
+        assert states[0]["description"] == "the admin's"
+    finally:
+        kubectl("label", "clusterlifecycle", "service", "stead.dev/shipped=true")
+        ship()
+    assert get(kubectl, "clusterlifecycle", "service", "default")["spec"] == shipped["service"]

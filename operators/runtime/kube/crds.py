@@ -216,19 +216,46 @@ def render_object(obj: dict[str, Any]) -> str:
 
 
 async def apply_shipped(kube: KubeClient, kinds: Sequence[Kind], wait_seconds: float = 60.0) -> None:
-    """Server-side apply (field manager stead) the objects Stead ships. Retried while the API server refuses
-    them (the validating webhook is registered but not serving yet, in the seconds after a start)."""
+    """Install or update the objects Stead ships (the built-in ClusterLifecycles), at every start.
+
+    The operator does it rather than the chart: a Helm hook could only apply them after the release
+    (and an upgrade deleted and re-created them, so instances briefly lost their lifecycle), and
+    needed `--wait` for the webhook to serve. Here they are applied once the webhook serves, and an
+    upgraded operator brings its new built-ins with it. An object of the same name that is not
+    Stead's (no `stead.dev/shipped` label) is an admin's: left as it is, said once. Errors the API
+    server may stop giving (the webhook not serving yet, an outage) are retried until
+    `wait_seconds`; a refusal that will not change (403: the chart's RBAC leaves shipped objects to
+    someone else) is said once."""
     deadline = time.monotonic() + wait_seconds
     for kind in kinds:
         for obj in shipped_objects(kind):
-            namespace = None if kind.cluster_scoped else "default"
-            path = custom_path(kind.plural, namespace, obj["metadata"]["name"])
-            while True:
-                try:
-                    await kube.apply(path, obj)
-                    break
-                except ApiError as error:
-                    if time.monotonic() > deadline:
-                        log.warning("%s %s not applied: %s", kind.kind, obj["metadata"]["name"], error)
-                        break
-                    await asyncio.sleep(1.0)
+            await _ship(kube, kind, obj, deadline)
+
+
+async def _ship(kube: KubeClient, kind: Kind, obj: dict[str, Any], deadline: float) -> None:
+    name = obj["metadata"]["name"]
+    path = custom_path(kind.plural, None if kind.cluster_scoped else "default", name)
+    while True:
+        try:
+            try:
+                current = await kube.request("GET", path)
+            except ApiError as error:
+                if error.status != 404:
+                    raise
+                current = None
+            if current is not None:
+                labels = (current.get("metadata") or {}).get("labels") or {}
+                if labels.get(SHIPPED_LABEL) != "true":
+                    log.warning("%s %s exists and is not Stead's (no %s label): left as it is",
+                                kind.kind, name, SHIPPED_LABEL)
+                    return
+                if current.get("spec") == obj["spec"]:
+                    return
+            await kube.apply(path, obj)
+            log.info("%s %s %s", kind.kind, name, "installed" if current is None else "updated")
+            return
+        except ApiError as error:
+            if error.status in (401, 403) or time.monotonic() > deadline:
+                log.warning("%s %s not applied: %s", kind.kind, name, error)
+                return
+            await asyncio.sleep(1.0)

@@ -70,3 +70,29 @@ def test_free_form_mappings_are_kept_not_pruned() -> None:
     schema = crdgen.structural(Free)["properties"]
     assert schema["data"] == {"description": "anything", "type": "object", "x-kubernetes-preserve-unknown-fields": True}
     assert schema["labels"]["additionalProperties"] == {"type": "string"}
+
+
+class _Refusing:
+    """A client whose every request is refused: the chart left the built-ins to someone else."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.calls = 0
+
+    async def request(self, method: str, path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        from operators.runtime.kube.client import ApiError
+        self.calls += 1
+        raise ApiError(self.status, "forbidden")
+
+    async def apply(self, path: str, obj: dict[str, Any], manager: str = "stead") -> dict[str, Any]:
+        return await self.request("PATCH", path)
+
+
+def test_shipped_objects_are_not_retried_when_forbidden(caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+
+    from operators.lsm.kinds import CLUSTER_LIFECYCLE_KIND
+    kube = _Refusing(403)
+    asyncio.run(crdgen.apply_shipped(kube, [CLUSTER_LIFECYCLE_KIND], wait_seconds=30))  # type: ignore[arg-type]
+    assert kube.calls == len(crdgen.shipped_objects(CLUSTER_LIFECYCLE_KIND))  # one GET each, no retry loop
+    assert caplog.text.count("not applied: 403") == kube.calls
