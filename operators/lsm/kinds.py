@@ -11,10 +11,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from operators.calm.models import APP, BLUEPRINT
-from operators.lsm.builtin import shipped
+from operators.lsm.builtin import object_name, shipped
 from operators.lsm.entity import (
     check_entity,
     check_lifecycle,
@@ -32,6 +32,7 @@ from operators.lsm.models import (
     SERVICE_ENTITY_COLUMNS,
     SERVICE_INSTANCE,
     SERVICE_INSTANCE_COLUMNS,
+    BuiltinName,
     LifecycleSpec,
     LifecycleStatus,
     ServiceEntitySpec,
@@ -45,6 +46,13 @@ from operators.runtime.core.pipeline import Pipeline
 
 def _lifecycle_name(spec: Mapping[str, Any]) -> Any:
     return (spec.get("lifecycle") or {}).get("name")
+
+
+def _cluster_lifecycle_name(spec: Mapping[str, Any]) -> Any:
+    """The ClusterLifecycle an entity follows: `cluster`, or the one a built-in is shipped as."""
+    ref = spec.get("lifecycle") or {}
+    builtin = ref.get("builtin")
+    return object_name(cast(BuiltinName, builtin)) if isinstance(builtin, str) else ref.get("cluster")
 
 
 def _blueprint_name(spec: Mapping[str, Any]) -> Any:
@@ -93,8 +101,10 @@ SERVICE_ENTITY_KIND = Kind(
     columns=SERVICE_ENTITY_COLUMNS,
     problems=entity_semantic_problems,
     admission=entity_admission,
-    # checked again when its lifecycle or Blueprint appears, changes readiness or goes
+    # checked again when its lifecycle (of its namespace or cluster-wide) or Blueprint appears, is changed,
+    # changes readiness or goes; its instances then are too (Reconciler.recheck_referrers)
     depends_on={LIFECYCLE.kind: lambda spec, name: _lifecycle_name(spec) == name,
+                CLUSTER_LIFECYCLE.kind: lambda spec, name: _cluster_lifecycle_name(spec) == name,
                 BLUEPRINT.kind: lambda spec, name: _blueprint_name(spec) == name},
 )
 

@@ -353,6 +353,13 @@ def test_an_entity_waits_for_its_lifecycle_and_an_instance_for_its_entity(kubect
     moved = apply(kubectl, {**plain, "spec": {**plain["spec"], "lifecycle": {"builtin": "simple"}}}, check=False)
     assert moved.returncode != 0 and "spec.lifecycle: cannot change while the entity has instances (p-1)" in \
         moved.stderr
+    # an edit of the Lifecycle reaches the instance, though its entity stays Ready: a new auto transfer out of up
+    mine["spec"]["states"].append({"name": "done"})
+    mine["spec"]["transfers"] += [{"source": "up", "target": "done", "auto": True},
+                                  {"source": "done", "target": "gone", "onDelete": True}]
+    apply(kubectl, mine)
+    done = in_state(kubectl, namespace, "p-1", "done", seconds=30)
+    assert walk(done)[-1] == ("up", "done", "auto")
     kubectl("delete", "si", "p-1", "-n", namespace, "--timeout", "30s")
 
 

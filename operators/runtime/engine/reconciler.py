@@ -192,13 +192,18 @@ class Reconciler:
         await self.on_ready_change(self.kind.kind, obj.namespace, obj.name)
 
     async def recheck_referrers(self, kind: str, namespace: str, name: str) -> None:
-        """Run again, from the update phase, every owned object that refers to `kind` `name`."""
+        """Run again, from the update phase, every owned object that refers to `kind` `name` (in
+        `namespace`; in every namespace when the object is cluster-scoped, `namespace` ""), then tell
+        the objects that refer to these: what changed under a referrer may change what it means to
+        its own referrers, though its readiness did not move (a Lifecycle edited under a
+        ServiceEntity that stays Ready reaches the entity's instances)."""
         refers = self.kind.depends_on.get(kind)
         if refers is None:
             return
+        rechecked: list[Observed] = []
         for key, obj in list(self._seen.items()):
             matches = obj.name == name if refers is named_after else refers(obj.spec, name)
-            if obj.namespace == namespace and not obj.deleting and matches:
+            if namespace in ("", obj.namespace) and not obj.deleting and matches:
                 self._count("stead_rechecks_total")
                 self._forget(key)
                 async with self._locks.setdefault(key, asyncio.Lock()):
@@ -207,6 +212,10 @@ class Reconciler:
                         await self._run(key, self._seen.get(key, obj), self.kind.pipeline.update_phase)
                     finally:
                         self._metrics.observe_reconcile(self.kind.kind, time.perf_counter() - started)
+                rechecked.append(obj)
+        if self.on_ready_change is not None:
+            for obj in rechecked:
+                await self.on_ready_change(self.kind.kind, obj.namespace, obj.name)
 
     async def reconcile(self, key: str, obj: Observed) -> None:
         """Reconcile under the object's lock. Events arriving while a reconcile runs coalesce: one

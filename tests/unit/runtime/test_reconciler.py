@@ -298,6 +298,60 @@ def test_objects_are_checked_again_when_what_they_refer_to_changes(tmp_path: Pat
     assert store.get(object_key("ConfigValues", "ns", "b")) is not None
 
 
+def test_a_cluster_scoped_change_reaches_referrers_in_every_namespace_and_their_own_referrers(
+        tmp_path: Path) -> None:
+    """ClusterLifecycle -> ServiceEntity (any namespace) -> ServiceInstance: an edited lifecycle under an
+    entity that stays Ready still reaches the entity's instances."""
+    runs: list[tuple[str, str]] = []
+
+    async def note(ctx: StepContext) -> Mapping[str, Any]:
+        runs.append((ctx.obj.kind, f"{ctx.obj.namespace}/{ctx.obj.name}"))
+        return {}
+
+    def kind(name: str, refers: dict[str, Any]) -> Any:
+        return dataclasses.replace(KIND, kind=name, plural=name.lower() + "s", depends_on=refers,
+                                   pipeline=Pipeline(phases=("Init", "Provisioned"), steps={"Init": note}))
+
+    entities_kind = kind("ServiceEntity", {"ClusterLifecycle": lambda spec, name: spec.get("lifecycle") == name})
+    instances_kind = kind("ServiceInstance", {"ServiceEntity": lambda spec, name: spec.get("entity") == name})
+    store = LocalStore(tmp_path / "store")
+
+    def reconciler(k: Any) -> Reconciler:
+        return Reconciler(k, store=store, ownership=Ownership("stead-0", StaticMembership(["stead-0"])),
+                          writer=RecordingWriter(), events=RecordingEvents(), metrics=Metrics(), clock=lambda: "T")
+
+    entities, instances = reconciler(entities_kind), reconciler(instances_kind)
+    lifecycles = reconciler(kind("ClusterLifecycle", {}))
+
+    async def notify(kind_name: str, namespace: str, name: str) -> None:
+        for dependent in (entities, instances):
+            await dependent.recheck_referrers(kind_name, namespace, name)
+
+    lifecycles.on_ready_change = entities.on_ready_change = notify
+
+    def of(kind_name: str, name: str, namespace: str, **spec: str) -> dict[str, Any]:
+        b = body(name, spec=spec, namespace=namespace)
+        b["kind"] = kind_name
+        return b
+
+    ready = {"observedGeneration": 1, "conditions": [{"type": "Ready", "status": "True"}]}
+
+    async def scenario() -> None:
+        await entities.on_event("ADDED", of("ServiceEntity", "e", "team-a", lifecycle="simple"))
+        await entities.on_event("ADDED", of("ServiceEntity", "e", "team-b", lifecycle="simple"))
+        await entities.on_event("ADDED", of("ServiceEntity", "other", "team-a", lifecycle="mine"))
+        await instances.on_event("ADDED", of("ServiceInstance", "i", "team-a", entity="e"))
+        await instances.on_event("ADDED", of("ServiceInstance", "j", "team-a", entity="other"))
+        runs.clear()
+        edited = body("simple", generation=2, status={**ready, "observedGeneration": 2}, namespace="")
+        edited["kind"] = "ClusterLifecycle"
+        await lifecycles.on_event("MODIFIED", edited)
+
+    asyncio.run(scenario())
+    assert sorted(r for r in runs if r[0] != "ClusterLifecycle") == [
+        ("ServiceEntity", "team-a/e"), ("ServiceEntity", "team-b/e"), ("ServiceInstance", "team-a/i")]
+
+
 def test_a_body_older_than_our_own_last_write_is_not_acted_on(tmp_path: Path) -> None:
     """Events queued from before our write would otherwise Restore over it (and undo later fields)."""
     rec, writer, _, _ = make(tmp_path)
