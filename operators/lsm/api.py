@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -33,17 +34,20 @@ from operators.config.api.extension import Handler, RouteDoc
 from operators.config.auth import Access, Authenticator
 from operators.lsm.attributes import identity_value
 from operators.lsm.instance import check_delete, check_request
+from operators.lsm.lifecycle import model_state
 from operators.lsm.machine import LifecycleError, Refused
 from operators.lsm.models import (
     SERVICE_ENTITY,
     SERVICE_INSTANCE,
+    LifecycleSpec,
     ServiceEntitySpec,
     ServiceInstanceSpec,
     ServiceInstanceStatus,
     StateRequest,
 )
+from operators.lsm.paging import DEFAULT_LIMIT, MAX_LIMIT, SORT_FIELDS, QueryError, page
 from operators.lsm.wire import merge_ready, read_instance_status
-from operators.lsm.world import Unresolved, World, resolve
+from operators.lsm.world import Unresolved, World, find_lifecycle, resolve
 from operators.runtime.core.pipeline import StoredRecord
 from operators.runtime.kube.client import ApiError, Requester, custom_path
 from operators.runtime.serving.http import Response
@@ -83,29 +87,56 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj.get("metadata") or {}
 
 
-def view(obj: Mapping[str, Any], config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def _data(value: Any, status: int = 200) -> Response:
+    """Inmanta's envelope: every answer but an error is ``{"data": ...}``."""
+    return _json({"data": value}, status=status)
+
+
+def _pending(obj: Mapping[str, Any]) -> bool:
+    """Created in Kubernetes, its creation not yet taken in by the operator (no state in status)."""
+    return not (obj.get("status") or {}).get("state")
+
+
+def _version(obj: Mapping[str, Any]) -> int:
+    """The instance's version; 1 for one whose creation is pending (what the creation transfer makes it)."""
+    return int((obj.get("status") or {}).get("version") or (1 if _pending(obj) else 0))
+
+
+def view(obj: Mapping[str, Any], config: Mapping[str, Any] | None = None,
+         lifecycle: LifecycleSpec | None = None) -> dict[str, Any]:
     """An instance as Inmanta's API shows one (and what Stead adds: name, namespace, model state, app,
-    the transfers' log, conditions)."""
+    the transfers' log, conditions).
+
+    An instance whose creation the operator has not taken in yet is shown as the creation transfer
+    makes it, as Inmanta answers a creation: version 1, the lifecycle's initial state (given `lifecycle`),
+    the client's attributes as the candidate set. The operator records exactly that (and what follows)."""
     meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
     log = list(status.get("log") or [])
     last_updated = log[-1].get("time") if log else None
+    state, model, candidate = status.get("state"), status.get("modelState"), status.get("candidateAttributes")
+    if _pending(obj):
+        candidate = dict(spec.get("attributes") or {})
+        if lifecycle is not None:
+            state = lifecycle.initial_state
+            initial = next((s for s in lifecycle.states if s.name == state), None)
+            model = model_state(initial) if initial is not None else None
     return {
         "id": meta.get("uid"),
         "name": meta.get("name"),
         "namespace": meta.get("namespace"),
         "environment": meta.get("namespace"),
         "service_entity": spec.get("entity"),
-        "version": status.get("version") or 0,
+        "version": _version(obj),
         "config": dict(config or {}),
-        "state": status.get("state"),
-        "candidate_attributes": status.get("candidateAttributes"),
+        "state": state,
+        "candidate_attributes": candidate,
         "active_attributes": status.get("activeAttributes"),
         "rollback_attributes": status.get("rollbackAttributes"),
         "created_at": meta.get("creationTimestamp"),
         "last_updated": last_updated or meta.get("creationTimestamp"),
         "deleted": bool(status.get("deleted")) or bool(meta.get("deletionTimestamp")),
         "service_identity_attribute_value": status.get("identity"),
-        "model_state": status.get("modelState"),
+        "model_state": model,
         "app": status.get("app"),
         "attributes": dict(spec.get("attributes") or {}),
         "state_request": spec.get("stateRequest"),
@@ -137,7 +168,7 @@ def _current_version(call: Call, body: Mapping[str, Any] | None = None, *, requi
 
 def _stale(given: int | None, obj: Mapping[str, Any]) -> None:
     """409 with Inmanta's message when `given` is not the instance's version."""
-    actual = (obj.get("status") or {}).get("version")
+    actual = _version(obj)
     if given is not None and given != actual:
         raise ApiProblem(409, "StaleVersion", f"The given current version ({given}) doesn't match the actual current "
                                               f"version ({actual}) of service instance {_meta(obj).get('name')}")
@@ -273,6 +304,16 @@ class InventoryApi:
         except Unresolved:
             return None
 
+    async def _lifecycle(self, namespace: str, entity: ServiceEntitySpec,
+                         shown: Sequence[Mapping[str, Any]]) -> LifecycleSpec | None:
+        """The entity's lifecycle, looked up only when an instance shown is pending creation (see `view`)."""
+        if not any(_pending(obj) for obj in shown):
+            return None
+        try:
+            return await find_lifecycle(self.services, namespace, entity.lifecycle, lenient=True)
+        except Unresolved:
+            return None
+
     async def _check(self, world: World | None, spec: ServiceInstanceSpec, status: ServiceInstanceStatus,
                      old_spec: ServiceInstanceSpec | None) -> None:
         if world is None:
@@ -291,7 +332,17 @@ class InventoryApi:
         await self._authorize(call, "list", namespace)
         name = call.params["entity"]
         entity = await self._entity(namespace, name)
-        return _json([view(i, entity.config) for i in await self._instances(namespace, name)])
+        query: dict[str, list[str]] = {}
+        for key, value in urllib.parse.parse_qsl(call.request.query, keep_blank_values=True):
+            query.setdefault(key, []).append(value)
+        query.pop("current_version", None)
+        found = await self._instances(namespace, name)
+        lifecycle = await self._lifecycle(namespace, entity, found)
+        try:
+            return _json(page([view(i, entity.config, lifecycle) for i in found], query, call.request.path,
+                              entity.identity))
+        except QueryError as error:
+            bad_request(str(error))
 
     async def get(self, call: Call) -> Response:
         namespace = self._namespace(call)
@@ -299,7 +350,7 @@ class InventoryApi:
         entity = await self._entity(namespace, name)
         found = await self._find(call, "get", namespace, name, entity)
         _stale(_current_version(call), found)
-        return _json(view(found, entity.config))
+        return _data(view(found, entity.config, await self._lifecycle(namespace, entity, [found])))
 
     async def create(self, call: Call) -> Response:
         namespace = self._namespace(call)
@@ -326,7 +377,7 @@ class InventoryApi:
                 raise ApiProblem(409, "AlreadyExists", f'service instance "{name}" exists already in namespace '
                                                        f'"{namespace}": {error.message}') from None
             _passed_on(error, f"creating service instance {name}")
-        return _json(view(created, entity.config), status=201)
+        return _data(view(created, entity.config, world.lifecycle if world is not None else None), status=201)
 
     async def update(self, call: Call) -> Response:
         namespace = self._namespace(call)
@@ -404,7 +455,7 @@ class InventoryApi:
         except ApiError as error:
             _passed_on(error, f"deleting service instance {_name(found)}")
         shown = deleted if isinstance(deleted, dict) and deleted.get("kind") == SERVICE_INSTANCE.kind else found
-        return _json(view(shown, entity.config))
+        return _data(view(shown, entity.config))
 
     async def _patch(self, namespace: str, found: Mapping[str, Any], patch: Mapping[str, Any],
                      config: Mapping[str, Any], doing: str) -> Response:
@@ -418,7 +469,7 @@ class InventoryApi:
                                                   "or another client wrote it): read it again and retry with its "
                                                   "current version") from None
             _passed_on(error, f"{doing} service instance {name}")
-        return _json(view(patched, config))
+        return _data(view(patched, config))
 
 
 def _name(obj: Mapping[str, Any]) -> str:
@@ -476,8 +527,29 @@ def _error(description: str) -> dict[str, Any]:
 
 
 def _instance(description: str) -> dict[str, Any]:
-    return {"description": description,
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ServiceInstance"}}}}
+    return {"description": description, "content": {"application/json": {"schema": {
+        "type": "object", "required": ["data"],
+        "properties": {"data": {"$ref": "#/components/schemas/ServiceInstance"}}}}}}
+
+
+def _query(name: str, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema or {"type": "string"},
+            "description": description}
+
+
+_LIST_PARAMETERS = [
+    _query("limit", f"Rows per page, 1 to {MAX_LIMIT} (default {DEFAULT_LIMIT}).",
+           {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}),
+    _query("sort", f"<field>.<asc|desc>, field one of {', '.join(SORT_FIELDS)} (default created_at.desc)."),
+    _query("start_after", "A page's cursor: follow links.next / links.prev as they are."),
+    _query("include_deleted", "Also instances being deleted (default false).", {"type": "boolean"}),
+    *(_query(f"filter.{name}", text) for name, text in (
+        ("id", "uid or name (repeat for any of several)."), ("state", "A state (repeat for any of several)."),
+        ("deleted", "true: only instances being deleted; false: none of them."),
+        ("attribute_set_empty", "candidate_attributes, active_attributes or rollback_attributes: that set empty."),
+        ("attribute_set_not_empty", "The same: that set not empty."),
+        ("id_or_service_identity", "A substring of the uid, the name or the identity value."))),
+]
 
 
 _NS = {"name": "namespace", "in": "query", "required": False, "schema": {"type": "string"},
@@ -509,15 +581,23 @@ _STATE = {
 OPENAPI_PATHS: dict[str, Any] = {
     _INV: {
         "parameters": [_ENTITY, _NS],
-        "get": {"summary": "List the instances of a service entity.", "responses": {
-            "200": {"description": "Instances.", "content": {_JSON_BODY: {"schema": {
-                "type": "array", "items": {"$ref": "#/components/schemas/ServiceInstance"}}}}},
+        "get": {"summary": "List the instances of a service entity: filtered, sorted, a page at a time "
+                           "(filter.<identity attribute>=<value> too).", "parameters": _LIST_PARAMETERS, "responses": {
+            "200": {"description": "A page of instances.", "content": {_JSON_BODY: {"schema": {
+                "type": "object", "required": ["data", "links", "metadata"], "properties": {
+                    "data": {"type": "array", "items": {"$ref": "#/components/schemas/ServiceInstance"}},
+                    "links": {"type": "object", "properties": {
+                        "self": {"type": "string"}, "next": {"type": "string"}, "prev": {"type": "string"}}},
+                    "metadata": {"type": "object", "properties": {
+                        "total": {"type": "integer"}, "before": {"type": "integer"}, "after": {"type": "integer"},
+                        "page_size": {"type": "integer"}}}}}}}},
+            "400": _error("A parameter it cannot understand (named)."),
             "404": _error("No such service entity."), **_COMMON}},
         "post": {"summary": "Create a service instance (a ServiceInstance object).",
                  "requestBody": {"required": True, "content": {_JSON_BODY: {"schema": {"type": "object", "properties": {
                      "attributes": {"type": "object"}, "service_instance_id": {"type": "string"},
                      "name": {"type": "string"}}}}}},
-                 "responses": {"201": _instance("Created (version 1 once the operator took it in)."),
+                 "responses": {"201": _instance("Created: version 1, in the lifecycle's initial state."),
                                **_WRITE_ERRORS}},
     },
     _INV + "/{id}": {

@@ -29,7 +29,9 @@ def call(operator: OperatorProcess, cert: tuple[Path, Path], namespace: str, met
     try:
         with urllib.request.urlopen(request, context=context, timeout=30) as response:
             text = response.read().decode()
-            return response.status, json.loads(text) if text else None
+            answer = json.loads(text) if text else None
+            assert isinstance(answer, dict) and "data" in answer, answer  # Inmanta's envelope
+            return response.status, answer["data"] if set(answer) == {"data"} else answer
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read().decode() or "null")
 
@@ -44,7 +46,10 @@ def test_app_service_api_walks_the_simple_lifecycle(operator: OperatorProcess, k
                            {"attributes": {"name": "db-1", "who": "one", "region": "eu"}})
     assert status == 201, created
     assert created["name"] == "db-1" and created["service_entity"] == "greeter"
+    assert (created["version"], created["state"]) == (1, "start")  # as Inmanta answers a creation
     in_state(kubectl, namespace, "db-1", "up")
+    status, listed = call(operator, admin, namespace, "GET", INV, query="filter.state=up&limit=5")
+    assert status == 200 and [i["name"] for i in listed["data"]] == ["db-1"] and listed["metadata"]["total"] == 1
     status, up = call(operator, admin, namespace, "GET", f"{INV}/name=db-1")
     assert status == 200 and up["state"] == "up" and up["version"] == 4 and up["id"] == created["id"]
     assert up["active_attributes"]["who"] == "one" and up["service_identity_attribute_value"] == "db-1"

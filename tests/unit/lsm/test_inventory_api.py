@@ -53,12 +53,16 @@ class Client:
         repository = cast(ConfigRepository, None)  # the inventory's routes never touch the configuration store
         self.api = ConfigApi(repository, self.auth, NS, [InventoryApi(kube, self.auth, NS)])
 
-    def call(self, method: str, path: str, body: Any = None, query: str = "", token: str = "good"
-             ) -> tuple[int, Any]:
+    def call(self, method: str, path: str, body: Any = None, query: str = "", token: str = "good",
+             raw: bool = False) -> tuple[int, Any]:
+        """The status and the body; an answer's `data` unwrapped from Inmanta's envelope unless `raw`."""
         headers = {"authorization": f"Bearer {token}"}
         data = b"" if body is None else json.dumps(body).encode()
         response = asyncio.run(self.api(Request(method, path, query, headers, data)))
-        return response.status, json.loads(response.body) if response.body else None
+        answer = json.loads(response.body) if response.body else None
+        if not raw and response.status < 400 and isinstance(answer, dict) and set(answer) == {"data"}:
+            answer = answer["data"]
+        return response.status, answer
 
 
 @pytest.fixture
@@ -95,6 +99,24 @@ def test_a_creation_writes_a_service_instance_named_after_its_identity(client: C
     status, body = client.call("POST", INV, {"attributes": {"name": "Db 2", "who": "x", "region": "eu"},
                                              "service_instance_id": "7d1f4cb0-1f1e-4b7e-9a57-0d3c2c1d2e3f"})
     assert status == 201 and body["name"] == "7d1f4cb0-1f1e-4b7e-9a57-0d3c2c1d2e3f"
+
+
+def test_a_creation_is_answered_as_the_creation_transfer_makes_it_version_1_in_the_initial_state(
+        client: Client) -> None:
+    """Inmanta answers a creation with version 1; the operator has not taken it in yet, so the view says
+    what the creation transfer makes of it, and reads and current_version agree until the operator writes."""
+    attributes = {"name": "db-1", "who": "one", "region": "eu"}
+    status, body = client.call("POST", INV, {"attributes": attributes})
+    assert status == 201
+    assert (body["version"], body["state"], body["model_state"]) == (1, "start", "candidate")
+    assert body["candidate_attributes"] == attributes and body["active_attributes"] is None
+    status, body = client.call("GET", f"{INV}/db-1", query="current_version=1")
+    assert status == 200 and (body["version"], body["state"]) == (1, "start")
+    [listed] = client.call("GET", INV)[1]["data"]
+    assert (listed["version"], listed["state"]) == (1, "start")
+    assert client.call("GET", f"{INV}/db-1", query="current_version=2")[0] == 409
+    stored(client.kube)["status"] = dict(UP)  # the operator took it in: its status is what is shown
+    assert client.call("GET", f"{INV}/db-1")[1]["version"] == UP["version"]
 
 
 def test_a_creation_the_engine_refuses_is_answered_and_nothing_is_written(client: Client) -> None:
@@ -141,7 +163,75 @@ def test_a_list_holds_the_entitys_instances_only(client: Client) -> None:
     instance(client.kube, "db-1")
     instance(client.kube, "db-2", entity="other")
     status, body = client.call("GET", INV)
-    assert status == 200 and [i["name"] for i in body] == ["db-1"]
+    assert status == 200 and [i["name"] for i in body["data"]] == ["db-1"]
+    assert body["metadata"] == {"total": 1, "before": 0, "after": 0, "page_size": 1000}
+    assert body["links"] == {"self": INV}
+
+
+def test_every_answer_but_an_error_is_in_inmantas_data_envelope(client: Client) -> None:
+    instance(client.kube, "db-1")
+    status, body = client.call("GET", f"{INV}/db-1", raw=True)
+    assert status == 200 and set(body) == {"data"} and body["data"]["name"] == "db-1"
+    status, body = client.call("GET", f"{INV}/nope", raw=True)
+    assert status == 404 and "data" not in body and body["message"]
+
+
+def test_a_list_pages_forward_and_back_by_cursor_with_inmantas_links_and_metadata(client: Client) -> None:
+    for i in range(7):
+        created = instance(client.kube, f"db-{i}")
+        created["metadata"]["creationTimestamp"] = f"2025-01-0{i + 1}T00:00:00Z"
+    status, first = client.call("GET", INV, query="limit=3")
+    assert status == 200 and [r["name"] for r in first["data"]] == ["db-6", "db-5", "db-4"]  # newest first
+    assert first["metadata"] == {"total": 7, "before": 0, "after": 4, "page_size": 3} and "prev" not in first["links"]
+    path, _, query = first["links"]["next"].partition("?")
+    assert path == INV
+    newest = instance(client.kube, "db-9")  # created between two pages: on no later page; nothing repeats
+    newest["metadata"]["creationTimestamp"] = "2025-02-01T00:00:00Z"
+    status, second = client.call("GET", INV, query=query)
+    assert [r["name"] for r in second["data"]] == ["db-3", "db-2", "db-1"]
+    assert second["metadata"] == {"total": 8, "before": 4, "after": 1, "page_size": 3}
+    third = client.call("GET", INV, query=second["links"]["next"].partition("?")[2])[1]
+    assert [r["name"] for r in third["data"]] == ["db-0"] and "next" not in third["links"]
+    back = client.call("GET", INV, query=third["links"]["prev"].partition("?")[2])[1]
+    assert [r["name"] for r in back["data"]] == ["db-3", "db-2", "db-1"]
+    by_name = client.call("GET", INV, query="sort=name.asc&limit=2")[1]
+    assert [r["name"] for r in by_name["data"]] == ["db-0", "db-1"]
+    assert "sort=name.asc" in by_name["links"]["next"] and "limit=2" in by_name["links"]["next"]
+
+
+def test_a_list_filters_by_state_identity_sets_and_deletion(client: Client) -> None:
+    instance(client.kube, "db-1")
+    instance(client.kube, "db-2", status={**UP, "state": "creating", "identity": "db-2", "activeAttributes": None})
+    instance(client.kube, "db-3", status={**UP, "identity": "db-3", "deleted": True})
+
+    def names(query: str) -> list[str]:
+        status, body = client.call("GET", INV, query=query)
+        assert status == 200, body
+        return sorted(r["name"] for r in body["data"])
+
+    assert names("") == ["db-1", "db-2"]  # being deleted: left out, as Inmanta does
+    assert names("include_deleted=true") == ["db-1", "db-2", "db-3"]
+    assert names("filter.deleted=true") == ["db-3"]
+    assert names("filter.state=creating") == ["db-2"]
+    assert names("filter.state=creating&filter.state=up") == ["db-1", "db-2"]
+    assert names("filter.name=db-2") == ["db-2"]  # the entity's identity attribute, by its own name
+    assert names("filter.id_or_service_identity=b-1") == ["db-1"]
+    assert names("filter.attribute_set_empty=active_attributes") == ["db-2"]
+    assert names("filter.attribute_set_not_empty=active_attributes") == ["db-1"]
+    uid = client.call("GET", f"{INV}/db-1")[1]["id"]
+    assert names(f"filter.id={uid}") == ["db-1"]
+
+
+@pytest.mark.parametrize(("query", "names"), [
+    ("limit=0", "limit"), ("limit=1001", "limit"), ("limit=x", "limit"), ("sort=color.asc", "sort"),
+    ("sort=created_at", "sort"), ("filter.colour=red", "filter.colour"), ("filter.deleted=maybe", "filter.deleted"),
+    ("filter.attribute_set_empty=secrets", "filter.attribute_set_empty"), ("start_after=garbage", "start_after"),
+    ("start_after=" + "A" * 3000, "start_after"), ("limit=1&limit=2", "limit"),
+])
+def test_a_list_query_it_cannot_understand_is_400_naming_the_parameter(client: Client, query: str, names: str
+                                                                      ) -> None:
+    status, body = client.call("GET", INV, query=query)
+    assert status == 400 and f"query parameter {names}" in body["message"], body
 
 
 def test_a_stale_current_version_on_a_read_is_409_with_inmantas_message(client: Client) -> None:
