@@ -39,6 +39,7 @@ import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -93,8 +94,12 @@ log = logging.getLogger(__name__)
 INSTANCE_LABEL = "stead.dev/service-instance"
 """On the App of an instance: the instance's name."""
 POLL_SECONDS = 2.0
-"""How often an instance waiting for its App looks at it. Its App becoming Ready, or going, checks it at
-once (`depends_on`); a failure changes no readiness, and an update action's end none either."""
+POLL_MAX_SECONDS = 15.0
+"""An instance waiting for its App looks at it every POLL_SECONDS at first, then less often, up to
+POLL_MAX_SECONDS (a quarter of how long it has waited): its App coming to rest (Ready or Stalled) or
+going checks it at once (`depends_on`), so the poll is for what changes no App condition, the end of
+an update action (an ActionRun the instance started), and it must not cost the API server a GET per
+instance every 2 s while 200 Apps run."""
 REALIZE_LIMIT = 8
 """The most resource outcomes one reconcile takes (each may lead to a state that deploys differently)."""
 UPDATE_ACTION = "update"
@@ -106,7 +111,18 @@ class Waiting:
 
     reason: str
     message: str
-    delay: float = POLL_SECONDS
+
+
+def poll_delay(status: Mapping[str, Any], now: datetime) -> float:
+    """When to look at the App again: a quarter of the time the instance has waited so far (since its
+    Reconciling condition turned True), within POLL_SECONDS..POLL_MAX_SECONDS."""
+    since = next((c.get("lastTransitionTime") for c in status.get("conditions") or []
+                  if c.get("type") == cond.RECONCILING and c.get("status") == "True"), None)
+    try:
+        waited = (now - datetime.fromisoformat(str(since))).total_seconds() if since else 0.0
+    except ValueError:
+        waited = 0.0
+    return min(max(POLL_SECONDS, waited / 4), POLL_MAX_SECONDS)
 
 
 # --- reading the object ---------------------------------------------------------------------------
@@ -478,7 +494,8 @@ async def realize_step(ctx: StepContext) -> Mapping[str, Any]:
         raise TemporaryError("Terminated", f'state "{status.state}" is a deleted state: the instance goes',
                              delay=1.0, facts=facts, waiting=True)
     if waiting is not None:
-        raise TemporaryError(waiting.reason, waiting.message, delay=waiting.delay, facts=facts, waiting=True)
+        raise TemporaryError(waiting.reason, waiting.message, delay=poll_delay(obj.status, datetime.now(UTC)),
+                             facts=facts, waiting=True)
     problem = settled_problem(world, status, obj.generation)
     if problem is not None:
         problem.facts.update(facts)
@@ -564,7 +581,8 @@ async def release(ctx: StepContext) -> Mapping[str, Any]:
                 await kube.patch_status(SERVICE_INSTANCE.plural, obj.namespace, obj.name, patch)
         return {}
     if waiting is not None:
-        raise TemporaryError(waiting.reason, waiting.message, delay=waiting.delay, facts=facts, waiting=True)
+        raise TemporaryError(waiting.reason, waiting.message, delay=poll_delay(obj.status, datetime.now(UTC)),
+                             facts=facts, waiting=True)
     raise PermanentError("NotDeleted", f'after its delete the instance is in state "{status.state}", not a deleted '
                          f"one ({_ways(world, status)})", facts=facts)
 

@@ -134,7 +134,7 @@ class Kind:
     mutation: Mutation | None = None
     depends_on: Mapping[str, Refers] = field(default_factory=dict)
     """Other kinds (same namespace, or cluster-scoped) whose objects this kind's objects refer to, each with a test
-    `refers(spec, other_name)`: when such an object becomes Ready at a new generation, stops being
+    `refers(spec, other_name)`: when such an object becomes Ready or Stalled at a new generation, stops being
     Ready or is deleted, the objects referring to it are checked again (a ConfigValues when its
     Environment changes), though their own generation did not change; then so are the objects referring to
     those (an instance of an entity whose Lifecycle changed)."""

@@ -79,6 +79,28 @@ def _as_int(version: str) -> int | None:
         return None
 
 
+_CONDITION_FIELDS = frozenset({"conditions", "phase", "observedGeneration"})
+
+
+def _only_conditions(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """Whether the status write from `before` to `after` changes nothing but how the object is doing."""
+    patch = engine.status_patch(before, after)
+    return patch is None or set(patch) <= _CONDITION_FIELDS
+
+
+def _summary(patch: Mapping[str, Any]) -> str:
+    """The fields a status patch changes, with conditions by type and status (never values: a status
+    may hold what the user should not find in a log)."""
+    parts = []
+    for name, value in sorted(patch.items()):
+        if name == "conditions" and isinstance(value, list):
+            parts.append("conditions[" + ", ".join(f"{c.get('type')}={c.get('status')}/{c.get('reason')}"
+                                                   for c in value if isinstance(c, Mapping)) + "]")
+        else:
+            parts.append(name)
+    return ", ".join(parts) or "nothing"
+
+
 def _older(version: str, written: int | None) -> bool:
     """Whether a body predates our last write. resourceVersions are opaque to clients in general;
     etcd-backed servers issue increasing integers, and anything else is never called older."""
@@ -86,11 +108,17 @@ def _older(version: str, written: int | None) -> bool:
     return written is not None and current is not None and current < written
 
 
-def _ready_generation(obj: Observed) -> int | None:
-    """The generation at which an object is Ready, or None when it is not."""
-    if not cond.is_true(obj.status.get("conditions") or [], cond.READY):
-        return None
-    return int(obj.status.get("observedGeneration") or 0)
+Settled = tuple[str, int] | None
+
+
+def _settled(obj: Observed) -> Settled:
+    """Where an object came to rest: (Ready or Stalled, the generation), or None while it is on its way
+    (what its dependents wait for: an App that reached its goal, or failed and waits for its user)."""
+    conditions = obj.status.get("conditions") or []
+    for verdict in (cond.READY, cond.STALLED):
+        if cond.is_true(conditions, verdict):
+            return verdict, int(obj.status.get("observedGeneration") or 0)
+    return None
 
 
 def _caused(error: TemporaryError, cause: BaseException) -> TemporaryError:
@@ -137,7 +165,7 @@ class Reconciler:
         self._seen: dict[str, Observed] = {}  # owned objects, as last observed (for rechecks)
         self._written: dict[str, int] = {}  # the resourceVersion of our last write to each object
         self._newest: dict[str, Observed] = {}  # the freshest body for a reconcile waiting on the lock
-        self._ready_at: dict[str, int | None] = {}  # every object's Ready generation (for dependents)
+        self._settled: dict[str, Settled] = {}  # where every object came to rest (for dependents)
         self.on_ready_change: Callable[[str, str, str], Awaitable[None]] | None = None
         self._attempts: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -175,20 +203,26 @@ class Reconciler:
         await self.reconcile(key, obj)
 
     async def _track_readiness(self, event_type: str | None, key: str, obj: Observed) -> None:
-        """Tell dependents when an object becomes Ready at a new generation, stops being Ready, or goes.
+        """Tell dependents when an object comes to rest in a new way (Ready or Stalled at a new
+        generation), stops being Ready, or goes (whatever it was doing).
 
         Every replica tracks every object (dependents may be owned by another replica than their
         dependency). Kopf's initial listing (`None`) only records: a restart must not re-check
-        everything that refers to something.
+        everything that refers to something. Leaving Stalled (a retry) or going between two states
+        of unrest tells nobody: nothing has come of it yet.
         """
-        ready = _ready_generation(obj) if event_type != "DELETED" else None
-        before = self._ready_at.get(key, _UNSEEN)
+        settled = _settled(obj) if event_type != "DELETED" else None
+        before = self._settled.get(key, _UNSEEN)
         if event_type == "DELETED":
-            self._ready_at.pop(key, None)
+            self._settled.pop(key, None)
         else:
-            self._ready_at[key] = ready
-        if event_type is None or before == ready or self.on_ready_change is None:
+            self._settled[key] = settled
+        if event_type is None or self.on_ready_change is None:
             return
+        if event_type != "DELETED":
+            was_ready = isinstance(before, tuple) and before[0] == cond.READY
+            if before == settled or (settled is None and not was_ready):
+                return
         await self.on_ready_change(self.kind.kind, obj.namespace, obj.name)
 
     async def recheck_referrers(self, kind: str, namespace: str, name: str) -> None:
@@ -278,6 +312,13 @@ class Reconciler:
             self._store.put(key, StoredRecord(obj.uid, obj.generation, dict(obj.spec), status))
         else:  # no longer Provisioned (a recheck failed): a restart must not restore a stale Ready
             self._store.delete(key, uid=obj.uid)
+        if isinstance(outcome.error, TemporaryError) and is_outage(outcome.error) \
+                and _only_conditions(current.status, status):
+            # The API server is unreachable or overloaded: nothing about the object changed, and saying
+            # so in its conditions would cost two writes (there and back) at the worst moment.
+            self._count("stead_outage_writes_saved_total")
+            self._retry(key, current, outcome.error)
+            return
         changed = await self._write(current, status)
         current = replace(current, status=status)
         error = outcome.error
@@ -333,6 +374,8 @@ class Reconciler:
         patch = engine.status_patch(obj.status, status)
         if patch is None:
             return False
+        if log.isEnabledFor(logging.DEBUG):  # what each write changes: the first question of a PATCH count
+            log.debug("%s %s/%s: status write of %s", self.kind.kind, obj.namespace, obj.name, _summary(patch))
         try:
             answer = await self._writer.patch_status(self.kind.plural, obj.namespace, obj.name, patch)
         except Exception as error:

@@ -50,6 +50,8 @@ COUNTERS: dict[str, str] = {
     "they are (a lost store, a restart on another volume).",
     "stead_outage_waits_total": "Objects set to wait for the API server to answer again (not retried on a "
     "timer meanwhile).",
+    "stead_outage_writes_saved_total": "Status writes not sent because a reconcile ended in an outage of the API "
+    "server and would only have changed the conditions.",
     "stead_retries_dropped_total": "Retries not scheduled because their object was deleted meanwhile.",
     "stead_events_posted_total": "Kubernetes Events posted.",
     "stead_events_dropped_total": "Kubernetes Events dropped because the queue to post them was full.",

@@ -260,3 +260,20 @@ def test_only_the_create_and_update_actions_are_the_deployment(world: World) -> 
     obj, outcome = run(world, obj)
     assert obj.status["state"] == "update_failed" and isinstance(outcome.error, PermanentError)
     assert "its create action failed: exited with code 2" in outcome.error.message
+
+
+def test_an_instance_looks_at_its_app_less_often_the_longer_it_waits() -> None:
+    from datetime import UTC, datetime
+
+    from operators.lsm.instance import POLL_MAX_SECONDS, POLL_SECONDS, poll_delay
+
+    now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+    def waiting_since(stamp: str) -> dict[str, object]:
+        return {"conditions": [{"type": "Reconciling", "status": "True", "lastTransitionTime": stamp}]}
+
+    assert poll_delay({}, now) == POLL_SECONDS
+    assert poll_delay(waiting_since("2026-01-01T12:00:00Z"), now) == POLL_SECONDS
+    assert poll_delay(waiting_since("2026-01-01T11:59:20Z"), now) == 10.0  # waited 40 s: a quarter of it
+    assert poll_delay(waiting_since("2026-01-01T11:00:00Z"), now) == POLL_MAX_SECONDS
+    assert poll_delay(waiting_since("garbage"), now) == POLL_SECONDS

@@ -289,9 +289,17 @@ def test_objects_are_checked_again_when_what_they_refer_to_changes(tmp_path: Pat
         assert runs == ["a", "b"]
         await envs.on_event("MODIFIED", body("e1", generation=2, status={**ready, "observedGeneration": 2}))
         assert runs == ["a", "b", "a"]  # only what refers to e1
+        busy = {"observedGeneration": 2, "conditions": [{"type": "Reconciling", "status": "True"}]}
+        await envs.on_event("MODIFIED", body("e1", generation=3, status=busy))  # stops being Ready
+        assert runs == ["a", "b", "a", "a"]
+        stalled = {"observedGeneration": 3, "conditions": [{"type": "Stalled", "status": "True"}]}
+        await envs.on_event("MODIFIED", body("e1", generation=3, status=stalled))  # came to rest, failed
+        assert runs == ["a", "b", "a", "a", "a"]
+        await envs.on_event("MODIFIED", body("e1", generation=3, status=busy))  # retrying: nothing new yet
+        assert runs == ["a", "b", "a", "a", "a"]
         env_ok["value"] = False
         await envs.on_event("DELETED", body("e1"))
-        assert runs == ["a", "b", "a", "a"]
+        assert runs == ["a", "b", "a", "a", "a", "a"]
 
     asyncio.run(scenario())
     assert store.get(object_key("ConfigValues", "ns", "a")) is None  # a failed recheck drops the stale record
@@ -488,3 +496,26 @@ def test_a_lost_store_is_rebuilt_from_status_with_no_write_and_no_event(tmp_path
     record = store2.get(object_key("Environment", "ns", "e1"))
     assert record is not None and record.status == written and record.generation == 1
     assert lost._metrics.value("stead_store_adopted_total", kind="Environment") == 1
+
+
+def test_an_outage_that_changes_nothing_but_the_conditions_writes_nothing(tmp_path: Path) -> None:
+    """An API server too slow to answer a step's GET: the object's conditions would flip to InternalError and
+    back (two writes at the worst moment); facts the run found before it are still written."""
+    from operators.runtime.kube.client import ApiUnreachable
+
+    found: dict[str, Any] = {"facts": {}}
+
+    async def slow_api(ctx: StepContext) -> Mapping[str, Any]:
+        if found["facts"]:
+            raise TemporaryError("Waiting", "for the API", facts=found["facts"]) from ApiUnreachable("timed out")
+        raise ApiUnreachable("GET /apis/x: no answer from the API server within 30s")
+
+    kind = dataclasses.replace(KIND, pipeline=Pipeline(phases=("Init", "Provisioned"), steps={"Init": slow_api}))
+    rec, writer, _, _ = make(tmp_path, kind=kind, backoff=Backoff(base=60, cap=60))
+    ready = {"observedGeneration": 1, "phase": "Provisioned",
+             "conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned"}]}
+    asyncio.run(rec.on_event("MODIFIED", body(generation=2, status=ready)))
+    assert writer.patches == []
+    found["facts"] = {"nodeCount": 3}  # something the run learnt: that is written, with the conditions
+    asyncio.run(rec.on_event("MODIFIED", body(generation=3, status=ready)))
+    assert len(writer.patches) == 1 and writer.patches[0][1]["nodeCount"] == 3
