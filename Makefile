@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 IMAGE  ?= localhost/stead:dev
 
-.PHONY: venv run test unit e2e lint typecheck crds controlplane image image-tools bench clean
+.PHONY: venv run test unit e2e lint typecheck crds controlplane image image-tools ssh-tools bench clean
 
 venv: $(STAMP)
 
@@ -35,7 +35,7 @@ typecheck: venv
 crds: venv ## regenerate crds/ from the models
 	$(BIN)/stead crds
 
-unit: venv
+unit: venv ssh-tools
 	$(BIN)/pytest -q tests/unit
 
 image-tools: ## buildah and mmdebstrap, installed with apt-get when missing (as root; tests/e2e/test_image.py needs them)
@@ -44,10 +44,23 @@ image-tools: ## buildah and mmdebstrap, installed with apt-get when missing (as 
 image: ## build $(IMAGE) from the Dockerfile with buildah, on a local Debian base (STEAD_BASE_IMAGE=... to choose one)
 	sh scripts/build-image.sh build $(IMAGE)
 
-e2e: venv controlplane image-tools
+# OpenSSH's server binary only: the tests start their own sshd processes (tests/sshd.py), on
+# loopback addresses and free ports with generated keys, never the system service. Without a
+# running init (a container) Debian's invoke-rc.d does not start the service; on a systemd host
+# apt-get starts it as any openssh-server install does.
+ssh-tools: ## sshd and rsync, installed with apt-get when missing (as root; the ssh step tests need them)
+	@if [ -x /usr/sbin/sshd ] && command -v rsync >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+		echo "ssh-tools: sshd or rsync missing: as root, this installs them (the ssh tests are skipped meanwhile)" >&2; \
+		exit 0; fi; \
+	echo "ssh-tools: installing openssh-server and rsync (apt-get)" >&2; \
+	apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server rsync >/dev/null
+
+e2e: venv controlplane image-tools ssh-tools
 	$(BIN)/pytest -q tests/e2e
 
-test: venv controlplane image-tools lint typecheck
+test: venv controlplane image-tools ssh-tools lint typecheck
 	$(BIN)/stead crds --check
 	$(BIN)/pytest -q tests
 

@@ -3,6 +3,8 @@
     python -m pipelines run --workflow FILE --run-id UID --state DIR [--scheduler-url URL]
                             [--abort-file PATH] [--hooks MODULE:ATTR] [--secret-key-stdin]
                             [--exec-backend local|job --kube-api MODULE:FACTORY --job-namespace NS ...]
+                            [--http-allow CIDR] [--ssh-allow CIDR] [--ssh-files-root DIR]
+                            [--ssh-reboot-command CMD]
     python -m pipelines status --state DIR --run-id UID [--json | --progress | --output STEP[@TARGET]]
     python -m pipelines abort  --state DIR --run-id UID
 
@@ -31,7 +33,15 @@ import yaml
 from pydantic import ValidationError
 
 from pipelines.control import read_output, read_progress, read_status, request_abort
-from pipelines.executors import KubernetesJob, LocalProcess, ScriptBackend, ScriptUser, default_executors
+from pipelines.executors import (
+    KubernetesJob,
+    LocalProcess,
+    ScriptBackend,
+    ScriptUser,
+    SshSettings,
+    default_executors,
+)
+from pipelines.executors.egress import EgressPolicy
 from pipelines.hooks import Hooks, SealedSecrets, load_hooks
 from pipelines.kubeapi import KubeApi, load_kube_api
 from pipelines.model import Instance, Workflow
@@ -84,6 +94,16 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--job-image", default="python:3.11-slim")
     run.add_argument("--http-allow", action="append", default=[], metavar="CIDR",
                      help="a network http steps may reach although it is this host's own (repeatable)")
+    run.add_argument("--ssh-allow", action="append", default=[], metavar="CIDR",
+                     help="a network ssh steps may reach although it is loopback, link-local or this host's own "
+                     "(repeatable; tests: 127.0.0.0/8)")
+    run.add_argument("--ssh-files-root", type=Path, metavar="DIR",
+                     help="the only directory whose files ssh.copy_files and ssh.sync may send to nodes "
+                     "(default: none, and those steps fail)")
+    run.add_argument("--ssh-reboot-command", default=SshSettings.reboot_command, metavar="CMD",
+                     help="what ssh.reboot runs on the node (default: %(default)s)")
+    run.add_argument("--ssh-connect-timeout", type=float, default=SshSettings.connect_timeout, metavar="SECONDS",
+                     help="bound of an ssh step's TCP connect, handshake and authentication (default: %(default)s)")
     run.add_argument("--events", choices=("stdout", "none"), default="stdout")
     run.add_argument("--durable", action="store_true", help="fsync every commit of the run store")
     run.add_argument("--log-level", default="WARNING")
@@ -118,6 +138,16 @@ def _command_run(args: argparse.Namespace) -> int:
         key = base64.b64decode(sys.stdin.readline().strip())
         hooks = Hooks(render=hooks.render, mask=hooks.mask, secret=SealedSecrets(key, fallback=hooks.secret))
     kube: KubeApi | None = load_kube_api(args.kube_api) if args.kube_api else None
+    try:
+        EgressPolicy([*args.ssh_allow, *args.http_allow])
+    except ValueError as exc:
+        print(f"--ssh-allow/--http-allow: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.ssh_files_root is not None and not args.ssh_files_root.is_dir():
+        print(f"--ssh-files-root {args.ssh_files_root}: not a directory", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    ssh = SshSettings(allow=tuple(args.ssh_allow), files_root=args.ssh_files_root,
+                      reboot_command=args.ssh_reboot_command, connect_timeout=args.ssh_connect_timeout)
     local = LocalProcess()
     if args.script_user:
         try:
@@ -135,8 +165,9 @@ def _command_run(args: argparse.Namespace) -> int:
             print("--exec-backend job needs --kube-api and --job-namespace", file=sys.stderr)
             return EXIT_BAD_INPUT
         backend = KubernetesJob(kube, args.job_namespace, args.job_service_account, args.job_image)
+    executors = default_executors(backend, kube, args.http_allow, ssh=ssh)
     runner = Runner(
-        workflow, args.run_id, args.state, hooks=hooks, executors=default_executors(backend, kube, args.http_allow),
+        workflow, args.run_id, args.state, hooks=hooks, executors=executors,
         scheduler_url=args.scheduler_url, abort_file=args.abort_file, durable=args.durable,
         events=JsonLines(sys.stdout) if args.events == "stdout" else None,
     )

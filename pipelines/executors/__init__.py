@@ -1,7 +1,7 @@
 """Step types behind one interface (`Executor`), and the registry a run uses.
 
-`default_executors` gives the built-in types; a caller adds or replaces types by passing its own
-mapping to the runner (``ssh``, a cloud API...). The `exec` and `setvar` types share a
+`default_executors` gives the built-in types, the ssh ones included (`ssh`); a caller adds or
+replaces types by passing its own mapping to the runner (a cloud API...). The `exec` and `setvar` types share a
 `ScriptBackend`: local processes by default, Kubernetes Jobs when the caller says so.
 """
 
@@ -29,20 +29,23 @@ from pipelines.executors.script import (
     ScriptUser,
     SetVarExecutor,
 )
+from pipelines.executors.ssh import SshSettings, ssh_executors
 from pipelines.kubeapi import KubeApi
 
 __all__ = [
-    "Executor", "KubernetesJob", "LocalProcess", "ParameterError", "ScriptBackend", "ScriptUser", "StepAborted",
-    "StepContext", "StepFailed", "StepResult", "default_executors",
+    "Executor", "KubernetesJob", "LocalProcess", "ParameterError", "ScriptBackend", "ScriptUser", "SshSettings",
+    "StepAborted", "StepContext", "StepFailed", "StepResult", "default_executors",
 ]
 
 
 def default_executors(
     script_backend: ScriptBackend | None = None, kube_api: KubeApi | None = None,
-    http_allow: Sequence[str] = (),
+    http_allow: Sequence[str] = (), *, ssh: SshSettings | None = None,
 ) -> dict[str, Executor]:
     """The built-in step types. Without a `kube_api`, `kubernetes` steps fail with a clear message.
-    `http_allow`: networks `http` steps may reach although they are this host's own (see `egress`)."""
+    `http_allow`: networks `http` steps may reach although they are this host's own (see `egress`).
+    `ssh`: the ssh step types' settings (networks they may reach although loopback or this host's,
+    the files root of copy_files and sync...); by default none of those and no files root."""
     backend = script_backend or LocalProcess()
     registry: Mapping[str, Executor] = {
         "exec": ScriptExecutor(backend),
@@ -51,5 +54,6 @@ def default_executors(
         "delay": DelayExecutor(),
         "noop": NoopExecutor(),
         "kubernetes": KubernetesExecutor(kube_api),
+        **ssh_executors(ssh or SshSettings()),
     }
     return dict(registry)

@@ -1,0 +1,1 @@
+"""Deployment graphs (seed 004): Fuel-style task graphs attached to releases, plugins and environments."""
