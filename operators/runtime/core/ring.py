@@ -5,14 +5,25 @@ so that everything of one project is local to one process and its store. Members
 interface: a static set today (one replica owns everything), Leases in a later issue. Adding
 or removing one replica moves only about 1/N of the projects, which is why a ring and not
 `hash % N`.
+
+Why virtual nodes: with one point per replica the arcs are very unequal; with `vnodes` points each
+the busiest replica's share approaches the statistical floor (`bench/scale_out.py`: 256 points give
+max/mean 1.11 for 3 replicas over 10,000 projects, 1.29 for 100 replicas, where the Poisson noise of
+100 projects per replica alone is ~1.25). Why xxh3_64 and not Python's `hash()`: every replica must
+compute the same ring, across processes, restarts and versions; `hash()` of a string is salted per
+process. The ring is advice only: with several replicas, actual ownership is a claim written with
+compare-and-swap (`operators.runtime.shard`).
 """
 
 from __future__ import annotations
 
 import bisect
-import hashlib
+from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+import xxhash
 
 PROJECT_LABEL = "stead.dev/project"
 
@@ -24,26 +35,78 @@ def project_of(body: Mapping[str, Any]) -> str:
     return str(labels.get(PROJECT_LABEL) or meta.get("namespace") or "")
 
 
-def _point(value: str) -> int:
-    return int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "big")
+DEFAULT_VNODES = 256
 
 
-class HashRing:
-    """Consistent hashing with `vnodes` points per member."""
+def point(value: str) -> int:
+    """A stable 64-bit position on the ring (xxh3_64, seed 0, of the UTF-8 bytes)."""
+    return xxhash.xxh3_64_intdigest(value.encode())
 
-    def __init__(self, members: Iterable[str], vnodes: int = 128) -> None:
+
+class Ring:
+    """Immutable: membership changes build a new ring (cheap: 100 members x 256 points in ~30 ms)."""
+
+    __slots__ = ("_hashes", "_owners", "members", "vnodes")
+
+    def __init__(self, members: Iterable[str], vnodes: int = DEFAULT_VNODES) -> None:
+        if vnodes < 1:
+            raise ValueError("a ring needs at least one virtual node per member")
         self.members = frozenset(members)
         self.vnodes = vnodes
-        points = sorted((_point(f"{m}#{i}"), m) for m in self.members for i in range(vnodes))
+        # ties between two members' points (2^-64 each) are broken by the member id: still deterministic
+        points = sorted((point(f"{member}#{i}"), member) for member in self.members for i in range(vnodes))
         self._hashes = [h for h, _ in points]
         self._owners = [m for _, m in points]
 
-    def owner(self, key: str) -> str | None:
-        """The member owning `key`, or None for an empty ring."""
+    def owner(self, project: str) -> str | None:
+        """The member whose next point clockwise follows the project's hash; None for an empty ring."""
         if not self._hashes:
             return None
-        index = bisect.bisect(self._hashes, _point(key)) % len(self._hashes)
-        return self._owners[index]
+        index = bisect.bisect_right(self._hashes, point(project))
+        return self._owners[index if index < len(self._owners) else 0]
+
+    def owners(self, projects: Iterable[str]) -> dict[str, str | None]:
+        return {project: self.owner(project) for project in projects}
+
+    def balance(self, projects: Iterable[str]) -> Balance:
+        """How evenly `projects` spread over the members (members owning none count as 0)."""
+        counts = Counter({member: 0 for member in self.members})
+        counts.update(owner for owner in map(self.owner, projects) if owner is not None)
+        return Balance(dict(counts))
+
+    def __repr__(self) -> str:
+        return f"Ring({sorted(self.members)!r}, vnodes={self.vnodes})"
+
+
+@dataclass(frozen=True)
+class Balance:
+    """Projects per member, and the figures the issue asks for."""
+
+    counts: dict[str, int]
+
+    @property
+    def mean(self) -> float:
+        return sum(self.counts.values()) / len(self.counts) if self.counts else 0.0
+
+    @property
+    def max_over_mean(self) -> float:
+        """The busiest member's load relative to a perfect split (1.0 is perfect)."""
+        mean = self.mean
+        return max(self.counts.values()) / mean if mean else 1.0
+
+    @property
+    def effective_replicas(self) -> float:
+        """N / (max/mean): how many replicas' worth of parallelism the split allows, since the
+        busiest replica finishes last (N is perfect)."""
+        return len(self.counts) / self.max_over_mean if self.counts else 0.0
+
+
+def moved_fraction(before: Ring, after: Ring, projects: Iterable[str]) -> float:
+    """The fraction of `projects` whose owner differs between two rings (each move is a hand-over)."""
+    keys = list(projects)
+    if not keys:
+        return 0.0
+    return sum(1 for p in keys if before.owner(p) != after.owner(p)) / len(keys)
 
 
 class Membership(Protocol):
@@ -65,18 +128,18 @@ class StaticMembership:
 class Ownership:
     """Answers "is this project mine?" for one replica; every handler asks before touching an object."""
 
-    def __init__(self, replica: str, membership: Membership, vnodes: int = 128) -> None:
+    def __init__(self, replica: str, membership: Membership, vnodes: int = DEFAULT_VNODES) -> None:
         self.replica = replica
         self._membership = membership
         self._vnodes = vnodes
-        self._ring = HashRing(membership.members(), vnodes)
+        self._ring = Ring(membership.members(), vnodes)
 
     def refresh(self) -> bool:
         """Rebuild the ring if membership changed; True when it did (the caller re-lists and adopts)."""
         members = self._membership.members()
         if members == self._ring.members:
             return False
-        self._ring = HashRing(members, self._vnodes)
+        self._ring = Ring(members, self._vnodes)
         return True
 
     def owns(self, project: str) -> bool:

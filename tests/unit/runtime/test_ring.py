@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from operators.runtime.core.ring import HashRing, Ownership, StaticMembership, project_of
+from operators.runtime.core.ring import Ownership, Ring, StaticMembership, project_of
 
 PROJECTS = [f"project-{i}" for i in range(3000)]
 
@@ -15,19 +15,19 @@ def test_one_replica_owns_everything() -> None:
 
 
 def test_empty_ring_owns_nothing() -> None:
-    assert HashRing([]).owner("p") is None
+    assert Ring([]).owner("p") is None
 
 
 def test_projects_spread_evenly_over_replicas() -> None:
-    ring = HashRing([f"stead-{i}" for i in range(4)])
+    ring = Ring([f"stead-{i}" for i in range(4)])
     counts = Counter(ring.owner(p) for p in PROJECTS)
     assert set(counts) == {f"stead-{i}" for i in range(4)}
     assert max(counts.values()) < 1.35 * len(PROJECTS) / 4
 
 
 def test_adding_a_replica_moves_only_its_share() -> None:
-    before = HashRing(["a", "b", "c"])
-    after = HashRing(["a", "b", "c", "d"])
+    before = Ring(["a", "b", "c"])
+    after = Ring(["a", "b", "c", "d"])
     moved = [p for p in PROJECTS if before.owner(p) != after.owner(p)]
     assert all(after.owner(p) == "d" for p in moved)  # nothing moves between old members
     assert 0.15 < len(moved) / len(PROJECTS) < 0.35

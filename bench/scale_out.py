@@ -1,0 +1,239 @@
+"""Scale-out: how Stead's replicas split projects (issue 17). For now, the ring's simulation only.
+
+The issue asks for two things here. The second, the live measurement, needs the ring wired into
+the reconciler (see the TODO at the end of this file). The first is a simulation of the ring
+(`operators.runtime.shard.Ring`: xxh3_64, `--vnodes` virtual nodes per replica) at sizes these
+machines cannot run:
+
+- **balance**: projects per replica, as max/mean (1.0 is a perfect split) and N / (max/mean),
+  the replicas' worth of parallelism the split allows (the busiest replica finishes last);
+- **moved fraction** on scale-up (100 -> 101 and 3 -> 4 replicas) and scale-down (100 -> 99),
+  against the ideal 1/N' (each move is a hand-over: drain, release, acquire, re-list), and the
+  check that nothing moves between replicas that stay (a consistent ring's promise);
+- the same balance for 1, 2 and 3 replicas over 100 projects (the e2e tests' scale: with few
+  projects per replica the noise of small numbers dominates, whatever the ring);
+- what a replica receives from one label-selected watch per kind, with the assignment label
+  `stead.dev/shard-bucket` = xxh3(project) mod B: placing projects on the ring by name spreads
+  each replica's projects over most buckets (it receives nearly everything), placing them by
+  bucket gives ~1/N at the price of coarser balance; and how long the selector gets;
+- the ring's cost: build time, and lookups per second (bisect over N x vnodes points);
+- the API write cost of membership and claims (from `claims.py`'s design: only the membership
+  Lease is renewed; claims are written on hand-over only), against renewing one Lease per project.
+
+Targets checked (exit status 1 when one is missed): moved fraction within 1.2x of the ideal, and
+nothing moved between staying replicas.
+
+    .venv/bin/python bench/scale_out.py [--projects 10000] [--replicas 100] [--vnodes 256]
+                                        [--compare-vnodes 64,128,256,512] [--lease 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+from operators.runtime.shard import (
+    BUCKET_LABEL,
+    DEFAULT_DURATION,
+    DEFAULT_VNODES,
+    Ring,
+    bucket_of,
+    bucket_selector,
+    by_bucket,
+    moved_fraction,
+)
+
+MOVE_TOLERANCE = 1.2
+
+
+def replicas(n: int) -> list[str]:
+    return [f"stead-{i}" for i in range(n)]  # a StatefulSet's pod names
+
+
+def projects(n: int) -> list[str]:
+    return [f"project-{i}" for i in range(n)]
+
+
+def balance_line(label: str, ring: Ring, keys: Sequence[str]) -> str:
+    balance = ring.balance(keys)
+    counts = sorted(balance.counts.values())
+    n = len(counts)
+    return (f"{label:<34} {n:>5} {len(keys):>8} {counts[0]:>6} {balance.mean:>8.1f} {counts[-1]:>6} "
+            f"{balance.max_over_mean:>8.3f} {balance.effective_replicas:>9.2f}")
+
+
+def move(label: str, before: Ring, after: Ring, keys: Sequence[str]) -> tuple[str, bool]:
+    """The moved fraction against the ideal, and whether only the joining/leaving replica's
+    projects moved."""
+    fraction = moved_fraction(before, after, keys)
+    joined, left = after.members - before.members, before.members - after.members
+    changed = after.members ^ before.members
+    consistent = all(before.owner(k) == after.owner(k) or {before.owner(k), after.owner(k)} & changed for k in keys)
+    ideal = 1 / max(len(after.members), len(before.members))
+    ratio = fraction / ideal
+    ok = consistent and 1 / MOVE_TOLERANCE <= ratio <= MOVE_TOLERANCE
+    what = f"+{','.join(sorted(joined))}" if joined else f"-{','.join(sorted(left))}"
+    line = (f"{label:<22} {what:<12} {fraction:>8.4f} {ideal:>8.4f} {ratio:>7.3f}  "
+            f"{'yes' if consistent else 'NO':<10} {'ok' if ok else 'MISSED'}")
+    return line, ok
+
+
+def selectivity(keys: Sequence[str], n: int, buckets: int, vnodes: int) -> str:
+    """What one label selector per replica receives, placed by name and placed by bucket."""
+    ring, grown, key = Ring(replicas(n), vnodes), Ring(replicas(n + 1), vnodes), by_bucket(buckets)
+    per_bucket = Counter(bucket_of(k, buckets) for k in keys)
+    watched: dict[str | None, set[int]] = {}
+    for k in keys:
+        watched.setdefault(ring.owner(k), set()).add(bucket_of(k, buckets))
+    by_name = max(sum(per_bucket[b] for b in bs) for bs in watched.values()) / len(keys)
+    placed = Counter(ring.owner(key(k)) for k in keys)
+    mean = len(keys) / n
+    by_bucket_share = max(placed.values()) / len(keys)
+    moved = sum(1 for k in keys if ring.owner(key(k)) != grown.owner(key(k))) / len(keys) * (n + 1)
+    own_buckets: dict[str | None, set[int]] = {}
+    for b in range(buckets):
+        own_buckets.setdefault(ring.owner(f"bucket-{b}"), set()).add(b)
+    longest = max(len(bucket_selector(bs)) for bs in own_buckets.values())
+    return (f"{buckets:>5} {n:>4} {by_name:>8.3f} {by_bucket_share:>10.3f} {1 / n:>6.3f}  "
+            f"{max(placed.values()) / mean:>19.3f} {n / (max(placed.values()) / mean):>8.2f} {moved:>11.3f} "
+            f"{longest:>14,}")
+
+
+def cost(keys: Sequence[str], members: int, vnodes: int) -> str:
+    started = time.perf_counter()
+    ring = Ring(replicas(members), vnodes)
+    built = time.perf_counter() - started
+    started = time.perf_counter()
+    for key in keys:
+        ring.owner(key)
+    per_lookup = (time.perf_counter() - started) / len(keys)
+    return (f"ring of {members} replicas x {vnodes} points: built in {built * 1e3:.1f} ms, "
+            f"{per_lookup * 1e6:.2f} us per lookup ({1 / per_lookup:,.0f} lookups/s)")
+
+
+def write_costs(n_projects: int, lease: int) -> list[str]:
+    per_minute = 60 / (lease / 3)
+    lines = [f"membership renewals (every lease/3 = {lease / 3:g} s): {per_minute:g} writes/min per replica"]
+    for r in (1, 3, 100):
+        plural = "s" if r > 1 else " "
+        lines.append(f"  {r:>3} replica{plural}: {r * per_minute:>8,.0f} writes/min, whatever the number of projects")
+    lines.append(f"claims, renewed with membership only (Stead): 0 writes/min in steady state; "
+                 f"scale 2 -> 3 over {n_projects:,} projects: ~{2 * n_projects / 3:,.0f} writes once "
+                 f"(release + acquire per moved project, ideal share 1/3)")
+    lines.append(f"claims renewed one Lease per project (rejected): {n_projects * per_minute:,.0f} writes/min "
+                 f"({n_projects * per_minute / 60:,.0f}/s) for {n_projects:,} projects")
+    interval = min(lease / 3, 2.0)
+    claim_bytes = len(json.dumps(_claim_example()))
+    lines.append(f"reads (ShardMember, a pass every {interval:g} s): 2 LISTs per pass per replica, "
+                 f"{60 / interval:g} LISTs/min; the claims LIST carries every claim: {n_projects:,} x "
+                 f"~{claim_bytes} B = {n_projects * claim_bytes / 1e6:.1f} MB a pass (a WATCH of the claims "
+                 f"instead: only changes)")
+    return lines
+
+
+def _claim_example() -> dict[str, object]:
+    """A claim Lease as the API server returns it (managedFields omitted, as with a GET)."""
+    return {"kind": "Lease", "apiVersion": "coordination.k8s.io/v1", "metadata": {
+        "name": "stead-project-team-1234", "namespace": "stead-system", "uid": "0d0b6c8e-3c55-4f53-9c6c-2b0c9f3e8a11",
+        "resourceVersion": "1234567", "creationTimestamp": "2026-11-25T10:00:00Z",
+        "labels": {"app.kubernetes.io/name": "stead", "stead.dev/role": "claim", "stead.dev/project": "team-1234"},
+        "annotations": {"stead.dev/holder-incarnation": "0123456789abcdef"}},
+        "spec": {"holderIdentity": "stead-2", "leaseTransitions": 3, "acquireTime": "2026-11-25T10:00:00.000000Z",
+                 "renewTime": "2026-11-25T10:00:00.000000Z"}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--projects", type=int, default=10_000)
+    parser.add_argument("--replicas", type=int, default=100)
+    parser.add_argument("--small-projects", type=int, default=100, help="projects for the 1/2/3-replica lines")
+    parser.add_argument("--vnodes", type=int, default=DEFAULT_VNODES)
+    parser.add_argument("--compare-vnodes", default="64,128,256,512",
+                        help="virtual node counts for the comparison table ('' to skip)")
+    parser.add_argument("--lease", type=int, default=DEFAULT_DURATION, help="membership lease seconds")
+    args = parser.parse_args()
+    keys, small = projects(args.projects), projects(args.small_projects)
+    big, v = args.replicas, args.vnodes
+    ok = True
+
+    print(f"== ring balance (xxh3_64, {v} virtual nodes per replica) ==")
+    print(f"{'':<34} {'N':>5} {'projects':>8} {'min':>6} {'mean':>8} {'max':>6} {'max/mean':>8} "
+          f"{'N/(m/m)':>9}")
+    print(balance_line(f"{big} replicas", Ring(replicas(big), v), keys))
+    print(balance_line(f"{big + 1} replicas", Ring(replicas(big + 1), v), keys))
+    for n in (3, 4):
+        print(balance_line(f"{n} replicas", Ring(replicas(n), v), keys))
+    for n in (1, 2, 3):
+        print(balance_line(f"{n} replica{'s' if n > 1 else ''}, {args.small_projects} projects", Ring(replicas(n), v),
+                           small))
+
+    print(f"\n== moved fraction ({args.projects:,} projects; ideal 1/N of the larger ring; "
+          f"target within {MOVE_TOLERANCE}x) ==")
+    print(f"{'':<22} {'change':<12} {'moved':>8} {'ideal':>8} {'ratio':>7}  {'only its':<10} target")
+    for label, before, after in [
+        (f"scale-up {big} -> {big + 1}", replicas(big), replicas(big + 1)),
+        (f"scale-down {big} -> {big - 1}", replicas(big), replicas(big - 1)),
+        ("scale-up 3 -> 4", replicas(3), replicas(4)),
+        ("scale-up 2 -> 3", replicas(2), replicas(3)),
+        ("scale-down 3 -> 2", replicas(3), replicas(2)),
+    ]:
+        line, good = move(label, Ring(before, v), Ring(after, v), keys)
+        ok &= good
+        print(line)
+
+    if args.compare_vnodes:
+        print(f"\n== virtual nodes per replica ({args.projects:,} projects) ==")
+        print(f"{'vnodes':>6} {'max/mean @3':>12} {'max/mean @' + str(big):>14} {'moved 3->4 / ideal':>19} "
+              f"{'moved ' + str(big) + '->' + str(big + 1) + ' / ideal':>22}")
+        for vn in (int(x) for x in args.compare_vnodes.split(",")):
+            three, many = Ring(replicas(3), vn), Ring(replicas(big), vn)
+            m34 = moved_fraction(three, Ring(replicas(4), vn), keys) * 4
+            mbig = moved_fraction(many, Ring(replicas(big + 1), vn), keys) * (big + 1)
+            print(f"{vn:>6} {three.balance(keys).max_over_mean:>12.3f} {many.balance(keys).max_over_mean:>14.3f} "
+                  f"{m34:>19.3f} {mbig:>22.3f}")
+        print(f"(the floor for {args.projects // big} projects per replica: Poisson noise alone gives max/mean "
+              f"~{1 + 2.5 / (args.projects / big) ** 0.5:.2f} over {big} replicas)")
+
+    print(f"\n== watches filtered by the API server: label {BUCKET_LABEL} = xxh3(project) mod B "
+          f"({args.projects:,} projects) ==")
+    print("events received by the busiest replica, as a share of all projects' events (ideal 1/N), when")
+    print("the ring places projects by name vs by bucket (`by_bucket`: whole buckets move together)")
+    print(f"{'B':>5} {'N':>4} {'by name':>8} {'by bucket':>10} {'ideal':>6}  {'by bucket: max/mean':>19} "
+          f"{'N/(m/m)':>8} {'moved/ideal':>11} {'selector chars':>14}")
+    for buckets in (1024, 4096):
+        for n in (3, big):
+            print(selectivity(keys, n, buckets, v))
+
+    print("\n== cost ==")
+    print(cost(keys, big, v))
+    print(cost(keys, 3, v))
+    for line in write_costs(args.projects, args.lease):
+        print(line)
+
+    # ---------------------------------------------------------------------------------------------
+    # TODO(issue 17, live measurement): needs the claims wired into the reconciler and
+    # `stead run --replica-id`. Then, on one LocalControlPlane and the same objects (Environments
+    # spread over >= 100 projects), for 1, 2 and 3 `stead run` processes, each with its own store
+    # and user agent, measure and print:
+    #   - objects per second to Ready (the clock as in pipeline_throughput.py: a WATCH sees all Ready);
+    #   - operator CPU per object, total and per replica (/proc/<pid>/stat over the timed interval);
+    #     target: total with 3 replicas <= 1.15x one replica's;
+    #   - RSS per replica; events received per replica (the `stead_events_seen_total` metric; target
+    #     ~1/N each, which only server-side filtered watches give);
+    #   - N / (max/mean) of the projects actually claimed (LIST the claim Leases);
+    #   - adoption after kill -9 of one replica: time until every one of its projects is claimed by
+    #     another (target <= lease + 5 s);
+    #   - double handling from the audit log: writes by a replica (by user agent) to objects of a
+    #     project outside its claim interval, and intervals with two writers; target 0.
+    # ---------------------------------------------------------------------------------------------
+    print("\nlive replicas (1/2/3 processes on one API server): not measured yet (needs the reconciler wiring)")
+    print("\nall targets met" if ok else "\nTARGET MISSED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

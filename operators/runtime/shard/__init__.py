@@ -1,0 +1,106 @@
+"""Several replicas splitting the work: membership Leases, project claims, the hash ring.
+
+The pieces, bottom up (issue 17; the facts behind them in notes/sharding.md):
+
+- `Ring` (ring.py): who *should* own a project, over the live members (xxh3_64, virtual nodes);
+  `bucket_of` / `bucket_selector`: the assignment label that lets the API server filter watches.
+- `Fence` (fence.py): our own lease deadline on the local monotonic clock; `check()` before
+  every write for an owned project, so a replica paused past its lease writes nothing on waking.
+- `MemberLease`, `Liveness`, `read_members` (membership.py): each replica's Lease
+  `stead-member-<id>`, renewed every duration/3, and the conservative judgement of who is live.
+- `Claim`, `acquire`, `release`, `list_claims` (claims.py): who *actually* owns a project, a
+  Lease `stead-project-<project>` taken by compare-and-swap, valid while its holder's membership
+  is live (claims are written only on hand-over, never renewed).
+- `View`, `decide`, `execute`, `Sweep` (coordinator.py): from a view to releases and
+  acquisitions, and the projects left without an owner for too long.
+- `ShardMember` (runner.py): all of it running for one replica; `owns(project)`, `fence`, and the
+  `drain` / `on_acquired` hooks are what the reconciler will use.
+
+Not wired into the reconciler yet: today `operators.runtime.core.ring.Ownership` with static
+membership still answers "is this project mine?".
+"""
+
+from operators.runtime.shard.claims import (
+    CLAIM_ROLE,
+    HOLDER_INCARNATION_ANNOTATION,
+    Claim,
+    ClaimMismatch,
+    acquire,
+    claim_name,
+    list_claims,
+    read_claim,
+    release,
+)
+from operators.runtime.shard.coordinator import Decision, Outcome, Sweep, View, decide, execute, owned, ring_members
+from operators.runtime.shard.fence import Fence, FenceExpired, default_clock
+from operators.runtime.shard.leases import NAME_LABEL, ROLE_LABEL, leases_path
+from operators.runtime.shard.membership import (
+    DEFAULT_DURATION,
+    DEFAULT_SKEW,
+    INCARNATION_ANNOTATION,
+    MEMBER_ROLE,
+    Liveness,
+    MemberLease,
+    MemberRecord,
+    member_lease_name,
+    read_members,
+)
+from operators.runtime.shard.ring import (
+    BUCKET_LABEL,
+    DEFAULT_BUCKETS,
+    DEFAULT_VNODES,
+    Balance,
+    Ring,
+    bucket_of,
+    bucket_selector,
+    by_bucket,
+    moved_fraction,
+    point,
+)
+from operators.runtime.shard.runner import ShardMember
+
+__all__ = [
+    "BUCKET_LABEL",
+    "CLAIM_ROLE",
+    "DEFAULT_BUCKETS",
+    "DEFAULT_DURATION",
+    "DEFAULT_SKEW",
+    "DEFAULT_VNODES",
+    "HOLDER_INCARNATION_ANNOTATION",
+    "INCARNATION_ANNOTATION",
+    "MEMBER_ROLE",
+    "NAME_LABEL",
+    "ROLE_LABEL",
+    "Balance",
+    "Claim",
+    "ClaimMismatch",
+    "Decision",
+    "Fence",
+    "FenceExpired",
+    "Liveness",
+    "MemberLease",
+    "MemberRecord",
+    "Outcome",
+    "Ring",
+    "ShardMember",
+    "Sweep",
+    "View",
+    "acquire",
+    "bucket_of",
+    "bucket_selector",
+    "by_bucket",
+    "claim_name",
+    "decide",
+    "default_clock",
+    "execute",
+    "leases_path",
+    "list_claims",
+    "member_lease_name",
+    "moved_fraction",
+    "owned",
+    "point",
+    "read_claim",
+    "read_members",
+    "release",
+    "ring_members",
+]

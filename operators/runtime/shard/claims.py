@@ -1,0 +1,210 @@
+"""Claims: who actually owns a project, written to the API server with compare-and-swap.
+
+The ring only says who *should* own a project; replicas that compute it from different views
+of membership would both act (Argo CD's sharding bugs). A claim is the single point of truth:
+a replica acts on a project only while it holds the project's claim, and takes it only by a
+conditional write that the API server lets exactly one writer win.
+
+Layout of a claim Lease (in the operator's namespace, one per project ever owned):
+
+    metadata.name          stead-project-<project>     when the project is a DNS label
+                           stead-project.<xxh3 hex>    otherwise (a label value: '_', upper case);
+                                                       a DNS label has no '.', so the two never meet
+    metadata.labels        app.kubernetes.io/name=stead, stead.dev/role=claim,
+                           stead.dev/project=<project>  (the exact project, checked on read)
+    metadata.annotations   stead.dev/holder-incarnation: <the holder's membership incarnation>
+    spec.holderIdentity    <replica id>; absent when released
+    spec.leaseTransitions  the epoch: +1 on every acquisition (a release keeps it)
+    spec.acquireTime       when the current holder took it
+    spec.renewTime         the last write (acquisition or release)
+
+Claims are not renewed. A claim is valid while its holder's *membership* Lease is live with the
+incarnation the claim names (`Claim.valid`). Renewing one Lease per project instead would cost
+P x 60 / (duration / 3) writes a minute: 120,000 a minute (2,000 a second) for 10,000 projects
+at a 15 s lease, which is more than the API server of a small cluster serves in all. With
+membership-only renewal the steady cost is R x 12 writes a minute for R replicas (36 for three)
+whatever the number of projects; claims are written only on hand-over: one write per
+acquisition (a create, or a replace of a released or dead holder's claim) and one per release,
+so scaling 2 -> 3 replicas with P projects costs about 2 x P/3 writes once. Reading them is one
+LIST per coordinator pass (label-selected, so only claims travel).
+
+The epoch is what keeps a project moving A -> B -> A from using stale data: every acquisition
+has a new epoch, and what a replica keeps for a project is valid only for the epoch it was
+built under.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from operators.runtime.core.ring import PROJECT_LABEL
+from operators.runtime.kube.client import ApiError, Requester
+from operators.runtime.shard.fence import Fence
+from operators.runtime.shard.leases import (
+    create_lease,
+    get_lease,
+    lease_body,
+    list_leases,
+    meta_of,
+    micro_time,
+    parse_time,
+    replace_lease,
+    spec_of,
+    wall_now,
+)
+from operators.runtime.shard.ring import point
+
+CLAIM_ROLE = "claim"
+CLAIM_PREFIX = "stead-project"
+HOLDER_INCARNATION_ANNOTATION = "stead.dev/holder-incarnation"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_MAX_NAME = 253
+
+
+def claim_name(project: str) -> str:
+    """The claim Lease's name: readable where the project allows it, a stable hash otherwise."""
+    if not project:
+        raise ValueError("a project has a name")
+    readable = f"{CLAIM_PREFIX}-{project}"
+    if _DNS_LABEL.match(project) and len(readable) <= _MAX_NAME:
+        return readable
+    return f"{CLAIM_PREFIX}.{point(project):016x}"
+
+
+class ClaimMismatch(Exception):
+    """A claim Lease names another project than the one asked for (a 64-bit hash collision, or
+    a Lease written by hand): never treated as this project's claim."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A project's claim as read (or as absent: `resource_version` empty)."""
+
+    project: str
+    holder: str = ""
+    incarnation: str = ""
+    epoch: int = 0
+    resource_version: str = ""
+    acquired_at: datetime | None = None
+
+    @property
+    def name(self) -> str:
+        return claim_name(self.project)
+
+    @property
+    def exists(self) -> bool:
+        return bool(self.resource_version)
+
+    @property
+    def free(self) -> bool:
+        """Never taken, or released."""
+        return not self.holder
+
+    def valid(self, live: Mapping[str, str]) -> bool:
+        """Held by a live member under the incarnation it holds now (`live`: id -> incarnation)."""
+        return bool(self.holder) and live.get(self.holder) == self.incarnation
+
+    def held_by(self, replica: str, incarnation: str | None) -> bool:
+        return bool(self.holder) and self.holder == replica and self.incarnation == incarnation
+
+    @classmethod
+    def from_lease(cls, obj: Mapping[str, Any], project: str | None = None) -> Claim:
+        meta, spec = meta_of(obj), spec_of(obj)
+        named = str((meta.get("labels") or {}).get(PROJECT_LABEL) or "")
+        if project is not None and named != project:
+            raise ClaimMismatch(f"claim Lease {meta.get('name')} is for project {named!r}, not {project!r}")
+        return cls(
+            project=named, holder=str(spec.get("holderIdentity") or ""),
+            incarnation=str((meta.get("annotations") or {}).get(HOLDER_INCARNATION_ANNOTATION) or ""),
+            epoch=int(spec.get("leaseTransitions") or 0), resource_version=str(meta.get("resourceVersion") or ""),
+            acquired_at=parse_time(spec.get("acquireTime")),
+        )
+
+
+async def read_claim(api: Requester, namespace: str, project: str) -> Claim:
+    try:
+        return Claim.from_lease(await get_lease(api, namespace, claim_name(project)), project)
+    except ApiError as error:
+        if error.status == 404:
+            return Claim(project)
+        raise
+
+
+async def list_claims(api: Requester, namespace: str) -> dict[str, Claim]:
+    """Every claim, by project (one label-selected LIST)."""
+    claims: dict[str, Claim] = {}
+    for obj in await list_leases(api, namespace, CLAIM_ROLE):
+        claim = Claim.from_lease(obj)
+        # a Lease whose name is not its project's claim name (written by hand) is nobody's claim
+        if claim.project and meta_of(obj).get("name") == claim.name:
+            claims[claim.project] = claim
+    return claims
+
+
+def _body(namespace: str, claim: Claim, spec: Mapping[str, Any], incarnation: str | None) -> dict[str, Any]:
+    return lease_body(
+        namespace, claim.name, CLAIM_ROLE, spec, labels={PROJECT_LABEL: claim.project},
+        annotations={HOLDER_INCARNATION_ANNOTATION: incarnation} if incarnation else None,
+        resource_version=claim.resource_version or None,
+    )
+
+
+async def acquire(
+    api: Requester, namespace: str, claim: Claim, replica: str, fence: Fence, live: Mapping[str, str],
+    wall: Callable[[], datetime] = wall_now,
+) -> Claim | None:
+    """Take `claim` (as read) for `replica` under the fence's incarnation. Returns the claim now
+    held, or None when it is not ours: held by a live member, or someone else's write came first
+    (the API server's 409: the compare-and-swap lost). Raises `FenceExpired` when our own
+    membership may have lapsed: a replica that may be dead takes nothing.
+
+    Only a free claim, or one whose holder is not live under the claim's incarnation (`live`
+    from `membership.Liveness`), is taken: the ring never decides alone.
+    """
+    fence.check()
+    incarnation = fence.incarnation
+    if claim.held_by(replica, incarnation):
+        return claim
+    if claim.valid(live):
+        return None
+    now = micro_time(wall())
+    spec = {"holderIdentity": replica, "leaseTransitions": claim.epoch + 1, "acquireTime": now, "renewTime": now}
+    body = _body(namespace, claim, spec, incarnation)
+    try:
+        answer = await (replace_lease(api, body) if claim.exists else create_lease(api, body))
+    except ApiError as error:
+        if error.status in (404, 409):  # written (or deleted) since we read it: another replica won
+            return None
+        raise
+    return Claim.from_lease(answer, claim.project)
+
+
+async def release(
+    api: Requester, namespace: str, claim: Claim, replica: str, wall: Callable[[], datetime] = wall_now,
+) -> Claim | None:
+    """Give up `claim` (as we hold it): clear the holder, keep the epoch. Returns the released
+    claim, or None when it had already changed (taken over after our membership lapsed).
+
+    Needs no open fence: the write is conditional on the version we hold, so it can only ever
+    free what is still ours; freeing it at once spares the next owner a wait for our lease.
+    Call it only after the project's work is drained (no write of ours may follow it).
+    """
+    if claim.holder != replica or not claim.exists:
+        return None
+    spec = {"leaseTransitions": claim.epoch, "renewTime": micro_time(wall())}
+    try:
+        answer = await replace_lease(api, _body(namespace, claim, spec, None))
+    except ApiError as error:
+        if error.status in (404, 409):
+            return None
+        raise
+    return Claim.from_lease(answer, claim.project)
+
+
+def released(claim: Claim) -> Claim:
+    """`claim` as it looks once freed (pure, for the coordinator's simulations)."""
+    return replace(claim, holder="", incarnation="")

@@ -1,0 +1,49 @@
+"""The ring's use for sharding: bucket labels that let the API server filter each replica's watches.
+
+The ring itself (`Ring`, `point`, `Balance`, `moved_fraction`) is `operators.runtime.core.ring`'s, which
+says why a ring, why virtual nodes and why xxh3; it is re-exported here for the shard's callers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from operators.runtime.core.ring import DEFAULT_VNODES, Balance, Ring, moved_fraction, point
+
+__all__ = ["BUCKET_LABEL", "DEFAULT_BUCKETS", "DEFAULT_VNODES", "Balance", "Ring", "bucket_of", "bucket_selector",
+           "by_bucket", "moved_fraction", "point"]
+
+BUCKET_LABEL = "stead.dev/shard-bucket"
+DEFAULT_BUCKETS = 4096
+
+
+def bucket_of(project: str, buckets: int = DEFAULT_BUCKETS) -> int:
+    """A fixed bucket of the project's hash, for an assignment label on its objects.
+
+    Why: Kopf's watches cannot filter on the API server, and one watch per owned project and kind
+    does not scale (10,000 projects x 9 kinds). A label that is a pure function of the project
+    (set once, by the mutating webhook) lets each replica watch each kind with one selector,
+    `stead.dev/shard-bucket in (...)`; a hand-over changes the selector, never the objects (a
+    label naming the *replica* would cost one write per object per move).
+
+    It filters only if whole buckets are placed together: place projects on the ring by their
+    bucket (`by_bucket`), not by name. Placed by name, 3 replicas over 10,000 projects would each
+    hold projects in ~75% of 4,096 buckets (and 99% of 1,024), receiving nearly everything
+    (`bench/scale_out.py` prints these figures).
+    """
+    return point(project) % buckets
+
+
+def by_bucket(buckets: int = DEFAULT_BUCKETS) -> Callable[[str], str]:
+    """A placement key: the ring places the project's bucket, so a bucket has one owner."""
+
+    def key(project: str) -> str:
+        return f"bucket-{bucket_of(project, buckets)}"
+
+    return key
+
+
+def bucket_selector(buckets: Iterable[int]) -> str:
+    """The label selector for objects in `buckets` (set-based; sorted for a stable watch URL)."""
+    values = ",".join(str(b) for b in sorted(set(buckets)))
+    return f"{BUCKET_LABEL} in ({values})"

@@ -1,0 +1,175 @@
+"""One replica's share of the work, running: its membership Lease and the coordinator's passes.
+
+`ShardMember` ties the pieces together so that the reconciler (once wired) needs only three
+things from it: `owns(project)` before acting on an event, `fence.check()` before each write,
+and the hooks `drain` (a project is leaving: stop and settle its work) and `on_acquired` (a
+project arrived at a new epoch: list it and rebuild what the store needs). It is not wired into
+the operator yet; the e2e tests run several of them against one API server.
+
+Each pass (every `interval`, default min(duration/3, 2 s)): read the member Leases, list the
+claims (two label-selected LISTs), decide, carry the decision out, sweep. So a dead replica's
+projects are adopted within duration + skew + interval of its last renewal (15 + 1 + 2 s by
+default, within the issue's lease + 5 s).
+
+Reads: two label-selected LISTs per pass. The claims LIST carries every claim (~600 B each):
+fine for hundreds of projects; for thousands, keep the claims from a WATCH instead (only changes
+travel) before wiring this into large installations (`bench/scale_out.py` prints the figures).
+
+Stopping: `stop` set is a hand-over (drain and release every project, then the membership),
+so the others adopt at their next pass; cancellation is a crash (the fence closes, nothing is
+written, the Lease runs out by itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Collection
+from datetime import datetime
+
+from operators.runtime.kube.client import ApiError, Requester
+from operators.runtime.shard.claims import Claim, list_claims, release
+from operators.runtime.shard.coordinator import Outcome, Sweep, View, decide, execute
+from operators.runtime.shard.fence import Clock, Fence, default_clock
+from operators.runtime.shard.leases import wall_now
+from operators.runtime.shard.membership import (
+    DEFAULT_DURATION,
+    DEFAULT_SKEW,
+    Liveness,
+    MemberLease,
+    new_incarnation,
+    read_members,
+)
+from operators.runtime.shard.ring import DEFAULT_VNODES, Ring
+
+log = logging.getLogger(__name__)
+
+ProjectHook = Callable[[str], Awaitable[None]]
+
+
+class ShardMember:
+    """One replica: holds its membership, takes and gives up project claims, answers `owns`."""
+
+    def __init__(
+        self, api: Requester, namespace: str, replica: str, projects: Callable[[], Awaitable[Collection[str]]], *,
+        duration: int = DEFAULT_DURATION, interval: float | None = None, skew: float = DEFAULT_SKEW,
+        margin: float | None = None, vnodes: int = DEFAULT_VNODES, drain: ProjectHook | None = None,
+        on_acquired: Callable[[Claim], Awaitable[None]] | None = None, clock: Clock = default_clock,
+        wall: Callable[[], datetime] = wall_now, incarnations: Callable[[], str] = new_incarnation,
+        placement: Callable[[str], str] | None = None,
+    ) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.replica = replica
+        self.member = MemberLease(api, namespace, replica, duration=duration, margin=margin, clock=clock,
+                                  wall=wall, skew=skew, incarnations=incarnations)
+        self.liveness = Liveness(clock, wall, skew)
+        self.sweep = Sweep(grace=duration, clock=clock)
+        self.interval = interval if interval is not None else min(duration / 3, 2.0)
+        self.vnodes = vnodes
+        self.placement = placement
+        self.unowned: list[str] = []
+        """Projects without a valid owner for longer than the lease, as of the last pass."""
+        self.passes = 0
+        self._projects = projects
+        self._drain = drain
+        self._on_acquired = on_acquired
+        self._wall = wall
+        self._ring: Ring | None = None
+        self._held: dict[str, Claim] = {}
+
+    @property
+    def fence(self) -> Fence:
+        return self.member.fence
+
+    def owns(self, project: str) -> bool:
+        """Whether we may act on `project` now: we hold its claim under our open incarnation."""
+        claim = self._held.get(project)
+        return claim is not None and self.fence.valid() and claim.incarnation == self.fence.incarnation
+
+    def owned(self) -> dict[str, int]:
+        """The projects we may act on now, with the epoch each was acquired at."""
+        if not self.fence.valid():
+            return {}
+        return {p: c.epoch for p, c in self._held.items() if c.incarnation == self.fence.incarnation}
+
+    async def step(self) -> Outcome:
+        """One pass of the coordinator."""
+        live = await read_members(self.api, self.namespace, self.liveness)
+        claims = await list_claims(self.api, self.namespace)
+        projects = await self._projects()
+        view = View(self.replica, self.member.incarnation, live, claims, projects)
+        decision = decide(view, self.vnodes, self._ring, self.placement)
+        self._ring = decision.ring
+        # What the API server says we hold (a claim taken over while we lapsed is gone from here),
+        # and of that what is ready: rebuilt at the epoch the claim has now.
+        ours = {p: c for p, c in claims.items() if c.held_by(self.replica, view.incarnation)}
+        self._held = {p: c for p, c in ours.items() if p in self._held and self._held[p].epoch == c.epoch}
+        outcome = await execute(self.api, self.namespace, view, decision, self.fence, drain=self._let_go,
+                                wall=self._wall)
+        released = {c.project for c in decision.release}
+        unready = [c for p, c in ours.items() if p not in self._held and p not in released]
+        for claim in (*unready, *outcome.acquired):
+            await self._adopt(claim)
+        current = {**claims, **{c.project: c for c in (*outcome.acquired, *outcome.released)}}
+        self.unowned = self.sweep.update(set(projects) | set(current), current, live)
+        if self.unowned:
+            log.warning("projects without an owner for over %ss: %s", self.sweep.grace, ", ".join(self.unowned[:20]))
+        self.passes += 1
+        return outcome
+
+    async def _adopt(self, claim: Claim) -> None:
+        """Rebuild what a newly held project needs (`on_acquired`), then act on it. A failure
+        leaves it unready (owns() False) and is retried at the next pass: never acting on a
+        project whose state was not rebuilt at its current epoch."""
+        if self._on_acquired is not None:
+            try:
+                await self._on_acquired(claim)
+            except Exception:
+                log.exception("project %s not adopted by %s (retried at the next pass)", claim.project, self.replica)
+                return
+        self._held[claim.project] = claim
+
+    async def _let_go(self, project: str) -> None:
+        """Stop acting on `project` (owns() is False from here on), then drain it."""
+        self._held.pop(project, None)
+        if self._drain is not None:
+            await self._drain(project)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Hold membership and run passes until `stop` is set, then hand everything over.
+        Cancelled: stop writing at once (a crash, as far as the others can tell)."""
+        member_stop = asyncio.Event()
+        renewer = asyncio.create_task(self.member.run(member_stop))
+        try:
+            while not stop.is_set():
+                if self.fence.valid():
+                    try:
+                        await self.step()
+                    except ApiError as error:  # an outage: our fence closes by itself if it lasts
+                        log.info("shard pass of %s failed: %s", self.replica, error)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.interval)
+            await self.hand_over()
+        except asyncio.CancelledError:
+            self._held.clear()
+            self.fence.close()
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            raise
+        member_stop.set()
+        await renewer  # releases the membership Lease
+
+    async def hand_over(self) -> None:
+        """Drain and release every project we hold (a clean shutdown)."""
+        held, self._held = dict(self._held), {}
+        for project in held:
+            if self._drain is not None:
+                await self._drain(project)
+        results = await asyncio.gather(*(release(self.api, self.namespace, c, self.replica, self._wall)
+                                         for c in held.values()), return_exceptions=True)
+        failed = [c.project for c, r in zip(held.values(), results, strict=True) if isinstance(r, BaseException)]
+        if failed:  # they are adopted once our membership is released or runs out
+            log.info("%d claims not released by %s: %s", len(failed), self.replica, ", ".join(failed[:20]))

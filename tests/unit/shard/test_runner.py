@@ -1,0 +1,117 @@
+"""`ShardMember`: passes of the coordinator for one replica, its hooks, and a clean hand-over."""
+
+from __future__ import annotations
+
+import itertools
+
+from operators.runtime.shard import Claim, Ring, ShardMember
+from tests.unit.fakeapi import FakeApi
+from tests.unit.shard.conftest import FakeTime, sync
+
+NS = "stead-system"
+PROJECTS = [f"team-{i}" for i in range(60)]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.acquired: list[tuple[str, int]] = []
+        self.drained: list[str] = []
+
+    async def on_acquired(self, claim: Claim) -> None:
+        self.acquired.append((claim.project, claim.epoch))
+
+    async def drain(self, project: str) -> None:
+        self.drained.append(project)
+
+
+async def all_projects() -> list[str]:
+    return PROJECTS
+
+
+def replica(kube: FakeApi, clock: FakeTime, name: str, seen: Recorder) -> ShardMember:
+    ids = itertools.count(1)
+    return ShardMember(kube, NS, name, all_projects, duration=15, drain=seen.drain, on_acquired=seen.on_acquired,
+                       clock=clock.mono, wall=clock.wall, incarnations=lambda: f"{name}-{next(ids)}")
+
+
+def owners(members: list[ShardMember]) -> dict[str, str]:
+    acting: dict[str, str] = {}
+    for member in members:
+        for project in member.owned():
+            assert project not in acting, project
+            acting[project] = member.replica
+    return acting
+
+
+@sync
+async def test_members_split_the_projects_as_the_ring_says(kube: FakeApi, clock: FakeTime) -> None:
+    seen = {n: Recorder() for n in ("a", "b", "c")}
+    members = [replica(kube, clock, n, seen[n]) for n in seen]
+    for member in members:
+        await member.member.renew()
+    for _ in range(2):
+        for member in members:
+            await member.step()
+            owners(members)
+    assert owners(members) == Ring(["a", "b", "c"]).owners(PROJECTS)
+    assert sorted(p for r in seen.values() for p, _ in r.acquired) == sorted(PROJECTS)
+    assert {e for r in seen.values() for _, e in r.acquired} == {1}
+    assert all(m.owns(p) == (owners(members)[p] == m.replica) for m in members for p in PROJECTS)
+    assert all(m.unowned == [] for m in members)
+
+
+@sync
+async def test_a_clean_hand_over_is_adopted_at_the_next_pass(kube: FakeApi, clock: FakeTime) -> None:
+    seen = {n: Recorder() for n in ("a", "b")}
+    a, b = (replica(kube, clock, n, seen[n]) for n in seen)
+    for member in (a, b):
+        await member.member.renew()
+    for _ in range(2):
+        await a.step()
+        await b.step()
+    theirs = set(a.owned())
+    await a.hand_over()
+    await a.member.release()
+    assert a.owned() == {} and sorted(seen["a"].drained) == sorted(theirs)
+    await b.step()  # no time passes: the releases let b in at once
+    assert set(b.owned()) == set(PROJECTS)
+    assert {p: e for p, e in b.owned().items() if p in theirs} == dict.fromkeys(theirs, 2)
+
+
+@sync
+async def test_a_replica_paused_past_its_lease_owns_nothing_on_waking(kube: FakeApi, clock: FakeTime) -> None:
+    seen = Recorder()
+    a = replica(kube, clock, "a", seen)
+    await a.member.renew()
+    await a.step()
+    assert set(a.owned()) == set(PROJECTS)
+    clock.advance(12.01)  # past the fence (15 s - 3 s margin): owns() is False before any pass runs
+    assert a.owned() == {} and not a.owns(PROJECTS[0])
+    await a.member.renew()  # wakes up: a new incarnation, the old claims void
+    assert a.owned() == {}
+    await a.step()
+    assert set(a.owned()) == set(PROJECTS)
+    assert set(a.owned().values()) == {2}  # re-acquired at a new epoch: rebuilt, not trusted
+
+
+@sync
+async def test_a_project_whose_rebuild_failed_is_not_acted_on_until_it_succeeds(kube: FakeApi, clock: FakeTime) -> None:
+    failing = {"team-3"}
+    adopted: list[str] = []
+
+    async def on_acquired(claim: Claim) -> None:
+        if claim.project in failing:
+            raise RuntimeError("the API server listing failed")
+        adopted.append(claim.project)
+
+    a = ShardMember(kube, NS, "a", all_projects, duration=15, on_acquired=on_acquired, clock=clock.mono,
+                    wall=clock.wall)
+    await a.member.renew()
+    await a.step()
+    assert not a.owns("team-3") and a.owns("team-4")  # claimed, but not rebuilt
+    await a.step()
+    assert not a.owns("team-3")
+    failing.clear()
+    await a.step()  # retried from the claim it already holds: no second acquisition
+    assert a.owns("team-3") and a.owned()["team-3"] == 1
+    assert adopted.count("team-3") == 1 and len(adopted) == len(PROJECTS)
