@@ -60,6 +60,7 @@ import aiohttp
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.harness import is_runner, local_plane, operator_session, processes
 from bench.pipeline_throughput import (
     BIN,
     AuditMark,
@@ -70,28 +71,20 @@ from bench.pipeline_throughput import (
     audit_mark,
     create_namespace,
     delete_namespace,
-    free_port,
     log,
     read_audit_between,
-    remove_stead_webhooks,
-    stead_operator,
-    with_agent,
 )
 from operators import API_VERSION
 from operators.calm.blueprint import KIND as BLUEPRINT_KIND
 from operators.calm.models import ACTIONRUN, APP, BLUEPRINT
-from operators.catalog import KINDS
 from operators.runtime.engine.slots import default_limit
-from operators.runtime.kube.client import ClusterAccess, KubeClient, custom_path, load_access
-from operators.runtime.kube.crds import install_crds
+from operators.runtime.kube.client import ClusterAccess, KubeClient, custom_path
 
 SCENARIOS: Final = ("one-file", "parallel")
 NAMESPACE_PREFIX: Final = "burst"
 BLUEPRINT_NAME: Final = "burst"
 TARGET_RATIO: Final = 1.5
 WEBHOOK_FAILURE: Final = "failed calling webhook"
-RUNNER_ARGV: Final = ("-m", "pipelines", "run")
-PAGE: Final = os.sysconf("SC_PAGE_SIZE")
 METRICS_TIMEOUT: Final = 5.0
 
 
@@ -220,29 +213,9 @@ class AppReadyWatch(ReadyWatch):
 # --- sampling the operator ------------------------------------------------------------------
 
 
-def _processes() -> dict[int, tuple[int, int, bytes]]:
-    """pid -> (parent pid, RSS in bytes, argv as NUL-separated bytes) of every process."""
-    out: dict[int, tuple[int, int, bytes]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text().rpartition(")")[2].split()
-            rss = int(Path(entry.path, "statm").read_text().split()[1]) * PAGE
-            argv = Path(entry.path, "cmdline").read_bytes()
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
-        out[int(entry.name)] = (int(stat[1]), rss, argv)
-    return out
-
-
-def is_runner(argv: bytes) -> bool:
-    return b"\0".join(a.encode() for a in RUNNER_ARGV) in argv
-
-
 def tree_sample(root: int) -> tuple[int, int, int]:
     """(runner processes, RSS of `root` and everything under it, RSS of `root`) from /proc."""
-    table = _processes()
+    table = processes()
     children: dict[int, list[int]] = {}
     for pid, (ppid, _, _) in table.items():
         children.setdefault(ppid, []).append(pid)
@@ -256,12 +229,6 @@ def tree_sample(root: int) -> tuple[int, int, int]:
         runners += pid != root and is_runner(argv)
         stack.extend(children.get(pid, ()))
     return runners, total, table[root][1] if root in table else 0
-
-
-def runners_of(workdir: Path) -> list[int]:
-    """Runner processes whose arguments name `workdir` (this benchmark's), wherever they hang."""
-    mark = str(workdir).encode()
-    return [pid for pid, (_, _, argv) in _processes().items() if is_runner(argv) and mark in argv]
 
 
 async def read_gauges(http: aiohttp.ClientSession, url: str) -> dict[str, float]:
@@ -693,35 +660,18 @@ def report(results: Sequence[Result], args: argparse.Namespace) -> str:
 
 
 async def bench(args: argparse.Namespace, target: Target, workdir: Path, kubectl_binary: Path) -> list[Result]:
-    access = with_agent(load_access(target.kubeconfig))
     results: list[Result] = []
-    operator, webhook_port = stead_operator(args, target, workdir / "operator")
-    (workdir / "operator").mkdir(parents=True, exist_ok=True)
-    operator.argv += ["--trust-local-namespaces", f"{NAMESPACE_PREFIX}-*"]
-    if args.max_concurrent_runs:
-        operator.argv += ["--max-concurrent-runs", str(args.max_concurrent_runs)]
-    metrics_url = operator.health_url.rsplit("/", 1)[0] + "/metrics"
-    main_task = asyncio.current_task()
-    assert main_task is not None
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)  # clean up as for Ctrl-C
-    async with KubeClient(access, concurrency=8) as kube:
-        await install_crds(kube, KINDS)
-        try:
-            await operator.start(target, args.start_timeout)
-            log(f"operator pid {operator.pid}; runs bound: {limit_text(args)[0]}")
-            run = Bench(args, target, access, kube, Kubectl(kubectl_binary, target.kubeconfig), operator,
-                        metrics_url, workdir)
-            await run.warm_up()
-            for scenario in SCENARIOS:
-                if scenario in (args.only or SCENARIOS):
-                    results.append(await run.run(scenario))
-        finally:
-            await operator.stop()
-            await remove_stead_webhooks(kube, webhook_port)
-            for pid in runners_of(workdir):  # runners outlive their operator by design; ours go now
-                log(f"stopping left-over runner pid {pid}")
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+    extra = ["--max-concurrent-runs", str(args.max_concurrent_runs)] if args.max_concurrent_runs else []
+    async with operator_session(args, target, workdir, NAMESPACE_PREFIX, extra) as session:
+        operator = session.operator
+        metrics_url = operator.health_url.rsplit("/", 1)[0] + "/metrics"
+        log(f"operator pid {operator.pid}; runs bound: {limit_text(args)[0]}")
+        run = Bench(args, target, session.access, session.kube, Kubectl(kubectl_binary, target.kubeconfig),
+                    operator, metrics_url, workdir)
+        await run.warm_up()
+        for scenario in SCENARIOS:
+            if scenario in (args.only or SCENARIOS):
+                results.append(await run.run(scenario))
     return results
 
 
@@ -764,29 +714,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="stead-burst-"))
     workdir.mkdir(parents=True, exist_ok=True)
     results: list[Result] = []
-    plane = None
     try:
-        from operators.cluster import LocalControlPlane, ensure_binaries
-
-        binaries = ensure_binaries(progress=log)
-        ports = [free_port() for _ in range(4)]
-        while len(set(ports)) < 4:
-            ports = [free_port() for _ in range(4)]
-        plane = LocalControlPlane(workdir / "cluster", apiserver_port=ports[0], etcd_client_port=ports[1],
-                                  etcd_peer_port=ports[2], controller_manager_port=ports[3], progress=log)
-        info = plane.up()
-        target = Target(info.kubeconfig, info.audit_log, dict(plane.status().pids))
-        log(f"local control plane at {info.server} (home {plane.home})")
         problems = BLUEPRINT_KIND.check_spec(blueprint_spec(args.script))
         if problems:
             raise SystemExit(f"the blueprint is not valid: {problems}")
-        results = asyncio.run(bench(args, target, workdir, binaries.kubectl))
+        with local_plane(workdir) as (target, binaries):
+            results = asyncio.run(bench(args, target, workdir, binaries.kubectl))
     except (KeyboardInterrupt, asyncio.CancelledError):
         log("interrupted")
     finally:
-        if plane is not None:
-            log("stopping the local control plane")
-            plane.down()
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     if not results:

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -39,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from bench.app_burst import AppReadyWatch, blueprint_spec, runners_of
+from bench.app_burst import AppReadyWatch, blueprint_spec
+from bench.harness import local_plane, operator_session
 from bench.pipeline_throughput import (
     BIN,
     ReadyWatch,
@@ -47,19 +47,13 @@ from bench.pipeline_throughput import (
     audit_mark,
     create_namespace,
     delete_namespace,
-    free_port,
     log,
     read_audit_between,
-    remove_stead_webhooks,
-    stead_operator,
-    with_agent,
 )
 from operators import API_VERSION
 from operators.calm.models import APP, BLUEPRINT
-from operators.catalog import KINDS
 from operators.lsm.models import SERVICE_ENTITY, SERVICE_INSTANCE
-from operators.runtime.kube.client import ApiError, ClusterAccess, KubeClient, custom_path, load_access
-from operators.runtime.kube.crds import install_crds
+from operators.runtime.kube.client import ApiError, ClusterAccess, KubeClient, custom_path
 
 PREFIX: Final = "svc"
 BLUEPRINT_NAME: Final = "one-task"
@@ -289,33 +283,18 @@ def _per(r: Result) -> str:
 
 
 async def bench(args: argparse.Namespace, target: Target, workdir: Path) -> tuple[Result, Result] | None:
-    access = with_agent(load_access(target.kubeconfig))
-    operator, webhook_port = stead_operator(args, target, workdir / "operator")
-    (workdir / "operator").mkdir(parents=True, exist_ok=True)
-    operator.argv += ["--trust-local-namespaces", f"{PREFIX}-*"]
-    main_task = asyncio.current_task()
-    assert main_task is not None
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
-    async with KubeClient(access, concurrency=max(8, args.concurrency)) as kube:
-        await install_crds(kube, KINDS)
-        run = Bench(args, target, access, kube)
-        try:
-            await operator.start(target, args.start_timeout)
-            log(f"operator pid {operator.pid}")
-            apps = await run.apps()
-            services = await run.services()
-            if apps.error or services.error:
-                log(f"operator log tail:\n{operator.log_tail()}")
-            for result in (apps, services):
-                if result.namespace:
-                    await delete_namespace(kube, access, result.namespace, args.cleanup_timeout)
-            return apps, services
-        finally:
-            await operator.stop()
-            await remove_stead_webhooks(kube, webhook_port)
-            for pid in runners_of(workdir):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+    async with operator_session(args, target, workdir, PREFIX, concurrency=max(8, args.concurrency)) as session:
+        operator, kube = session.operator, session.kube
+        run = Bench(args, target, session.access, kube)
+        log(f"operator pid {operator.pid}")
+        apps = await run.apps()
+        services = await run.services()
+        if apps.error or services.error:
+            log(f"operator log tail:\n{operator.log_tail()}")
+        for result in (apps, services):
+            if result.namespace:
+                await delete_namespace(kube, session.access, result.namespace, args.cleanup_timeout)
+        return apps, services
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -343,27 +322,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="stead-svc-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    plane = None
     results = None
     try:
-        from operators.cluster import LocalControlPlane, ensure_binaries
-
-        ensure_binaries(progress=log)
-        ports: list[int] = []
-        while len(set(ports)) < 4:
-            ports = [free_port() for _ in range(4)]
-        plane = LocalControlPlane(workdir / "cluster", apiserver_port=ports[0], etcd_client_port=ports[1],
-                                  etcd_peer_port=ports[2], controller_manager_port=ports[3], progress=log)
-        info = plane.up()
-        target = Target(info.kubeconfig, info.audit_log, dict(plane.status().pids))
-        log(f"local control plane at {info.server} (home {plane.home})")
-        results = asyncio.run(bench(args, target, workdir))
+        with local_plane(workdir) as (target, _):
+            results = asyncio.run(bench(args, target, workdir))
     except (KeyboardInterrupt, asyncio.CancelledError):
         log("interrupted")
     finally:
-        if plane is not None:
-            log("stopping the local control plane")
-            plane.down()
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     if results is None:
