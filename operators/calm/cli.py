@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from operators import API_VERSION
+from operators.runtime.kube.commands import pairs, with_cluster
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -38,16 +39,6 @@ PLURALS = {"App": "apps", "ActionRun": "actionruns", "Blueprint": "blueprints"}
 agree): importing the models, ~0.13 s, only to build a path is what these commands must not pay."""
 
 FINAL = ("Succeeded", "Failed", "Aborted")
-
-
-def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"{what} must be NAME=VALUE, not {item!r}")
-        out[key] = value
-    return out
 
 
 def progress_bar(done: int, total: int, width: int = 20) -> str:
@@ -213,25 +204,7 @@ def _run_command(args: argparse.Namespace) -> int:
 async def _call(args: argparse.Namespace) -> int:
     """Run the command's handler with a client of the cluster; API errors, an unreachable API server and
     an unusable kubeconfig are one line on stderr and exit code 1 (never a traceback)."""
-    import aiohttp
-    from kubernetes.config.config_exception import ConfigException
-
-    from operators.runtime.kube.client import ApiError, KubeClient, load_access
-
-    try:
-        access = load_access(args.kubeconfig)
-    except (ConfigException, OSError) as error:
-        print(f"stead: no usable kubeconfig: {error}", file=sys.stderr)
-        return 1
-    async with KubeClient(access) as kube:
-        try:
-            return int(await args.handler(kube, args))
-        except ApiError as error:
-            print(f"stead: {error.message}", file=sys.stderr)
-            return 1
-        except (aiohttp.ClientError, OSError) as error:
-            print(f"stead: cannot reach the API server at {access.server}: {error}", file=sys.stderr)
-            return 1
+    return await with_cluster("stead", args.kubeconfig, lambda kube: args.handler(kube, args))
 
 
 async def _launch(kube: KubeClient, args: argparse.Namespace) -> int:
@@ -248,7 +221,7 @@ async def _launch(kube: KubeClient, args: argparse.Namespace) -> int:
               f"{', '.join(names) or 'none'}); nothing launched", file=sys.stderr)
         return 1
     body = {"apiVersion": API_VERSION, "kind": "App", "metadata": {"name": args.name, "namespace": args.namespace},
-            "spec": {"blueprint": args.blueprint, "inputs": _pairs(args.input, "--input")}}
+            "spec": {"blueprint": args.blueprint, "inputs": pairs(args.input, "--input")}}
     await kube.request("POST", custom_path(PLURALS["App"], args.namespace), body)
     print(f"app/{args.name} launched (its create run: {args.name}-create)")
     return 0
@@ -260,7 +233,7 @@ async def _run_action(kube: KubeClient, args: argparse.Namespace) -> int:
     body = {"apiVersion": API_VERSION, "kind": "ActionRun",
             "metadata": {"generateName": f"{args.app}-{args.action}-"[:60].lower().replace("_", "-"),
                          "namespace": args.namespace},
-            "spec": {"app": args.app, "action": args.action, "arguments": _pairs(args.arg, "--arg")}}
+            "spec": {"app": args.app, "action": args.action, "arguments": pairs(args.arg, "--arg")}}
     made = await kube.request("POST", custom_path(PLURALS["ActionRun"], args.namespace), body)
     args.run = made["metadata"]["name"]
     print(f"actionrun/{args.run} created")

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from operators import API_VERSION
+from operators.runtime.kube.commands import CommandError, pairs, refusals_as_lines, with_cluster
 
 if TYPE_CHECKING:
     from operators.runtime.kube.client import Requester
@@ -49,8 +50,8 @@ class Kube(Protocol):
                       params: dict[str, str] | None = None) -> dict[str, Any]: ...
 
 
-class CliError(Exception):
-    """A one-line refusal of the CLI itself (no such instance, a malformed --attr)."""
+CliError = CommandError
+"""A one-line refusal of the CLI itself (no such instance, a malformed --attr)."""
 
 
 def _path(plural: str, namespace: str, name: str | None = None) -> str:
@@ -63,13 +64,7 @@ def _path(plural: str, namespace: str, name: str | None = None) -> str:
 
 
 def parse_attrs(items: Sequence[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise CliError(f"--attr must be NAME=VALUE, not {item!r}")
-        out[key] = value
-    return out
+    return pairs(items, "--attr")
 
 
 def typed_value(text: str, kind: str | None) -> Any:
@@ -403,48 +398,15 @@ async def _log(kube: Kube, args: argparse.Namespace) -> int:
 # --- running a command ------------------------------------------------------------------------------
 
 
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
 async def dispatch(kube: Requester | Kube, args: argparse.Namespace) -> int:
     """Run the action with `kube`; a refusal (API errors, CliError) is one line on stderr and exit code 1."""
-    from operators.runtime.kube.client import ApiError
-
-    try:
-        return int(await args.handler(kube, args))
-    except CliError as error:
-        print(f"stead service: {one_line(str(error))}", file=sys.stderr)
-        return 1
-    except ApiError as error:
-        print(f"stead service: {one_line(error.message)}", file=sys.stderr)
-        return 1
+    return await refusals_as_lines("stead service", args.handler(kube, args))
 
 
 def _run_command(args: argparse.Namespace) -> int:
     import asyncio
 
-    return asyncio.run(_call(args))
-
-
-async def _call(args: argparse.Namespace) -> int:
-    import aiohttp
-    from kubernetes.config.config_exception import ConfigException
-
-    from operators.runtime.kube.client import KubeClient, load_access
-
-    try:
-        access = load_access(args.kubeconfig)
-    except (ConfigException, OSError) as error:
-        print(f"stead service: no usable kubeconfig: {one_line(str(error))}", file=sys.stderr)
-        return 1
-    async with KubeClient(access) as kube:
-        try:
-            return await dispatch(kube, args)
-        except (aiohttp.ClientError, OSError) as error:
-            print(f"stead service: cannot reach the API server at {access.server}: {one_line(str(error))}",
-                  file=sys.stderr)
-            return 1
+    return asyncio.run(with_cluster("stead service", args.kubeconfig, lambda kube: args.handler(kube, args)))
 
 
 # --- the parser -------------------------------------------------------------------------------------

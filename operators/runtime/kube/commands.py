@@ -1,0 +1,70 @@
+"""What the `stead` commands that talk to the cluster share (`stead app`, `stead actionrun`, `stead service`,
+`stead graph`, ...): a client from the kubeconfig, and one line on stderr with exit code 1 for every refusal
+(an API error, an unreachable API server, an unusable kubeconfig, a malformed argument), never a traceback.
+
+Imports are made when a command runs: `stead --help` and the commands that need no cluster must not pay
+for aiohttp and the Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from operators.runtime.kube.client import KubeClient
+
+
+class CommandError(Exception):
+    """A one-line refusal of a command itself (no such object, a malformed argument)."""
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def pairs(items: Sequence[str], what: str) -> dict[str, str]:
+    """`NAME=VALUE` arguments (`--input`, `--attr`, ...) as a dict; CommandError naming `what` otherwise."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CommandError(f"{what} must be NAME=VALUE, not {item!r}")
+        out[key] = value
+    return out
+
+
+async def refusals_as_lines(command: str, body: Awaitable[int]) -> int:
+    """`body`'s exit code; a CommandError or an API error is one line on stderr (`<command>: ...`) and 1."""
+    from operators.runtime.kube.client import ApiError
+
+    try:
+        return int(await body)
+    except CommandError as error:
+        print(f"{command}: {one_line(str(error))}", file=sys.stderr)
+    except ApiError as error:
+        print(f"{command}: {one_line(error.message)}", file=sys.stderr)
+    return 1
+
+
+async def with_cluster(command: str, kubeconfig: Path | None, handler: Callable[[KubeClient], Awaitable[int]]) -> int:
+    """Run `handler` with a client of the cluster the kubeconfig names (None: the usual lookup)."""
+    import aiohttp
+    from kubernetes.config.config_exception import ConfigException
+
+    from operators.runtime.kube.client import KubeClient, load_access
+
+    try:
+        access = load_access(kubeconfig)
+    except (ConfigException, OSError) as error:
+        print(f"{command}: no usable kubeconfig: {one_line(str(error))}", file=sys.stderr)
+        return 1
+    async with KubeClient(access) as kube:
+        try:
+            return await refusals_as_lines(command, handler(kube))
+        except (aiohttp.ClientError, OSError) as error:
+            print(f"{command}: cannot reach the API server at {access.server}: {one_line(str(error))}",
+                  file=sys.stderr)
+            return 1
