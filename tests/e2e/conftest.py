@@ -53,10 +53,13 @@ def binaries() -> Binaries:
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory, binaries: Binaries) -> Iterator[LocalControlPlane]:
     """The session's control plane; a test that stops a part of it (an outage) starts it again."""
+    ports: list[int] = []
+    while len(set(ports)) < 4:  # free_port() may give the same port twice once its socket is closed
+        ports = [free_port() for _ in range(4)]
     plane = LocalControlPlane(
         tmp_path_factory.mktemp("stead-home"),
-        apiserver_port=free_port(), etcd_client_port=free_port(), etcd_peer_port=free_port(),
-        controller_manager_port=free_port(), binaries=binaries,
+        apiserver_port=ports[0], etcd_client_port=ports[1], etcd_peer_port=ports[2],
+        controller_manager_port=ports[3], binaries=binaries,
     )
     plane.up()
     try:
