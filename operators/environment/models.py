@@ -11,6 +11,7 @@ from typing import Annotated
 from pydantic import Field, StringConstraints
 
 from operators.runtime.core.kinds import Model, Resource, StatusBase
+from operators.runtime.core.refs import SecretKeyRef
 
 ENVIRONMENT = Resource("Environment", "environments")
 
@@ -31,6 +32,19 @@ class Node(Model):
     )
     address: str | None = Field(None, description="The address deployment tasks reach the node at.")
     labels: dict[str, str] = Field(default_factory=dict, description="Free-form labels of the node.")
+
+
+class SshAccess(Model):
+    """How deployment graph tasks reach the nodes: SSH to each node's `address`, with a private key and the
+    nodes' known host keys from Secrets of the environment's namespace (a host key that is not known fails
+    the task: it is never accepted on first sight)."""
+
+    user: str = Field("root", min_length=1, max_length=64, pattern=r"^[a-z_][a-z0-9_.-]*$",
+                      description="The user to log in as (default root).")
+    port: int = Field(22, ge=1, le=65535, description="The SSH port of every node (default 22).")
+    private_key: SecretKeyRef = Field(description="The private key (OpenSSH or PEM format), never shown anywhere.")
+    known_hosts: SecretKeyRef = Field(
+        description="The nodes' host keys, in OpenSSH known_hosts format (`ssh-keyscan -p PORT ADDRESS...`).")
 
 
 class EnvironmentSpec(Model):
@@ -55,6 +69,7 @@ class EnvironmentSpec(Model):
         default_factory=list, description="Enabled configuration components (ConfigComponent names)."
     )
     plugins: list[Name] = Field(default_factory=list, description="Enabled plugins, by name.")
+    ssh: SshAccess | None = Field(None, description="How deployment graph tasks reach the nodes (GraphRuns need it).")
 
 
 class EnvironmentStatus(StatusBase):

@@ -59,6 +59,17 @@ def test_empty_levels_and_nodes_without_roles_name_the_field() -> None:
     assert problems[0].startswith("spec.nodes[0].roles: ")
 
 
+def test_ssh_access_names_its_secrets_and_a_bad_field() -> None:
+    ssh = {"privateKey": {"name": "nodes-key", "key": "id_ed25519"},
+           "knownHosts": {"name": "nodes-hosts", "key": "known_hosts"}}
+    assert KIND.check_spec({**GOOD, "ssh": ssh}) == []
+    access = EnvironmentSpec.model_validate({**GOOD, "ssh": ssh}).ssh
+    assert access is not None and (access.user, access.port) == ("root", 22)
+    assert KIND.check_spec({**GOOD, "ssh": {**ssh, "port": 0}})[0].startswith("spec.ssh.port: ")
+    assert KIND.check_spec({**GOOD, "ssh": {"privateKey": ssh["privateKey"]}})[0].startswith("spec.ssh.knownHosts: ")
+    assert KIND.check_spec({**GOOD, "ssh": {**ssh, "user": "root; rm -rf /"}})[0].startswith("spec.ssh.user: ")
+
+
 def test_unknown_fields_are_refused() -> None:
     assert KIND.check_spec({**GOOD, "relase": "typo"})[0].startswith("spec.relase: ")
 
