@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from operators import config, environment, lsm
+from operators import config, environment, graphs, lsm
 from operators.calm import actionrun, app, blueprint
 from operators.runtime.core.kinds import Kind
 
-KINDS: tuple[Kind, ...] = (environment.KIND, blueprint.KIND, app.KIND, actionrun.KIND, *config.KINDS, *lsm.KINDS)
+KINDS: tuple[Kind, ...] = (environment.KIND, blueprint.KIND, app.KIND, actionrun.KIND, *config.KINDS, *lsm.KINDS,
+                           *graphs.KINDS)

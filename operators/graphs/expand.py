@@ -1,0 +1,378 @@
+"""Expansion of a merged graph over an environment's nodes: task instances and their edges.
+
+An *instance* is one task on one node, or an *anchor* (node ``""``): stage tasks, groups, and
+`skipped` tasks with no nodes. The rules (Fuel's, with the differences said):
+
+- **Nodes of a task**: by `tags` (a node's tags default to its roles), else `roles`, else
+  `groups`. A role is `*` (every node), `master` (the nodes with role `master`: Stead has no Fuel
+  master, an environment may name its deployment host so), `/regex/` (searched in each role or
+  tag name, as Fuel's name matching does: anchor it with ^...$ for a whole name), or an exact
+  name. A `groups` entry names a group task (the task runs on that group's nodes) or, when no
+  group has that id, a role (as Fuel's task-based serializer reads it). A group (`type: group`,
+  with `roles` and `tasks`) also runs each of its `tasks` on the group's nodes, in addition to
+  the task's own nodes.
+- **Anchors**: `stage` tasks (pre_deployment_start -> ... -> post_deployment_end, ordered by
+  their own requires as the release graph writes them), groups, and `skipped` tasks without
+  nodes. They run nowhere; edges through them hold.
+- **requires / requiredFor** bind to the named task's instance on the same node, or to an anchor.
+  An anchor's requires bind to anchors only (it has no node).
+- **crossDepends / crossDependedBy** bind to the named task (an id or `/regex/`) on the nodes of
+  `role` (default `*`; matched against roles and tags), `self` = the same node; never to the
+  instance itself. Anchors always bind. Policy `all`: every matching instance. Policy `any`:
+  Fuel (nailgun's role resolver) picks ONE node of the role at random and binds to the task's
+  instances there; Stead picks the first node by name that has an instance of the task, so a
+  plan is reproducible and the dependency never vanishes because the random node lacked it.
+- **strategy one_by_one**: the task's instances run one node after another (by node name).
+- **Stricter than Fuel**: a reference that matches no task of the merged graph, and a cycle, are
+  errors (`GraphError`) naming the tasks. A task that exists but has no instance on the node in
+  question is not an error (a controller task required by a compute task binds to nothing on a
+  compute node, as in Fuel).
+
+Conditions are not evaluated here: the plan (`operators.graphs.plan`) marks instances skipped
+and keeps them, so the edges computed here hold whatever the data says.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from operators.graphs.models import CrossDependency, Task, compile_ref, is_regex
+from pipelines.model import find_cycle
+
+ANCHOR = ""
+"""The node of an anchor instance."""
+MAX_MESSAGES = 50
+
+
+class GraphError(ValueError):
+    """A merged graph that cannot be expanded: every problem, each naming the tasks."""
+
+    def __init__(self, problems: list[str]) -> None:
+        shown = problems[:MAX_MESSAGES]
+        more = f" (and {len(problems) - len(shown)} more)" if len(problems) > len(shown) else ""
+        super().__init__("; ".join(shown) + more)
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    """A node as the expansion sees it: plain data (the Environment's node, with optional tags)."""
+
+    name: str
+    roles: tuple[str, ...] = ()
+    tags: tuple[str, ...] | None = None
+    address: str | None = None
+    fqdn: str | None = None
+    ssh_port: str = "22"
+    ssh_user: str = "root"
+
+    @property
+    def effective_tags(self) -> tuple[str, ...]:
+        return self.roles if self.tags is None else self.tags
+
+    @classmethod
+    def of(cls, node: GraphNode | Mapping[str, Any]) -> GraphNode:
+        """From an Environment's node as a dict (`name`, `roles`, `address`, `fqdn`, `tags`, or
+        `labels["stead.dev/tags"]` as a comma-separated list)."""
+        if isinstance(node, GraphNode):
+            return node
+        tags = node.get("tags")
+        labels = node.get("labels") or {}
+        if tags is None and "stead.dev/tags" in labels:
+            tags = [t.strip() for t in str(labels["stead.dev/tags"]).split(",") if t.strip()]
+        return cls(
+            name=str(node["name"]),
+            roles=tuple(node.get("roles") or ()),
+            tags=None if tags is None else tuple(tags),
+            address=node.get("address"),
+            fqdn=node.get("fqdn"),
+            ssh_port=str(node.get("sshPort", node.get("ssh_port", "22"))),
+            ssh_user=str(node.get("sshUser", node.get("ssh_user", "root"))),
+        )
+
+
+@dataclass
+class Expansion:
+    """The instances of a merged graph and, per instance, the instances it waits for.
+
+    `instances[i]` is (task id, node name or ANCHOR); `deps[i]` the indexes it waits for;
+    `unplaced` the work tasks with no node at all (shown by the plan, not an error: a role no
+    node has yet); `groups` each group's nodes and how many of them may fail.
+    """
+
+    tasks: dict[str, Task]
+    nodes: list[GraphNode]
+    instances: list[tuple[str, str]] = field(default_factory=list)
+    index: dict[tuple[str, str], int] = field(default_factory=dict)
+    deps: list[set[int]] = field(default_factory=list)
+    by_task: dict[str, list[int]] = field(default_factory=dict)
+    unplaced: list[str] = field(default_factory=list)
+    groups: dict[str, tuple[list[str], int]] = field(default_factory=dict)
+
+    def add(self, task: str, node: str) -> int:
+        key = (task, node)
+        found = self.index.get(key)
+        if found is not None:
+            return found
+        i = len(self.instances)
+        self.instances.append(key)
+        self.index[key] = i
+        self.deps.append(set())
+        self.by_task.setdefault(task, []).append(i)
+        return i
+
+    def is_anchor(self, task_id: str) -> bool:
+        return task_id in self.by_task and self.instances[self.by_task[task_id][0]][1] == ANCHOR
+
+    @property
+    def edge_count(self) -> int:
+        return sum(len(d) for d in self.deps)
+
+    def key(self, i: int) -> str:
+        task, node = self.instances[i]
+        return f"{task}@{node}" if node else task
+
+
+class _Resolver:
+    """Role and tag references to node names, each distinct reference list resolved once."""
+
+    def __init__(self, nodes: Sequence[GraphNode]) -> None:
+        self.names = [n.name for n in nodes]
+        self.by_label: dict[str, list[str]] = {}
+        self.by_tag: dict[str, list[str]] = {}
+        for node in nodes:
+            for label in dict.fromkeys((*node.roles, *node.effective_tags)):
+                self.by_label.setdefault(label, []).append(node.name)
+            for tag in node.effective_tags:
+                self.by_tag.setdefault(tag, []).append(node.name)
+        self._cache: dict[tuple[bool, tuple[str, ...]], list[str]] = {}
+
+    def resolve(self, refs: Sequence[str], *, tags: bool = False) -> list[str]:
+        key = (tags, tuple(refs))
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        table = self.by_tag if tags else self.by_label
+        chosen: set[str] = set()
+        for ref in refs:
+            if ref == "*":
+                chosen.update(self.names)
+            elif ref == "master":
+                chosen.update(self.by_label.get("master", ()))
+            elif is_regex(ref):
+                pattern = compile_ref(ref)
+                for label, names in table.items():
+                    if pattern.search(label):
+                        chosen.update(names)
+            else:
+                chosen.update(table.get(ref, ()))
+        order = [n for n in self.names if n in chosen]
+        self._cache[key] = order
+        return order
+
+
+class _Matcher:
+    """Task references (an id or /regex/) to the ids of the merged graph, each resolved once."""
+
+    def __init__(self, ids: Sequence[str]) -> None:
+        self.ids = list(ids)
+        self.known = set(ids)
+        self._cache: dict[str, list[str]] = {}
+
+    def match(self, ref: str) -> list[str]:
+        found = self._cache.get(ref)
+        if found is None:
+            if is_regex(ref):
+                try:
+                    pattern: re.Pattern[str] | None = compile_ref(ref)
+                except re.error:
+                    pattern = None
+                found = [i for i in self.ids if pattern is not None and pattern.search(i)]
+            else:
+                found = [ref] if ref in self.known else []
+            self._cache[ref] = found
+        return found
+
+
+def fault_tolerance(value: str | None, total: int) -> int:
+    """How many of a group's `total` nodes may fail: a count, a percentage of them (rounded
+    down) or a negative count (all but that many may fail, never below 0); unset: none (Fuel
+    lets an unset group fail entirely; Stead's default is the safe one)."""
+    if value is None:
+        return 0
+    text = value.strip()
+    amount = (int(text[:-1]) * total) // 100 if text.endswith("%") else int(text)
+    if amount < 0:
+        amount = max(0, total + amount)
+    return min(amount, total)
+
+
+def expand(tasks: Iterable[Task], nodes: Iterable[GraphNode | Mapping[str, Any]]) -> Expansion:
+    """The instances and edges of a merged graph over the nodes; `GraphError` lists every unknown
+    reference, then (when there are none) a cycle."""
+    node_list = [GraphNode.of(n) for n in nodes]
+    task_map: dict[str, Task] = {}
+    for task in tasks:
+        task_map[task.id] = task  # merged: ids are unique
+    exp = Expansion(task_map, node_list)
+    resolver = _Resolver(node_list)
+    matcher = _Matcher(list(task_map))
+    problems: list[str] = []
+
+    group_nodes: dict[str, list[str]] = {}
+    for task in task_map.values():
+        if task.type == "group":
+            group_nodes[task.id] = resolver.resolve(task.roles or task.tags or task.groups)
+            exp.groups[task.id] = (group_nodes[task.id], fault_tolerance(task.fault_tolerance,
+                                                                         len(group_nodes[task.id])))
+    member_of: dict[str, list[str]] = {}
+    for group_id, task in ((g, task_map[g]) for g in group_nodes):
+        for sub in task.tasks:
+            if sub not in task_map:
+                problems.append(f"group {group_id!r}: tasks names {sub!r}, which is not in the merged graph")
+            else:
+                member_of.setdefault(sub, []).append(group_id)
+
+    # 1. instances
+    for task in task_map.values():
+        if task.type in ("stage", "group"):
+            exp.add(task.id, ANCHOR)
+            continue
+        names = _task_nodes(task, resolver, group_nodes, member_of)
+        if not names:
+            if task.type == "skipped" and not (task.tags or task.roles or task.groups):
+                exp.add(task.id, ANCHOR)
+            else:
+                exp.unplaced.append(task.id)
+            continue
+        for name in names:
+            exp.add(task.id, name)
+
+    # 2. edges
+    node_pos = {n.name: i for i, n in enumerate(node_list)}
+    for task in task_map.values():
+        mine = exp.by_task.get(task.id, [])
+        for ref in task.requires:
+            targets = _targets(matcher, ref, task.id, "requires", problems)
+            for i in mine:
+                _bind_same(exp, i, targets, forward=False)
+        for ref in task.required_for:
+            targets = _targets(matcher, ref, task.id, "requiredFor", problems)
+            for i in mine:
+                _bind_same(exp, i, targets, forward=True)
+        for dep in task.cross_depends:
+            targets = _targets(matcher, dep.name, task.id, "crossDepends", problems)
+            _bind_cross(exp, resolver, node_pos, mine, targets, dep, forward=False)
+        for dep in task.cross_depended_by:
+            targets = _targets(matcher, dep.name, task.id, "crossDependedBy", problems)
+            _bind_cross(exp, resolver, node_pos, mine, targets, dep, forward=True)
+        if task.strategy is not None and task.strategy.type == "one_by_one" and len(mine) > 1:
+            ordered = sorted(mine, key=lambda j: node_pos.get(exp.instances[j][1], -1))
+            for before, after in itertools.pairwise(ordered):
+                exp.deps[after].add(before)
+    if problems:
+        raise GraphError(problems)
+
+    cycle = find_cycle({exp.key(i): [exp.key(d) for d in deps] for i, deps in enumerate(exp.deps)})
+    if cycle:
+        raise GraphError(["dependency cycle (each waits for the next): " + " -> ".join(cycle)])
+    return exp
+
+
+def _task_nodes(
+    task: Task, resolver: _Resolver, group_nodes: Mapping[str, list[str]], member_of: Mapping[str, list[str]],
+) -> list[str]:
+    if task.tags:
+        own = resolver.resolve(task.tags, tags=True)
+    elif task.roles:
+        own = resolver.resolve(task.roles)
+    elif task.groups:
+        chosen: set[str] = set()
+        roles = [g for g in task.groups if g not in group_nodes]
+        for g in task.groups:
+            if g in group_nodes:
+                chosen.update(group_nodes[g])
+        chosen.update(resolver.resolve(roles) if roles else ())
+        own = [n for n in resolver.names if n in chosen]
+    else:
+        own = []
+    groups = member_of.get(task.id)
+    if not groups:
+        return own
+    chosen = set(own)
+    for g in groups:
+        chosen.update(group_nodes[g])
+    return [n for n in resolver.names if n in chosen]
+
+
+def _targets(matcher: _Matcher, ref: str, task_id: str, field: str, problems: list[str]) -> list[str]:
+    found = matcher.match(ref)
+    if not found:
+        what = "no task of the merged graph matches" if is_regex(ref) else "which is not in the merged graph"
+        problems.append(f"task {task_id!r}: {field} {ref!r}, {what}")
+    return found
+
+
+def _bind_same(exp: Expansion, i: int, targets: Sequence[str], *, forward: bool) -> None:
+    """requires (forward=False: i waits for them) / requiredFor (they wait for i), same node or anchor."""
+    task, node = exp.instances[i]
+    for target in targets:
+        if target == task:
+            continue
+        j = exp.index.get((target, node))
+        if j is None and node != ANCHOR:
+            j = exp.index.get((target, ANCHOR))
+        if j is None:
+            continue
+        if forward:
+            exp.deps[j].add(i)
+        else:
+            exp.deps[i].add(j)
+
+
+def _bind_cross(
+    exp: Expansion, resolver: _Resolver, node_pos: Mapping[str, int], mine: Sequence[int],
+    targets: Sequence[str], dep: CrossDependency, *, forward: bool,
+) -> None:
+    """crossDepends (forward=False: mine wait for them) / crossDependedBy (forward=True) of a
+    task's instances `mine`. The instances bound do not depend on which of `mine` is bound
+    (except `self`, and never an instance to itself), so they are found once per dependency."""
+    if dep.role == ["self"]:
+        for i in mine:
+            node = exp.instances[i][1]
+            for target in targets:
+                j = exp.index.get((target, node))
+                if j is None:
+                    j = exp.index.get((target, ANCHOR))
+                if j is not None and j != i:
+                    _link(exp, i, j, forward)
+        return
+    allowed = None if dep.role == ["*"] else set(resolver.resolve(dep.role))
+    bound: list[int] = []
+    for target in targets:
+        for j in exp.by_task.get(target, ()):
+            other = exp.instances[j][1]
+            if other == ANCHOR or allowed is None or other in allowed:
+                bound.append(j)
+    if dep.policy == "any":
+        anchors = [j for j in bound if exp.instances[j][1] == ANCHOR]
+        placed = [j for j in bound if exp.instances[j][1] != ANCHOR]
+        if placed:
+            first = min(node_pos[exp.instances[j][1]] for j in placed)
+            placed = [j for j in placed if node_pos[exp.instances[j][1]] == first]
+        bound = anchors + placed
+    for i in mine:
+        for j in bound:
+            if j != i:
+                _link(exp, i, j, forward)
+
+
+def _link(exp: Expansion, i: int, j: int, forward: bool) -> None:
+    if forward:
+        exp.deps[j].add(i)
+    else:
+        exp.deps[i].add(j)

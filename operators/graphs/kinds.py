@@ -1,0 +1,123 @@
+"""The two kinds of deployment graphs, as the operator serves them (docs/graphs.md).
+
+| kind | phases |
+|---|---|
+| DeploymentGraph (`dg`) | `Init -> Provisioned` (checked: tasks, references, conditions; one per owner and type) |
+| GraphRun (`gr`) | `Init -> Planning -> Running -> Provisioned` (see `operators.graphs.run`) |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import Field
+
+from operators.graphs import run
+from operators.graphs.models import (
+    DEPLOYMENT_GRAPH,
+    GRAPH_RUN,
+    DeploymentGraphSpec,
+    GraphRunSpec,
+    GraphRunStatus,
+    check_graph,
+)
+from operators.runtime.core.kinds import AdmissionRequest, Kind, PrinterColumn, Refusal, StatusBase
+from operators.runtime.core.pipeline import PermanentError, Pipeline, StepContext
+from operators.runtime.kube.client import custom_path
+
+
+class DeploymentGraphStatus(StatusBase):
+    """Written by Stead."""
+
+    owner: str | None = Field(None, description="What the graph belongs to: release/NAME, plugin/NAME or "
+                              "environment/NAME.")
+    task_count: int | None = Field(None, description="How many tasks the graph has.")
+
+
+def _owner(spec: DeploymentGraphSpec) -> str:
+    kind, name = spec.owner
+    return f"{kind}/{name}"
+
+
+async def _same_owner_and_type(kube: Any, namespace: str, name: str, spec: DeploymentGraphSpec) -> list[str]:
+    """The other graphs of the namespace with the same owner and type, oldest first."""
+    listed = await kube.request("GET", custom_path(DEPLOYMENT_GRAPH.plural, namespace))
+    found = []
+    for item in listed.get("items") or []:
+        other = item.get("spec") or {}
+        owner = next(((k, other[k]) for k in ("release", "plugin", "environment") if other.get(k)), None)
+        if item["metadata"]["name"] != name and owner == spec.owner and other.get("type", "default") == spec.type:
+            found.append((str(item["metadata"].get("creationTimestamp") or ""), str(item["metadata"]["name"])))
+    return [n for _, n in sorted(found)]
+
+
+async def check(ctx: StepContext) -> Mapping[str, Any]:
+    """Init -> Provisioned: the checks of the webhook again, and one graph per owner and type (the older
+    one stands: this one is Stalled saying which)."""
+    problems = check_graph(ctx.obj.spec)
+    if problems:
+        raise PermanentError("InvalidSpec", "; ".join(problems))
+    spec = DeploymentGraphSpec.model_validate(dict(ctx.obj.spec))
+    facts = {"owner": _owner(spec), "taskCount": len(spec.tasks)}
+    others = await _same_owner_and_type(ctx.services.kube, ctx.obj.namespace, ctx.obj.name, spec)
+    if others and others[0] != ctx.obj.name:
+        raise PermanentError("DuplicateGraph", f"DeploymentGraph {others[0]} is the {spec.type!r} graph of "
+                             f"{_owner(spec)} already: one graph per owner and type", facts=facts)
+    return facts
+
+
+async def graph_admission(request: AdmissionRequest) -> None:
+    """A second graph for the same owner and type is refused (409, naming the first)."""
+    if request.services is None or request.operation not in ("CREATE", "UPDATE"):
+        return
+    spec = DeploymentGraphSpec.model_validate(dict(request.spec))
+    others = await _same_owner_and_type(request.services.kube, request.namespace, request.name, spec)
+    if others:
+        raise Refusal(f"spec: DeploymentGraph {others[0]} is the {spec.type!r} graph of {_owner(spec)} already: "
+                      "one graph per owner and type (edit that one)", 409)
+
+
+DEPLOYMENT_GRAPH_KIND = Kind(
+    kind=DEPLOYMENT_GRAPH.kind,
+    plural=DEPLOYMENT_GRAPH.plural,
+    short_names=("dg",),
+    description="A typed graph of deployment tasks (Fuel's task schema) attached to a release, a plugin or an "
+    "environment; a GraphRun merges the graphs of its environment per type and runs them on its nodes.",
+    spec_model=DeploymentGraphSpec,
+    status_model=DeploymentGraphStatus,
+    pipeline=Pipeline(phases=("Init", "Provisioned"), steps={"Init": check}),
+    columns=(
+        PrinterColumn("Type", ".spec.type", description="The graph's type."),
+        PrinterColumn("Owner", ".status.owner", description="release/NAME, plugin/NAME or environment/NAME."),
+        PrinterColumn("Tasks", ".status.taskCount", type="integer", description="How many tasks."),
+    ),
+    problems=check_graph,
+    admission=graph_admission,
+)
+
+GRAPH_RUN_KIND = Kind(
+    kind=GRAPH_RUN.kind,
+    plural=GRAPH_RUN.plural,
+    short_names=("gr",),
+    description="One execution of the merged deployment graphs of an environment (one or more types, in order) "
+    "on its nodes over SSH: the plan, per node and task the state, and the failing task with its reason. Set "
+    "spec.abort to stop it.",
+    spec_model=GraphRunSpec,
+    status_model=GraphRunStatus,
+    pipeline=Pipeline(
+        phases=("Init", "Planning", "Running", "Provisioned"),
+        steps={"Init": run.validate, "Planning": run.plan, "Running": run.supervise},
+        update_phase="Running",
+        announce=frozenset({"Running"}),
+    ),
+    columns=(
+        PrinterColumn("Environment", ".spec.environment", description="The environment."),
+        PrinterColumn("State", ".status.state", description="Pending, Planning, Running, Succeeded, Failed, Aborted."),
+        PrinterColumn("Progress", ".status.progress", description="Planned task instances finished / planned."),
+        PrinterColumn("Failed", ".status.failedTask", description="The first failed task instance (task@node)."),
+    ),
+    admission=run.admission,
+)
+
+KINDS: tuple[Kind, ...] = (DEPLOYMENT_GRAPH_KIND, GRAPH_RUN_KIND)

@@ -1,0 +1,543 @@
+"""A run's plan, and the workflow that executes it.
+
+Inputs: the merged graph of each type in run order (with its node and task selection), the
+environment's nodes, the run's subgraphs, dryRun / noop / force, each node's data for the
+conditions and the data of the environment's last successful run. Each graph is expanded over
+ALL the environment's nodes (so that cross dependencies see the whole environment), then every
+instance gets a state:
+
+- `skipped` with a reason: `node not selected` (outside the run's node subset), `not selected`
+  (the `tasks` filter; a selected group selects its tasks), `outside subgraph`, `condition false`;
+- `noop` with a reason: structure (stage, group, skipped tasks), or a noop run (only puppet runs,
+  with `noop: true`; shell, upload_file, copy_files, sync and reboot do not run at all: a noop
+  run must not change a node);
+- `planned`: it runs.
+
+**Nodes outside the subset** (the rule): an instance on a node that is not selected does not
+run, and a dependency on it counts as *satisfied* — that node is taken as its last run left
+it. Every such edge is listed in `Plan.outside_edges` (rule `satisfied-outside-subset`) and
+counted in the summary; none is dropped silently. Ordering *through* such an instance is kept:
+if A waits for X (outside) and X waits for B, A waits for B in the workflow.
+
+Skipped instances of selected nodes stay in the workflow as `noop` steps, so that edges through
+them hold (a false condition never reorders the rest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from operators.graphs.conditions import ConditionError, evaluate
+from operators.graphs.expand import ANCHOR, Expansion, GraphNode, expand, fault_tolerance
+from operators.graphs.models import STRUCTURE_TYPES, GraphRunSpec, GraphSelection, Subgraph, Task, compile_ref, is_regex
+from pipelines.model import Dependency, Step, Workflow, check_name
+
+InstanceState = Literal["planned", "skipped", "noop"]
+OUTSIDE_RULE = "satisfied-outside-subset"
+STEP_TYPES: dict[str, str] = {
+    "puppet": "ssh.puppet",
+    "shell": "ssh.shell",
+    "upload_file": "ssh.upload_file",
+    "copy_files": "ssh.copy_files",
+    "sync": "ssh.sync",
+    "reboot": "ssh.reboot",
+}
+"""Fuel task type -> the executor's step type (the SSH executor's contract)."""
+NOOP_STEP = "noop"
+MAX_STEP_ID = 253
+
+
+class PlanError(ValueError):
+    """A run that cannot be planned (unknown node or task, a condition that fails), naming what."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems[:50]) + (f" (and {len(problems) - 50} more)" if len(problems) > 50 else ""))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class PlannedInstance:
+    """One task instance in the plan."""
+
+    graph_type: str
+    task: str
+    node: str  # ANCHOR ("") for anchors
+    state: InstanceState
+    reason: str | None
+    step_type: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.task}@{self.node}" if self.node else self.task
+
+
+@dataclass(frozen=True)
+class OutsideEdge:
+    """A dependency on an instance of a node outside the run's subset: satisfied, not waited for."""
+
+    graph_type: str
+    dependent: str  # task@node
+    dependency: str  # task@node (outside the subset)
+    rule: str = OUTSIDE_RULE
+
+
+@dataclass
+class GraphPlan:
+    """The plan of one graph type."""
+
+    graph_type: str
+    prefix: str
+    expansion: Expansion
+    selected_nodes: frozenset[str]
+    states: list[tuple[InstanceState, str | None]]
+    step_types: list[str]
+    outside_edges: list[OutsideEdge] = field(default_factory=list)
+
+    def included(self, i: int) -> bool:
+        """Whether instance i is part of the run (anchors, and instances of selected nodes)."""
+        node = self.expansion.instances[i][1]
+        return node == ANCHOR or node in self.selected_nodes
+
+    def instances(self) -> Iterator[PlannedInstance]:
+        for i, (task, node) in enumerate(self.expansion.instances):
+            state, reason = self.states[i]
+            yield PlannedInstance(self.graph_type, task, node, state, reason, self.step_types[i])
+
+
+@dataclass
+class Plan:
+    """A run's plan: per graph type, per node and task, the state and why; the edges; counts."""
+
+    graphs: list[GraphPlan]
+    dry_run: bool = False
+    noop: bool = False
+    force: bool = False
+
+    def instances(self, *, include_outside: bool = True) -> Iterator[PlannedInstance]:
+        for graph in self.graphs:
+            for i, inst in enumerate(graph.instances()):
+                if include_outside or graph.included(i):
+                    yield inst
+
+    @property
+    def outside_edges(self) -> list[OutsideEdge]:
+        return [e for g in self.graphs for e in g.outside_edges]
+
+    def by_node(self) -> dict[str, list[PlannedInstance]]:
+        """Instances of the run (selected nodes and anchors), per node ("" for anchors), in plan order."""
+        out: dict[str, list[PlannedInstance]] = {}
+        for inst in self.instances(include_outside=False):
+            out.setdefault(inst.node, []).append(inst)
+        return out
+
+    def summary(self) -> dict[str, int]:
+        """The counts of `models.PlanSummary` (camelCase keys, ready for status)."""
+        counts = {"instances": 0, "planned": 0, "skipped": 0, "noop": 0, "edges": 0,
+                  "outsideSubset": len(self.outside_edges)}
+        for graph in self.graphs:
+            for i, (state, _) in enumerate(graph.states):
+                if not graph.included(i):
+                    continue
+                counts["instances"] += 1
+                counts[state] += 1
+                counts["edges"] += sum(1 for d in graph.expansion.deps[i] if graph.included(d))
+        return counts
+
+    def unplaced(self) -> dict[str, list[str]]:
+        """Per graph type, the work tasks that no node of the environment has (they run nowhere)."""
+        return {g.graph_type: list(g.expansion.unplaced) for g in self.graphs if g.expansion.unplaced}
+
+    def fault_tolerance(self) -> dict[str, dict[str, FaultToleranceGroup]]:
+        """Per graph type, each group's selected nodes, how many of them may fail (its faultTolerance
+        over the nodes of the run), and the steps of its tasks there (the workflow cannot say this
+        itself: the runner counts failed nodes)."""
+        out: dict[str, dict[str, FaultToleranceGroup]] = {}
+        for g in self.graphs:
+            exp = g.expansion
+            for group, (nodes, _) in exp.groups.items():
+                chosen = [n for n in nodes if n in g.selected_nodes]
+                # relative to the nodes of the run: '-1' keeps meaning "one of them must succeed"
+                may_fail = fault_tolerance(exp.tasks[group].fault_tolerance, len(chosen))
+                steps = [step_id(g.prefix, sub, node) for sub in exp.tasks[group].tasks for node in chosen
+                         if (sub, node) in exp.index]
+                out.setdefault(g.graph_type, {})[group] = FaultToleranceGroup(chosen, may_fail, steps)
+        return out
+
+
+@dataclass(frozen=True)
+class FaultToleranceGroup:
+    """A group of a plan: its nodes in the run, how many of them may fail before the run fails,
+    and the workflow steps of its tasks on those nodes."""
+
+    nodes: list[str]
+    may_fail: int
+    steps: list[str]
+
+
+def plan_run(
+    spec: GraphRunSpec,
+    merged: Mapping[str, Sequence[Task]],
+    nodes: Sequence[GraphNode | Mapping[str, Any]],
+    *,
+    node_data: Mapping[str, Mapping[str, Any]] | None = None,
+    last_data: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Plan:
+    """The plan of a GraphRun: `merged` holds the merged tasks of each type the run names."""
+    missing = [g.type for g in spec.graphs if g.type not in merged]
+    if missing:
+        raise PlanError([f"graphs[{i}].type: no graph of type {g.type!r} for this environment"
+                         for i, g in enumerate(spec.graphs) if g.type in missing])
+    return make_plan(
+        [(g, merged[g.type]) for g in spec.graphs], nodes, subgraphs=spec.subgraphs, dry_run=spec.dry_run,
+        noop=spec.noop, force=spec.force, node_data=node_data, last_data=last_data,
+    )
+
+
+def make_plan(
+    graphs: Sequence[tuple[GraphSelection, Sequence[Task]]],
+    nodes: Sequence[GraphNode | Mapping[str, Any]],
+    *,
+    subgraphs: Sequence[Subgraph] = (),
+    dry_run: bool = False,
+    noop: bool = False,
+    force: bool = False,
+    node_data: Mapping[str, Mapping[str, Any]] | None = None,
+    last_data: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Plan:
+    """Plan graphs (each a selection and its merged tasks, in run order) over the environment's
+    nodes. `node_data[node]` is what the node's conditions read (`$`); `last_data[node]` the
+    node's data of the last successful run (missing node or None: everything changed).
+    Raises `GraphError` (unknown references, cycles) or `PlanError` (unknown nodes or tasks in
+    the selection, subgraph references that match nothing, conditions that fail)."""
+    node_list = [GraphNode.of(n) for n in nodes]
+    names = [n.name for n in node_list]
+    known = set(names)
+    problems: list[str] = []
+    plans: list[GraphPlan] = []
+    prefixes: set[str] = set()
+    sub_hits: list[bool] = [False] * (2 * len(subgraphs))
+    for index, (selection, tasks) in enumerate(graphs):
+        exp = expand(tasks, node_list)
+        if selection.nodes is not None:
+            unknown = [n for n in selection.nodes if n not in known]
+            problems.extend(f"graphs[{index}].nodes: {n!r} is not a node of the environment" for n in unknown)
+            selected = frozenset(selection.nodes)
+        else:
+            selected = frozenset(names)
+        chosen_tasks: set[str] | None = None
+        if selection.tasks is not None:
+            unknown_tasks = [t for t in selection.tasks if t not in exp.tasks]
+            problems.extend(f"graphs[{index}].tasks: {t!r} is not a task of the merged {selection.type!r} graph"
+                            for t in unknown_tasks)
+            chosen_tasks = set(selection.tasks)
+            for t in selection.tasks:
+                if t in exp.tasks and exp.tasks[t].type == "group":
+                    chosen_tasks.update(exp.tasks[t].tasks)
+        in_subgraph = _subgraph_members(exp, subgraphs, sub_hits) if subgraphs else None
+        prefix = _prefix(selection.type, prefixes)
+        states, step_types = _states(
+            exp, selected, chosen_tasks, in_subgraph, noop=noop, force=force,
+            node_data=node_data or {}, last_data=last_data, problems=problems,
+        )
+        plan = GraphPlan(selection.type, prefix, exp, selected, states, step_types)
+        for i, deps in enumerate(exp.deps):
+            if not plan.included(i):
+                continue
+            for d in deps:
+                if not plan.included(d):
+                    plan.outside_edges.append(OutsideEdge(selection.type, exp.key(i), exp.key(d)))
+        plans.append(plan)
+    for k, sub in enumerate(subgraphs):
+        for side, refs in ((0, sub.start), (1, sub.end)):
+            if refs and not sub_hits[2 * k + side]:
+                problems.append(f"subgraphs[{k}].{'start' if side == 0 else 'end'}: {refs!r} match no task of the "
+                                "graphs run")
+    if problems:
+        raise PlanError(problems)
+    return Plan(plans, dry_run=dry_run, noop=noop, force=force)
+
+
+def _prefix(graph_type: str, taken: set[str]) -> str:
+    """A step id prefix for a graph type: the type itself (made to start with a letter or digit),
+    suffixed .2, .3 when the run names the type again."""
+    base = graph_type if graph_type[0].isalnum() else f"g{graph_type}"
+    prefix, n = base, 1
+    while prefix in taken:
+        n += 1
+        prefix = f"{base}.{n}"
+    taken.add(prefix)
+    return prefix
+
+
+def _matches(ref: str, ids: Sequence[str]) -> list[str]:
+    if is_regex(ref):
+        pattern = compile_ref(ref)
+        return [i for i in ids if pattern.search(i)]
+    return [ref] if ref in ids else []
+
+
+def _subgraph_members(exp: Expansion, subgraphs: Sequence[Subgraph], hits: list[bool]) -> set[int]:
+    """Instances forward of `start` (and backward of `end`) of any subgraph: start or end alone
+    bound one side; both, the instances between them."""
+    dependents: list[list[int]] = [[] for _ in exp.instances]
+    for i, deps in enumerate(exp.deps):
+        for d in deps:
+            dependents[d].append(i)
+    ids = list(exp.tasks)
+    members: set[int] = set()
+    everything = set(range(len(exp.instances)))
+    for k, sub in enumerate(subgraphs):
+        part = everything
+        if sub.start:
+            seeds = [i for ref in sub.start for t in _matches(ref, ids) for i in exp.by_task.get(t, ())]
+            hits[2 * k] = hits[2 * k] or any(_matches(ref, ids) for ref in sub.start)
+            part = part & _closure(seeds, dependents)
+        if sub.end:
+            seeds = [i for ref in sub.end for t in _matches(ref, ids) for i in exp.by_task.get(t, ())]
+            hits[2 * k + 1] = hits[2 * k + 1] or any(_matches(ref, ids) for ref in sub.end)
+            part = part & _closure(seeds, [list(d) for d in exp.deps])
+        members |= part
+    return members
+
+
+def _closure(seeds: Sequence[int], edges: Sequence[Sequence[int]]) -> set[int]:
+    seen = set(seeds)
+    stack = list(seeds)
+    while stack:
+        for nxt in edges[stack.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return seen
+
+
+def _states(
+    exp: Expansion,
+    selected: frozenset[str],
+    chosen_tasks: set[str] | None,
+    in_subgraph: set[int] | None,
+    *,
+    noop: bool,
+    force: bool,
+    node_data: Mapping[str, Mapping[str, Any]],
+    last_data: Mapping[str, Mapping[str, Any]] | None,
+    problems: list[str],
+) -> tuple[list[tuple[InstanceState, str | None]], list[str]]:
+    states: list[tuple[InstanceState, str | None]] = []
+    step_types: list[str] = []
+    memo: dict[tuple[str, str], bool] = {}
+    for i, (task_id, node) in enumerate(exp.instances):
+        task = exp.tasks[task_id]
+        state: InstanceState
+        reason: str | None
+        if node != ANCHOR and node not in selected:
+            state, reason = "skipped", "node not selected"
+        elif task.type in STRUCTURE_TYPES:
+            state, reason = "noop", f"{task.type} (structure, nothing runs)"
+        elif chosen_tasks is not None and task_id not in chosen_tasks:
+            state, reason = "skipped", "not selected (tasks filter)"
+        elif in_subgraph is not None and i not in in_subgraph:
+            state, reason = "skipped", "outside subgraph"
+        elif task.condition is not None and not _condition(task, node, memo, node_data, last_data, force, problems):
+            state, reason = "skipped", "condition false"
+        elif noop and task.type != "puppet":
+            state, reason = "noop", f"noop run: {task.type} tasks do not run"
+        else:
+            state, reason = "planned", None
+        states.append((state, reason))
+        step_types.append(STEP_TYPES[task.type] if state == "planned" else NOOP_STEP)
+    return states, step_types
+
+
+def _condition(
+    task: Task, node: str, memo: dict[tuple[str, str], bool], node_data: Mapping[str, Mapping[str, Any]],
+    last_data: Mapping[str, Mapping[str, Any]] | None, force: bool, problems: list[str],
+) -> bool:
+    """A task's condition on a node; the same expression on the same node is evaluated once
+    (task files repeat conditions through YAML anchors)."""
+    condition = task.condition
+    assert condition is not None
+    text = condition.yaql_exp if condition.yaql_exp is not None else f"legacy:{condition.legacy}"
+    key = (text, node)
+    found = memo.get(key)
+    if found is not None:
+        return found
+    data = node_data.get(node, {})
+    last = None if last_data is None else last_data.get(node)
+    try:
+        value = evaluate(condition, data, last, force=force)
+    except ConditionError as error:
+        problems.append(f"task {task.id!r} on {node or 'the anchors'}: condition: {error}")
+        value = False
+    memo[key] = value
+    return value
+
+
+# --- the workflow ----------------------------------------------------------------------------------
+
+
+def step_id(prefix: str, task: str, node: str) -> str:
+    """`<graph type>:<task>:<node>` (`<type>:<task>` for an anchor); ids longer than the workflow
+    allows are cut and suffixed with a hash of the whole, so they stay unique."""
+    raw = f"{prefix}:{task}:{node}" if node else f"{prefix}:{task}"
+    if len(raw) <= MAX_STEP_ID:
+        return raw
+    digest = hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
+    return f"{raw[:MAX_STEP_ID - 17]}~{digest}".replace("~", "-")
+
+
+def to_workflow(
+    plan: Plan,
+    *,
+    known_hosts: str,
+    private_key_ref: str,
+    name: str = "",
+    parallelism: int = 8,
+) -> Workflow:
+    """The workflow executing a plan: one step per task instance of the run (a single target, the
+    node; anchors untargeted), each waiting for exactly the instances it depends on (`all` over a
+    single-target step is that one instance). Graph types run in order: a barrier step
+    `<type>::done` waits for the graph's last steps and the next graph's first steps wait for it.
+
+    Executor contract: planned work is `ssh.<type>` with the task's parameters unchanged (plus
+    `noop: true` for puppet in a noop run), `retries` from parameters.retries, `timeout_seconds`
+    from parameters.timeout; everything else is a `noop` step. Targets carry `ssh_address`,
+    `ssh_port`, `ssh_user`; `ssh_known_hosts` is a variable and `ssh_private_key` a secret
+    reference, both given by the caller."""
+    by_name = {n.name: n for g in plan.graphs for n in g.expansion.nodes}
+    steps: list[Step] = []
+    targets: dict[str, dict[str, str]] = {}
+    previous_barrier: str | None = None
+    problems: list[str] = []
+    for graph in plan.graphs:
+        exp = graph.expansion
+        ids = [step_id(graph.prefix, t, n) for t, n in exp.instances]
+        deps = _contracted(graph)
+        has_dependents: set[int] = set()
+        for i in range(len(exp.instances)):
+            if graph.included(i):
+                has_dependents.update(deps[i])
+        graph_steps: list[str] = []
+        for i, (task_id, node) in enumerate(exp.instances):
+            if not graph.included(i):
+                continue
+            task = exp.tasks[task_id]
+            state, reason = graph.states[i]
+            if node and node not in targets:
+                try:
+                    check_name(node, "node")
+                except ValueError as error:
+                    problems.append(str(error))
+                    continue
+                targets[node] = _target(by_name[node], problems)
+            depends = [Dependency(step=ids[d], targets="all") for d in sorted(deps[i])]
+            if not depends and previous_barrier is not None:
+                depends = [Dependency(step=previous_barrier, targets="all")]
+            params: dict[str, Any] = {}
+            retries = 0
+            timeout: float | None = None
+            step_type = graph.step_types[i]
+            if state == "planned":
+                params = dict(task.parameters)
+                if plan.noop and task.type == "puppet":
+                    params["noop"] = True
+                retries = _int(task.parameters.get("retries"), 0, 100)
+                timeout = _timeout(task.parameters.get("timeout"))
+            else:
+                params = {"reason": reason or "", "task_type": task.type}
+            steps.append(Step(
+                id=ids[i], type=step_type, name=f"{task_id} on {node}" if node else task_id,
+                parameters=params, target=[node] if node else [], depends_on=depends,
+                retries=retries, timeout_seconds=timeout,
+            ))
+            graph_steps.append(ids[i])
+        sinks = [ids[i] for i in range(len(exp.instances)) if graph.included(i) and i not in has_dependents]
+        if len(plan.graphs) > 1 and graph is not plan.graphs[-1]:
+            barrier = f"{graph.prefix}::done"
+            steps.append(Step(id=barrier, type=NOOP_STEP, name=f"graph {graph.graph_type} done",
+                              parameters={"reason": "graph barrier"},
+                              depends_on=[Dependency(step=s, targets="all") for s in sinks]
+                              or ([Dependency(step=previous_barrier, targets="all")] if previous_barrier else [])))
+            previous_barrier = barrier
+    if problems:
+        raise PlanError(problems)
+    return Workflow(
+        name=name, variables={"ssh_known_hosts": known_hosts}, secrets={"ssh_private_key": private_key_ref},
+        targets=targets, steps=steps, parallelism=parallelism,
+    )
+
+
+def _contracted(graph: GraphPlan) -> list[set[int]]:
+    """Each included instance's dependencies among included instances, passing through excluded
+    ones (instances of unselected nodes): A -> X(out) -> B becomes A -> B."""
+    exp = graph.expansion
+    frontier: dict[int, set[int]] = {}
+
+    def through(x: int) -> set[int]:
+        # iterative post-order over excluded instances, memoized
+        stack = [x]
+        while stack:
+            top = stack[-1]
+            if top in frontier:
+                stack.pop()
+                continue
+            pending = [d for d in exp.deps[top] if not graph.included(d) and d not in frontier]
+            if pending:
+                stack.extend(pending)
+                continue
+            out: set[int] = set()
+            for d in exp.deps[top]:
+                if graph.included(d):
+                    out.add(d)
+                else:
+                    out |= frontier[d]
+            frontier[top] = out
+            stack.pop()
+        return frontier[x]
+
+    result: list[set[int]] = []
+    for i, deps in enumerate(exp.deps):
+        if not graph.included(i):
+            result.append(set())
+            continue
+        mine: set[int] = set()
+        for d in deps:
+            if graph.included(d):
+                mine.add(d)
+            else:
+                mine |= through(d)
+        result.append(mine)
+    return result
+
+
+def _target(node: GraphNode, problems: list[str]) -> dict[str, str]:
+    address = node.address or node.fqdn
+    if not address:
+        problems.append(f"node {node.name!r} has no address (nor fqdn): tasks cannot reach it")
+        address = ""
+    return {"ssh_address": address, "ssh_port": str(node.ssh_port), "ssh_user": node.ssh_user}
+
+
+def _int(value: Any, low: int, high: int) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return low
+    return max(low, min(high, number))
+
+
+def _timeout(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 else None
+
+
+__all__ = [
+    "NOOP_STEP", "OUTSIDE_RULE", "STEP_TYPES", "FaultToleranceGroup", "GraphPlan", "OutsideEdge", "Plan",
+    "PlanError", "PlannedInstance", "make_plan", "plan_run", "step_id", "to_workflow",
+]

@@ -1,0 +1,412 @@
+"""A GraphRun, from its checks to its end: `Init -> Planning -> Running -> Provisioned`.
+
+- Init: the environment exists and says how to reach its nodes (`spec.ssh`, unless a dry run), and
+  no other run is going on it (the admission webhook refuses the second with 409; this catches a
+  run that bypassed it).
+- Planning: the graphs of each type the run names are merged (release < the environment's plugins
+  < the environment), expanded over the environment's nodes and planned (conditions evaluated over
+  each node's effective configuration, from the configuration store). The plan, the workflow and
+  the data the conditions read are written to the run's directory, so that an operator restart
+  follows the same plan rather than a new one. A dry run ends here.
+- Running: the workflow runs under the shared supervision (`operators.runtime.engine.runs`): a
+  runner process of its own, restarted from its finished steps when it dies, aborted on
+  `spec.abort`, its progress in status at most once a second. A success records the nodes' data
+  as the environment's last successful run (the base of Fuel's change functions next time).
+
+The status lists every node's task instances with their state, times and attempts, up to
+`STATUS_INSTANCES` of them (a status must stay far below etcd's object size whatever the graph);
+the rest are counted in `omitted`, and every one is in the run's records (`stead graph status`).
+Output tails are kept for failed instances only, for the same reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from operators.config.levels import NODE_LEVEL, ROLE_LEVEL, node_ident
+from operators.config.merge import effective
+from operators.config.repository import KubeConfigRepository
+from operators.environment.models import ENVIRONMENT, EnvironmentSpec, SshAccess
+from operators.graphs.conditions import ConditionError
+from operators.graphs.expand import GraphError
+from operators.graphs.merge import MergeError, merge_specs
+from operators.graphs.models import (
+    DEPLOYMENT_GRAPH,
+    GRAPH_RUN,
+    OUTPUT_TAIL,
+    DeploymentGraphSpec,
+    GraphRunSpec,
+)
+from operators.graphs.plan import PlanError, plan_run, step_id, to_workflow
+from operators.runtime.core.clock import utc_now, utc_seconds
+from operators.runtime.core.kinds import AdmissionRequest, Refusal
+from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, StepContext
+from operators.runtime.core.refs import SecretKeyRef
+from operators.runtime.engine.runs import (
+    FINAL_RUN_STATES,
+    Abort,
+    Followed,
+    RunRequest,
+    follow_run,
+    paths_for,
+    read_conclusion,
+    write_conclusion,
+)
+from operators.runtime.kube.client import ApiError, core_path, custom_path
+from pipelines.control import read_progress
+from pipelines.paths import RunPaths
+
+log = logging.getLogger(__name__)
+
+PLAN_FILE = "graph-plan.json"
+"""In the run's directory: the workflow, which step is which task on which node, the facts of the plan
+and the data the conditions read (recorded as the environment's last data when the run succeeds)."""
+LAST_DATA_DIR = "graph-data"
+"""Under the runs' state directory: `<namespace>/<environment>.json`, the nodes' data of the environment's
+last successful run. On this replica's volume: lost with it, after which every change function is true
+(the safe side: tasks run rather than being skipped)."""
+STATUS_INSTANCES = 2000
+KEY_SECRET = "ssh_private_key"
+
+
+def carry(status: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in status.items() if key not in RUNTIME_FIELDS}
+
+
+async def _get(ctx: StepContext, path: str) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = await ctx.services.kube.request("GET", path)
+    except ApiError as error:
+        if error.status == 404:
+            return None
+        raise
+    return found
+
+
+async def _environment(ctx: StepContext, name: str) -> EnvironmentSpec:
+    body = await _get(ctx, custom_path(ENVIRONMENT.plural, ctx.obj.namespace, name))
+    if body is None:
+        raise PermanentError("EnvironmentNotFound", f"spec.environment: no Environment {name!r} in namespace "
+                             f"{ctx.obj.namespace}", facts={"state": "Failed", "reason": f"no environment {name}"})
+    try:
+        return EnvironmentSpec.model_validate(dict(body.get("spec") or {}))
+    except ValidationError:
+        raise PermanentError("EnvironmentInvalid", f"Environment {name} has an invalid spec (see its status)",
+                             facts={"state": "Failed"}) from None
+
+
+async def others_running(kube: Any, namespace: str, environment: str, name: str) -> list[str]:
+    """The GraphRuns on `environment` other than `name` that have not ended."""
+    listed = await kube.request("GET", custom_path(GRAPH_RUN.plural, namespace))
+    return sorted(str(item["metadata"]["name"]) for item in listed.get("items") or []
+                  if (item.get("spec") or {}).get("environment") == environment
+                  and item["metadata"]["name"] != name
+                  and not item["metadata"].get("deletionTimestamp")
+                  and (item.get("status") or {}).get("state") not in FINAL_RUN_STATES)
+
+
+async def validate(ctx: StepContext) -> Mapping[str, Any]:
+    """Init -> Planning: the environment, how to reach its nodes, and no other run on it."""
+    if ctx.obj.status.get("state") in FINAL_RUN_STATES:
+        return carry(ctx.obj.status)
+    spec = GraphRunSpec.model_validate(dict(ctx.obj.spec))
+    env = await _environment(ctx, spec.environment)
+    if env.ssh is None and not spec.dry_run:
+        message = (f"spec.environment: Environment {spec.environment} has no spec.ssh (the user, key and known host "
+                   "keys tasks reach its nodes with); a dryRun needs none")
+        raise PermanentError("NoSshAccess", message, facts={"state": "Failed", "reason": message})
+    busy = await others_running(ctx.services.kube, ctx.obj.namespace, spec.environment, ctx.obj.name)
+    if busy:
+        message = f"GraphRun {busy[0]} runs on environment {spec.environment}: one run at a time"
+        raise PermanentError("EnvironmentBusy", message, facts={"state": "Failed", "reason": message})
+    return {"state": "Pending", "startTime": ctx.obj.status.get("startTime") or utc_now()}
+
+
+async def deployment_graphs(kube: Any, namespace: str) -> list[DeploymentGraphSpec]:
+    """The namespace's DeploymentGraphs that are valid (an invalid one is Stalled, saying why)."""
+    listed = await kube.request("GET", custom_path(DEPLOYMENT_GRAPH.plural, namespace))
+    graphs = []
+    for item in listed.get("items") or []:
+        with contextlib.suppress(ValidationError):
+            graphs.append(DeploymentGraphSpec.model_validate(dict(item.get("spec") or {})))
+    return graphs
+
+
+def node_point(env: EnvironmentSpec, node: Any) -> tuple[tuple[str, str], ...]:
+    """Where a node sits in the hierarchy: the role level is its first role (its primary one), the node
+    level its FQDN or name; the walk stops at a level a node gives no value for."""
+    point: list[tuple[str, str]] = []
+    for level in env.hierarchy_levels:
+        if level == ROLE_LEVEL:
+            point.append((level, node.roles[0]))
+        elif level == NODE_LEVEL:
+            point.append((level, node_ident(node)))
+        else:
+            break
+    return tuple(point)
+
+
+async def node_data(ctx: StepContext, environment: str, env: EnvironmentSpec) -> dict[str, dict[str, Any]]:
+    """Each node's effective configuration: resource name -> its effective values at the node's point
+    (what `stead config get` shows for the node), plus `node` (name, roles, fqdn) and `nodes`."""
+    snapshot = await KubeConfigRepository(ctx.services.kube).snapshot(ctx.obj.namespace, environment)
+    resources = sorted({r.name for c in (snapshot.components.values() if snapshot else ()) for r in c.resources})
+    everyone = [{"name": n.name, "roles": list(n.roles), "fqdn": n.fqdn} for n in env.nodes]
+    data: dict[str, dict[str, Any]] = {}
+    for node in env.nodes:
+        point = node_point(env, node)
+        values = {r: effective(point, snapshot.layers(r)).values for r in resources} if snapshot else {}
+        data[node.name] = {**values, "node": {"name": node.name, "roles": list(node.roles), "fqdn": node.fqdn},
+                           "nodes": everyone}
+    return data
+
+
+def _last_data_path(ctx: StepContext, environment: str) -> Path:
+    return Path(ctx.services.runs.state_dir) / LAST_DATA_DIR / ctx.obj.namespace / f"{environment}.json"
+
+
+def read_last_data(path: Path) -> dict[str, dict[str, Any]] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
+
+
+async def _read_secret(ctx: StepContext, ref: SecretKeyRef, what: str) -> str:
+    """A key of a Secret of the run's own namespace (never another: the namespace is the tenant boundary)."""
+    secret = await _get(ctx, core_path("secrets", ctx.obj.namespace, ref.name))
+    if secret is None:
+        raise PermanentError("SecretNotFound", f"{what}: no Secret {ref.name} in namespace {ctx.obj.namespace}",
+                             facts={"state": "Failed", "reason": f"no Secret {ref.name}"})
+    value = (secret.get("data") or {}).get(ref.key)
+    if value is None:
+        raise PermanentError("SecretNotFound", f"{what}: Secret {ref.name} has no key {ref.key}",
+                             facts={"state": "Failed", "reason": f"Secret {ref.name} has no key {ref.key}"})
+    return base64.b64decode(value).decode()
+
+
+def _instances_status(index: Mapping[str, Sequence[str]], records: Mapping[str, Mapping[str, Any]],
+                      planned: Mapping[str, Mapping[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """Per node, per task: the plan's state, then the run's record over it; bounded (see the module)."""
+    nodes: dict[str, list[dict[str, Any]]] = {}
+    shown = omitted = 0
+    for sid, (task, node) in index.items():
+        if shown >= STATUS_INSTANCES:
+            omitted += 1
+            continue
+        item = dict(planned.get(sid) or {"task": task, "state": "planned"})
+        record = records.get(sid)
+        if record is not None and item["state"] == "planned":
+            item["state"] = record.get("state") or "pending"
+            for src, dst in (("startedAt", "started"), ("finishedAt", "finished")):
+                if record.get(src):
+                    item[dst] = utc_seconds(str(record[src]))
+            item["attempts"] = int(record.get("attempts") or 0)
+            if item["state"] == "failure":
+                item["reason"] = str(record.get("message") or "failed")[:4096]
+                output = str(record.get("output") or "")
+                if output:
+                    item["output"] = output[-OUTPUT_TAIL:]
+        nodes.setdefault(node, []).append(item)
+        shown += 1
+    return [{"name": name, "tasks": tasks} for name, tasks in sorted(nodes.items())], omitted
+
+
+def _records(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {str(r.get("step")): r for r in status.get("steps") or []}
+
+
+async def plan(ctx: StepContext) -> Mapping[str, Any]:
+    """Planning -> Running: merge, expand and plan; write the plan beside the run (a restart follows it)."""
+    facts = {**carry(ctx.obj.status), **ctx.facts}
+    if facts.get("state") in FINAL_RUN_STATES:
+        return facts
+    paths = paths_for(ctx)
+    saved = _read_plan(paths.run_dir)
+    if saved is not None:
+        return {**facts, **saved["facts"]}
+    spec = GraphRunSpec.model_validate(dict(ctx.obj.spec))
+    env = await _environment(ctx, spec.environment)
+    graphs = await deployment_graphs(ctx.services.kube, ctx.obj.namespace)
+    failed = {"state": "Failed", "endTime": utc_now()}
+    try:
+        merged = {g.type: merge_specs(graphs, g.type, release=env.release, plugins=env.plugins,
+                                      environment=spec.environment).tasks for g in spec.graphs}
+        data = await node_data(ctx, spec.environment, env)
+        last = None if spec.force else read_last_data(_last_data_path(ctx, spec.environment))
+        access = env.ssh or SshAccess.model_validate({"privateKey": {"name": "x", "key": "x"},
+                                                      "knownHosts": {"name": "x", "key": "x"}})
+        nodes = [{**node.model_dump(by_alias=True, exclude_none=True), "sshPort": str(access.port),
+                  "sshUser": access.user} for node in env.nodes]
+        the_plan = plan_run(spec, merged, nodes, node_data=data, last_data=last)
+        known_hosts = "" if spec.dry_run or env.ssh is None else \
+            await _read_secret(ctx, env.ssh.known_hosts, "spec.ssh.knownHosts of the environment")
+        workflow = to_workflow(the_plan, known_hosts=known_hosts, private_key_ref=KEY_SECRET,
+                               name=f"{ctx.obj.namespace}/{ctx.obj.name}")
+    except (MergeError, GraphError, PlanError, ConditionError) as error:
+        message = str(error)[:4096]
+        raise PermanentError("PlanFailed", message, facts={**facts, **failed, "reason": message}) from None
+    index: dict[str, list[str]] = {}
+    planned: dict[str, dict[str, Any]] = {}
+    prefix_of = {g.graph_type: g.prefix for g in the_plan.graphs}
+    for inst in the_plan.instances():
+        sid = step_id(prefix_of[inst.graph_type], inst.task, inst.node)
+        index[sid] = [inst.task, inst.node]
+        item: dict[str, Any] = {"task": inst.task, "state": inst.state}
+        if inst.reason:
+            item["reason"] = inst.reason
+        planned[sid] = item
+    summary = the_plan.summary()
+    nodes_status, omitted = _instances_status(index, {}, planned)
+    runs = sum(1 for item in planned.values() if item["state"] == "planned")
+    plan_facts = {"plan": summary, "nodes": nodes_status, "omitted": omitted or None, "progress": f"0/{runs}"}
+    if spec.dry_run:
+        plan_facts.update({"state": "Succeeded", "endTime": utc_now(), "reason": None})
+    write_json(paths.run_dir / PLAN_FILE, {
+        "facts": plan_facts, "index": index, "planned": planned, "nodeData": data,
+        "workflow": workflow.model_dump(by_alias=True, mode="json")})
+    return {**facts, **plan_facts, "state": plan_facts.get("state", "Running")}
+
+
+def _read_plan(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        saved = json.loads((run_dir / PLAN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+class _Observer:
+    """What a GraphRun shows of its run: progress and its nodes' task states; aborts on `spec.abort`."""
+
+    def __init__(self, ctx: StepContext, saved: Mapping[str, Any]) -> None:
+        self.ctx, self.saved = ctx, saved
+
+    async def abort(self) -> Abort | None:
+        with contextlib.suppress(ApiError):
+            current = await _get(self.ctx, custom_path(GRAPH_RUN.plural, self.ctx.obj.namespace, self.ctx.obj.name))
+            if current is not None and (current.get("spec") or {}).get("abort"):
+                return Abort()
+        return None
+
+    def progress_patch(self, status: Mapping[str, Any], progress: Mapping[str, Any]) -> Mapping[str, Any]:
+        nodes, omitted = _instances_status(self.saved["index"], _records(status), self.saved["planned"])
+        return {"progress": _progress_text(self.saved, status, progress), "nodes": nodes, "omitted": omitted or None}
+
+    def queue_patch(self, waiting: str | None) -> Mapping[str, Any]:
+        return {"state": "Pending" if waiting else "Running", "reason": waiting}
+
+    async def write(self, patch: Mapping[str, Any]) -> None:
+        obj = self.ctx.obj
+        await self.ctx.services.kube.patch_status(GRAPH_RUN.plural, obj.namespace, obj.name, dict(patch))
+
+
+def _progress_text(saved: Mapping[str, Any], status: Mapping[str, Any], progress: Mapping[str, Any]) -> str:
+    """Planned instances finished / planned instances (noop and skipped ones are not work)."""
+    work = [sid for sid, item in saved["planned"].items() if item["state"] == "planned"]
+    records = _records(status)
+    done = sum(1 for sid in work if (records.get(sid) or {}).get("state") in ("success", "failure", "aborted"))
+    return f"{done}/{len(work)}"
+
+
+async def supervise(ctx: StepContext) -> Mapping[str, Any]:
+    """Running -> Provisioned: run the plan's workflow to its end."""
+    facts = {**carry(ctx.obj.status), **ctx.facts}
+    spec = GraphRunSpec.model_validate(dict(ctx.obj.spec))
+    paths = paths_for(ctx)
+    concluded = read_conclusion(paths)
+    if concluded is not None:
+        return _finished(ctx, {**facts, **concluded})
+    progress = read_progress(paths)
+    if facts.get("state") in FINAL_RUN_STATES and (spec.dry_run or progress is None or progress.get("finishedAt")):
+        return _finished(ctx, facts)
+    saved = _read_plan(paths.run_dir)
+    if saved is None:
+        raise PermanentError("PlanLost", "the run's plan is gone from the operator's volume: create a new GraphRun",
+                             facts={**facts, "state": "Failed", "reason": "plan lost"})
+    env = await _environment(ctx, spec.environment)
+    if env.ssh is None:
+        raise PermanentError("NoSshAccess", f"Environment {spec.environment} has no spec.ssh any more",
+                             facts={**facts, "state": "Failed", "reason": "no spec.ssh"})
+    key = functools.partial(_key_reader, ctx, env.ssh.private_key)
+    request = RunRequest(paths, saved["workflow"], secrets={KEY_SECRET: key})
+    followed = await follow_run(ctx, request, _Observer(ctx, saved), starts=int(facts.get("runnerStarts") or 0),
+                                writes=int(facts.get("statusWrites") or 0))
+    return await _conclude(ctx, spec, saved, paths, facts, followed)
+
+
+async def _key_reader(ctx: StepContext, ref: SecretKeyRef, _credentials: Path | None) -> str:
+    return await _read_secret(ctx, ref, "spec.ssh.privateKey of the environment")
+
+
+async def _conclude(ctx: StepContext, spec: GraphRunSpec, saved: Mapping[str, Any], paths: RunPaths,
+                    facts: dict[str, Any], followed: Followed) -> Mapping[str, Any]:
+    status, progress = followed.status, followed.progress
+    state = str(status.get("phase") or progress.get("phase") or "Failed")
+    if followed.aborted_for is not None or state not in FINAL_RUN_STATES:
+        state = "Failed"
+    records = _records(status)
+    nodes, omitted = _instances_status(saved["index"], records, saved["planned"])
+    failed = next(((sid, r) for sid, r in records.items() if r.get("state") == "failure"), None)
+    failed_task = None
+    reason = followed.aborted_for
+    if failed is not None:
+        task, node = saved["index"].get(failed[0], [failed[0], ""])
+        failed_task = f"{task}@{node}" if node else task
+        reason = reason or str(failed[1].get("message") or "failed")
+    ended = status.get("finishedAt") or progress.get("finishedAt")
+    result = {**facts, "state": state, "nodes": nodes, "omitted": omitted or None,
+              "progress": _progress_text(saved, status, progress), "failedTask": failed_task,
+              "reason": None if state == "Succeeded" else (reason or str(status.get("message") or state))[:4096],
+              "endTime": utc_seconds(str(ended)) if ended else utc_now(),
+              "runnerStarts": followed.starts, "statusWrites": followed.writes + 1}
+    if state == "Succeeded":
+        write_json(_last_data_path(ctx, spec.environment), saved.get("nodeData") or {})
+    write_conclusion(paths, {k: v for k, v in result.items() if k not in RUNTIME_FIELDS})
+    return _finished(ctx, result)
+
+
+def _finished(ctx: StepContext, facts: dict[str, Any]) -> Mapping[str, Any]:
+    """The run is over: Ready when it succeeded, Stalled (with the failing task) when not."""
+    if facts.get("state") == "Succeeded":
+        return facts
+    task, reason = facts.get("failedTask"), str(facts.get("reason") or facts.get("state"))
+    raise PermanentError("Run" + str(facts.get("state")), f"{task}: {reason}" if task else reason, facts=facts)
+
+
+# --- admission ---------------------------------------------------------------------------------------
+
+
+async def admission(request: AdmissionRequest) -> None:
+    """One run at a time per environment (409 naming the running one); after creation only `abort` changes."""
+    if request.operation == "UPDATE" and request.old is not None:
+        old = dict(request.old.get("spec") or {})
+        changed = sorted(k for k in {*old, *request.spec} if k != "abort" and old.get(k) != request.spec.get(k))
+        if changed:
+            raise Refusal(f"spec.{changed[0]}: a GraphRun's spec cannot change once created (only spec.abort may): "
+                          "create a new GraphRun", 422)
+        return
+    if request.operation != "CREATE" or request.services is None:
+        return
+    environment = str(request.spec.get("environment") or "")
+    busy = await others_running(request.services.kube, request.namespace, environment, request.name)
+    if busy:
+        raise Refusal(f"spec.environment: GraphRun {busy[0]} runs on environment {environment}: one run at a time "
+                      "(abort it with spec.abort: true, or wait for it)", 409)

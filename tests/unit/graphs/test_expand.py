@@ -1,0 +1,144 @@
+"""Expansion over nodes: role forms, tags, groups, stages, same-node and cross dependencies, errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from operators.graphs import ANCHOR, Expansion, GraphError, GraphNode, expand, fault_tolerance
+from tests.unit.graphs.support import stage_tasks, t
+
+NODES = [
+    GraphNode("c1", ("primary-controller",), ("primary-controller", "primary-neutron")),
+    GraphNode("c2", ("controller",), ("controller", "neutron")),
+    GraphNode("k1", ("compute",)),
+    GraphNode("k2", ("compute", "ceph-osd")),
+    GraphNode("m", ("master",)),
+]
+
+
+def nodes_of(exp: Expansion, task: str) -> list[str]:
+    return [exp.instances[i][1] for i in exp.by_task.get(task, [])]
+
+
+def waits(exp: Expansion, task: str, node: str) -> set[str]:
+    return {exp.key(d) for d in exp.deps[exp.index[(task, node)]]}
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({"roles": ["compute"]}, ["k1", "k2"]),
+    ({"roles": ["*"]}, ["c1", "c2", "k1", "k2", "m"]),
+    ({"roles": ["master"]}, ["m"]),
+    ({"roles": ["/controller$/"]}, ["c1", "c2"]),  # searched anywhere in the name, as Fuel does
+    ({"roles": ["/^controller$/"]}, ["c2"]),
+    ({"roles": ["/(primary-)?controller$/"]}, ["c1", "c2"]),
+    ({"roles": ["/^ceph/", "controller"]}, ["c2", "k2"]),
+    ({"tags": ["neutron"], "roles": ["compute"]}, ["c2"]),  # tags first
+    ({"tags": ["compute"]}, ["k1", "k2"]),  # a node's tags default to its roles
+    ({"groups": ["ceph-osd"]}, ["k2"]),  # no such group: a role
+    ({}, []),
+])
+def test_nodes_of_a_task(fields: dict[str, Any], expected: list[str]) -> None:
+    exp = expand([t("x", **fields)], NODES)
+    assert nodes_of(exp, "x") == expected
+    assert exp.unplaced == ([] if expected else ["x"])
+
+
+def test_groups_run_their_tasks_on_their_nodes_and_are_anchors() -> None:
+    exp = expand([
+        t("computes", "group", roles=["compute"], tasks=["a"], fault_tolerance="50%"),
+        t("a", roles=["primary-controller"]),
+        t("b", groups=["computes"]),
+    ], NODES)
+    assert nodes_of(exp, "computes") == [ANCHOR]
+    assert nodes_of(exp, "a") == ["c1", "k1", "k2"]  # its own nodes and the group's
+    assert nodes_of(exp, "b") == ["k1", "k2"]
+    assert exp.groups == {"computes": (["k1", "k2"], 1)}
+
+
+@pytest.mark.parametrize(("value", "total", "may_fail"), [
+    (None, 10, 0), ("2", 10, 2), ("20%", 10, 2), ("25%", 10, 2), ("-1", 10, 9), ("-12", 10, 0), ("50", 3, 3),
+    ("0", 4, 0), ("100%", 4, 4),
+])
+def test_fault_tolerance(value: str | None, total: int, may_fail: int) -> None:
+    assert fault_tolerance(value, total) == may_fail
+
+
+def test_stages_are_a_chain_of_anchors_that_tasks_order_against() -> None:
+    exp = expand([*stage_tasks(), t("a", roles=["compute"], requires=["deploy_start"], required_for=["deploy_end"]),
+                  t("post", roles=["*"], requires=["post_deployment_start"])], NODES)
+    assert nodes_of(exp, "deploy_start") == [ANCHOR]
+    assert waits(exp, "deploy_end", ANCHOR) == {"deploy_start", "a@k1", "a@k2"}
+    assert waits(exp, "a", "k1") == {"deploy_start"}
+    assert waits(exp, "post_deployment_start", ANCHOR) == {"deploy_end"}
+    assert waits(exp, "post", "m") == {"post_deployment_start"}
+
+
+def test_requires_bind_on_the_same_node_only() -> None:
+    exp = expand([t("net", roles=["*"]), t("ctl", roles=["controller"]),
+                  t("x", roles=["controller", "compute"], requires=["net", "ctl"]),
+                  t("y", roles=["compute"], required_for=["/^(ctl|net)$/"])], NODES)
+    assert waits(exp, "x", "c2") == {"net@c2", "ctl@c2"}
+    assert waits(exp, "x", "k1") == {"net@k1"}  # ctl exists but not on k1: nothing to wait for
+    assert waits(exp, "net", "k1") == {"y@k1"}
+
+
+def test_cross_dependencies_all_any_and_self() -> None:
+    exp = expand([
+        t("db", tags=["primary-controller", "controller", "compute"]),
+        t("all", roles=["compute"], cross_depends=[{"name": "db", "role": ["/(primary-)?controller/"]}]),
+        t("any", roles=["compute"], cross_depends=[{"name": "db", "role": ["/(primary-)?controller/"],
+                                                     "policy": "any"}]),
+        t("star", roles=["compute"], cross_depends=[{"name": "/^d/"}]),
+        t("self", roles=["compute"], cross_depends=[{"name": "db", "role": ["self"]}]),
+        t("by", roles=["master"], cross_depended_by=[{"name": "db", "role": ["compute"]}]),
+    ], NODES)
+    assert waits(exp, "all", "k1") == {"db@c1", "db@c2"}
+    assert waits(exp, "any", "k1") == {"db@c1"}  # the first node, by name, that has the task
+    assert waits(exp, "star", "k2") == {"db@c1", "db@c2", "db@k1", "db@k2"}
+    assert waits(exp, "self", "k2") == {"db@k2"}
+    assert waits(exp, "db", "k1") == {"by@m"} and waits(exp, "db", "c1") == set()
+
+
+def test_any_picks_a_node_that_has_the_task() -> None:
+    exp = expand([t("db", roles=["controller"]),
+                  t("x", roles=["compute"], cross_depends=[{"name": "db", "role": ["*"], "policy": "any"}])], NODES)
+    assert waits(exp, "x", "k1") == {"db@c2"}  # c1 comes first but has no db
+
+
+def test_a_reference_to_a_missing_task_names_both_tasks() -> None:
+    with pytest.raises(GraphError) as error:
+        expand([t("a", roles=["*"], requires=["nope"], cross_depends=[{"name": "/^zz/"}]),
+                t("g", "group", roles=["*"], tasks=["ghost"])], NODES)
+    assert error.value.problems == [
+        "group 'g': tasks names 'ghost', which is not in the merged graph",
+        "task 'a': requires 'nope', which is not in the merged graph",
+        "task 'a': crossDepends '/^zz/', no task of the merged graph matches",
+    ]
+
+
+def test_a_cycle_names_its_tasks() -> None:
+    with pytest.raises(GraphError, match=r"dependency cycle .*: (a@k1 -> b@k1 -> a@k1|b@k1 -> a@k1 -> b@k1)"):
+        expand([t("a", roles=["compute"], requires=["b"]), t("b", roles=["compute"], requires=["a"])], NODES)
+    with pytest.raises(GraphError, match="dependency cycle"):
+        expand([t("a", roles=["compute"], cross_depends=[{"name": "a"}])], NODES)
+
+
+def test_one_by_one_chains_the_instances_in_node_order() -> None:
+    exp = expand([t("r", "reboot", roles=["*"], strategy={"type": "one_by_one"})], NODES)
+    assert waits(exp, "r", "c2") == {"r@c1"} and waits(exp, "r", "m") == {"r@k2"} and waits(exp, "r", "c1") == set()
+
+
+def test_skipped_tasks_without_nodes_are_anchors_others_are_unplaced() -> None:
+    exp = expand([t("anchor", "skipped"), t("nowhere", roles=["storage"]), t("x", roles=["compute"],
+                                                                          requires=["anchor", "nowhere"])], NODES)
+    assert nodes_of(exp, "anchor") == [ANCHOR] and exp.unplaced == ["nowhere"]
+    assert waits(exp, "x", "k1") == {"anchor"}
+
+
+def test_nodes_from_environment_dicts() -> None:
+    node = GraphNode.of({"name": "n", "roles": ["compute"], "address": "10.0.0.1",
+                         "labels": {"stead.dev/tags": "compute, neutron"}})
+    assert node.effective_tags == ("compute", "neutron") and node.address == "10.0.0.1"
+    assert GraphNode.of({"name": "m", "roles": ["a"]}).effective_tags == ("a",)

@@ -1,0 +1,229 @@
+"""Plans (states and reasons, subsets, tasks filter, subgraphs, noop, conditions) and their workflows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from operators.graphs import (
+    GraphNode,
+    GraphRunSpec,
+    GraphSelection,
+    Plan,
+    PlanError,
+    Subgraph,
+    Task,
+    make_plan,
+    merge_graphs,
+    plan_run,
+    to_workflow,
+)
+from pipelines.model import Instance
+from tests.unit.graphs.support import environment_nodes, fuel_library_tasks, node_data, release_tasks, stage_tasks, t
+
+NODES = [
+    GraphNode("c1", ("controller",), address="10.0.0.1"),
+    GraphNode("c2", ("controller",), address="10.0.0.2"),
+    GraphNode("k1", ("compute",), address="10.0.0.3"),
+]
+
+
+def graph() -> list[Task]:
+    """prepare (all) -> ctl (controllers) -> cfg (computes, cross on every ctl) -> done (all)."""
+    return [
+        *stage_tasks(),
+        t("prepare", roles=["*"], requires=["deploy_start"], parameters={"cmd": "prep", "retries": 3, "timeout": 60}),
+        t("ctl", "puppet", roles=["controller"], requires=["prepare"],
+          parameters={"puppet_manifest": "c.pp", "timeout": 600}),
+        t("cfg", roles=["compute"], requires=["prepare"], cross_depends=[{"name": "ctl", "role": ["controller"]}],
+          condition={"yaqlExp": "changed($.cfg)"}),
+        t("done", roles=["*"], requires=["cfg", "ctl"], required_for=["deploy_end"]),
+    ]
+
+
+def plan(tasks: list[Task] | None = None, **kwargs: Any) -> Plan:
+    selection = kwargs.pop("selection", GraphSelection(type="default"))
+    return make_plan([(selection, tasks if tasks is not None else graph())], NODES, **kwargs)
+
+
+def states(p: Plan) -> dict[str, tuple[str, str | None]]:
+    return {i.key: (i.state, i.reason) for i in p.instances()}
+
+
+def requirements(p: Plan) -> dict[str, set[str]]:
+    wf = to_workflow(p, known_hosts="host-keys", private_key_ref="secret/key")
+    return {str(k): {str(d) for d in v} for k, v in wf.requirements().items()}
+
+
+def test_a_false_condition_skips_the_instance_and_keeps_its_edges() -> None:
+    data = {"k1": {"cfg": 1}}
+    p = plan(node_data=data, last_data={"k1": {"cfg": 1}})
+    assert states(p)["cfg@k1"] == ("skipped", "condition false")
+    assert states(p)["prepare@k1"] == ("planned", None)
+    req = requirements(p)
+    # done@k1 still waits for cfg@k1 (a noop step) which waits for both controllers' ctl
+    assert req["default:done:k1@k1"] == {"default:cfg:k1@k1"}
+    assert req["default:cfg:k1@k1"] == {"default:prepare:k1@k1", "default:ctl:c1@c1", "default:ctl:c2@c2"}
+    assert plan(node_data=data, last_data={"k1": {"cfg": 2}}).by_node()["k1"][1].state == "planned"
+    assert states(plan(node_data=data, last_data={"k1": {"cfg": 1}}, force=True))["cfg@k1"][0] == "planned"
+    assert states(plan(node_data=data))["cfg@k1"][0] == "planned"  # no last run: everything changed
+
+
+def test_a_failing_condition_names_task_and_node() -> None:
+    with pytest.raises(PlanError, match=r"task 'cfg' on k1: condition: KeyError"):
+        plan(node_data={"k1": {}})
+
+
+def test_workflow_steps_follow_the_executor_contract() -> None:
+    wf = to_workflow(plan(node_data={"k1": {"cfg": 1}}), known_hosts="host-keys", private_key_ref="secret/key",
+                     name="run-1")
+    steps = {s.id: s for s in wf.steps}
+    prepare = steps["default:prepare:k1"]
+    assert (prepare.type, prepare.target, prepare.retries, prepare.timeout_seconds) == ("ssh.shell", ["k1"], 3, 60)
+    assert prepare.parameters == {"cmd": "prep", "retries": 3, "timeout": 60}
+    assert steps["default:ctl:c1"].type == "ssh.puppet" and steps["default:ctl:c1"].parameters == {
+        "puppet_manifest": "c.pp", "timeout": 600}
+    assert steps["default:deploy_start"].type == "noop" and steps["default:deploy_start"].target == []
+    assert all(d.targets == "all" for s in wf.steps for d in s.depends_on)
+    assert wf.targets["c2"] == {"ssh_address": "10.0.0.2", "ssh_port": "22", "ssh_user": "root"}
+    assert wf.variables == {"ssh_known_hosts": "host-keys"} and wf.secrets == {"ssh_private_key": "secret/key"}
+    assert wf.name == "run-1"
+
+
+def test_noop_runs_puppet_with_noop_and_nothing_else() -> None:
+    p = plan(node_data={"k1": {"cfg": 1}}, noop=True)
+    assert states(p)["prepare@c1"] == ("noop", "noop run: shell tasks do not run")
+    assert states(p)["ctl@c1"] == ("planned", None)
+    steps = {s.id: s for s in to_workflow(p, known_hosts="", private_key_ref="k").steps}
+    assert steps["default:ctl:c1"].parameters["noop"] is True
+    assert steps["default:prepare:c1"].type == "noop" and steps["default:prepare:c1"].target == ["c1"]
+    assert steps["default:prepare:c1"].parameters["reason"] == "noop run: shell tasks do not run"
+
+
+def test_tasks_filter_skips_the_others() -> None:
+    p = plan(node_data={"k1": {"cfg": 1}}, selection=GraphSelection(type="default", tasks=["ctl"]))
+    s = states(p)
+    assert s["ctl@c2"] == ("planned", None)
+    assert s["prepare@c1"] == ("skipped", "not selected (tasks filter)")
+    assert s["cfg@k1"] == ("skipped", "not selected (tasks filter)")
+    with pytest.raises(PlanError, match=r"graphs\[0\]\.tasks: 'nope' is not a task"):
+        plan(selection=GraphSelection(type="default", tasks=["nope"]))
+
+
+def test_groups_fault_tolerance_is_in_the_plan() -> None:
+    nodes = [*NODES, GraphNode("k2", ("compute",), address="10.0.0.4"), GraphNode("k3", ("compute",), address="5")]
+    tasks = [t("computes", "group", roles=["compute"], tasks=["a"], fault_tolerance="-1"), t("a")]
+    p = make_plan([(GraphSelection(type="default", nodes=["k1", "k2", "c1"]), tasks)], nodes)
+    group = p.fault_tolerance()["default"]["computes"]
+    # -1: all but one of the group's nodes in the run may fail (2 of the 3 computes are in it)
+    assert (group.nodes, group.may_fail, group.steps) == (["k1", "k2"], 1, ["default:a:k1", "default:a:k2"])
+    steps = {s.id for s in to_workflow(p, known_hosts="", private_key_ref="k").steps}
+    assert set(group.steps) <= steps
+
+
+def test_a_selected_group_selects_its_tasks() -> None:
+    tasks = [t("g", "group", roles=["compute"], tasks=["a"]), t("a"), t("b", roles=["*"])]
+    s = states(plan(tasks, selection=GraphSelection(type="default", tasks=["g"])))
+    assert s["a@k1"] == ("planned", None) and s["b@k1"][0] == "skipped"
+
+
+def test_node_subset_outside_edges_are_satisfied_and_listed() -> None:
+    p = plan(node_data={"k1": {"cfg": 1}}, selection=GraphSelection(type="default", nodes=["k1"]))
+    s = states(p)
+    assert s["ctl@c1"] == ("skipped", "node not selected")
+    assert {(e.dependent, e.dependency, e.rule) for e in p.outside_edges} == {
+        ("cfg@k1", "ctl@c1", "satisfied-outside-subset"), ("cfg@k1", "ctl@c2", "satisfied-outside-subset"),
+        ("deploy_end", "done@c1", "satisfied-outside-subset"), ("deploy_end", "done@c2", "satisfied-outside-subset"),
+    }
+    assert p.summary()["outsideSubset"] == 4
+    req = requirements(p)
+    assert set(to_workflow(p, known_hosts="", private_key_ref="k").targets) == {"k1"}
+    # ctl@c1 (outside) waited for prepare@c1 (outside), which waited for deploy_start: kept transitively
+    assert req["default:cfg:k1@k1"] == {"default:prepare:k1@k1", "default:deploy_start"}
+    assert not any(":c1" in k or ":c2" in k for k in req)
+    with pytest.raises(PlanError, match="'zz' is not a node of the environment"):
+        plan(selection=GraphSelection(type="default", nodes=["zz"]))
+
+
+def test_ordering_through_an_unselected_node_is_kept() -> None:
+    tasks = [t("a", roles=["compute"]), t("x", roles=["controller"], cross_depends=[{"name": "a"}]),
+             t("b", roles=["compute"], cross_depends=[{"name": "x", "role": ["controller"]}])]
+    nodes = [GraphNode("c1", ("controller",), address="1"), GraphNode("k1", ("compute",), address="2")]
+    p = make_plan([(GraphSelection(type="default", nodes=["k1"]), tasks)], nodes)
+    assert requirements(p)["default:b:k1@k1"] == {"default:a:k1@k1"}
+
+
+def test_subgraphs_forward_of_start_backward_of_end() -> None:
+    data: dict[str, Any] = {"node_data": {"k1": {"cfg": 1}}}
+    forward = states(plan(subgraphs=[Subgraph(start=["cfg"])], **data))
+    assert forward["cfg@k1"][0] == "planned" and forward["done@k1"][0] == "planned"
+    assert forward["ctl@c1"] == ("skipped", "outside subgraph")
+    assert forward["done@c1"] == ("skipped", "outside subgraph")  # done@c1 does not follow cfg
+    backward = states(plan(subgraphs=[Subgraph(end=["cfg"])], **data))
+    assert backward["ctl@c2"][0] == "planned" and backward["prepare@k1"][0] == "planned"
+    assert backward["done@k1"] == ("skipped", "outside subgraph") and backward["prepare@c1"][0] == "planned"
+    between = states(plan(subgraphs=[Subgraph(start=["/^ctl$/"], end=["done"])], **data))
+    assert [k for k, v in between.items() if v[0] == "planned"] == ["ctl@c1", "ctl@c2", "cfg@k1", "done@c1",
+                                                                     "done@c2", "done@k1"]
+    with pytest.raises(PlanError, match=r"subgraphs\[0\].start: \['nope'\] match no task"):
+        plan(subgraphs=[Subgraph(start=["nope"])], **data)
+
+
+def test_graph_types_run_in_order() -> None:
+    first = [t("a", roles=["*"])]
+    second = [t("b", roles=["compute"]), t("c", roles=["compute"], requires=["b"])]
+    p = make_plan([(GraphSelection(type="upgrade"), first), (GraphSelection(type="default"), second)], NODES)
+    wf = to_workflow(p, known_hosts="", private_key_ref="k")
+    req = {str(k): {str(d) for d in v} for k, v in wf.requirements().items()}
+    assert req["upgrade::done"] == {"upgrade:a:c1@c1", "upgrade:a:c2@c2", "upgrade:a:k1@k1"}
+    assert req["default:b:k1@k1"] == {"upgrade::done"} and req["default:c:k1@k1"] == {"default:b:k1@k1"}
+    assert Instance.parse("default:c:k1@k1").target == "k1"
+
+
+def test_plan_run_from_a_spec() -> None:
+    spec = GraphRunSpec.model_validate({"environment": "env", "graphs": [{"type": "default", "nodes": ["c1"]}],
+                                        "dryRun": True})
+    p = plan_run(spec, {"default": [t("x", roles=["*"])]}, NODES)
+    assert p.dry_run and p.summary() == {"instances": 1, "planned": 1, "skipped": 0, "noop": 0, "edges": 0,
+                                          "outsideSubset": 0}
+    with pytest.raises(PlanError, match="no graph of type 'default'"):
+        plan_run(spec, {}, NODES)
+
+
+def test_a_node_without_address_cannot_be_targeted() -> None:
+    p = make_plan([(GraphSelection(type="default"), [t("x", roles=["*"])])], [GraphNode("n", ("a",))])
+    with pytest.raises(PlanError, match="node 'n' has no address"):
+        to_workflow(p, known_hosts="", private_key_ref="k")
+
+
+def test_the_fuel_library_file_merges_expands_and_plans() -> None:
+    nodes = environment_nodes()
+    merged = merge_graphs(release_tasks(), [], fuel_library_tasks())
+    data = {n.name: node_data(n) for n in nodes}
+    p = make_plan([(GraphSelection(type="default"), merged.tasks)], nodes, node_data=data)
+    s = states(p)
+    assert p.unplaced() == {}
+    # primary-neutron tasks on the primary controller only; neutron ones on the other controllers
+    assert s["primary-openstack-network-server-config@node-1"] == ("planned", None)
+    assert "primary-openstack-network-server-config@node-2" not in s
+    assert s["openstack-network-server-config@node-2"] == ("planned", None)
+    assert s["openstack-network-compute-nova@node-4"] == ("planned", None)  # groups: [compute] is a role here
+    # conditions evaluated: no L3 HA, so the routers task runs and the HA one is skipped
+    assert s["openstack-network-routers@node-1"] == ("planned", None)
+    assert s["openstack-network-routers-ha@node-1"] == ("skipped", "condition false")
+    assert s["openstack-network-start@node-4"][0] == "noop"
+    wf = to_workflow(p, known_hosts="", private_key_ref="k")
+    req = {str(k): {str(d) for d in v} for k, v in wf.requirements().items()}
+    # the cross dependency with role ["/^(primary-)?neutron$/"] (tags) binds the controllers' plugins-l2
+    assert req["default:openstack-network-agents-l3:node-2@node-2"] >= {
+        "default:primary-openstack-network-plugins-l2:node-1@node-1",
+        "default:openstack-network-plugins-l2:node-3@node-3"}
+    assert "default:openstack-network-end:node-4@node-4" in req["default:deploy_end"]
+    # with the last run's data equal and L3 HA switched on, only the HA router task of the network ones runs
+    ha = {n.name: node_data(n, l3_ha=True) for n in nodes}
+    p2 = make_plan([(GraphSelection(type="default"), merged.tasks)], nodes, node_data=ha, last_data=data)
+    planned = {i.task for i in p2.instances() if i.state == "planned" and i.task.startswith("openstack-network")}
+    assert "openstack-network-routers-ha" in planned and "openstack-network-routers" not in planned
+    assert "openstack-network-agents-l3" in planned  # neutron_advanced_configuration changed
+    assert "openstack-network-networks" not in planned  # access, quantum_settings, quantum unchanged
