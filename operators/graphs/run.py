@@ -21,6 +21,7 @@ Output tails are kept for failed instances only, for the same reason.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import functools
@@ -53,16 +54,19 @@ from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, Step
 from operators.runtime.core.refs import SecretKeyRef
 from operators.runtime.engine.runs import (
     FINAL_RUN_STATES,
+    RUNNER_CREDENTIALS,
     Abort,
     Followed,
     RunRequest,
     follow_run,
     paths_for,
     read_conclusion,
+    runner_credentials,
     write_conclusion,
 )
-from operators.runtime.kube.client import ApiError, core_path, custom_path
+from operators.runtime.kube.client import ApiError, custom_path
 from pipelines.control import read_progress
+from pipelines.kubeapi import KubeApiError, RestKubeApi
 from pipelines.paths import RunPaths
 
 log = logging.getLogger(__name__)
@@ -190,8 +194,20 @@ def write_json(path: Path, data: Any) -> None:
 
 
 async def _read_secret(ctx: StepContext, ref: SecretKeyRef, what: str) -> str:
-    """A key of a Secret of the run's own namespace (never another: the namespace is the tenant boundary)."""
-    secret = await _get(ctx, core_path("secrets", ctx.obj.namespace, ref.name))
+    """A key of a Secret of the run's own namespace, read as the namespace's service account (a token of it
+    minted for the run, as script Jobs get): the operator needs no right to read tenants' Secrets, and a
+    namespace reads only what its own account may."""
+    paths = paths_for(ctx)
+    await runner_credentials(ctx, paths)
+    account = f"{ctx.obj.namespace}/{ctx.services.runs.job_service_account}"
+    try:
+        api = RestKubeApi.from_credentials_file(paths.run_dir / RUNNER_CREDENTIALS)
+        secret = await asyncio.to_thread(api.get, "v1", "Secret", ctx.obj.namespace, ref.name)
+    except (KubeApiError, OSError) as error:
+        why = f"service account {account} may not read it (grant it get on Secret {ref.name})" \
+            if getattr(error, "status", None) == 403 else str(error)
+        raise PermanentError("SecretNotFound", f"{what}: Secret {ref.name}: {why}",
+                             facts={"state": "Failed", "reason": f"Secret {ref.name} not readable"}) from None
     if secret is None:
         raise PermanentError("SecretNotFound", f"{what}: no Secret {ref.name} in namespace {ctx.obj.namespace}",
                              facts={"state": "Failed", "reason": f"no Secret {ref.name}"})
