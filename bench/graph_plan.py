@@ -19,7 +19,12 @@ expand, plan (expand included: the plan expands) and to_workflow (the pipelines 
 validation included), the counts, and at the end the ratio of plan time per instance at the
 largest size to the smallest (linear growth: near 1).
 
-    .venv/bin/python bench/graph_plan.py [--sizes 200x100 2000x100] [--repeat 3]
+Then the execution overhead: the workflow of a smaller plan (`--execute`, default 50 tasks over 20
+nodes, ~1,000 steps) run by the workflow engine with every step a no-op (the SSH work replaced, the
+graph's shape kept: per-node chains, cross dependencies, anchors), time and CPU per step, printed
+beside `workflow_overhead.py`'s target for an App's workflow (<= 1 ms per step at 5,000 steps).
+
+    .venv/bin/python bench/graph_plan.py [--sizes 200x100 2000x100] [--repeat 3] [--execute 50x20]
 """
 
 from __future__ import annotations
@@ -118,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", nargs="+", default=["200x100", "2000x100"],
                         help="TASKSxNODES, e.g. 200x100 (default: 200x100 2000x100)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--execute", default="50x20", help="TASKSxNODES run with no-op steps ('' to skip)")
     args = parser.parse_args(argv)
 
     print(f"{'tasks x nodes':>14} {'instances':>10} {'edges':>9} {'merge':>9} {'expand':>9} {'plan':>9} "
@@ -143,7 +149,41 @@ def main(argv: list[str] | None = None) -> int:
     first, last = args.sizes[0], args.sizes[-1]
     print(f"plan (merge + expand + plan) time per instance, {last} vs {first}: "
           f"x{per_instance[last] / per_instance[first]:.2f} (linear growth: about 1)")
+    if args.execute:
+        execute(args.execute)
     return 0
+
+
+def execute(size: str) -> None:
+    """Run a plan's workflow with no-op steps through the engine: the overhead per task instance."""
+    import tempfile
+    from pathlib import Path
+
+    from pipelines.model import Workflow
+    from pipelines.runner import Runner
+
+    task_count, node_count = (int(x) for x in size.split("x"))
+    release, plugin, env = tasks(task_count)
+    node_list = nodes(node_count)
+    plan = merge_and_plan(release, plugin, env, node_list, {n.name: data(n, last=False) for n in node_list}, None)
+    built = to_workflow(plan, known_hosts="", private_key_ref="key").model_dump(by_alias=True, mode="json")
+    for step in built["steps"]:
+        step.update(type="noop", parameters={}, retries=0, timeoutSeconds=None)
+    workflow = Workflow.model_validate({**built, "secrets": {}, "parallelism": 8})
+    with tempfile.TemporaryDirectory() as tmp:
+        runner = Runner(workflow, "bench-graph", Path(tmp))
+        started, cpu = time.perf_counter(), time.process_time()
+        outcome = runner.run()
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    steps = len(workflow.steps)
+    if outcome.phase != "Succeeded":
+        raise SystemExit(f"the no-op run ended {outcome.phase}: {outcome.message}")
+    print(f"execution, {size} ({steps} no-op steps, parallelism 8): {elapsed:.2f} s, "
+          f"{elapsed / steps * 1e3:.2f} ms/step wall, {cpu / steps * 1e3:.2f} ms/step CPU "
+          f"(an App's workflow: target <= {TARGET_MS_PER_STEP:.0f} ms/step at 5,000 steps, workflow_overhead.py)")
+
+
+TARGET_MS_PER_STEP = 1.0
 
 
 if __name__ == "__main__":
