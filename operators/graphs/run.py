@@ -256,8 +256,8 @@ async def plan(ctx: StepContext) -> Mapping[str, Any]:
         return facts
     paths = paths_for(ctx)
     saved = _read_plan(paths.run_dir)
-    if saved is not None:
-        return {**facts, **saved["facts"]}
+    if saved is not None:  # planned before a restart: the same plan, never a new one
+        return {**facts, **saved["facts"], "state": saved["facts"].get("state", "Running")}
     spec = GraphRunSpec.model_validate(dict(ctx.obj.spec))
     env = await _environment(ctx, spec.environment)
     graphs = await deployment_graphs(ctx.services.kube, ctx.obj.namespace)
