@@ -17,6 +17,7 @@ from operators.cluster.ports import PORT_SETTINGS, Ports, choose_ports, parse_po
 if TYPE_CHECKING:
     from operators.cluster import LocalControlPlane
     from operators.runtime.engine.addons import Addon
+    from operators.runtime.engine.runs import SshOptions
 
 CRD_DIRS = (Path("crds"), Path("charts/stead/files/crds"))  # checked in, and the chart's copy
 OBJECTS_DIR = Path("charts/stead/files/objects")  # the objects Stead ships (built-in ClusterLifecycles), for the chart
@@ -296,6 +297,15 @@ def _operator_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--http-allow-networks", nargs="*", default=[], metavar="CIDR",
                      help="networks that http tasks may reach although they are the operator's own host "
                           "(loopback, its pod addresses) or link-local; default: none")
+    run.add_argument("--ssh-allow", action="append", default=[], metavar="CIDR", type=_network,
+                     help="a network that ssh tasks (Calm's Existing substrates, deployment graphs' nodes) may "
+                     "reach although it is loopback, link-local or the operator's own host; repeatable; default: "
+                     "none")
+    run.add_argument("--ssh-files-root", type=_directory, metavar="DIR",
+                     help="the only directory whose files ssh.copy_files and ssh.sync tasks may send to nodes "
+                     "(default: none, those tasks fail)")
+    run.add_argument("--ssh-reboot-command", metavar="CMD",
+                     help="what ssh.reboot tasks run on the node (default: the runner's, shutdown -r now)")
     run.add_argument("--vault-grace-seconds", type=float, default=120.0, metavar="S",
                      help="age after which a vault entry no object refers to is removed (longer than any "
                           "admission request)")
@@ -314,6 +324,22 @@ def _namespaced_name(text: str) -> tuple[str, str]:
     if not namespace or not name:
         raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME, got {text!r}")
     return namespace, name
+
+
+def _directory(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a directory")
+    return path.resolve()
+
+
+def _network(text: str) -> str:
+    import ipaddress
+
+    try:
+        return str(ipaddress.ip_network(text, strict=False))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a network (CIDR): {error}") from None
 
 
 def _non_negative(text: str) -> int:
@@ -411,6 +437,14 @@ def script_user(given: str, euid: int) -> str | None:
     return str(ScriptUser.parse(given))
 
 
+def ssh_options(args: argparse.Namespace) -> SshOptions:
+    """The runners' ssh settings from `stead operator`'s --ssh-* flags."""
+    from operators.runtime.engine.runs import SshOptions
+
+    return SshOptions(allow=tuple(args.ssh_allow), files_root=args.ssh_files_root,
+                      reboot_command=args.ssh_reboot_command or None)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -467,7 +501,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     store_path = args.store or home / "store"
     runs = dict(trusted_local_namespaces=trusted, script_user=run_scripts_as, exec_in_jobs=args.exec_in_jobs,
                 job_image=args.job_image, job_service_account=args.job_service_account,
-                http_allow=tuple(args.http_allow_networks), max_concurrent=args.max_concurrent_runs)
+                http_allow=tuple(args.http_allow_networks), max_concurrent=args.max_concurrent_runs,
+                ssh=ssh_options(args))
     options = OperatorOptions(
         store_path=store_path,
         replica=args.replica,

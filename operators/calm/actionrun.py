@@ -38,7 +38,15 @@ from operators.calm.app import (
 )
 from operators.calm.blueprint import secret_owner
 from operators.calm.compiler import compile_blueprint
-from operators.calm.models import ACTIONRUN, APP, BlueprintSpec, CompiledAction, CompiledState, SecretSource
+from operators.calm.models import (
+    ACTIONRUN,
+    APP,
+    BlueprintSpec,
+    CompiledAction,
+    CompiledState,
+    KnownHosts,
+    SecretSource,
+)
 from operators.runtime.core.clock import utc_now, utc_seconds
 from operators.runtime.core.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
 from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, Pipeline, StepContext, TemporaryError
@@ -48,6 +56,7 @@ from operators.runtime.engine.runs import (
     Abort,
     Followed,
     RunRequest,
+    SecretReader,
     UntrustedNamespace,
     follow_run,
     paths_for,
@@ -260,6 +269,19 @@ async def _secret_value(
     raise PermanentError("SecretNotFound", "a secret has neither a vault reference nor a Secret reference")
 
 
+async def _known_hosts(
+    ctx: StepContext, blueprint: str, sources: Sequence[KnownHosts], as_namespace: Path | None = None
+) -> str:
+    """The known_hosts text of the run's Existing substrates (each line names its host), joined."""
+    texts = []
+    for source in sources:
+        if source.value is not None:
+            texts.append(source.value)
+        elif source.secret_ref is not None:
+            texts.append(await _secret_value(ctx, blueprint, SecretSource(secret_ref=source.secret_ref), as_namespace))
+    return "".join(text if text.endswith("\n") else text + "\n" for text in texts)
+
+
 class _Run:
     """What one supervision needs about its app, action and workflow."""
 
@@ -286,6 +308,7 @@ class _Run:
             name=str(app["metadata"]["name"]), uid=str(app["metadata"]["uid"]), project=self.project,
             blueprint_name=str(snapshot.get("name")), blueprint_uid=str(snapshot.get("uid")), inputs=inputs,
             properties=wf.properties_by_entity(replica_props, self.app_props, self.place),
+            namespace=ctx.obj.namespace,
         )
         self.built = wf.build_workflow(snapshot["spec"], self.actions, self.action, self.info, self.place)
 
@@ -340,10 +363,13 @@ async def supervise(ctx: StepContext) -> Mapping[str, Any]:
     except wf.WorkflowError as error:
         return await _fail_early(ctx, facts, "InvalidAction", str(error))
     blueprint = run.info.blueprint_name
+    secrets: dict[str, SecretReader] = {name: functools.partial(_secret_value, ctx, blueprint, source)
+                                        for name, source in run.built.secrets.items()}
+    if run.built.ssh:
+        secrets[wf.SSH_KNOWN_HOSTS] = functools.partial(_known_hosts, ctx, blueprint, run.built.known_hosts)
     request = RunRequest(
         paths, run.built.data, hooks=HOOKS, scripts_on_runner=tuple(run.built.scripts_on_runner),
-        secrets={name: functools.partial(_secret_value, ctx, blueprint, source)
-                 for name, source in run.built.secrets.items()})
+        secrets=secrets, kube_api=run.built.kube_api)
     try:
         followed = await follow_run(ctx, request, _Observer(ctx, run), starts=int(facts.get("runnerStarts") or 0),
                                     writes=int(facts.get("statusWrites") or 0))

@@ -107,6 +107,30 @@ class SecretSource(Model):
         return self
 
 
+class KnownHosts(Model):
+    """The host keys an Existing substrate's machine may present: OpenSSH known_hosts text, from a
+    Secret or inline (host keys are public). Exactly one of `secretRef` and `value`.
+
+    A host key not listed fails the connection (and the task) with the key's fingerprint: Stead
+    never accepts a host key on first use. `ssh-keyscan -p PORT ADDRESS` prints the lines, to be
+    checked against the machine's own keys before they are trusted.
+    """
+
+    secret_ref: SecretKeyRef | None = Field(
+        None, description="A Kubernetes Secret name and key holding the known_hosts text."
+    )
+    value: str | None = Field(
+        None, min_length=1, description="The known_hosts text, inline (lines `[host]:port key-type key`)."
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> KnownHosts:
+        if (self.secret_ref is None) == (self.value is None):
+            given = "both" if self.value is not None else "none"
+            raise ValueError(f"exactly one of secretRef, value must be set (got {given})")
+        return self
+
+
 # --- variables and credentials -------------------------------------------------------------------
 
 
@@ -246,13 +270,25 @@ class Substrate(Model):
     name: Identifier = Field(description="The substrate's name, unique among the blueprint's names.")
     description: str | None = Field(None, description="What it is.")
     type: Literal["Local", "Kubernetes", "Existing"] = Field(
-        description="Local (the runner itself), Kubernetes (`manifest` applied to the cluster) or "
-        "Existing (a machine at `address`, reached with `credential`)."
+        description="Local (the runner itself), Kubernetes (`manifest` applied in the App's namespace by "
+        "create, deleted by delete) or Existing (a machine at `address`, reached over SSH with `credential` "
+        "and `knownHosts`: the tasks of its packages and services run there)."
     )
-    manifest: str | None = Field(None, description="Kubernetes: a manifest template (YAML); macros allowed.")
+    manifest: str | None = Field(
+        None, description="Kubernetes: a manifest template (YAML, one or more documents); macros allowed. Its "
+        "objects are namespaced ones in the App's namespace (one naming another namespace, or a cluster-scoped "
+        "kind, fails the run)."
+    )
     address: str | None = Field(None, description="Existing: the machine's host name or IP address.")
     port: int | None = Field(None, ge=1, le=65535, description="Existing: the SSH port (default 22).")
-    credential: Identifier | None = Field(None, description="Existing: the credential to log in with.")
+    credential: Identifier | None = Field(
+        None, description="Existing: the credential to log in with over SSH (a key credential: its username and "
+        "private key)."
+    )
+    known_hosts: KnownHosts | None = Field(
+        None, description="Existing: the machine's host keys (known_hosts text); required, a host key not "
+        "listed fails the connection."
+    )
     readiness: ReadinessCheck | None = Field(None, description="How to tell the substrate is ready.")
     variables: list[Variable] = Field(default_factory=list, description="The substrate's variables.")
     pre_create: Runbook | None = Field(None, description="Tasks run before the substrate is created.")

@@ -241,9 +241,10 @@ class _Checker:
                             "or it never runs)")
 
     def substrate(self, path: str, substrate: Substrate) -> None:
-        wanted = {"Local": set(), "Kubernetes": {"manifest"}, "Existing": {"address", "credential"}}[substrate.type]
+        wanted = {"Local": set(), "Kubernetes": {"manifest"},
+                  "Existing": {"address", "credential", "knownHosts"}}[substrate.type]
         given = {"manifest": substrate.manifest, "address": substrate.address, "credential": substrate.credential,
-                 "port": substrate.port}
+                 "port": substrate.port, "knownHosts": substrate.known_hosts}
         for key, value in given.items():
             if key in wanted and value is None:
                 self.out.append(f"{path}.{key}: required for a substrate of type {substrate.type}")
@@ -252,6 +253,8 @@ class _Checker:
                 self.out.append(f"{path}.{key}: not used by a substrate of type {substrate.type}")
         if substrate.credential is not None:
             self.credential_ref(f"{path}.credential", substrate.credential)
+            if substrate.type == "Existing":
+                self.ssh_credential(path, substrate)
         check = substrate.readiness
         if check is not None:
             if check.type == "exec" and check.script is None:
@@ -291,6 +294,27 @@ class _Checker:
             self.out.append(f'{path}: no {kind.lower()} "{name}"')
         elif found != kind:
             self.out.append(f'{path}: "{name}" is a {found.lower()}, not a {kind.lower()}')
+
+    def ssh_credential(self, path: str, substrate: Substrate) -> None:
+        """An Existing substrate logs in with a key credential; all of a blueprint's Existing
+        substrates with the same key (a run holds one ssh private key)."""
+        credential = next((c for c in self.spec.credentials if c.name == substrate.credential), None)
+        if credential is None:
+            return
+        if credential.type != "key":
+            self.out.append(f'{path}.credential: credential "{credential.name}" is a {credential.type}; an Existing '
+                            "substrate logs in over SSH with a private key only (a credential of type key)")
+            return
+        for other in self.spec.substrates:
+            if other is substrate:
+                break
+            first = next((c for c in self.spec.credentials if c.name == other.credential), None)
+            if (other.type == "Existing" and first is not None and first.type == "key"
+                    and first.secret != credential.secret):
+                self.out.append(f'{path}.credential: credential "{credential.name}" holds another key than credential '
+                                f'"{first.name}" of substrate "{other.name}"; the Existing substrates of one blueprint '
+                                "log in with one private key (their usernames may differ)")
+                return
 
     def credential_ref(self, path: str, name: str) -> None:
         self.entity_ref(path, name, "Credential")

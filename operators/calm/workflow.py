@@ -16,6 +16,16 @@ How an action becomes a workflow (as Calm turns a runbook into a workflow; docs/
   what a task of this action sets, secrets, the moment, and `calm_array_index` (one value per
   replica) are kept and rendered by the runner when the step starts (`operators.calm.runhooks`).
 - Secrets stay references here (`Workflow.secrets`): the caller seals their values for the run.
+- Where a task runs follows its deployment's substrate. On an `Existing` substrate, exec and setvar
+  tasks (and the substrate's own `connect` step and exec readiness check) are `ssh.exec` and
+  `ssh.setvar` steps on the machine: each replica target carries `ssh_address`, `ssh_port` and
+  `ssh_user` (the credential's username); the credential's key is the workflow secret
+  `ssh_private_key` and the substrates' known hosts the secret `ssh_known_hosts` (the caller reads
+  both when the runner starts; a host key not listed fails the step). On a `Kubernetes` substrate,
+  the generated `apply` and `remove` steps are `kubernetes` steps that apply or delete the rendered
+  manifest in the App's namespace (objects of other namespaces and cluster-scoped kinds are refused
+  here when the manifest says so before the run; the runner acts with the namespace's service
+  account, whose rights are the boundary at run time).
 """
 
 from __future__ import annotations
@@ -26,8 +36,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from operators.calm import macros
-from operators.calm.models import BlueprintSpec, CompiledAction, CompiledTask, SecretSource
+from operators.calm.models import BlueprintSpec, CompiledAction, CompiledTask, KnownHosts, SecretSource, Substrate
+from pipelines.executors.kube import CLUSTER_SCOPED
 
 APPLICATION = "Application"
 LAYOUT_VARIABLE = "calm.layout"
@@ -37,6 +50,15 @@ TARGET_VARIABLE = "calm_target"
 INDEX_VARIABLE = "calm_array_index"
 SCRIPT_TYPES = {"shell": "sh", "python": "python"}
 RUNNABLE = {"exec", "setvar", "http", "delay", "callRunbook"}
+SSH_PRIVATE_KEY = "ssh_private_key"
+"""The workflow secret ssh steps log in with (the Existing substrates' credential's key)."""
+SSH_KNOWN_HOSTS = "ssh_known_hosts"
+"""The workflow secret ssh steps check host keys against (the Existing substrates' knownHosts, joined)."""
+SSH_TYPES = {"exec": "ssh.exec", "setvar": "ssh.setvar", "ssh": "ssh.exec"}
+CONNECT_SCRIPT = 'echo "connected to $(uname -n)"'
+"""What an Existing substrate's `connect` step runs: it proves the host key and the login early."""
+KUBERNETES_TIMEOUT = 600
+"""Seconds a Kubernetes substrate's apply or delete may wait for its objects (unless the task says)."""
 
 
 class WorkflowError(ValueError):
@@ -96,6 +118,8 @@ class AppInfo:
     inputs: Mapping[str, str] = field(default_factory=dict)
     properties: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """entity name (or "Application") -> attribute -> value (replicas' values joined with ",")."""
+    namespace: str = ""
+    """The App's namespace: where a Kubernetes substrate's objects go."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +130,13 @@ class Built:
     secrets: dict[str, SecretSource]  # workflow secret name -> where its value comes from
     steps: dict[str, CompiledTask]  # step id -> the compiled task
     scripts_on_runner: tuple[str, ...]  # substrates/entities whose scripts run on the runner's host
+    known_hosts: tuple[KnownHosts, ...] = ()  # the value of the secret SSH_KNOWN_HOSTS: these, joined
+    kube_api: bool = False  # kubernetes steps: the runner needs the namespace's service account
+
+    @property
+    def ssh(self) -> bool:
+        """Whether some step reaches a machine over SSH."""
+        return SSH_PRIVATE_KEY in self.secrets
 
 
 def step_id(task_id: str) -> str:
@@ -253,6 +284,8 @@ def build_workflow(spec_data: Mapping[str, Any], actions: Sequence[CompiledActio
     on_runner: set[str] = set()
     steps: list[dict[str, Any]] = []
     step_tasks: dict[str, CompiledTask] = {}
+    machines: dict[str, Substrate] = {}  # deployment -> its Existing substrate, once a step goes there
+    kube_api = False
     for task in action.tasks:
         sid = step_id(task.id)
         if sid in step_tasks:
@@ -261,29 +294,165 @@ def build_workflow(spec_data: Mapping[str, Any], actions: Sequence[CompiledActio
         depends = [step_id(t) for t in entry(task.id)]
         depends += [step_id(c.id) for c in children.get(task.id, [])]
         ctx = context.at(task.target if task.target and context.entity(task.target) else None)
-        params, texts = _parameters(task, written[task.id], ctx, runtime_names)
+        deployment, substrate = _placement(spec, task.target)
+        step_type = "noop" if task.type == "callRunbook" else task.type
+        if substrate is not None and substrate.type == "Existing" and task.type in SSH_TYPES:
+            params, texts = _ssh_parameters(task, written[task.id], ctx, runtime_names)
+            step_type = SSH_TYPES[task.type]
+            machines[deployment] = substrate
+        elif task.type == "kubernetes":
+            if substrate is None or substrate.manifest is None:
+                raise WorkflowError(f"task {task.id} ({task.source}): no Kubernetes substrate with a manifest")
+            params, texts = _kubernetes_parameters(task, substrate.manifest, ctx, runtime_names, app.namespace)
+            kube_api = True
+        else:
+            params, texts = _parameters(task, written[task.id], ctx, runtime_names)
+            if task.type in ("exec", "setvar"):
+                on_runner.add(_substrate_of(spec, task.target) or APPLICATION)
         for text in texts:
             needed |= _secret_names(text, all_secrets)
-        if task.type in ("exec", "setvar"):
-            on_runner.add(_substrate_of(spec, task.target) or APPLICATION)
         step: dict[str, Any] = {
-            "id": sid, "name": task.id, "type": "noop" if task.type == "callRunbook" else task.type,
+            "id": sid, "name": task.id, "type": step_type,
             "parameters": params, "target": place.targets_of(task.target),
             "dependsOn": sorted(set(depends)), "retries": task.retries,
         }
         if task.timeout_seconds:
             step["timeoutSeconds"] = task.timeout_seconds
+        elif task.type == "kubernetes":
+            step["timeoutSeconds"] = KUBERNETES_TIMEOUT
         steps.append(step)
+    secrets = {n: all_secrets[n] for n in sorted(needed)}
+    logins = _logins(spec, machines, context, runtime_names)
+    if machines:
+        secrets[SSH_PRIVATE_KEY] = _one_key(spec, machines)
     targets: dict[str, dict[str, str]] = {}
     for deployment, names in place.replicas.items():
         for index, name in enumerate(names):
-            targets[name] = {INDEX_VARIABLE: str(index), TARGET_VARIABLE: name, "calm_deployment": deployment}
+            targets[name] = {INDEX_VARIABLE: str(index), TARGET_VARIABLE: name, "calm_deployment": deployment,
+                             **logins.get(deployment, {})}
     replicas = {k: list(v) for k, v in place.replicas.items()}
     layout_json = json.dumps({"prefixes": place.prefixes(), "replicas": replicas}, separators=(",", ":"),
                              sort_keys=True)
     variables = {LAYOUT_VARIABLE: layout_json}
     data = {"name": f"{app.name}/{action.name}", "variables": variables, "targets": targets, "steps": steps}
-    return Built(data, {n: all_secrets[n] for n in sorted(needed)}, step_tasks, tuple(sorted(on_runner)))
+    known = tuple(sub.known_hosts for sub in machines.values() if sub.known_hosts is not None)
+    return Built(data, secrets, step_tasks, tuple(sorted(on_runner)), known, kube_api)
+
+
+def _placement(spec: BlueprintSpec, entity: str | None) -> tuple[str, Substrate | None]:
+    """The deployment an entity lives on and that deployment's substrate ("", None: the runner)."""
+    if entity is None:
+        return "", None
+    for d in spec.deployments:
+        if entity in (d.name, d.substrate, *d.packages, *d.services):
+            return d.name, next((s for s in spec.substrates if s.name == d.substrate), None)
+    return "", None
+
+
+def _substrate_path(spec: BlueprintSpec, substrate: Substrate) -> str:
+    return f"spec.substrates[{spec.substrates.index(substrate)}]"
+
+
+def _logins(spec: BlueprintSpec, machines: Mapping[str, Substrate], context: macros.MacroContext,
+            runtime: set[tuple[str | None, str]]) -> dict[str, dict[str, str]]:
+    """deployment -> the ssh inputs of its replicas (address, port, user): plain values, known before the run."""
+    out: dict[str, dict[str, str]] = {}
+    for deployment, substrate in machines.items():
+        path = _substrate_path(spec, substrate)
+        address = _render(substrate.address or "", context.at(substrate.name), runtime, f"{path}.address").strip()
+        if not address or "@@{" in address:
+            raise WorkflowError(f"{path}.address: an Existing substrate's address must be known before the run "
+                                "(it may not read a value a task of this action sets)")
+        credential = next((c for c in spec.credentials if c.name == substrate.credential), None)
+        if credential is None:
+            raise WorkflowError(f"{path}.credential: an Existing substrate needs a credential")
+        out[deployment] = {"ssh_address": address, "ssh_port": str(substrate.port or 22),
+                           "ssh_user": credential.username}
+    return out
+
+
+def _one_key(spec: BlueprintSpec, machines: Mapping[str, Substrate]) -> SecretSource:
+    """The private key every Existing substrate of the action logs in with (a run holds one)."""
+    found: SecretSource | None = None
+    first = ""
+    for substrate in machines.values():
+        path = _substrate_path(spec, substrate)
+        credential = next((c for c in spec.credentials if c.name == substrate.credential), None)
+        if credential is None:
+            raise WorkflowError(f"{path}.credential: an Existing substrate needs a credential")
+        if credential.type != "key":
+            raise WorkflowError(f'{path}.credential: credential "{credential.name}" is a {credential.type}; an '
+                                "Existing substrate logs in over SSH with a private key only (type key)")
+        if substrate.known_hosts is None:
+            raise WorkflowError(f"{path}.knownHosts: required for a substrate of type Existing (host keys are "
+                                "never accepted on first use)")
+        if found is not None and credential.secret != found:
+            raise WorkflowError(f'{path}.credential: credential "{credential.name}" holds another key than '
+                                f'credential "{first}"; the Existing substrates of one action log in with one key')
+        found, first = credential.secret, credential.name
+    assert found is not None
+    return found
+
+
+def _ssh_parameters(task: CompiledTask, written: Mapping[str, Any], ctx: macros.MacroContext,
+                    runtime: set[tuple[str | None, str]]) -> tuple[dict[str, Any], list[str]]:
+    """An exec or setvar task (or a substrate's connect step) on an Existing machine: ssh.exec/ssh.setvar."""
+    if task.type == "ssh":
+        return {"script": CONNECT_SCRIPT, "shell": "sh"}, []
+    where = f"task {task.id} ({task.source})"
+    script = _render(str(written.get("script") or ""), ctx, runtime, where)
+    params: dict[str, Any] = {"script": script,
+                              "shell": SCRIPT_TYPES.get(str(written.get("scriptType") or "shell"), "sh")}
+    if task.type == "setvar":
+        params["variables"] = sets_of(written)
+    return params, [script]
+
+
+_PLACEHOLDER = "stead-macro-kept-for-run-time"
+
+
+def _kubernetes_parameters(task: CompiledTask, manifest: str, ctx: macros.MacroContext,
+                           runtime: set[tuple[str | None, str]], namespace: str) -> tuple[dict[str, Any], list[str]]:
+    """A Kubernetes substrate's apply (create) or remove (delete): the manifest, in the App's namespace."""
+    where = f"task {task.id} ({task.source})"
+    text = _render(manifest, ctx, runtime, where)
+    problem = manifest_problem(text, namespace)
+    if problem is not None:
+        raise WorkflowError(f"{task.source}: {problem}")
+    params = {"action": "delete" if task.name == "remove" else "apply", "manifest": text, "namespace": namespace}
+    return params, [text]
+
+
+def manifest_problem(text: str, namespace: str) -> str | None:
+    """Why a Kubernetes substrate's (rendered) manifest may not be applied in `namespace`: an object
+    of a cluster-scoped kind, or of another namespace; None when every object is the App's own.
+
+    Macros kept for run time are read as placeholders: a kind or namespace that one decides is
+    refused (it must be known before the run); a manifest that is YAML only once rendered is left
+    to the runner (and to the namespace's service account's rights)."""
+    probe = re.sub(r"@@\{.*?\}@@", _PLACEHOLDER, text, flags=re.S)
+    try:
+        docs = [d for d in yaml.safe_load_all(probe) if d is not None]
+    except yaml.YAMLError:
+        return None if probe != text else "the manifest is not YAML"
+    for index, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            return f"document {index} of the manifest is not an object"
+        kind = str(doc.get("kind") or "")
+        raw_meta = doc.get("metadata")
+        meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
+        name = str(meta.get("name") or f"(document {index})")
+        what = f"{kind or 'object'} {name}"
+        if _PLACEHOLDER in kind or _PLACEHOLDER in str(meta.get("namespace") or ""):
+            return f"{what}: its kind and namespace must be known before the run (not read from a macro)"
+        if kind in CLUSTER_SCOPED:
+            return (f"{what}: {kind} is a cluster-scoped kind; a Kubernetes substrate creates objects in the "
+                    f"App's namespace {namespace} only")
+        other = meta.get("namespace")
+        if other not in (None, "", namespace):
+            return (f"{what}: names namespace {other}; a Kubernetes substrate creates objects in the App's "
+                    f"namespace {namespace} only")
+    return None
 
 
 def _substrate_of(spec: BlueprintSpec, entity: str | None) -> str:

@@ -16,7 +16,9 @@ alive or starts it again, and a concluded run is never concluded twice.
 Where scripts run is decided here, from the operator's settings: on this host (namespaces it
 trusts; as `script_user` when the operator is root) or as Jobs in the object's namespace, with a
 short-lived token of that namespace's service account (`runner_credentials`), never the
-operator's own rights.
+operator's own rights. A run with `kubernetes` steps (`RunRequest.kube_api`) gets that token
+wherever its scripts run. Every runner gets the operator's ssh settings (`SshOptions`: the
+networks ssh steps may reach although they are this host's, the files root, the reboot command).
 """
 
 from __future__ import annotations
@@ -72,6 +74,34 @@ executes in Jobs (read with the namespace's rights), None when it runs on this h
 
 
 @dataclass(frozen=True)
+class SshOptions:
+    """What every runner's ssh steps may do (`stead operator --ssh-...`): Calm's Existing substrates,
+    deployment graphs' node tasks. Passed to each runner as ``python -m pipelines run --ssh-...``."""
+
+    allow: tuple[str, ...] = ()
+    """Networks ssh steps may reach although loopback, link-local or this host's own (default: none)."""
+    files_root: Path | None = None
+    """The only directory whose files ssh.copy_files and ssh.sync may send (None: those steps fail)."""
+    reboot_command: str | None = None
+    """What ssh.reboot runs on a node (None: the runner's default, ``shutdown -r now``)."""
+    connect_timeout: float | None = None
+    """Bound of an ssh step's connect, handshake and authentication (None: the runner's default)."""
+
+    def runner_args(self) -> list[str]:
+        """The runner's flags for these options."""
+        argv: list[str] = []
+        for network in self.allow:
+            argv += ["--ssh-allow", network]
+        if self.files_root is not None:
+            argv += ["--ssh-files-root", str(self.files_root)]
+        if self.reboot_command:
+            argv += ["--ssh-reboot-command", self.reboot_command]
+        if self.connect_timeout is not None:
+            argv += ["--ssh-connect-timeout", f"{self.connect_timeout:g}"]
+        return argv
+
+
+@dataclass(frozen=True)
 class RunSettings:
     """How this operator runs workflows (`stead run` flags; the defaults are the flags' own)."""
 
@@ -84,6 +114,7 @@ class RunSettings:
     runner_token_seconds: int = TOKEN_SECONDS
     http_allow: tuple[str, ...] = ()  # networks http steps may reach although they are this host's own
     max_concurrent: int = 0  # runs at once (the others are queued); 0: from the memory (`slots.default_limit`)
+    ssh: SshOptions = field(default_factory=SshOptions)  # every runner's ssh steps (`SshOptions`)
 
     @classmethod
     def beside(cls, store_path: Path, **given: Any) -> RunSettings:
@@ -104,6 +135,9 @@ class RunRequest:
     secrets: Mapping[str, SecretReader] = field(default_factory=dict)
     hooks: str | None = None  # MODULE:ATTR of the runner's hooks (macro rendering, masking)
     scripts_on_runner: Sequence[str] = ()  # steps whose scripts would run on this host (names, for messages)
+    kube_api: bool = False
+    """The run has `kubernetes` steps: the runner gets a short-lived token of the namespace's service
+    account (`runner_credentials`) and acts with its rights, wherever the scripts run."""
 
 
 @dataclass(frozen=True)
@@ -237,7 +271,11 @@ async def start_runner(ctx: StepContext, request: RunRequest, jobs: bool) -> Run
         env = {CREDENTIALS_ENV: str(credentials)}
     else:
         command = {"script_user": settings.script_user}
-    return await start_run(paths, secret_key=key, hooks=request.hooks, extra=["--events", "none"],
+        if request.kube_api:
+            command["kube_api"] = "pipelines.kubeapi:from_environment"
+            env = {CREDENTIALS_ENV: str(paths.run_dir / RUNNER_CREDENTIALS)}
+    return await start_run(paths, secret_key=key, hooks=request.hooks,
+                           extra=["--events", "none", *settings.ssh.runner_args()],
                            stderr=asyncio.subprocess.DEVNULL, env=env, http_allow=settings.http_allow, **command)
 
 
@@ -283,7 +321,7 @@ async def _follow(ctx: StepContext, request: RunRequest, observer: RunObserver, 
     shown: Mapping[str, Any] | None = None
     last_patch = 0.0
     last_control = time.monotonic()
-    refresh_at = await runner_credentials(ctx, paths) if jobs else None
+    refresh_at = await runner_credentials(ctx, paths) if jobs or request.kube_api else None
     try:
         while True:
             if refresh_at is not None and time.monotonic() >= refresh_at:

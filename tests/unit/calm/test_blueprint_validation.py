@@ -20,10 +20,11 @@ def good() -> dict[str, Any]:
     """A small valid spec: two deployments, three services, a package, a credential, a runbook."""
     return {
         "variables": [{"name": "port", "type": "int", "value": "80"}],
-        "credentials": [{"name": "cred", "type": "password", "username": "admin",
+        "credentials": [{"name": "cred", "type": "key", "username": "admin",
                          "secret": {"secretRef": {"name": "s", "key": "password"}}}],
         "substrates": [{"name": "SUB1", "type": "Local"},
-                       {"name": "vm", "type": "Existing", "address": "10.0.0.5", "credential": "cred"}],
+                       {"name": "vm", "type": "Existing", "address": "10.0.0.5", "credential": "cred",
+                        "knownHosts": {"secretRef": {"name": "vm-host-keys", "key": "known_hosts"}}}],
         "packages": [{"name": "P1", "install": {"tasks": [{"name": "i", "type": "exec", "script": "true"}]}}],
         "services": [
             {"name": "S1", "actions": [{"name": "create", "tasks": [
@@ -173,6 +174,7 @@ def test_substrate_fields_follow_the_type() -> None:
         "spec.substrates[1].manifest: required for a substrate of type Kubernetes",
         "spec.substrates[1].address: not used by a substrate of type Kubernetes",
         "spec.substrates[1].credential: not used by a substrate of type Kubernetes",
+        "spec.substrates[1].knownHosts: not used by a substrate of type Kubernetes",
     ]
 
 

@@ -1,0 +1,204 @@
+"""Deployment graphs end to end: DeploymentGraphs and GraphRuns through kubectl, executed by the real
+operator on three real sshd nodes (127.0.0.2-4, tests/sshd.py), side effects read on the nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipelines.control import read_status, run_paths
+from tests.e2e.conftest import ROOT, Kubectl, OperatorProcess, wait_until
+from tests.e2e.test_apps import apply, get
+from tests.sshd import SshNodes, ssh_nodes  # noqa: F401  (the module's sshd nodes)
+
+API = "stead.dev/v1alpha1"
+NODES = {"ctl": "127.0.0.2", "cmp-1": "127.0.0.3", "cmp-2": "127.0.0.4"}
+
+
+def graph(name: str, namespace: str, tasks: list[dict[str, Any]], **owner: str) -> dict[str, Any]:
+    return {"apiVersion": API, "kind": "DeploymentGraph", "metadata": {"name": name, "namespace": namespace},
+            "spec": {**owner, "tasks": tasks}}
+
+
+def graph_run(name: str, namespace: str, *graphs: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": API, "kind": "GraphRun", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"environment": "env", "graphs": list(graphs) or [{"type": "default"}], **spec}}
+
+
+def shell(task_id: str, roles: list[str], cmd: str, **more: Any) -> dict[str, Any]:
+    return {"id": task_id, "type": "shell", "version": "2.1.0", "roles": roles, "parameters": {"cmd": cmd}, **more}
+
+
+def finished(kubectl: Kubectl, namespace: str, name: str, seconds: float = 90) -> dict[str, Any]:
+    def over() -> dict[str, Any] | None:
+        status: dict[str, Any] = get(kubectl, "graphrun", name, namespace).get("status") or {}
+        return status if status.get("state") in ("Succeeded", "Failed", "Aborted") else None
+    result: dict[str, Any] = wait_until(over, seconds, f"GraphRun {name} to end")
+    return result
+
+
+def states(status: dict[str, Any]) -> dict[str, str]:
+    return {f"{t['task']}@{n['name']}": t["state"] for n in status.get("nodes") or [] for t in n["tasks"]}
+
+
+@pytest.fixture(scope="module")
+def environment(kubectl: Kubectl, ssh_nodes: SshNodes, tmp_path_factory: pytest.TempPathFactory,  # noqa: F811
+                operator: OperatorProcess) -> tuple[str, Path]:
+    """A namespace with an Environment of three nodes reachable over SSH, and the file tasks append to."""
+    namespace = "t-graphs"
+    kubectl("create", "namespace", namespace, check=False)
+    order = tmp_path_factory.mktemp("graph-order") / "order.log"
+    order.touch()
+    order.chmod(0o666)
+    for name, data in (("nodes-key", {"id_ed25519": ssh_nodes.private_key}),
+                       ("nodes-hosts", {"known_hosts": ssh_nodes.known_hosts})):
+        apply(kubectl, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
+                        "stringData": data})
+    # the run reads them as the namespace's service account: the namespace grants it that, nothing more
+    apply(kubectl, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                    "metadata": {"name": "graph-secrets", "namespace": namespace},
+                    "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+                               "resourceNames": ["nodes-key", "nodes-hosts"]}]})
+    apply(kubectl, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                    "metadata": {"name": "graph-secrets", "namespace": namespace},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "graph-secrets"},
+                    "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]})
+    roles = {"ctl": ["controller"], "cmp-1": ["compute"], "cmp-2": ["compute"]}
+    apply(kubectl, {"apiVersion": API, "kind": "Environment", "metadata": {"name": "env", "namespace": namespace},
+                    "spec": {"release": "r1", "nodes": [{"name": n, "roles": roles[n], "address": a}
+                                                        for n, a in NODES.items()],
+                             "ssh": {"user": ssh_nodes.user, "port": ssh_nodes.port,
+                                     "privateKey": {"name": "nodes-key", "key": "id_ed25519"},
+                                     "knownHosts": {"name": "nodes-hosts", "key": "known_hosts"}}}})
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "30s", "environment/env")
+    return namespace, order
+
+
+def test_release_and_environment_graphs_merge_and_run_in_the_planned_order(
+        kubectl: Kubectl, environment: tuple[str, Path]) -> None:
+    namespace, order = environment
+    note = f'echo "at {{}} $(basename $NODE_DIR)" >> {order}'
+    apply(kubectl, graph("r1-default", namespace, [
+        shell("db", ["controller"], note.format("db")),
+        shell("app", ["compute"], note.format("app"), **{"crossDepends": [{"name": "db", "role": ["controller"]}]}),
+        shell("report", ["*"], note.format("release-report")),
+    ], release="r1"))
+    # the environment's graph replaces `report` whole (Fuel's merge) and orders it after every app
+    apply(kubectl, graph("env-default", namespace, [
+        shell("report", ["*"], note.format("report"), **{"crossDepends": [{"name": "app", "role": ["compute"]}]}),
+    ], environment="env"))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "30s",
+            "deploymentgraph/r1-default", "deploymentgraph/env-default")
+    apply(kubectl, graph_run("first", namespace))
+    status = finished(kubectl, namespace, "first")
+    assert status["state"] == "Succeeded", status
+    assert status["progress"] == "6/6" and status["plan"]["planned"] == 6
+    lines = [line.split()[1:] for line in order.read_text().splitlines()]
+    tasks = [task for task, _ in lines]
+    assert tasks[0] == "db" and sorted(tasks[1:3]) == ["app", "app"] and tasks[3:] == ["report"] * 3, lines
+    assert {node for task, node in lines if task == "app"} == {NODES["cmp-1"], NODES["cmp-2"]}
+    assert states(status) == {f"{t}@{n}": "success" for t, ns in
+                              (("db", ["ctl"]), ("app", ["cmp-1", "cmp-2"]), ("report", list(NODES))) for n in ns}
+    second = apply(kubectl, graph("r1-default-again", namespace, [shell("x", ["*"], "true")], release="r1"),
+                   check=False)
+    assert second.returncode != 0 and "DeploymentGraph r1-default is the 'default' graph of release/r1" in \
+        second.stderr
+
+
+def test_a_failing_task_fails_the_run_naming_it_and_a_subset_runs_only_its_nodes(
+        kubectl: Kubectl, environment: tuple[str, Path]) -> None:
+    namespace, order = environment
+    apply(kubectl, graph("r1-fails", namespace, [
+        shell("boom", ["compute"], "echo about to fail; exit 3"),
+    ], release="r1", type="fails"))
+    apply(kubectl, graph_run("failing", namespace, {"type": "fails", "nodes": ["cmp-2"]}))
+    status = finished(kubectl, namespace, "failing")
+    assert status["state"] == "Failed" and status["failedTask"] == "boom@cmp-2", status
+    assert "3" in status["reason"]
+    assert states(status) == {"boom@cmp-1": "skipped", "boom@cmp-2": "failure"}
+    events = json.loads(kubectl("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
+    assert any(e["involvedObject"]["name"] == "failing" and "boom@cmp-2" in e["message"] for e in events)
+    before = order.read_text()
+    apply(kubectl, graph_run("only-app", namespace, {"type": "default", "nodes": ["cmp-1"], "tasks": ["app"]}))
+    status = finished(kubectl, namespace, "only-app")
+    assert status["state"] == "Succeeded", status
+    added = order.read_text()[len(before):].split("\n")
+    assert [line.split()[1:] for line in added if line] == [["app", NODES["cmp-1"]]]
+    assert status["plan"]["outsideSubset"] >= 1  # app@cmp-1 waits for db@ctl: outside the subset, satisfied
+
+
+def test_one_run_at_a_time_abort_and_a_dry_run_that_touches_nothing(kubectl: Kubectl,
+                                                                     environment: tuple[str, Path]) -> None:
+    namespace, order = environment
+    apply(kubectl, graph("r1-slow", namespace, [shell("wait", ["controller"], "sleep 60")], release="r1",
+                         type="slow"))
+    apply(kubectl, graph_run("slow", namespace, {"type": "slow"}))
+    wait_until(lambda: (get(kubectl, "graphrun", "slow", namespace).get("status") or {}).get("state") == "Running",
+               60, "the slow run running")
+    refused = apply(kubectl, graph_run("second", namespace), check=False)
+    assert refused.returncode != 0 and "GraphRun slow runs on environment env" in refused.stderr
+    kubectl("patch", "graphrun", "slow", "-n", namespace, "--type=merge", "-p", '{"spec": {"abort": true}}')
+    status = finished(kubectl, namespace, "slow", seconds=60)
+    assert status["state"] == "Aborted", status
+    before = order.read_text()
+    apply(kubectl, graph_run("plan-only", namespace, dryRun=True))
+    status = finished(kubectl, namespace, "plan-only")
+    assert status["state"] == "Succeeded" and status["plan"]["planned"] == 6
+    assert set(states(status).values()) == {"planned"} and order.read_text() == before
+
+
+def test_a_runner_killed_mid_run_resumes_without_repeating_finished_tasks(
+        kubectl: Kubectl, environment: tuple[str, Path], operator: OperatorProcess) -> None:
+    namespace, order = environment
+    gate = order.with_name("resume.gate")
+    note = f'echo "at {{}} $(basename $NODE_DIR)" >> {order}'
+    apply(kubectl, graph("r1-resume", namespace, [
+        shell("first", ["controller"], note.format("first")),
+        shell("last", ["controller"], f'while [ ! -e {gate} ]; do sleep 0.1; done; ' + note.format("last"),
+              requires=["first"]),
+    ], release="r1", type="resume"))
+    apply(kubectl, graph_run("resumed", namespace, {"type": "resume"}))
+    uid = get(kubectl, "graphrun", "resumed", namespace)["metadata"]["uid"]
+    paths = run_paths(operator.store.with_name(operator.store.name + "-runs"), uid)
+
+    def first_recorded() -> bool:
+        steps = (read_status(paths) or {}).get("steps") or []
+        return any(":first:" in str(s.get("step")) and s.get("state") == "success" for s in steps)
+
+    wait_until(first_recorded, 60, "the first task, recorded", interval=0.1)
+    pid = int(wait_until(lambda: paths.lock_file.exists() and paths.lock_file.read_text().strip(), 10,
+                         "the runner's pid"))
+    os.kill(pid, signal.SIGKILL)
+    gate.touch()
+    status = finished(kubectl, namespace, "resumed")
+    assert status["state"] == "Succeeded" and status["runnerStarts"] == 2, status
+    runs = [line.split()[1] for line in order.read_text().splitlines() if line.split()[1] in ("first", "last")]
+    assert runs == ["first", "last"]  # the first task was not run again
+
+
+def test_the_example_plans_as_a_dry_run(kubectl: Kubectl, namespace: str, operator: OperatorProcess) -> None:
+    kubectl("apply", "-n", namespace, "-f", str(ROOT / "examples" / "graph-environment.yaml"))
+    status = finished(kubectl, namespace, "plan-1")
+    assert status["state"] == "Succeeded" and status["plan"]["planned"] == 3, status
+    assert states(status)["compute-service@node-2"] == "planned"
+
+
+def test_the_nodes_key_is_read_as_the_namespace_s_service_account_never_the_operator(
+        kubectl: Kubectl, namespace: str, operator: OperatorProcess) -> None:
+    apply(kubectl, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "k", "namespace": namespace},
+                    "stringData": {"id": "not a key", "known_hosts": "[127.0.0.2]:22 ssh-ed25519 AAAA"}})
+    apply(kubectl, {"apiVersion": API, "kind": "Environment", "metadata": {"name": "env", "namespace": namespace},
+                    "spec": {"release": "r9", "nodes": [{"name": "n", "roles": ["x"], "address": "127.0.0.2"}],
+                             "ssh": {"privateKey": {"name": "k", "key": "id"},
+                                     "knownHosts": {"name": "k", "key": "known_hosts"}}}})
+    apply(kubectl, graph("g", namespace, [shell("t", ["x"], "true")], release="r9"))
+    apply(kubectl, graph_run("no-rights", namespace))
+    status = finished(kubectl, namespace, "no-rights")
+    assert status["state"] == "Failed", status
+    assert f"service account {namespace}/default may not read it" in json.dumps(
+        get(kubectl, "graphrun", "no-rights", namespace)["status"]["conditions"])
