@@ -2,7 +2,7 @@
 
 The pure logic, without Kubernetes: the models that are the CRD schemas (`models`), Fuel's task
 files in and out (`fuel`), the merge of a type's graphs (`merge`), yaql conditions (`conditions`),
-the expansion over nodes (`expand`), and a run's plan and workflow (`plan`). The kinds
+the expansion over nodes (`expansion`), and a run's plan and workflow (`plan`). The kinds
 (`kinds`, `run`), the HTTP API and the CLI build on the names exported here.
 
 Every name is imported on first use (as `operators.lsm` does): `stead graph` starts without pydantic,
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from operators.graphs.conditions import ConditionError, compile_expression, condition_problem, evaluate
-    from operators.graphs.expand import ANCHOR, Expansion, GraphError, GraphNode, expand, fault_tolerance
+    from operators.graphs.expansion import ANCHOR, Expansion, GraphError, GraphNode, expand, fault_tolerance
     from operators.graphs.fuel import (
         FuelFormatError,
         dump_tasks,
@@ -121,19 +121,19 @@ __all__ = [
 
 
 _HOMES: dict[str, str] = {
-    "ANCHOR": "expand",
+    "ANCHOR": "expansion",
     "ConditionError": "conditions",
     "CrossDependency": "models",
     "DEPLOYMENT_GRAPH": "models",
     "DEPLOYMENT_GRAPH_KIND": "kinds",
     "DeploymentGraphSpec": "models",
-    "Expansion": "expand",
+    "Expansion": "expansion",
     "FaultToleranceGroup": "plan",
     "FuelFormatError": "fuel",
     "GRAPH_RUN": "models",
     "GRAPH_RUN_KIND": "kinds",
-    "GraphError": "expand",
-    "GraphNode": "expand",
+    "GraphError": "expansion",
+    "GraphNode": "expansion",
     "GraphPlan": "plan",
     "GraphRunSpec": "models",
     "GraphRunStatus": "models",
@@ -163,8 +163,8 @@ _HOMES: dict[str, str] = {
     "condition_problem": "conditions",
     "dump_tasks": "fuel",
     "evaluate": "conditions",
-    "expand": "expand",
-    "fault_tolerance": "expand",
+    "expand": "expansion",
+    "fault_tolerance": "expansion",
     "load_dir": "fuel",
     "load_file": "fuel",
     "load_tasks": "fuel",

@@ -329,7 +329,7 @@ def check_graph(spec: Mapping[str, Any]) -> list[str]:
     /regex/ references (task and role), a group naming an unknown task, a condition that does not
     parse (yaql) or is a legacy expression Stead cannot evaluate. References to tasks of other
     graphs (a plugin task requiring a release task) are legal here: they are checked on the merged
-    graph (`operators.graphs.expand`), where the whole picture is.
+    graph (`operators.graphs.expansion`), where the whole picture is.
     """
     try:
         graph = DeploymentGraphSpec.model_validate(dict(spec))

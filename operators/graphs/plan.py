@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from operators.graphs.conditions import ConditionError, evaluate
-from operators.graphs.expand import ANCHOR, Expansion, GraphNode, expand, fault_tolerance
+from operators.graphs.expansion import ANCHOR, Expansion, GraphNode, expand, fault_tolerance
 from operators.graphs.models import STRUCTURE_TYPES, GraphRunSpec, GraphSelection, Subgraph, Task, compile_ref, is_regex
 from pipelines.model import Dependency, Step, Workflow, check_name
 

@@ -38,7 +38,7 @@ from operators.config.merge import effective
 from operators.config.repository import KubeConfigRepository
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec, SshAccess
 from operators.graphs.conditions import ConditionError
-from operators.graphs.expand import GraphError
+from operators.graphs.expansion import GraphError
 from operators.graphs.merge import MergeError, merge_specs
 from operators.graphs.models import (
     DEPLOYMENT_GRAPH,
