@@ -23,6 +23,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from operators.runtime.core.kinds import Model, PrinterColumn, Resource, StatusBase
+from operators.runtime.core.refs import SecretKeyRef
 
 BLUEPRINT = Resource("Blueprint", "blueprints")
 APP = Resource("App", "apps")
@@ -53,15 +54,6 @@ BlueprintState = Literal["Draft", "Compiled", "Active", "Inactive", "Error", "De
 
 
 # --- secrets -------------------------------------------------------------------------------------
-
-
-class SecretKeyRef(Model):
-    """A key of a Kubernetes Secret in the blueprint's namespace."""
-
-    name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
-                      description="The Secret's name (a Kubernetes object name).")
-    key: str = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$",
-                     description="The key in the Secret's data.")
 
 
 class SecretSource(Model):
