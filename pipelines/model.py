@@ -126,6 +126,20 @@ class Instance:
         return self.key
 
 
+class Tolerance(_Model):
+    """Failures a group of steps may have without failing the run (Fuel's group fault tolerance).
+
+    A final failure of an instance of `steps` is *tolerated* while at most `may_fail` distinct
+    targets have failed among this group's instances: the failure is recorded, its target is
+    excluded from the rest of the run (its later instances are skipped) and the instances waiting
+    for it run on. One failure more fails the run as any failure does. A step in several groups
+    is tolerated only if every one of them still has room.
+    """
+
+    steps: list[str] = Field(min_length=1)
+    may_fail: int = Field(ge=0)
+
+
 class Workflow(_Model):
     """A DAG of steps with its inputs.
 
@@ -133,7 +147,8 @@ class Workflow(_Model):
     address, its index). `secrets` maps variable names to opaque references that the caller's
     `secret` hook turns into values, only when a step that uses them starts. `parallelism` bounds
     the instances running at once; with `continue_on_failure` false (the default) a failure stops
-    the run from starting anything new, as a runbook expects.
+    the run from starting anything new, as a runbook expects; `tolerance` lets groups of steps fail
+    on some of their targets without that (`Tolerance`).
     """
 
     name: str = ""
@@ -143,6 +158,7 @@ class Workflow(_Model):
     steps: list[Step]
     parallelism: int = Field(default=8, ge=1, le=256)
     continue_on_failure: bool = False
+    tolerance: list[Tolerance] = Field(default_factory=list)
     _index: dict[str, Step] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
@@ -161,6 +177,10 @@ class Workflow(_Model):
         cycle = find_cycle({s.id: [d.step for d in s.depends_on] for s in self.steps})
         if cycle:
             raise ValueError("dependency cycle (each step waits for the next): " + " -> ".join(cycle))
+        for index, group in enumerate(self.tolerance):
+            unknown = [step for step in group.steps if step not in ids]
+            if unknown:
+                raise ValueError(f"tolerance[{index}].steps: {', '.join(map(repr, unknown[:5]))} not steps")
         clash = sorted(set(self.secrets) & set(self.variables))
         if clash:
             raise ValueError(f"secrets and variables share names: {', '.join(clash)}")

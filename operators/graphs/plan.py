@@ -33,7 +33,7 @@ from typing import Any, Literal
 from operators.graphs.conditions import ConditionError, evaluate
 from operators.graphs.expansion import ANCHOR, Expansion, GraphNode, expand, fault_tolerance
 from operators.graphs.models import STRUCTURE_TYPES, GraphRunSpec, GraphSelection, Subgraph, Task, compile_ref, is_regex
-from pipelines.model import Dependency, Step, Workflow, check_name
+from pipelines.model import Dependency, Step, Tolerance, Workflow, check_name
 
 InstanceState = Literal["planned", "skipped", "noop"]
 OUTSIDE_RULE = "satisfied-outside-subset"
@@ -404,7 +404,9 @@ def to_workflow(
 
     Executor contract: planned work is `ssh.<type>` with the task's parameters unchanged (plus
     `noop: true` for puppet in a noop run), `retries` from parameters.retries, `timeout_seconds`
-    from parameters.timeout; everything else is a `noop` step. Targets carry `ssh_address`,
+    from parameters.timeout; everything else is a `noop` step. A group's `faultTolerance` becomes the
+    workflow's `tolerance` for its tasks' steps: a node failing within it is taken out of the run
+    (its later tasks skipped) and the rest goes on. Targets carry `ssh_address`,
     `ssh_port`, `ssh_user`; `ssh_known_hosts` is a variable and `ssh_private_key` a secret
     reference, both given by the caller."""
     by_name = {n.name: n for g in plan.graphs for n in g.expansion.nodes}
@@ -464,9 +466,13 @@ def to_workflow(
             previous_barrier = barrier
     if problems:
         raise PlanError(problems)
+    present = {step.id for step in steps}
+    tolerance = [Tolerance(steps=[s for s in group.steps if s in present], may_fail=group.may_fail)
+                 for groups in plan.fault_tolerance().values() for group in groups.values()
+                 if group.may_fail > 0 and any(s in present for s in group.steps)]
     return Workflow(
         name=name, variables={"ssh_known_hosts": known_hosts}, secrets={"ssh_private_key": private_key_ref},
-        targets=targets, steps=steps, parallelism=parallelism,
+        targets=targets, steps=steps, parallelism=parallelism, tolerance=tolerance,
     )
 
 

@@ -193,6 +193,12 @@ class Runner:
         self._work_dir = self.paths.work_dir
         self._run_record: dict[str, Any] = {}
         self._started_at = ""
+        self._groups: dict[str, list[int]] = {}  # step -> the tolerance groups it is in
+        for index, group in enumerate(workflow.tolerance):
+            for step_id in group.steps:
+                self._groups.setdefault(step_id, []).append(index)
+        self._failed_in: dict[int, set[str]] = {}  # tolerance group -> targets with a tolerated failure
+        self._excluded: dict[str, str] = {}  # target -> the instance whose tolerated failure excluded it
 
     # -- public ---------------------------------------------------------------------------------
 
@@ -280,6 +286,11 @@ class Runner:
                 fresh[inst.key] = record
             elif record.get("state") == "success" and self.store.is_done(self.uid, inst.key):
                 finished.append(record)
+            elif (record.get("tolerated") or record.get("excluded")) and self.store.is_done(self.uid, inst.key):
+                if record.get("tolerated"):  # its target stays excluded, its groups keep counting it
+                    self._excluded.setdefault(inst.target, inst.key)
+                    for group in self._groups.get(inst.step, ()):
+                        self._failed_in.setdefault(group, set()).add(inst.target)
             else:
                 if record.get("state") == "running":
                     self._stop_leftover(inst, record)
@@ -344,7 +355,7 @@ class Runner:
         closing: dict[str, dict[str, Any]] = {}
         now = now_iso()
         with self._lock:
-            failed = self._counts["failure"] > 0
+            failed = any(r["state"] == "failure" and not r.get("tolerated") for r in self._records.values())
             for inst, record in self._records.items():
                 if record["state"] in FINAL_STEP_STATES:
                     continue
@@ -364,9 +375,15 @@ class Runner:
         if closing:
             self.store.put_steps(self.uid, closing)
         total = len(self.instances)
+        with self._lock:
+            tolerated = sum(1 for r in self._records.values() if r.get("tolerated") or r.get("excluded"))
         phase: RunPhase
         if counts.get("success", 0) == total:
             phase, message = "Succeeded", f"{total} of {total} steps succeeded"
+        elif not aborted and counts.get("success", 0) + tolerated == total:
+            out = ", ".join(sorted(self._excluded))
+            phase, message = "Succeeded", (f"{counts.get('success', 0)} of {total} steps succeeded; "
+                                           f"within the groups' fault tolerance, out of the run: {out}")
         elif aborted:
             phase, message = "Aborted", f"aborted: {counts.get('success', 0)} of {total} steps succeeded"
         else:
@@ -483,6 +500,13 @@ class Runner:
     def execute(self, inst: Instance) -> None:
         """Run one instance with its retries; raise to tell Luigi it did not succeed."""
         step = self.workflow.step(inst.step)
+        with self._lock:
+            excluded_by = self._excluded.get(inst.target) if inst.target else None
+        if excluded_by is not None:  # its target failed within a group's tolerance: nothing more runs there
+            self._commit(inst, {**self._records[inst], "state": "skipped", "excluded": True, "finishedAt": now_iso(),
+                                "message": f"not run: {inst.target} is out of the run since {excluded_by} failed"},
+                         done=True)
+            return
         executor = self.executors.get(step.type)
         record = self._records[inst]
         attempt = int(record.get("attempts", 0))
@@ -519,8 +543,11 @@ class Runner:
                         self._close(inst, running, output, "aborted", "aborted between attempts", None, {})
                         raise StepAborted(f"{inst.key}: aborted") from None
                     continue
-                self._close(inst, running, output, "failure", message, failure.exit_code,
-                            _masked(failure.details, self.masker))
+                tolerated = self._tolerate(inst)
+                self._close(inst, running, output, "failure", message + (f" ({tolerated})" if tolerated else ""),
+                            failure.exit_code, _masked(failure.details, self.masker), tolerated=bool(tolerated))
+                if tolerated:
+                    return
                 self._on_failure()
                 raise StepFailed(f"{inst.key}: {message}", failure.exit_code) from None
             except Exception as exc:  # an executor's or a hook's bug: a failure, not a crash
@@ -562,10 +589,13 @@ class Runner:
     def _close(
         self, inst: Instance, running: dict[str, Any], output: _Output, state: str, message: str,
         exit_code: int | None, details: Mapping[str, Any], values: Mapping[str, str] | None = None, seq: int = 0,
+        tolerated: bool = False,
     ) -> None:
         output.close()
         record = {**running, "state": state, "finishedAt": now_iso(), "exitCode": exit_code,
                   "message": message, "output": output.text()}
+        if tolerated:
+            record["tolerated"] = True
         record.pop("pgid", None)
         if details:
             record["details"] = dict(details)
@@ -573,7 +603,24 @@ class Runner:
             record["variables"] = dict(values)
         if seq:
             record["seq"] = seq
-        self._commit(inst, record, done=state == "success")
+        self._commit(inst, record, done=state == "success" or tolerated)
+
+    def _tolerate(self, inst: Instance) -> str:
+        """Whether the final failure of `inst` is within the tolerance of every group of its step (then
+        its target is excluded from the rest of the run, and the reason is returned), else ""."""
+        groups = self._groups.get(inst.step)
+        if not groups or not inst.target:
+            return ""
+        with self._lock:
+            for index in groups:
+                failed = self._failed_in.get(index, set()) | {inst.target}
+                if len(failed) > self.workflow.tolerance[index].may_fail:
+                    return ""
+            for index in groups:
+                self._failed_in.setdefault(index, set()).add(inst.target)
+            self._excluded.setdefault(inst.target, inst.key)
+            allowed = min(self.workflow.tolerance[index].may_fail for index in groups)
+        return f"tolerated: up to {allowed} target(s) of its group may fail; {inst.target} is out of the run"
 
     def _on_failure(self) -> None:
         if not self.workflow.continue_on_failure and self._worker is not None:

@@ -118,8 +118,10 @@ def test_groups_fault_tolerance_is_in_the_plan() -> None:
     group = p.fault_tolerance()["default"]["computes"]
     # -1: all but one of the group's nodes in the run may fail (2 of the 3 computes are in it)
     assert (group.nodes, group.may_fail, group.steps) == (["k1", "k2"], 1, ["default:a:k1", "default:a:k2"])
-    steps = {s.id for s in to_workflow(p, known_hosts="", private_key_ref="k").steps}
-    assert set(group.steps) <= steps
+    workflow = to_workflow(p, known_hosts="", private_key_ref="k")
+    assert set(group.steps) <= {s.id for s in workflow.steps}
+    [tolerance] = workflow.tolerance  # the runner applies it: a node failing within it leaves the run
+    assert (sorted(tolerance.steps), tolerance.may_fail) == (group.steps, 1)
 
 
 def test_a_selected_group_selects_its_tasks() -> None:

@@ -397,3 +397,44 @@ def test_fast_scheduler_drives_a_stock_worker() -> None:
 
 def test_instance_helpers() -> None:
     assert str(Instance("a", "b")) == "a@b"
+
+
+def _group_workflow(may_fail: int) -> Workflow:
+    """Per node n1..n3: install -> configure (chained on the node); report waits for every configure."""
+    nodes = ["n1", "n2", "n3"]
+    steps = [{"id": "install", "type": "rec", "target": nodes},
+             {"id": "configure", "type": "rec", "target": nodes, "dependsOn": ["install"]},
+             {"id": "report", "type": "rec", "dependsOn": [{"step": "configure", "targets": "all"}]}]
+    return wf(*steps, tolerance=[{"steps": ["install", "configure"], "mayFail": may_fail}])
+
+
+def test_a_failure_within_a_group_s_tolerance_takes_its_target_out_and_the_run_goes_on(tmp_path: Path) -> None:
+    recorder = Recorder(fail={"install@n2"})
+    outcome = run_workflow(_group_workflow(1), "tol", tmp_path, executors=executors(recorder))
+    assert outcome.phase == "Succeeded" and "out of the run: n2" in outcome.message
+    found = records(tmp_path, "tol")
+    assert found["install@n2"]["state"] == "failure" and found["install@n2"]["tolerated"]
+    assert "tolerated: up to 1 target(s)" in found["install@n2"]["message"]
+    assert found["configure@n2"]["state"] == "skipped" and "since install@n2 failed" in found["configure@n2"]["message"]
+    assert "configure@n2" not in recorder.started() and {"configure@n1", "configure@n3", "report"} <= set(
+        recorder.started())
+    # a second runner of the same run repeats nothing: the tolerated failure and the exclusion stand
+    again = Recorder()
+    assert run_workflow(_group_workflow(1), "tol", tmp_path, executors=executors(again)).phase == "Succeeded"
+    assert again.started() == []
+
+
+def test_one_failure_more_than_the_group_tolerates_fails_the_run(tmp_path: Path) -> None:
+    recorder = Recorder(fail={"install@n1", "install@n2"})
+    outcome = run_workflow(_group_workflow(1), "tol2", tmp_path, executors=executors(recorder))
+    assert outcome.phase == "Failed"
+    found = records(tmp_path, "tol2")
+    failed = [key for key in ("install@n1", "install@n2") if not found[key].get("tolerated")]
+    assert len(failed) == 1 and "report" not in recorder.started()
+    without = run_workflow(_group_workflow(0), "tol0", tmp_path, executors=executors(Recorder(fail={"install@n3"})))
+    assert without.phase == "Failed"  # mayFail 0: any failure fails the run, as without a group
+
+
+def test_tolerance_names_steps_that_exist() -> None:
+    with pytest.raises(ValueError, match=r"tolerance\[0\]\.steps: 'nope' not steps"):
+        wf({"id": "a", "type": "noop"}, tolerance=[{"steps": ["nope"], "mayFail": 1}])
