@@ -102,6 +102,12 @@ def _add_service(sub: Any, noun: Noun) -> None:
     add_service_actions(_noun_parser(sub, noun))
 
 
+def _add_graph(sub: Any, noun: Noun) -> None:
+    from operators.graphs.cli import add_graph_actions
+
+    add_graph_actions(_noun_parser(sub, noun))
+
+
 def _add_config(sub: Any, noun: Noun) -> None:
     from operators.config.cli import add_config_commands
 
@@ -127,6 +133,7 @@ NOUNS: tuple[Noun, ...] = (
     Noun("blueprint", "Blueprints: deps (their dependencies, one per line)", _add_blueprint,
          kind_module="operators.calm.blueprint"),
     Noun("service", "service instances: catalog, list, create, get, update, set-state, delete, log", _add_service),
+    Noun("graph", "deployment graphs: upload, download, list, delete, execute (a GraphRun), status", _add_graph),
     Noun("config", "read and change configuration values (the configuration API)", _add_config),
     Noun("cluster", "the local control plane (kube-apiserver, etcd, controller-manager)", _add_cluster),
     Noun("crds", "write crds/*.yaml and the chart's copies from the models (or --check them)", _add_crds),
@@ -527,7 +534,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             listen=args.config_api_listen, port=args.config_api_port,
             tls_dir=args.config_api_cert_dir or home / "config-api", mounted=args.config_api_cert_dir is not None,
             basic_secret=args.config_api_basic_secret, workers=args.config_api_workers,
-            client_ca=args.config_api_client_ca, extensions=("operators.lsm.api:InventoryApi",),
+            client_ca=args.config_api_client_ca,
+            extensions=("operators.lsm.api:InventoryApi", "operators.graphs.api:GraphsApi"),
         ))
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:

@@ -54,7 +54,10 @@ CONFIG_API_PORT = 8443
 # finalizer (kube.py: a JSON patch of metadata.finalizers) and an App's runs (app.py: POST of its
 # ActionRuns, DELETE of a stale delete run). No other `patch`: nothing sends one.
 CONFIG_API_WRITES = {"configvalues": {"create", "update", "delete"},
-                     "configcomponents": {"create"}, "environments": {"create"}}
+                     "configcomponents": {"create"}, "environments": {"create"},
+                     # the extensions on the same server: the service inventory and the graphs API
+                     "serviceinstances": {"create", "patch"},
+                     "deploymentgraphs": {"create", "update", "patch", "delete"}, "graphruns": {"create"}}
 # ConfigValues' history (history.py: GET, list, POST, DELETE) and publication (reconcile.py:
 # server-side apply, which is a patch that may create).
 CONFIGMAP_VERBS = {"get", "list", "create", "patch", "delete"}
@@ -249,7 +252,7 @@ def test_rendered_chart_is_least_privilege_and_serves_every_crd(
     finalized = {crd["spec"]["names"]["plural"] for crd in crds if _finalizes(crd)}
     assert finalized == {"apps", "blueprints", "serviceinstances"}
     assert {g[1] for g in granted if g[0] in groups and g[2] == "patch"} == (
-        finalized | {f"{crd['spec']['names']['plural']}/status" for crd in crds})
+        finalized | {f"{crd['spec']['names']['plural']}/status" for crd in crds} | {"deploymentgraphs"})
     # The built-in ClusterLifecycles: patched (server-side apply) under their own names only.
     [shipped_rule] = [rule for rule in operator_role["rules"] if "clusterlifecycles" in rule["resources"]
                       and rule.get("resourceNames")]
@@ -568,7 +571,8 @@ def test_finalizer_and_actionrun_rbac_follow_the_crd_files(helm: Helm, tmp_path:
     granted = _grants(role)
     assert {g for g in granted if g[0] == "stead.dev"} == _expected_kind_grants(crds, config_api=True)
     assert {g[1] for g in granted if g[2] == "patch" and g[0] == "stead.dev" and "/" not in g[1]} == {
-        "blueprints", "environments", "serviceinstances", "apps"}  # apps: a ServiceInstance patches its App's inputs
+        "blueprints", "environments", "serviceinstances", "apps",  # apps: a ServiceInstance patches its App's inputs
+        "deploymentgraphs"}  # the graphs API's PATCH
     assert not {g for g in granted if g[1].startswith("actionruns")}
     assert not _token_rules(role)
     assert "--exec-in-jobs" in _operator(objects)["args"]

@@ -1,0 +1,554 @@
+"""`stead graph`: deployment graphs and their runs through the API server, as `fuel2 graph` does it for Fuel
+(DeploymentGraph and GraphRun objects, as `kubectl` would write them; docs/graphs.md, "The CLI").
+
+    stead graph upload (--env|--release|--plugin) NAME [--type T] (--file F | --dir D) [--name VERBOSE]
+                           Fuel task files as published; creates the graph of that owner and type, or
+                           replaces the tasks of the one there is
+    stead graph download --env E [--type T] [--all | --release | --plugins | --env-only] [--file F]
+                           the merged graph (--all, the default) or one level, as a Fuel task file
+    stead graph list [--env E]           name, type, owner, tasks (with --env: the graphs its merge takes)
+    stead graph delete (--env|--release|--plugin) NAME [--type T]
+    stead graph execute --env E --type T... [--node N...] [--task T...] [--subgraph START[:END]...]
+                        [--force] [--dry-run | --noop] [-f] [--name NAME]
+                           a GraphRun; -f follows it (a live tree of each node's tasks and the
+                           progress) until it ends: exit code 0 when it succeeded, 1 otherwise
+    stead graph status RUN [-o json|yaml]   the run's tree of nodes and tasks
+
+Every action takes `-n NAMESPACE` and `--kubeconfig`. A refusal (the admission webhook's 409 or 422, a
+404) is one line on stderr and exit code 1.
+
+Only the standard library is imported at start-up: the models, yaml, the Kubernetes client and rich are
+imported by the command that uses them (rich only to draw on a terminal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from operators import API_VERSION
+from operators.runtime.kube.commands import CommandError, refusals_as_lines, with_cluster
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+    from operators.runtime.kube.client import Requester
+
+COMMAND = "stead graph"
+GRAPHS = "deploymentgraphs"
+RUNS = "graphruns"
+ENVIRONMENTS = "environments"
+"""The kinds' plurals in API paths, as the models declare them (a test checks that they agree)."""
+FINAL = ("Succeeded", "Failed", "Aborted")
+OWNER_FLAGS = {"env": "environment", "release": "release", "plugin": "plugin"}
+LEVELS = {"all": "all", "release": "release", "plugins": "plugins", "env_only": "environment"}
+
+
+def _path(plural: str, namespace: str, name: str | None = None) -> str:
+    from operators.runtime.kube.client import custom_path
+
+    return custom_path(plural, namespace, name)
+
+
+def _owner(args: argparse.Namespace) -> tuple[str, str]:
+    return next((kind, getattr(args, flag)) for flag, kind in OWNER_FLAGS.items() if getattr(args, flag, None))
+
+
+async def _environment(kube: Requester, namespace: str, name: str) -> dict[str, Any]:
+    """The Environment object, or a CommandError naming the environments there."""
+    from operators.runtime.kube.client import ApiError
+
+    try:
+        return await kube.request("GET", _path(ENVIRONMENTS, namespace, name))
+    except ApiError as error:
+        if error.status != 404:
+            raise
+    listed = await kube.request("GET", _path(ENVIRONMENTS, namespace))
+    names = sorted(str(i["metadata"]["name"]) for i in listed.get("items") or [])
+    raise CommandError(f"no environment {name!r} in namespace {namespace} (environments here: "
+                       f"{', '.join(names) or 'none'})")
+
+
+# --- formatting -------------------------------------------------------------------------------------
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns as kubectl prints them: upper-case headers, two spaces apart."""
+    cells = [list(headers), *([str(c) for c in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+
+
+def format_graphs(items: Sequence[Mapping[str, Any]]) -> str:
+    from operators.graphs.api import owner_of, type_of
+
+    rows = []
+    for item in items:
+        owner = owner_of(item)
+        rows.append((str(item["metadata"]["name"]), type_of(item), f"{owner[0]}/{owner[1]}" if owner else "-",
+                     str(len((item.get("spec") or {}).get("tasks") or []))))
+    return table(("NAME", "TYPE", "OWNER", "TASKS"), rows)
+
+
+def progress_bar(progress: str | None, width: int = 20) -> str:
+    done, total = _progress(progress)
+    filled = 0 if total <= 0 else max(0, min(width, done * width // total))
+    return "[" + "#" * filled + "." * (width - filled) + f"] {done}/{total}"
+
+
+def _progress(progress: str | None) -> tuple[int, int]:
+    done, _, total = str(progress or "0/0").partition("/")
+    return (int(done), int(total)) if done.isdigit() and total.isdigit() else (0, 0)
+
+
+def _instant(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def took(task: Mapping[str, Any], now: datetime | None = None) -> str:
+    """How long a task took (or has been running): 0.4s, 12s, 1m05s."""
+    start = _instant(task.get("started"))
+    if start is None:
+        return ""
+    end = _instant(task.get("finished")) or now or datetime.now(UTC)
+    seconds = max(0.0, (end - start).total_seconds())
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    return f"{whole}s" if whole < 60 else f"{whole // 60}m{whole % 60:02d}s"
+
+
+def _header(obj: Mapping[str, Any]) -> str:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    types = ",".join(str(g.get("type") or "default") for g in spec.get("graphs") or [])
+    mode = " (dry run)" if spec.get("dryRun") else " (noop)" if spec.get("noop") else ""
+    return (f"graphrun/{obj['metadata']['name']}  environment {spec.get('environment')}  types {types}{mode}  "
+            f"{status.get('state') or 'Pending'}")
+
+
+def _footer(obj: Mapping[str, Any]) -> list[str]:
+    status = obj.get("status") or {}
+    lines = []
+    if status.get("omitted"):
+        lines.append(f"({status['omitted']} more task instances not listed in the status)")
+    plan = status.get("plan") or {}
+    if plan.get("outsideSubset"):
+        lines.append(f"{plan['outsideSubset']} dependencies on nodes outside the subset counted as satisfied")
+    if status.get("reason"):
+        lines.append(f"reason: {status.get('failedTask') or ''} {status['reason']}".replace("  ", " "))
+    return lines
+
+
+def format_run(obj: Mapping[str, Any], now: datetime | None = None) -> str:
+    """A GraphRun as `stead graph status` prints it: a header, each node with its tasks (state, attempts,
+    time, reason; failed tasks' output tails), the progress, and why it failed."""
+    status = obj.get("status") or {}
+    lines = [_header(obj)]
+    for node in status.get("nodes") or []:
+        lines.append(str(node.get("name") or "(anchors)"))
+        tasks = node.get("tasks") or []
+        for n, task in enumerate(tasks):
+            branch = "└─" if n == len(tasks) - 1 else "├─"
+            extra = [f"attempts {task['attempts']}"] if task.get("attempts") else []
+            if took(task, now):
+                extra.append(took(task, now))
+            if task.get("reason"):
+                extra.append(str(task["reason"]))
+            lines.append(f"  {branch} {task['task']}  {task['state']}" + "".join(f"  {e}" for e in extra))
+            for line in str(task.get("output") or "").splitlines()[-10:]:
+                lines.append(f"  {'  ' if n == len(tasks) - 1 else '│ '}   | {line}")
+    if not status.get("nodes"):
+        lines.append("(no plan yet)")
+    lines.append(f"progress {progress_bar(status.get('progress'))}")
+    lines.extend(_footer(obj))
+    return "\n".join(lines)
+
+
+STYLES = {"planned": ("◷", "dim"), "pending": ("◷", "dim"), "running": ("●", "bold yellow"),
+          "success": ("✔", "green"), "failure": ("✖", "bold red"), "aborted": ("⊘", "magenta"),
+          "skipped": ("○", "dim"), "noop": ("◌", "cyan"), "Pending": ("◷", "dim"), "Planning": ("◷", "yellow"),
+          "Running": ("●", "bold yellow"), "Succeeded": ("✔", "bold green"), "Failed": ("✖", "bold red"),
+          "Aborted": ("⊘", "bold magenta")}
+
+
+def render_run(obj: Mapping[str, Any], now: datetime | None = None) -> RenderableType:
+    """The terminal view of a GraphRun (what `-f` redraws in place): a tree of nodes and their tasks with
+    state marks, and a progress bar of the planned task instances finished."""
+    from rich.console import Group
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+    from rich.tree import Tree
+
+    status = obj.get("status") or {}
+    state = str(status.get("state") or "Pending")
+
+    def mark(value: str) -> Text:
+        glyph, style = STYLES.get(value, ("?", ""))
+        return Text(f"{glyph} {value}", style=style)
+
+    tree = Tree(Text.assemble((_header(obj).rsplit("  ", 1)[0], "bold"), "  ", mark(state)))
+    for node in status.get("nodes") or []:
+        tasks = node.get("tasks") or []
+        done = sum(1 for t in tasks if t.get("state") in ("success", "failure", "aborted", "skipped", "noop"))
+        branch = tree.add(Text.assemble((str(node.get("name") or "(anchors)"), "bold cyan"),
+                                        (f"  {done}/{len(tasks)}", "dim")))
+        for task in tasks:
+            extra = [f"attempts {task['attempts']}"] if task.get("attempts") else []
+            if took(task, now):
+                extra.append(took(task, now))
+            line = Text.assemble((str(task["task"]), "bold"), "  ", mark(str(task.get("state"))),
+                                 ("".join(f"  {e}" for e in extra), "dim"))
+            if task.get("reason"):
+                line.append(f"  {task['reason']}", style="red" if task.get("state") == "failure" else "dim")
+            leaf = branch.add(line)
+            for out in str(task.get("output") or "").splitlines()[-10:]:
+                leaf.add(Text(f"| {out}", style="dim", no_wrap=True, overflow="ellipsis"))
+    done, total = _progress(status.get("progress"))
+    colour = {"Succeeded": "green", "Failed": "red", "Aborted": "magenta"}.get(state, "yellow")
+    bar = Table.grid(padding=(0, 1))
+    bar.add_row(ProgressBar(total=max(total, 1), completed=min(done, total) if total > 0 else 0, width=40,
+                            complete_style=colour, finished_style=colour),
+                Text(f"{done}/{total}", style="bold"), Text(f"{(100 * done // total) if total > 0 else 0}%",
+                                                            style="dim"))
+    parts: list[RenderableType] = [tree, bar]
+    parts.extend(Text(line, style="red" if line.startswith("reason") else "dim") for line in _footer(obj))
+    return Group(*parts)
+
+
+def dump(value: Any, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(value, indent=2)
+    import yaml
+
+    return str(yaml.safe_dump(value, sort_keys=False, allow_unicode=True)).rstrip("\n")
+
+
+# --- the actions ------------------------------------------------------------------------------------
+
+
+def _load(args: argparse.Namespace) -> list[Any]:
+    from operators.graphs.fuel import FuelFormatError, load_dir, load_file
+    from operators.graphs.models import check_tasks
+
+    try:
+        if args.file is not None:
+            if not args.file.is_file():
+                raise CommandError(f"--file {args.file}: no such file")
+            tasks = load_file(args.file)
+        else:
+            if not args.dir.is_dir():
+                raise CommandError(f"--dir {args.dir}: no such directory")
+            tasks = load_dir(args.dir)
+    except FuelFormatError as error:
+        raise CommandError(str(error)) from None
+    # the checks the admission webhook makes (duplicate ids, regexes, conditions), said before anything is written
+    problems = check_tasks(tasks, str(args.file or args.dir))
+    if problems:
+        raise CommandError("; ".join(problems[:5]) + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""))
+    return tasks
+
+
+async def _upload(kube: Requester, args: argparse.Namespace) -> int:
+    from operators.graphs.api import save_graph
+
+    kind, owner = _owner(args)
+    tasks = _load(args)
+    if kind == "environment":
+        await _environment(kube, args.namespace, owner)
+    obj, created = await save_graph(kube, args.namespace, kind, owner, args.type, tasks, args.name)
+    print(f"deploymentgraph/{obj['metadata']['name']} {'created' if created else 'updated'}: the {args.type!r} "
+          f"graph of {kind} {owner}, {len(tasks)} tasks")
+    return 0
+
+
+async def _download(kube: Requester, args: argparse.Namespace) -> int:
+    from operators.graphs.api import levels_of
+    from operators.graphs.fuel import dump_tasks
+
+    env = await _environment(kube, args.namespace, args.env)
+    level = next((LEVELS[name] for name in ("release", "plugins", "env_only") if getattr(args, name)), "all")
+    try:
+        merged = (await levels_of(kube, args.namespace, args.env, args.type, env)).merged(level)
+    except ValueError as error:  # MergeError, an invalid graph
+        raise CommandError(str(error)) from None
+    text = dump_tasks(merged.tasks) if merged.tasks else "[]\n"
+    what = "merged" if level == "all" else f"{level} level of the"
+    if args.file is None:
+        sys.stdout.write(text)
+    else:
+        args.file.write_text(text)
+        print(f"wrote the {what} {args.type!r} graph of environment {args.env} ({len(merged.tasks)} tasks) to "
+              f"{args.file}", file=sys.stderr)
+    return 0
+
+
+async def _list(kube: Requester, args: argparse.Namespace) -> int:
+    from operators.graphs.api import graph_items, owner_of
+
+    items = await graph_items(kube, args.namespace)
+    if args.env:
+        env = await _environment(kube, args.namespace, args.env)
+        spec = env.get("spec") or {}
+        owners = {("environment", args.env), ("release", str(spec.get("release"))),
+                  *(("plugin", str(p)) for p in spec.get("plugins") or [])}
+        items = [i for i in items if owner_of(i) in owners]
+    if args.output:
+        print(dump(items, args.output))
+    elif items:
+        print(format_graphs(items))
+    else:
+        where = f" for environment {args.env}" if args.env else ""
+        print(f"no deployment graphs{where} in namespace {args.namespace}", file=sys.stderr)
+    return 0
+
+
+async def _delete(kube: Requester, args: argparse.Namespace) -> int:
+    from operators.graphs.api import find_graph, graph_items, owner_of, type_of
+
+    kind, owner = _owner(args)
+    items = await graph_items(kube, args.namespace)
+    found = find_graph(items, kind, owner, args.type)
+    if found is None:
+        types = sorted(type_of(i) for i in items if owner_of(i) == (kind, owner))
+        raise CommandError(f"{kind} {owner} has no {args.type!r} graph in namespace {args.namespace} (its graph "
+                           f"types: {', '.join(types) or 'none'})")
+    name = found["metadata"]["name"]
+    options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": found["metadata"]["uid"]}}
+    await kube.request("DELETE", _path(GRAPHS, args.namespace, name), options)
+    print(f"deploymentgraph/{name} deleted (the {args.type!r} graph of {kind} {owner})")
+    return 0
+
+
+def subgraph(text: str) -> dict[str, list[str]]:
+    """`START[:END]`, each a comma-separated list of task ids or /regex/ (`:END` alone: everything up to END)."""
+    start, _, end = text.partition(":")
+    out = {"start": [s for s in start.split(",") if s], "end": [e for e in end.split(",") if e]}
+    if not out["start"] and not out["end"]:
+        raise argparse.ArgumentTypeError(f"expected START[:END] (task ids, comma-separated), got {text!r}")
+    return out
+
+
+def run_spec(args: argparse.Namespace) -> dict[str, Any]:
+    """The GraphRun's spec the flags of `execute` make (every type with the same nodes and tasks)."""
+    graphs = []
+    for graph_type in args.type:
+        graph: dict[str, Any] = {"type": graph_type}
+        if args.node:
+            graph["nodes"] = list(args.node)
+        if args.task:
+            graph["tasks"] = list(args.task)
+        graphs.append(graph)
+    spec: dict[str, Any] = {"environment": args.env, "graphs": graphs}
+    for flag, field in (("dry_run", "dryRun"), ("noop", "noop"), ("force", "force")):
+        if getattr(args, flag):
+            spec[field] = True
+    if args.subgraph:
+        spec["subgraphs"] = list(args.subgraph)
+    return spec
+
+
+async def _execute(kube: Requester, args: argparse.Namespace) -> int:
+    import re
+
+    env = await _environment(kube, args.namespace, args.env)
+    known = [str(n.get("name")) for n in (env.get("spec") or {}).get("nodes") or []]
+    unknown = [n for n in args.node if n not in known]
+    if unknown:
+        raise CommandError(f"--node {', '.join(unknown)}: not in environment {args.env} (its nodes: "
+                           f"{', '.join(known) or 'none'}); nothing run")
+    metadata: dict[str, Any] = {"namespace": args.namespace}
+    if args.name:
+        metadata["name"] = args.name
+    else:
+        types = "-".join(args.type).lower().replace("_", "-")
+        metadata["generateName"] = re.sub(r"[^a-z0-9-]", "-", f"{args.env}-{types}")[:50].strip("-") + "-"
+    body = {"apiVersion": API_VERSION, "kind": "GraphRun", "metadata": metadata, "spec": run_spec(args)}
+    made = await kube.request("POST", _path(RUNS, args.namespace), body)
+    args.run = made["metadata"]["name"]
+    if not args.follow:
+        print(args.run)
+        return 0
+    print(f"graphrun/{args.run} created", file=sys.stderr)
+    return await _status(kube, args)
+
+
+def _exit_code(obj: Mapping[str, Any]) -> int:
+    return 0 if (obj.get("status") or {}).get("state") in (None, "Pending", "Planning", "Running", "Succeeded") else 1
+
+
+def _final(obj: Mapping[str, Any]) -> bool:
+    return (obj.get("status") or {}).get("state") in FINAL
+
+
+async def _status(kube: Requester, args: argparse.Namespace, console: Console | None = None) -> int:
+    """Print the run (plain text, a rich tree on a terminal, or -o json|yaml); -f: until it ends, then the
+    exit code says whether it succeeded."""
+    import asyncio
+
+    path = _path(RUNS, args.namespace, args.run)
+    follow, output = getattr(args, "follow", False), getattr(args, "output", None)
+    interval = getattr(args, "interval", 1.0)
+    obj = await _get_run(kube, args)
+    if output:
+        while follow and not _final(obj):
+            await asyncio.sleep(interval)
+            obj = await kube.request("GET", path)
+        print(dump(obj.get("status") or {}, output))
+        return _exit_code(obj)
+    if console is not None or sys.stdout.isatty():
+        return await _status_rich(kube, path, obj, follow, interval, console)
+    shown = ""
+    while True:
+        text = format_run(obj)
+        if text != shown:
+            print(text, flush=True)
+            shown = text
+        if not follow or _final(obj):
+            return _exit_code(obj)
+        await asyncio.sleep(interval)
+        obj = await kube.request("GET", path)
+
+
+async def _get_run(kube: Requester, args: argparse.Namespace) -> dict[str, Any]:
+    from operators.runtime.kube.client import ApiError
+
+    try:
+        return await kube.request("GET", _path(RUNS, args.namespace, args.run))
+    except ApiError as error:
+        if error.status != 404:
+            raise
+    listed = await kube.request("GET", _path(RUNS, args.namespace))
+    names = sorted(str(i["metadata"]["name"]) for i in listed.get("items") or [])[-10:]
+    raise CommandError(f"no graph run {args.run!r} in namespace {args.namespace} (runs here: "
+                       f"{', '.join(names) or 'none'})")
+
+
+async def _status_rich(kube: Requester, path: str, obj: dict[str, Any], follow: bool, interval: float,
+                       console: Console | None) -> int:
+    """The terminal view: printed once, or (-f) redrawn in place until the run ends."""
+    import asyncio
+
+    from rich.console import Console
+    from rich.live import Live
+
+    console = console or Console()
+    if not follow:
+        console.print(render_run(obj))
+        return _exit_code(obj)
+    with Live(render_run(obj), console=console, auto_refresh=False, transient=False) as live:
+        while not _final(obj):
+            await asyncio.sleep(interval)
+            obj = await kube.request("GET", path)
+            live.update(render_run(obj), refresh=True)
+    return _exit_code(obj)
+
+
+# --- running a command ------------------------------------------------------------------------------
+
+
+async def dispatch(kube: Requester, args: argparse.Namespace) -> int:
+    """Run the action with `kube`; a refusal (API errors, CommandError) is one line on stderr and exit code 1."""
+    return await refusals_as_lines(COMMAND, args.handler(kube, args))
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    import asyncio
+
+    return asyncio.run(with_cluster(COMMAND, args.kubeconfig, lambda kube: args.handler(kube, args)))
+
+
+# --- the parser -------------------------------------------------------------------------------------
+
+
+def _common(parser: argparse.ArgumentParser, output: bool = False) -> None:
+    parser.add_argument("-n", "--namespace", default="default")
+    parser.add_argument("--kubeconfig", type=Path)
+    if output:
+        parser.add_argument("-o", "--output", choices=["json", "yaml"], help="print the objects as they are")
+    parser.set_defaults(func=_run_command)
+
+
+def _owner_flags(parser: argparse.ArgumentParser) -> None:
+    owner = parser.add_mutually_exclusive_group(required=True)
+    owner.add_argument("-e", "--env", metavar="NAME", help="the graph of an Environment (Fuel's cluster)")
+    owner.add_argument("-r", "--release", metavar="NAME", help="the graph of a release")
+    owner.add_argument("-p", "--plugin", metavar="NAME", help="the graph of a plugin")
+    parser.add_argument("-t", "--type", default="default", help="the graph type (default: default)")
+
+
+def add_graph_actions(graph: argparse.ArgumentParser) -> None:
+    """`stead graph upload|download|list|delete|execute|status`."""
+    sub = graph.add_subparsers(metavar="ACTION")
+    upload = sub.add_parser("upload", help="upload Fuel task files as the graph of an environment, release or "
+                                           "plugin (creates it, or replaces the tasks of the one there is)")
+    _owner_flags(upload)
+    source = upload.add_mutually_exclusive_group(required=True)
+    source.add_argument("-f", "--file", type=Path, help="a task file (a YAML list of tasks)")
+    source.add_argument("-d", "--dir", type=Path, help="every *.yaml / *.yml under a directory, in path order")
+    upload.add_argument("--name", help="the graph's verbose name")
+    _common(upload)
+    upload.set_defaults(handler=_upload)
+
+    download = sub.add_parser("download", help="an environment's graph as a Fuel task file: merged (release < "
+                                               "plugins < environment) or one level")
+    download.add_argument("-e", "--env", required=True, metavar="NAME")
+    download.add_argument("-t", "--type", default="default", help="the graph type (default: default)")
+    level = download.add_mutually_exclusive_group()
+    level.add_argument("-a", "--all", action="store_true", help="the merged graph (the default)")
+    level.add_argument("-r", "--release", action="store_true", help="the release's graph only")
+    level.add_argument("-p", "--plugins", action="store_true", help="the enabled plugins' graphs only (merged)")
+    level.add_argument("-c", "--env-only", action="store_true", help="the environment's own graph only")
+    download.add_argument("-f", "--file", type=Path, help="write here (default: standard output)")
+    _common(download)
+    download.set_defaults(handler=_download)
+
+    listing = sub.add_parser("list", help="the deployment graphs: name, type, owner, tasks")
+    listing.add_argument("-e", "--env", metavar="NAME", help="only the graphs the environment's merge takes")
+    _common(listing, output=True)
+    listing.set_defaults(handler=_list)
+
+    delete = sub.add_parser("delete", help="delete the graph of an environment, release or plugin")
+    _owner_flags(delete)
+    _common(delete)
+    delete.set_defaults(handler=_delete)
+
+    execute = sub.add_parser("execute", help="run graph types on an environment (a GraphRun)")
+    execute.add_argument("-e", "--env", required=True, metavar="NAME")
+    execute.add_argument("-t", "--type", nargs="+", default=["default"], metavar="TYPE",
+                         help="the graph types to run, in order (default: default)")
+    execute.add_argument("-N", "--node", nargs="+", default=[], metavar="NODE", help="only these nodes")
+    execute.add_argument("-T", "--task", nargs="+", default=[], metavar="TASK",
+                         help="only these tasks (the others are skipped)")
+    execute.add_argument("-S", "--subgraph", nargs="+", default=[], type=subgraph, metavar="START[:END]",
+                         help="only what lies forward of START and backward of END (comma-separated task ids "
+                              "or /regex/)")
+    execute.add_argument("--force", action="store_true", help="every condition's data counts as changed")
+    mode = execute.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="plan only: nothing runs on any node")
+    mode.add_argument("--noop", action="store_true", help="puppet with --noop, shell tasks not at all")
+    execute.add_argument("-f", "--follow", action="store_true",
+                         help="follow the run until it ends (exit code 0 when it succeeded, 1 otherwise)")
+    execute.add_argument("--name", help="the GraphRun's name (default: generated from the environment and types)")
+    _common(execute)
+    execute.set_defaults(handler=_execute)
+
+    status = sub.add_parser("status", help="a run: each node's tasks with their state, and the progress")
+    status.add_argument("run", metavar="RUN")
+    status.add_argument("-f", "--follow", action="store_true", help="until the run ends")
+    _common(status, output=True)
+    status.set_defaults(handler=_status)
+
+
+__all__ = ["add_graph_actions", "dispatch", "format_graphs", "format_run", "render_run", "run_spec", "subgraph"]
