@@ -30,14 +30,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 from pydantic import ValidationError
 
 from operators import API_VERSION
-from operators.config.api.calls import NAMESPACE_PATTERN, ApiProblem, Call, _json, _json_body, bad_request
-from operators.config.api.extension import Handler, RouteDoc
-from operators.config.auth import Access, Authenticator
+from operators.config.api.calls import ApiProblem, Call, _json, _json_body, bad_request, not_found, object_name_ok
+from operators.config.api.extension import ExtensionBase, Handler, RouteDoc, passed_on
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec
 from operators.graphs.fuel import FuelFormatError, task_from_fuel, task_to_fuel
 from operators.graphs.merge import MergedGraph, merge_graphs
@@ -60,7 +59,6 @@ MODEL_OF = {"release": "release", "plugin": "plugin", "environment": "cluster"}
 KIND_OF = {"release": "release", "plugin": "plugin", "cluster": "environment", "environment": "environment"}
 MERGE_PATCH = "application/merge-patch+json"
 _TYPE = re.compile(r"^[a-zA-Z0-9_-]{1,63}$")
-_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 
 # --- shared with `stead graph` ----------------------------------------------------------------------
@@ -198,24 +196,6 @@ def tasks_from_fuel(raw: Any, where: str = "body.tasks") -> list[Task]:
 # --- the API ------------------------------------------------------------------------------------------
 
 
-def _not_found(what: str, message: str) -> NoReturn:
-    raise ApiProblem(404, "NotFound", message, not_found=what)
-
-
-def _name_ok(name: str) -> bool:
-    return len(name) <= 253 and _OBJECT_NAME.fullmatch(name) is not None
-
-
-def _passed_on(error: ApiError, what: str) -> NoReturn:
-    """The API server's answer to a write (the admission webhook's refusal, a conflict), as the API's."""
-    if error.status == 404:
-        _not_found("graph", f"{what}: {error.message}")
-    if error.status == 409:
-        raise ApiProblem(409, "Conflict", f"{what}: {error.message}")
-    if 400 <= error.status < 500:
-        raise ApiProblem(error.status, "Refused", f"{what}: {error.message}")
-    raise ApiProblem(503, "ServiceUnavailable", f"{what}: the Kubernetes API server answered {error.status}: "
-                                                f"{error.message}; retry")
 
 
 def graph_view(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -237,14 +217,11 @@ def graph_view(item: Mapping[str, Any]) -> dict[str, Any]:
     return view
 
 
-class GraphsApi:
+class GraphsApi(ExtensionBase):
     """The handlers, over the API server's client (the operator's credentials) and the authenticator that
     checks callers (their permissions are reviewed per request)."""
 
-    def __init__(self, kube: Requester, authenticator: Authenticator, default_namespace: str = "default") -> None:
-        self.kube = kube
-        self.authenticator = authenticator
-        self.default_namespace = default_namespace
+    resource = DEPLOYMENT_GRAPH.plural
 
     # --- the extension ------------------------------------------------------------------------
 
@@ -271,19 +248,6 @@ class GraphsApi:
 
     # --- plumbing -----------------------------------------------------------------------------
 
-    def _namespace(self, call: Call) -> str:
-        namespace = call.query.get("namespace", self.default_namespace)
-        if not NAMESPACE_PATTERN.match(namespace) or len(namespace) > 63:
-            bad_request(f"query parameter namespace: {namespace!r} is not a valid namespace name")
-        return namespace
-
-    async def _authorize(self, call: Call, verb: str, namespace: str, name: str = "",
-                         resource: str = DEPLOYMENT_GRAPH.plural) -> None:
-        identity = call.identity
-        if not await self.authenticator.authorize(identity, Access(verb, resource, namespace, name)):
-            raise ApiProblem(403, "Forbidden",
-                             f'user "{identity.user}" may not {verb} {resource} in namespace "{namespace}"')
-
     async def _request(self, method: str, path: str, body: Any = None, **options: Any) -> Any:
         """A read (None for a 404) or a write, its refusal passed on."""
         try:
@@ -291,22 +255,22 @@ class GraphsApi:
         except ApiError as error:
             if error.status == 404 and method == "GET":
                 return None
-            _passed_on(error, f"{method} {path}")
+            passed_on(error, f"{method} {path}", "graph")
 
     async def _items(self, namespace: str) -> list[dict[str, Any]]:
         try:
             return await graph_items(self.kube, namespace)
         except ApiError as error:
-            _passed_on(error, "listing deployment graphs")
+            passed_on(error, "listing deployment graphs", "graph")
 
     async def _environment(self, namespace: str, name: str) -> dict[str, Any]:
         """The Environment of the path, or 404 naming the environments there."""
         found = await self._request("GET", custom_path(ENVIRONMENT.plural, namespace, name)) \
-            if _name_ok(name) else None
+            if object_name_ok(name) else None
         if found is None:
             listed = await self._request("GET", custom_path(ENVIRONMENT.plural, namespace)) or {}
             names = sorted(str(i["metadata"]["name"]) for i in listed.get("items") or [])
-            _not_found("cluster", f'environment (cluster) "{name}" not found in namespace "{namespace}" '
+            not_found("cluster", f'environment (cluster) "{name}" not found in namespace "{namespace}" '
                                   f"(environments here: {', '.join(names) or 'none'})")
         return dict(found)
 
@@ -367,11 +331,11 @@ class GraphsApi:
     async def _named(self, call: Call, verb: str, namespace: str) -> dict[str, Any]:
         name = call.params["name"]
         found = await self._request("GET", custom_path(DEPLOYMENT_GRAPH.plural, namespace, name)) \
-            if _name_ok(name) else None
+            if object_name_ok(name) else None
         if found is None:
             await self._authorize(call, verb, namespace)
             names = [str(i["metadata"]["name"]) for i in await self._items(namespace)]
-            _not_found("graph", f'deployment graph "{name}" not found in namespace "{namespace}" (graphs here: '
+            not_found("graph", f'deployment graph "{name}" not found in namespace "{namespace}" (graphs here: '
                                 f"{', '.join(names) or 'none'})")
         await self._authorize(call, verb, namespace, name)
         return dict(found)
@@ -381,7 +345,7 @@ class GraphsApi:
         try:
             return await save_graph(self.kube, namespace, kind, owner, graph_type, tasks, name, items)
         except ApiError as error:
-            _passed_on(error, f"writing the {graph_type!r} graph of {MODEL_OF[kind]} {owner}")
+            passed_on(error, f"writing the {graph_type!r} graph of {MODEL_OF[kind]} {owner}", "graph")
 
     # --- /graphs --------------------------------------------------------------------------------
 
@@ -469,7 +433,7 @@ class GraphsApi:
         found = find_graph(items, kind, owner, graph_type)
         if found is None:
             types = sorted(type_of(i) for i in items if owner_of(i) == (kind, owner))
-            _not_found("graph", f"{MODEL_OF[kind]} {owner} has no {graph_type!r} graph in namespace \"{namespace}\" "
+            not_found("graph", f"{MODEL_OF[kind]} {owner} has no {graph_type!r} graph in namespace \"{namespace}\" "
                                 f"(its graph types: {', '.join(types) or 'none'})")
         return _json(graph_view(found))
 
@@ -490,7 +454,7 @@ class GraphsApi:
         namespace, kind, owner, graph_type, items = await self._owned(call, "update")
         if find_graph(items, kind, owner, graph_type) is None:
             types = sorted(type_of(i) for i in items if owner_of(i) == (kind, owner))
-            _not_found("graph", f"{MODEL_OF[kind]} {owner} has no {graph_type!r} graph in namespace \"{namespace}\" "
+            not_found("graph", f"{MODEL_OF[kind]} {owner} has no {graph_type!r} graph in namespace \"{namespace}\" "
                                 f"to patch (its graph types: {', '.join(types) or 'none'}; PUT creates one)")
         written, _ = await self._write(namespace, kind, owner, graph_type, tasks, name, items)
         return _json(graph_view(written))
@@ -514,7 +478,7 @@ class GraphsApi:
         try:
             merged = (await levels_of(self.kube, namespace, environment, graph_type, env)).merged(levels[level])
         except ApiError as error:
-            _passed_on(error, "reading the graphs")
+            passed_on(error, "reading the graphs", "graph")
         except (ValidationError, ValueError) as error:
             raise ApiProblem(409, "Invalid", f"the {graph_type!r} graph of cluster {environment} cannot be merged: "
                                              f"{' '.join(str(error).split())}") from None
@@ -562,7 +526,7 @@ class GraphsApi:
         name = body.get("name")
         metadata: dict[str, Any] = {"namespace": namespace}
         if name is not None:
-            if not isinstance(name, str) or not _name_ok(name):
+            if not isinstance(name, str) or not object_name_ok(name):
                 bad_request(f"body.name: {name!r} is not a valid object name")
             metadata["name"] = name
         else:

@@ -29,9 +29,9 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from operators import API_VERSION
-from operators.config.api.calls import NAMESPACE_PATTERN, ApiProblem, Call, _json, _json_body, bad_request
-from operators.config.api.extension import Handler, RouteDoc
-from operators.config.auth import Access, Authenticator
+from operators.config.api.calls import ApiProblem, Call, _json, _json_body, bad_request, not_found, object_name_ok
+from operators.config.api.extension import ExtensionBase, Handler, RouteDoc, passed_on
+from operators.config.auth import Authenticator
 from operators.lsm.attributes import identity_value
 from operators.lsm.instance import check_delete, check_request
 from operators.lsm.lifecycle import model_state
@@ -54,7 +54,6 @@ from operators.runtime.serving.http import Response
 
 PREFIX = "/lsm/v1"
 RESOURCE = SERVICE_INSTANCE.plural
-_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 _UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -75,12 +74,6 @@ class _Services:
         self.store = _NoStore()
 
 
-def _not_found(what: str, message: str) -> NoReturn:
-    raise ApiProblem(404, "NotFound", message, not_found=what)
-
-
-def _name_ok(name: str) -> bool:
-    return len(name) <= 253 and _OBJECT_NAME.fullmatch(name) is not None
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -178,27 +171,15 @@ def _refused(refusal: Refused) -> NoReturn:
     raise ApiProblem(refusal.code, refusal.reason, refusal.message)
 
 
-def _passed_on(error: ApiError, what: str) -> NoReturn:
-    """The API server's answer to a write, as the API's: a refusal (the webhook's, a conflict) with its message."""
-    if error.status == 404:
-        _not_found("service_instance", f"{what}: {error.message}")
-    if error.status == 409:
-        raise ApiProblem(409, "Conflict", f"{what}: {error.message}")
-    if 400 <= error.status < 500:
-        raise ApiProblem(error.status, "Refused", f"{what}: {error.message}")
-    raise ApiProblem(503, "ServiceUnavailable", f"{what}: the Kubernetes API server answered {error.status}: "
-                                                f"{error.message}; retry")
-
-
-class InventoryApi:
+class InventoryApi(ExtensionBase):
     """The handlers, over the API server's client (the operator's credentials) and the authenticator that
     checks callers (their permissions are reviewed per request)."""
 
+    resource = RESOURCE
+
     def __init__(self, kube: Requester, authenticator: Authenticator, default_namespace: str = "default") -> None:
-        self.kube = kube
+        super().__init__(kube, authenticator, default_namespace)
         self.services = _Services(kube)
-        self.authenticator = authenticator
-        self.default_namespace = default_namespace
 
     # --- the extension ------------------------------------------------------------------------
 
@@ -222,34 +203,22 @@ class InventoryApi:
 
     # --- plumbing -----------------------------------------------------------------------------
 
-    def _namespace(self, call: Call) -> str:
-        namespace = call.query.get("namespace", self.default_namespace)
-        if not NAMESPACE_PATTERN.match(namespace) or len(namespace) > 63:
-            bad_request(f"query parameter namespace: {namespace!r} is not a valid namespace name")
-        return namespace
-
-    async def _authorize(self, call: Call, verb: str, namespace: str, name: str = "") -> None:
-        identity = call.identity
-        if not await self.authenticator.authorize(identity, Access(verb, RESOURCE, namespace, name)):
-            raise ApiProblem(403, "Forbidden",
-                             f'user "{identity.user}" may not {verb} {RESOURCE} in namespace "{namespace}"')
-
     async def _request(self, method: str, path: str, body: Any = None, **options: Any) -> Any:
         try:
             return await self.kube.request(method, path, body, **options)
         except ApiError as error:
             if error.status == 404:
                 return None
-            _passed_on(error, f"{method} {path}")
+            passed_on(error, f"{method} {path}", "service_instance")
 
     async def _entity(self, namespace: str, name: str) -> ServiceEntitySpec:
         """The entity of the path, or 404 naming what exists."""
         body = await self._request("GET", custom_path(SERVICE_ENTITY.plural, namespace, name)) \
-            if _name_ok(name) else None
+            if object_name_ok(name) else None
         if body is None:
             listed = await self._request("GET", custom_path(SERVICE_ENTITY.plural, namespace)) or {}
             names = sorted(str(_meta(i).get("name")) for i in listed.get("items") or [])
-            _not_found("service_entity", f'service entity "{name}" not found in namespace "{namespace}" '
+            not_found("service_entity", f'service entity "{name}" not found in namespace "{namespace}" '
                                          f"(service entities here: {', '.join(names) or 'none'})")
         try:
             return ServiceEntitySpec.model_validate(dict(body.get("spec") or {}))
@@ -273,26 +242,26 @@ class InventoryApi:
                 await self._authorize(call, verb, namespace)
                 why = (f"its identity attribute is {entity.identity!r}" if entity.identity
                        else "it has no identity attribute")
-                _not_found("service_instance", f"{ident!r}: {attribute!r} is not the service identity of service "
+                not_found("service_instance", f"{ident!r}: {attribute!r} is not the service identity of service "
                                                f'entity "{entity_name}" ({why}); use the uid, the name, or '
                                                "<identity>=<value>")
             found = next((i for i in await self._instances(namespace, entity_name)
                           if _identity(entity, i) == value), None)
         else:
-            if _name_ok(ident):
+            if object_name_ok(ident):
                 found = await self._request("GET", custom_path(SERVICE_INSTANCE.plural, namespace, ident))
             if found is None and _UID.fullmatch(ident):
                 found = next((i for i in await self._instances(namespace, entity_name)
                               if _meta(i).get("uid") == ident), None)
         if found is None:
             await self._authorize(call, verb, namespace)
-            _not_found("service_instance", f'no service instance {ident!r} of service entity "{entity_name}" in '
+            not_found("service_instance", f'no service instance {ident!r} of service entity "{entity_name}" in '
                                            f'namespace "{namespace}" (looked for a uid, a name and '
                                            f"<identity>=<value>)")
         await self._authorize(call, verb, namespace, str(_meta(found).get("name")))
         other = (found.get("spec") or {}).get("entity")
         if other != entity_name:
-            _not_found("service_instance", f'service instance {_meta(found).get("name")} is an instance of service '
+            not_found("service_instance", f'service instance {_meta(found).get("name")} is an instance of service '
                                            f'entity "{other}", not of "{entity_name}"')
         return found
 
@@ -376,7 +345,7 @@ class InventoryApi:
             if error.status == 409:
                 raise ApiProblem(409, "AlreadyExists", f'service instance "{name}" exists already in namespace '
                                                        f'"{namespace}": {error.message}') from None
-            _passed_on(error, f"creating service instance {name}")
+            passed_on(error, f"creating service instance {name}", "service_instance")
         return _data(view(created, entity.config, world.lifecycle if world is not None else None), status=201)
 
     async def update(self, call: Call) -> Response:
@@ -453,7 +422,7 @@ class InventoryApi:
             deleted = await self.kube.request("DELETE", custom_path(SERVICE_INSTANCE.plural, namespace, _name(found)),
                                               options)
         except ApiError as error:
-            _passed_on(error, f"deleting service instance {_name(found)}")
+            passed_on(error, f"deleting service instance {_name(found)}", "service_instance")
         shown = deleted if isinstance(deleted, dict) and deleted.get("kind") == SERVICE_INSTANCE.kind else found
         return _data(view(shown, entity.config))
 
@@ -468,7 +437,7 @@ class InventoryApi:
                 raise ApiProblem(409, "Conflict", f"service instance {name} changed while {doing} it (the operator "
                                                   "or another client wrote it): read it again and retry with its "
                                                   "current version") from None
-            _passed_on(error, f"{doing} service instance {name}")
+            passed_on(error, f"{doing} service instance {name}", "service_instance")
         return _data(view(patched, config))
 
 
@@ -497,12 +466,12 @@ def _instance_name(body: Mapping[str, Any], entity: ServiceEntitySpec, entity_na
     for key in ("name", "service_instance_id"):
         given = body.get(key)
         if given is not None:
-            if not isinstance(given, str) or not _name_ok(given):
+            if not isinstance(given, str) or not object_name_ok(given):
                 bad_request(f"body.{key}: {given!r} is not a valid object name (lowercase letters, digits, '-' "
                             "and '.', at most 253)")
             return given
     identity = identity_value(entity, attributes)
-    if identity is not None and _name_ok(str(identity)):
+    if identity is not None and object_name_ok(str(identity)):
         return str(identity)
     return f"{entity_name[:240]}-{secrets.token_hex(4)}"
 

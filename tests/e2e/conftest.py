@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import urllib.error
@@ -226,3 +227,19 @@ def env_manifest(name: str, namespace: str, nodes: list[dict[str, Any]] | None =
     }
     return json.dumps(body)
 
+
+def api_call(operator: OperatorProcess, cert: tuple[Path, Path], namespace: str, method: str, path: str,
+             body: Any = None, query: str = "") -> tuple[int, Any]:
+    """One request to the operator's API server (the configuration API and its extensions) with a client
+    certificate, `?namespace=` set: the status and the JSON answer."""
+    context = ssl.create_default_context(cafile=str(operator.store.parent / "config-api" / "ca.crt"))
+    context.load_cert_chain(*cert)
+    url = f"https://127.0.0.1:{operator.config_api_port}{path}?namespace={namespace}{'&' + query if query else ''}"
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=30) as response:
+            text = response.read().decode()
+            return response.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read().decode() or "null")

@@ -4,17 +4,12 @@ execution through `/api/v1` on the operator's API server (TLS, a client certific
 
 from __future__ import annotations
 
-import json
-import ssl
 import subprocess
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from tests.e2e.conftest import STEAD, Kubectl, OperatorProcess, env_manifest
+from tests.e2e.conftest import STEAD, Kubectl, OperatorProcess, api_call, env_manifest
 from tests.e2e.test_config_api import client_certificate
 
 RELEASE = """\
@@ -52,21 +47,6 @@ NODES = [{"name": "node-1", "roles": ["controller"], "address": "127.0.0.2"},
 def stead(operator: OperatorProcess, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(STEAD), "graph", *args, "--kubeconfig", str(operator.cluster.kubeconfig)],
                           capture_output=True, text=True, timeout=120)
-
-
-def call(operator: OperatorProcess, cert: tuple[Path, Path], namespace: str, method: str, path: str,
-         body: Any = None, query: str = "") -> tuple[int, Any]:
-    context = ssl.create_default_context(cafile=str(operator.store.parent / "config-api" / "ca.crt"))
-    context.load_cert_chain(*cert)
-    url = f"https://127.0.0.1:{operator.config_api_port}{path}?namespace={namespace}{'&' + query if query else ''}"
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, context=context, timeout=30) as response:
-            text = response.read().decode()
-            return response.status, json.loads(text) if text else None
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read().decode() or "null")
 
 
 def test_graphs_uploaded_with_the_cli_merge_download_and_run_dry(operator: OperatorProcess, kubectl: Kubectl,
@@ -107,23 +87,23 @@ def test_the_rest_api_serves_merged_tasks_and_executes(operator: OperatorProcess
                                                        tmp_path: Path) -> None:
     admin = client_certificate(operator.cluster, tmp_path, "graphs-admin", ("system:masters",))
     kubectl("apply", "-f", "-", input=env_manifest("env", namespace, NODES))
-    status, body = call(operator, admin, namespace, "PUT", "/api/v1/releases/mitaka-9.0/deployment_graphs/default/",
+    status, body = api_call(operator, admin, namespace, "PUT", "/api/v1/releases/mitaka-9.0/deployment_graphs/default/",
                         {"tasks": yaml.safe_load(RELEASE)})
     assert status == 201, body
-    status, body = call(operator, admin, namespace, "PUT", "/api/v1/clusters/env/deployment_graphs/default/",
+    status, body = api_call(operator, admin, namespace, "PUT", "/api/v1/clusters/env/deployment_graphs/default/",
                         {"tasks": yaml.safe_load(ENVIRONMENT)})
     assert status == 201, body
-    status, again = call(operator, admin, namespace, "POST", "/api/v1/graphs/",
+    status, again = api_call(operator, admin, namespace, "POST", "/api/v1/graphs/",
                          {"relations": [{"model": "cluster", "model_id": "env"}], "tasks": []})
     assert status == 409 and "environment-env-default" in again["message"], again
-    status, tasks = call(operator, admin, namespace, "GET", "/api/v1/clusters/env/deployment_tasks/",
+    status, tasks = api_call(operator, admin, namespace, "GET", "/api/v1/clusters/env/deployment_tasks/",
                          query="graph_type=default")
     assert status == 200 and [t["id"] for t in tasks] == ["deploy_start", "deploy_end", "netconfig", "report"]
-    status, run = call(operator, admin, namespace, "POST", "/api/v1/graphs/execute/",
+    status, run = api_call(operator, admin, namespace, "POST", "/api/v1/graphs/execute/",
                        {"cluster": "env", "graphs": [{"type": "default", "nodes": ["node-1"]}], "dry_run": True})
     assert status == 202, run
     kubectl("wait", "--for=jsonpath={.status.state}=Succeeded", "-n", namespace, "--timeout", "60s",
             f"graphrun/{run['name']}")
-    status, body = call(operator, admin, namespace, "POST", "/api/v1/graphs/execute/",
+    status, body = api_call(operator, admin, namespace, "POST", "/api/v1/graphs/execute/",
                         {"cluster": "env", "graphs": [{"nodes": ["nope"]}]})
     assert status == 400 and "nope not in cluster env" in body["message"]

@@ -4,14 +4,10 @@ server, admission webhook and operator behind it."""
 
 from __future__ import annotations
 
-import json
-import ssl
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.conftest import Kubectl, OperatorProcess
+from tests.e2e.conftest import Kubectl, OperatorProcess, api_call
 from tests.e2e.test_config_api import client_certificate
 from tests.e2e.test_services import catalog, in_state
 from tests.polling import wait_until
@@ -21,19 +17,12 @@ INV = "/lsm/v1/service_inventory/greeter"
 
 def call(operator: OperatorProcess, cert: tuple[Path, Path], namespace: str, method: str, path: str,
          body: Any = None, query: str = "") -> tuple[int, Any]:
-    context = ssl.create_default_context(cafile=str(operator.store.parent / "config-api" / "ca.crt"))
-    context.load_cert_chain(*cert)
-    url = f"https://127.0.0.1:{operator.config_api_port}{path}?namespace={namespace}{'&' + query if query else ''}"
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, context=context, timeout=30) as response:
-            text = response.read().decode()
-            answer = json.loads(text) if text else None
-            assert isinstance(answer, dict) and "data" in answer, answer  # Inmanta's envelope
-            return response.status, answer["data"] if set(answer) == {"data"} else answer
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read().decode() or "null")
+    """`api_call`, the answer's `data` unwrapped from Inmanta's envelope (which every success has)."""
+    status, answer = api_call(operator, cert, namespace, method, path, body, query)
+    if status >= 400:
+        return status, answer
+    assert isinstance(answer, dict) and "data" in answer, answer  # Inmanta's envelope
+    return status, answer["data"] if set(answer) == {"data"} else answer
 
 
 def test_app_service_api_walks_the_simple_lifecycle(operator: OperatorProcess, kubectl: Kubectl, namespace: str,

@@ -380,3 +380,25 @@ class FakeApi:
 def _content(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What a change of bumps `metadata.generation`: all but metadata and status."""
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+
+class FakeAuth:
+    """An authenticator for the HTTP APIs' tests: the Bearer token `good` may do anything, `reader` may get
+    and list, any other token is unknown (401); every authorization asked is recorded in `checked`."""
+
+    scheme = "Bearer"
+
+    def __init__(self) -> None:
+        from operators.config.auth import Access
+
+        self.checked: list[Access] = []
+
+    async def authenticate(self, authorization: str, peer: str = "") -> Any:
+        from operators.config.auth import Identity
+
+        token = authorization.removeprefix("Bearer ")
+        return Identity(user=token, scheme="Bearer") if token in ("good", "reader") else None
+
+    async def authorize(self, identity: Any, access: Any) -> bool:
+        self.checked.append(access)
+        return bool(identity.user == "good" or access.verb in ("get", "list"))

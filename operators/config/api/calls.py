@@ -119,7 +119,7 @@ def _values_path(call: Call) -> ValuesPath:
 _OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 
-def _object_name(name: str) -> bool:
+def object_name_ok(name: str) -> bool:
     """Whether `name` (percent-decoded from a URL) can be a Kubernetes object's name at all."""
     return len(name) <= 253 and _OBJECT_NAME.fullmatch(name) is not None
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
-from operators.config.api.calls import Call
-from operators.config.auth import Authenticator
-from operators.runtime.kube.client import Requester
+from operators.config.api.calls import NAMESPACE_PATTERN, ApiProblem, Call, bad_request, not_found
+from operators.config.auth import Access, Authenticator
+from operators.runtime.kube.client import ApiError, Requester
 from operators.runtime.serving.http import Response
 
 Handler = Callable[[Call], Awaitable[Response]]
@@ -43,6 +43,47 @@ class ApiExtension(Protocol):
 
 
 ExtensionFactory = Callable[[Requester, Authenticator, str], ApiExtension]
+
+
+class ExtensionBase:
+    """What an extension's handlers share: the API server's client (the operator's credentials), the
+    authenticator that checks each caller, the namespace a call names (`?namespace=`, else the server's
+    default) and the caller's permission on `resource` there (a SubjectAccessReview per request)."""
+
+    resource = ""
+    """The plural the caller's permissions are checked on, unless a call names another."""
+
+    def __init__(self, kube: Requester, authenticator: Authenticator, default_namespace: str = "default") -> None:
+        self.kube = kube
+        self.authenticator = authenticator
+        self.default_namespace = default_namespace
+
+    def _namespace(self, call: Call) -> str:
+        namespace = call.query.get("namespace", self.default_namespace)
+        if not NAMESPACE_PATTERN.match(namespace) or len(namespace) > 63:
+            bad_request(f"query parameter namespace: {namespace!r} is not a valid namespace name")
+        return namespace
+
+    async def _authorize(self, call: Call, verb: str, namespace: str, name: str = "",
+                         resource: str | None = None) -> None:
+        resource = resource or self.resource
+        identity = call.identity
+        if not await self.authenticator.authorize(identity, Access(verb, resource, namespace, name)):
+            raise ApiProblem(403, "Forbidden",
+                             f'user "{identity.user}" may not {verb} {resource} in namespace "{namespace}"')
+
+
+def passed_on(error: ApiError, what: str, missing: str) -> NoReturn:
+    """The API server's answer to a request as the API's own: a 404 (`notFound: missing`), a conflict or
+    another refusal (the admission webhook's) with its message; anything else a 503 to retry."""
+    if error.status == 404:
+        not_found(missing, f"{what}: {error.message}")
+    if error.status == 409:
+        raise ApiProblem(409, "Conflict", f"{what}: {error.message}")
+    if 400 <= error.status < 500:
+        raise ApiProblem(error.status, "Refused", f"{what}: {error.message}")
+    raise ApiProblem(503, "ServiceUnavailable", f"{what}: the Kubernetes API server answered {error.status}: "
+                                                f"{error.message}; retry")
 
 
 def load_extension(reference: str) -> ExtensionFactory:

@@ -29,10 +29,10 @@ from operators.config.api.calls import (
     _json,
     _json_body,
     _level_name,
-    _object_name,
     _values_path,
     bad_request,
     not_found,
+    object_name_ok,
 )
 from operators.config.api.extension import ApiExtension
 from operators.config.api.openapi import OPENAPI, openapi_document, route_list
@@ -300,7 +300,7 @@ class ConfigApi:
         namespace = self._namespace(call)
         name = call.params["env"]
         await self._authorize(call, "get", "environments", namespace, name)
-        snapshot = await self.repository.snapshot(namespace, name) if _object_name(name) else None
+        snapshot = await self.repository.snapshot(namespace, name) if object_name_ok(name) else None
         if snapshot is None:
             not_found("environment", f'environment "{name}" not found in namespace "{namespace}"')
         return _json(self._environment_view(name, snapshot.environment))
@@ -340,7 +340,7 @@ class ConfigApi:
         there is none, or the name cannot be one: it never reaches an API-server path)."""
         await self._authorize(call, verb, "configvalues", namespace)
         name = call.params["env"]
-        return await self.repository.snapshot(namespace, name) if _object_name(name) else None
+        return await self.repository.snapshot(namespace, name) if object_name_ok(name) else None
 
     async def _locate(self, namespace: str, path: ValuesPath, snapshot: Snapshot | None
                       ) -> tuple[Snapshot, Point, ResourceDefinition]:

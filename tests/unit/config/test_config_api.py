@@ -20,23 +20,11 @@ from operators.config.models import ConfigComponentSpec, ConfigValuesSpec
 from operators.config.repository import Conflict, Snapshot, StoredValues, ValuesTarget
 from operators.environment.models import EnvironmentSpec
 from operators.runtime.serving.http import HttpServer
+from tests.unit.fakeapi import FakeAuth
 
 P = "/api/v1/config"
 TOKEN = {"Authorization": "Bearer good"}
 READER = {"Authorization": "Bearer reader"}
-
-
-class FakeAuth:
-    """`good` may do anything, `reader` may only read; everything else is unknown."""
-
-    scheme = "Bearer"
-
-    async def authenticate(self, authorization: str, peer: str = "") -> Identity | None:
-        token = authorization.removeprefix("Bearer ")
-        return Identity(user=token, scheme="Bearer") if token in ("good", "reader") else None
-
-    async def authorize(self, identity: Identity, access: Access) -> bool:
-        return identity.user == "good" or access.verb in ("get", "list")
 
 
 class FakeRepository:

@@ -13,14 +13,14 @@ import pytest
 import yaml
 
 from operators.config.api import ConfigApi
-from operators.config.auth import Access, Identity
+from operators.config.auth import Access
 from operators.config.repository import ConfigRepository
 from operators.environment.models import ENVIRONMENT
 from operators.graphs import DEPLOYMENT_GRAPH, GRAPH_RUN, GraphRunSpec, load_file, task_to_fuel
 from operators.graphs.api import GraphsApi
 from operators.runtime.kube.client import ApiError, custom_path
 from operators.runtime.serving.http import Request
-from tests.unit.fakeapi import FakeApi
+from tests.unit.fakeapi import FakeApi, FakeAuth
 
 NS = "ns"
 ROOT = Path(__file__).resolve().parents[3]
@@ -36,23 +36,6 @@ PLUGIN = {"id": "lma", "type": "shell", "role": ["controller"], "requires": ["ne
           "parameters": {"cmd": "true"}}
 OVERRIDE = {"id": "netconfig", "type": "shell", "roles": ["*"], "parameters": {"cmd": "echo env"},
             "cross-depends": [{"name": "netconfig", "role": "self"}], "custom_key": "kept"}
-
-
-class FakeAuth:
-    """`good` may do anything, `reader` may get and list; every check is recorded."""
-
-    scheme = "Bearer"
-
-    def __init__(self) -> None:
-        self.checked: list[Access] = []
-
-    async def authenticate(self, authorization: str, peer: str = "") -> Identity | None:
-        token = authorization.removeprefix("Bearer ")
-        return Identity(user=token, scheme="Bearer") if token in ("good", "reader") else None
-
-    async def authorize(self, identity: Identity, access: Access) -> bool:
-        self.checked.append(access)
-        return identity.user == "good" or access.verb in ("get", "list")
 
 
 class Client:

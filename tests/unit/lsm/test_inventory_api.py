@@ -11,12 +11,11 @@ from typing import Any, cast
 import pytest
 
 from operators.config.api import ConfigApi
-from operators.config.auth import Access, Identity
 from operators.config.repository import ConfigRepository
 from operators.lsm.api import InventoryApi
 from operators.runtime.kube.client import ApiError, custom_path
 from operators.runtime.serving.http import Request
-from tests.unit.fakeapi import FakeApi
+from tests.unit.fakeapi import FakeApi, FakeAuth
 from tests.unit.lsm.kindsupport import INSTANCES, NS, greeter_entity, instance_spec
 
 INV = "/lsm/v1/service_inventory/greeter"
@@ -27,23 +26,6 @@ UP: dict[str, Any] = {
     "log": [{"from": "update_inprogress", "to": "up", "trigger": "resource_based", "version": 4,
              "time": "2025-01-01T00:05:00Z"}],
 }
-
-
-class FakeAuth:
-    """`good` may do anything, `reader` may get and list; every check is recorded."""
-
-    scheme = "Bearer"
-
-    def __init__(self) -> None:
-        self.checked: list[Access] = []
-
-    async def authenticate(self, authorization: str, peer: str = "") -> Identity | None:
-        token = authorization.removeprefix("Bearer ")
-        return Identity(user=token, scheme="Bearer") if token in ("good", "reader") else None
-
-    async def authorize(self, identity: Identity, access: Access) -> bool:
-        self.checked.append(access)
-        return identity.user == "good" or access.verb in ("get", "list")
 
 
 class Client:
