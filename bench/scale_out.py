@@ -1,7 +1,11 @@
-"""Scale-out: how Stead's replicas split projects (issue 17). For now, the ring's simulation only.
+"""Scale-out: how Stead's replicas split projects (issue 17): the ring's simulation, and (`--live`)
+1, 2 and 3 `stead operator --sharding leases` processes on one local control plane.
 
-The issue asks for two things here. The second, the live measurement, needs the ring wired into
-the reconciler (see the TODO at the end of this file). The first is a simulation of the ring
+The live part, on fresh objects for each N: seconds until every Environment is Ready, operator CPU
+per object (total and per replica, /proc), RSS and Environment events received per replica (the
+`stead_events_seen_total` metric: ~all of them for every replica while the watches are Kopf's,
+unfiltered), the claims each replica took and N / (max/mean), and with 3 replicas the adoption
+time after kill -9 of one. The first part is a simulation of the ring
 (`operators.runtime.shard.Ring`: xxh3_64, `--vnodes` virtual nodes per replica) at sizes these
 machines cannot run:
 
@@ -30,11 +34,21 @@ nothing moved between staying replicas.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from operators.runtime.shard import (
     BUCKET_LABEL,
@@ -155,6 +169,10 @@ def main() -> int:
     parser.add_argument("--compare-vnodes", default="64,128,256,512",
                         help="virtual node counts for the comparison table ('' to skip)")
     parser.add_argument("--lease", type=int, default=DEFAULT_DURATION, help="membership lease seconds")
+    parser.add_argument("--live", action="store_true",
+                        help="also run 1, 2 and 3 operator processes on a local control plane (minutes)")
+    parser.add_argument("--live-projects", type=int, default=100)
+    parser.add_argument("--live-per-project", type=int, default=3)
     args = parser.parse_args()
     keys, small = projects(args.projects), projects(args.small_projects)
     big, v = args.replicas, args.vnodes
@@ -214,25 +232,175 @@ def main() -> int:
     for line in write_costs(args.projects, args.lease):
         print(line)
 
-    # ---------------------------------------------------------------------------------------------
-    # TODO(issue 17, live measurement): needs the claims wired into the reconciler and
-    # `stead run --replica-id`. Then, on one LocalControlPlane and the same objects (Environments
-    # spread over >= 100 projects), for 1, 2 and 3 `stead run` processes, each with its own store
-    # and user agent, measure and print:
-    #   - objects per second to Ready (the clock as in pipeline_throughput.py: a WATCH sees all Ready);
-    #   - operator CPU per object, total and per replica (/proc/<pid>/stat over the timed interval);
-    #     target: total with 3 replicas <= 1.15x one replica's;
-    #   - RSS per replica; events received per replica (the `stead_events_seen_total` metric; target
-    #     ~1/N each, which only server-side filtered watches give);
-    #   - N / (max/mean) of the projects actually claimed (LIST the claim Leases);
-    #   - adoption after kill -9 of one replica: time until every one of its projects is claimed by
-    #     another (target <= lease + 5 s);
-    #   - double handling from the audit log: writes by a replica (by user agent) to objects of a
-    #     project outside its claim interval, and intervals with two writers; target 0.
-    # ---------------------------------------------------------------------------------------------
-    print("\nlive replicas (1/2/3 processes on one API server): not measured yet (needs the reconciler wiring)")
+    if args.live:
+        print(f"\n== live: 1, 2 and 3 replicas (--sharding leases) on one local control plane, "
+              f"{args.live_projects} projects x {args.live_per_project} Environments ==")
+        for line in live(args.live_projects, args.live_per_project):
+            print(line)
+    else:
+        print("\nlive replicas (1/2/3 processes on one API server): skipped (--live)")
     print("\nall targets met" if ok else "\nTARGET MISSED")
     return 0 if ok else 1
+
+
+# --- live: 1, 2 and 3 `stead operator --sharding leases` processes on one API server ------------------
+
+LIVE_LEASE = 5
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _cpu(pid: int) -> float:
+    """utime + stime of a process, in seconds (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _metric(port: int, name: str, **labels: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+@dataclass
+class _Replica:
+    name: str
+    process: subprocess.Popen[bytes]
+    health: int
+
+
+def _start(kubeconfig: Path, work: Path, name: str, webhook: bool) -> _Replica:
+    health = _free_port()
+    argv = [str(Path(sys.executable).parent / "stead"), "operator", "--kubeconfig", str(kubeconfig),
+            "--store", str(work / name / "store"), "--health-port", str(health), "--replica-id", name,
+            "--sharding", "leases", "--lease-seconds", str(LIVE_LEASE), "--config-api-port", "0",
+            "--pipelines-state", str(work / "runs"), "--no-shipped-objects", "--install-crds",
+            *(["--webhook-port", str(_free_port())] if webhook else ["--webhook", "off"])]
+    (work / name).mkdir(parents=True, exist_ok=True)
+    with (work / f"{name}.log").open("ab") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "STEAD_HOME": str(work / name)})
+    replica = _Replica(name, process, health)
+    deadline = time.monotonic() + 90
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited {process.returncode}: see {work / f'{name}.log'}")
+        with contextlib.suppress(OSError):
+            if urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2).status == 200:
+                return replica
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name} not ready: see {work / f'{name}.log'}")
+        time.sleep(0.2)
+
+
+def _holders(kubectl: Callable[..., str]) -> dict[str, str]:
+    out = json.loads(kubectl("get", "leases", "-n", "stead-system", "-l", "stead.dev/role=claim", "-o", "json"))
+    return {lease["metadata"]["labels"]["stead.dev/project"]: lease["spec"].get("holderIdentity") or ""
+            for lease in out["items"]}
+
+
+def live(n_projects: int, per_project: int) -> list[str]:
+    """1, 2 and 3 replicas on one local control plane, each run on fresh objects: time to all Ready,
+    CPU per object (total and per replica), RSS and events received per replica, the balance of the
+    claims; with 3, adoption after kill -9 of one replica."""
+    from operators.cluster import LocalControlPlane, ensure_binaries
+
+    binaries = ensure_binaries(progress=lambda line: print(line, file=sys.stderr))
+    home = Path(tempfile.mkdtemp(prefix="stead-scale-out-"))
+    plane = LocalControlPlane(home / "plane", apiserver_port=_free_port(), etcd_client_port=_free_port(),
+                              etcd_peer_port=_free_port(), controller_manager_port=_free_port(), binaries=binaries)
+    info = plane.up()
+
+    def kubectl(*args: str, input: str | None = None) -> str:
+        return subprocess.run([str(binaries.kubectl), "--kubeconfig", str(info.kubeconfig), *args], input=input,
+                              capture_output=True, text=True, check=True, timeout=300).stdout
+
+    lines = [f"{'N':>2} {'objects':>7} {'s to Ready':>10} {'obj/s':>6} {'CPU ms/obj':>10} {'per replica ms/obj':>24} "
+             f"{'RSS MiB':>16} {'events seen':>20} {'claims':>12} {'N/(m/m)':>7}"]
+    started: list[_Replica] = []
+    try:
+        for n in (1, 2, 3):
+            work = home / f"run-{n}"
+            (work / "runs").mkdir(parents=True)
+            started = [_start(info.kubeconfig, work, f"r{i}", webhook=i == 0) for i in range(n)]
+            time.sleep(LIVE_LEASE / 3 * 2)  # every member seen by the others before the objects come
+            names = [f"so{n}-{i}" for i in range(n_projects)]
+            kubectl("apply", "-f", "-", input="\n---\n".join(
+                json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}) for ns in names))
+            cpu0 = {r.name: _cpu(r.process.pid) for r in started}
+            seen0 = {r.name: _metric(r.health, "stead_events_seen_total", kind="Environment") for r in started}
+            began = time.monotonic()
+            docs = [{"apiVersion": "stead.dev/v1alpha1", "kind": "Environment",
+                     "metadata": {"name": f"env-{j}", "namespace": ns},
+                     "spec": {"release": "mitaka-9.0", "nodes": [{"name": "n1", "roles": ["controller"]}]}}
+                    for ns in names for j in range(per_project)]
+            kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
+            total = len(docs)
+            while True:
+                items = json.loads(kubectl("get", "environments", "-A", "-o", "json"))["items"]
+                done = sum(1 for o in items if o["metadata"]["namespace"].startswith(f"so{n}-")
+                           and any(c.get("type") == "Ready" and c.get("status") == "True"
+                                   for c in (o.get("status") or {}).get("conditions") or []))
+                if done == total or time.monotonic() - began > 600:
+                    break
+                time.sleep(0.5)
+            took = time.monotonic() - began
+            cpu = {r.name: _cpu(r.process.pid) - cpu0[r.name] for r in started}
+            seen = {r.name: _metric(r.health, "stead_events_seen_total", kind="Environment") - seen0[r.name]
+                    for r in started}
+            holders = _holders(kubectl)
+            counts = Counter(holders.get(ns, "") for ns in names)
+            mean = n_projects / n
+            effective = n / (max(counts[r.name] for r in started) / mean)
+            lines.append(
+                f"{n:>2} {total:>7} {took:>10.1f} {total / took:>6.1f} {sum(cpu.values()) / total * 1000:>10.2f} "
+                f"{' '.join(f'{cpu[r.name] / total * 1000:.2f}' for r in started):>24} "
+                f"{' '.join(f'{_rss_mib(r.process.pid):.0f}' for r in started):>16} "
+                f"{' '.join(f'{seen[r.name]:.0f}' for r in started):>20} "
+                f"{' '.join(str(counts[r.name]) for r in started):>12} {effective:>7.2f}"
+                + ("" if done == total else f"  ({done} Ready only)"))
+            if n == 3:
+                victim = started[1]
+                mine = [p for p in names if holders.get(p) == victim.name]
+                victim.process.kill()
+                killed = time.monotonic()
+                victim.process.wait()
+                while True:
+                    now = _holders(kubectl)
+                    if all(now.get(p) not in ("", victim.name) for p in mine):
+                        break
+                    if time.monotonic() - killed > 60:
+                        break
+                    time.sleep(0.1)
+                lines.append(f"kill -9 of {victim.name} ({len(mine)} projects): adopted by the others in "
+                             f"{time.monotonic() - killed:.1f} s (lease {LIVE_LEASE} s; target <= lease + 5 s)")
+            for replica in started:
+                if replica.process.poll() is None:
+                    replica.process.send_signal(signal.SIGTERM)
+            for replica in started:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    replica.process.wait(timeout=30)
+            started = []
+    finally:
+        for replica in started:
+            if replica.process.poll() is None:
+                replica.process.kill()
+        plane.down()
+        shutil.rmtree(home, ignore_errors=True)
+    return lines
 
 
 if __name__ == "__main__":

@@ -255,7 +255,16 @@ def _operator_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--local", choices=["auto", "always", "never"], default="never",
                      help="start the local control plane: when no cluster is reachable (auto), always, or never")
     run.add_argument("--store", type=Path, help="LMDB store directory (default: $STEAD_HOME/store)")
-    run.add_argument("--replica", default=os.environ.get("STEAD_REPLICA", os.environ.get("HOSTNAME", "stead-0")))
+    run.add_argument("--replica-id", "--replica", dest="replica", metavar="ID", default=default_replica_id(),
+                     help="this replica's identity: its membership Lease, its user agent, its Events (default: "
+                     "$STEAD_REPLICA, else $POD_NAME, else the host name)")
+    run.add_argument("--sharding", choices=["off", "leases"], default="off",
+                     help="off (the default): this replica handles every project; leases: replicas split the "
+                     "projects by claims (Leases in --operator-namespace), each handling only the projects it "
+                     "holds (docs/operations.md)")
+    run.add_argument("--lease-seconds", type=_positive, default=15, metavar="S",
+                     help="with --sharding leases: the membership Lease's duration; a dead replica's projects "
+                     "are adopted within about S + 3 seconds (default 15)")
     run.add_argument("--namespace", action="append", default=[], help="watch only these namespaces")
     run.add_argument("--operator-namespace", default=os.environ.get("STEAD_NAMESPACE", "stead-system"),
                      help="the operator's own namespace: vault key and ciphertexts (default $STEAD_NAMESPACE)")
@@ -347,6 +356,20 @@ def _network(text: str) -> str:
         return str(ipaddress.ip_network(text, strict=False))
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"{text!r} is not a network (CIDR): {error}") from None
+
+
+def default_replica_id(environ: Mapping[str, str] = os.environ) -> str:
+    """`--replica-id`'s default: $STEAD_REPLICA, else $POD_NAME (the chart sets both), else the host name."""
+    import socket
+
+    return (environ.get("STEAD_REPLICA") or environ.get("POD_NAME") or environ.get("HOSTNAME")
+            or socket.gethostname() or "stead-0")
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
 
 
 def _non_negative(text: str) -> int:
@@ -513,6 +536,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     options = OperatorOptions(
         store_path=store_path,
         replica=args.replica,
+        sharding=args.sharding,
+        lease_seconds=args.lease_seconds,
         namespace=args.operator_namespace,
         kubeconfig=kubeconfig,
         namespaces=tuple(args.namespace),

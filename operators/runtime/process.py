@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,11 +23,12 @@ from operators.runtime.engine.runs import RunSettings
 from operators.runtime.engine.services import Services
 from operators.runtime.engine.slots import RunSlots, default_limit
 from operators.runtime.kopfwiring import WebhookOptions, prepare_kopf
-from operators.runtime.kube.client import KubeClient, load_access
+from operators.runtime.kube.client import USER_AGENT, KubeClient, load_access
 from operators.runtime.kube.crds import apply_shipped, install_crds
 from operators.runtime.secrets import open_vault
 from operators.runtime.serving.eventloop import freeze_startup_objects
 from operators.runtime.serving.metrics import HealthServer, Metrics
+from operators.runtime.shard import DEFAULT_DURATION, Sharding
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,10 @@ class OperatorOptions:
     health_port: int = 8080
     runs: RunSettings | None = None
     """How workflow runs are started (`Services.runs`); default: state beside the store, defaults."""
+    sharding: str = "off"
+    """off: this replica owns every project (one replica). leases: project claims (`operators.runtime.shard`)."""
+    lease_seconds: int = DEFAULT_DURATION
+    """With sharding: the membership Lease's duration (adoption after a crash takes about this long)."""
 
 
 async def run_operator(
@@ -57,31 +63,38 @@ async def run_operator(
         store = LocalStore(options.store_path)
         stack.callback(store.close)
         access = load_access(options.kubeconfig)
-        kube = await stack.enter_async_context(KubeClient(access))
+        # with several replicas each has a user agent of its own: the audit log tells their writes apart
+        agent = f"{USER_AGENT}/{options.replica}" if options.sharding == "leases" else USER_AGENT
+        kube = await stack.enter_async_context(KubeClient(access, user_agent=agent))
         # Admission webhooks (and the vault writes they make) answer within the API server's
         # webhook timeout whatever the reconcilers are doing: connections of their own, so a burst
         # of reconciles holding every pooled connection cannot make a create time out.
         admission_kube = await stack.enter_async_context(
-            KubeClient(access, concurrency=ADMISSION_CONNECTIONS, timeout=ADMISSION_TIMEOUT_SECONDS))
+            KubeClient(access, concurrency=ADMISSION_CONNECTIONS, timeout=ADMISSION_TIMEOUT_SECONDS, user_agent=agent))
+        sharding = Sharding(kube, options.namespace, options.replica, duration=options.lease_seconds) \
+            if options.sharding == "leases" else None
+        writes = sharding.fenced(kube) if sharding is not None else kube  # the engine's writes: checked
         if options.install_crds:
             await install_crds(kube, kinds)
-        recorder = EventRecorder(kube, metrics, options.replica)
+        recorder = EventRecorder(writes, metrics, options.replica)
         vault = await open_vault(admission_kube, store, options.namespace)
         runs = options.runs or RunSettings.beside(options.store_path)
         slots = RunSlots(runs.max_concurrent or default_limit())
         metrics.gauge("stead_runs_running", "Workflow runs in progress in this operator.", lambda: slots.running)
         metrics.gauge("stead_runs_queued", "Workflow runs waiting for a slot (see --max-concurrent-runs).",
                       lambda: slots.queued)
-        services = Services(kube=kube, store=store, events=recorder, replica=options.replica, vault=vault,
+        services = Services(kube=writes, store=store, events=recorder, replica=options.replica, vault=vault,
                             runs=runs, metrics=metrics, run_slots=slots)
-        ownership = Ownership(options.replica, StaticMembership([options.replica]))
+        ownership = sharding or Ownership(options.replica, StaticMembership([options.replica]))
         api_health = ApiHealth(lambda: kube.request("GET", "/version"))
         stack.push_async_callback(api_health.close)
         reconcilers = [
-            Reconciler(kind, store=store, ownership=ownership, writer=kube, events=recorder, metrics=metrics,
-                       services=services, health=api_health)
+            Reconciler(kind, store=store, ownership=ownership, writer=writes, events=recorder, metrics=metrics,
+                       services=services, health=api_health, guard=sharding.guard if sharding is not None else None)
             for kind in kinds
         ]
+        if sharding is not None:
+            sharding.works.extend(reconcilers)
         _link_dependents(reconcilers)
         for reconciler in reconcilers:
             stack.push_async_callback(reconciler.close)
@@ -102,8 +115,12 @@ async def run_operator(
         _background(stack, _become_ready(ready, health, options.webhook))
         if options.shipped_objects:  # after the webhook serves: the shipped objects are admitted like any other
             _background(stack, apply_shipped(kube, kinds))
+        kopf_stop = stop
+        if sharding is not None:
+            kopf_stop = asyncio.Event()
+            _background(stack, _run_sharding(sharding, ready, stop, kopf_stop))
         freeze_startup_objects()
-        await start_kopf(options.namespaces, stop, ready)
+        await start_kopf(options.namespaces, kopf_stop, ready)
 
 
 ADMISSION_CONNECTIONS = 16
@@ -126,6 +143,30 @@ def _link_dependents(reconcilers: Sequence[Reconciler]) -> None:
     for reconciler in reconcilers:
         if any(reconciler.kind.kind in d.kind.depends_on for d in dependents):
             reconciler.on_ready_change = notify
+
+
+async def _run_sharding(sharding: Sharding, ready: asyncio.Event, stop: asyncio.Event | None,
+                        kopf_stop: asyncio.Event) -> None:
+    """Take part in the sharding once Kopf runs (the reconcilers can take work). SIGTERM, SIGINT or
+    `stop`: hand every project over (drain, release the claims and the membership), then stop Kopf."""
+    await ready.wait()
+    leaving = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):  # in place of Kopf's own, installed before `ready`
+        loop.add_signal_handler(signum, leaving.set)
+    forward = asyncio.create_task(_set_when(stop, leaving)) if stop is not None else None
+    try:
+        await sharding.member.run(leaving)
+        log.info("%s handed its projects over", sharding.replica)
+    finally:
+        if forward is not None:
+            forward.cancel()
+        kopf_stop.set()
+
+
+async def _set_when(flag: asyncio.Event, then: asyncio.Event) -> None:
+    await flag.wait()
+    then.set()
 
 
 def _background(stack: contextlib.AsyncExitStack, coroutine: Coroutine[Any, Any, None]) -> None:

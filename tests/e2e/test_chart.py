@@ -753,10 +753,31 @@ def test_the_operator_identity_cannot_change_or_delete_a_users_configmap(
 
 
 @pytest.mark.e2e
-def test_more_than_one_replica_is_refused_saying_why(helm: Helm) -> None:
+def test_more_than_one_replica_needs_sharding_and_a_shared_runs_volume_saying_why(helm: Helm) -> None:
     result = helm("template", RELEASE, str(CHART), *KUBE_VERSION, "--set", "replicas=2", check=False)
     assert result.returncode != 0
-    assert "replicas: 2 refused" in result.stderr and "do not split the projects" in result.stderr, result.stderr
+    assert "replicas: 2 refused without sharding.enabled" in result.stderr, result.stderr
+    result = helm("template", RELEASE, str(CHART), *KUBE_VERSION, "--set", "replicas=2",
+                  "--set", "sharding.enabled=true", check=False)
+    assert result.returncode != 0 and "refused without sharding.runsClaim" in result.stderr, result.stderr
+
+
+@pytest.mark.e2e
+def test_sharded_replicas_claim_projects_share_the_runs_volume_and_have_a_budget(helm: Helm) -> None:
+    objects = _objects(_template(helm, "--set", "replicas=3", "--set", "sharding.enabled=true",
+                                 "--set", "sharding.runsClaim=stead-runs", "--set", "sharding.leaseSeconds=10"))
+    assert _one(objects, "StatefulSet")["spec"]["replicas"] == 3
+    args = _operator(objects)["args"]
+    assert {"--sharding=leases", "--replica-id=$(STEAD_REPLICA)", "--lease-seconds=10",
+            "--pipelines-state=/var/lib/stead/runs"} <= set(args)
+    volumes = _one(objects, "StatefulSet")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "runs", "persistentVolumeClaim": {"claimName": "stead-runs"}} in volumes
+    assert _one(objects, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    role = _named(objects, "Role", RELEASE)
+    [leases] = [r for r in role["rules"] if "leases" in r["resources"]]
+    assert leases["apiGroups"] == ["coordination.k8s.io"] and {"get", "create", "update"} <= set(leases["verbs"])
+    single = _operator(_objects(_template(helm)))["args"]
+    assert not [a for a in single if a.startswith("--sharding")]
 
 
 @pytest.mark.e2e

@@ -1,10 +1,16 @@
 """Drives the objects of one kind through their pipeline: the bridge between events and the engine.
 
-It receives every watch event of its kind (from Kopf, through a thin handler), asks the ring
+It receives every watch event of its kind (from Kopf, through a thin handler), asks its
+ownership (the static ring, or with `--sharding leases` the project claims this replica holds)
 whether the object's project is ours, asks the store and `pipeline.plan` whether there is work,
 runs the steps, and writes status only when it changed: one PATCH per visible transition.
 Temporary errors are retried here with exponential backoff; permanent ones end in Stalled and
 wait for a spec change, so bad input never turns into a retry loop.
+
+With several replicas (`operators.runtime.shard`), every write (status, finalizer, Event) is
+first checked by the `WriteCheck` given (`guard`), and a project moves with `drain` (the old
+owner: stop, settle, forget) and `rebuild` + `resume` (the new owner: drop what the store holds
+of the project, take the listing, act on it once the claim is ours).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from operators.runtime.core import pipeline as engine
 from operators.runtime.core.clock import utc_now
 from operators.runtime.core.kinds import FINALIZER, Kind, named_after
 from operators.runtime.core.pipeline import Observed, PermanentError, StoredRecord, TemporaryError
-from operators.runtime.core.ring import Ownership, project_of
+from operators.runtime.core.ring import PROJECT_LABEL, project_of
 from operators.runtime.core.store import LocalStore, object_key
 from operators.runtime.engine.outage import ApiHealth
 from operators.runtime.engine.services import EventSink
@@ -48,6 +54,27 @@ class StatusWriter(Protocol):
     async def remove_finalizer(
         self, plural: str, namespace: str, name: str, finalizers: tuple[str, ...], finalizer: str
     ) -> dict[str, Any]: ...
+
+
+class ProjectOwnership(Protocol):
+    """Whether this replica acts on a project now (`core.ring.Ownership`, `shard.ShardMember`)."""
+
+    def owns(self, project: str) -> bool: ...
+
+
+class WriteCheck(Protocol):
+    """Asked right before each write for a project (`shard.WriteGuard`): raises when we may not write."""
+
+    def check(self, project: str | None) -> None: ...
+
+
+DRAIN_GRACE = 1.0
+"""How long a leaving project's reconciles may run on before they are cancelled (a run's runner
+goes on by itself: its finished steps are on disk, and the new owner follows it from there)."""
+
+
+def _project(obj: Observed) -> str:
+    return str(obj.labels.get(PROJECT_LABEL) or obj.namespace)
 
 
 class WriteFailed(Exception):
@@ -141,7 +168,7 @@ class Reconciler:
         kind: Kind,
         *,
         store: LocalStore,
-        ownership: Ownership,
+        ownership: ProjectOwnership,
         writer: StatusWriter,
         events: EventSink,
         metrics: Metrics,
@@ -149,6 +176,7 @@ class Reconciler:
         backoff: Backoff = Backoff(),
         services: Any = None,  # operators.runtime.engine.services.Services (None in pure tests)
         health: ApiHealth | None = None,
+        guard: WriteCheck | None = None,
     ) -> None:
         self.kind = kind
         self._store = store
@@ -160,6 +188,12 @@ class Reconciler:
         self._backoff = backoff
         self._services = services
         self._health = health
+        self._guard = guard
+        self._projects: dict[str, str] = {}  # every object seen (ours or not) -> its project
+        self._running: dict[str, asyncio.Task[None]] = {}  # reconciles in flight (with a guard: cancellable)
+        self._listed: dict[str, list[Observed]] = {}  # projects being acquired: their objects, for `resume`
+        self._gone: dict[str, set[str]] = {}  # ... and their objects deleted meanwhile
+        self._tasks: set[asyncio.Task[None]] = set()
         self._pending: dict[str, _Pending] = {}
         self._latest: dict[str, Observed] = {}
         self._seen: dict[str, Observed] = {}  # owned objects, as last observed (for rechecks)
@@ -178,6 +212,11 @@ class Reconciler:
         self._count("stead_events_seen_total")
         await self._track_readiness(event_type, key, obj)
         if event_type == "DELETED":
+            project = self._projects.pop(key, project_of(body))
+            listed = self._listed.get(project)
+            if listed is not None:
+                listed[:] = [o for o in listed if (o.namespace, o.name) != (obj.namespace, obj.name)]
+                self._gone.setdefault(project, set()).add(key)
             self._forget(key)
             self._locks.pop(key, None)
             self._seen.pop(key, None)
@@ -185,7 +224,13 @@ class Reconciler:
             if self._store.delete(key, uid=obj.uid):
                 self._count("stead_store_deleted_total")
             return
-        if not self._ownership.owns(project_of(body)):
+        project = project_of(body)
+        self._projects[key] = project
+        if not self._ownership.owns(project):
+            listed = self._listed.get(project)
+            if listed is not None:  # being acquired: what `resume` acts on must not be older than this
+                listed[:] = [o for o in listed if (o.namespace, o.name) != (obj.namespace, obj.name)] + [obj]
+                self._gone.get(project, set()).discard(key)
             self._count("stead_not_owned_total")
             return
         if _older(obj.resource_version, self._written.get(key)):
@@ -237,7 +282,8 @@ class Reconciler:
         rechecked: list[Observed] = []
         for key, obj in list(self._seen.items()):
             matches = obj.name == name if refers is named_after else refers(obj.spec, name)
-            if namespace in ("", obj.namespace) and not obj.deleting and matches:
+            if namespace in ("", obj.namespace) and not obj.deleting and matches \
+                    and self._ownership.owns(_project(obj)):
                 self._count("stead_rechecks_total")
                 self._forget(key)
                 async with self._locks.setdefault(key, asyncio.Lock()):
@@ -260,12 +306,29 @@ class Reconciler:
             return
         async with self._locks.setdefault(key, asyncio.Lock()):
             latest = self._newest.pop(key, obj)
+            if self._guard is not None and not self._ownership.owns(_project(latest)):
+                self._count("stead_not_owned_total")  # the project left while this waited (a retry, a waiter)
+                return
             if not _older(latest.resource_version, self._written.get(key)):
                 started = time.perf_counter()
                 try:
-                    await self._reconcile_locked(key, latest)
+                    if self._guard is None:
+                        await self._reconcile_locked(key, latest)
+                    else:  # in a task of its own, which `drain` may cancel without cancelling our caller
+                        await self._cancellable(key, self._reconcile_locked(key, latest))
                 finally:
                     self._metrics.observe_reconcile(self.kind.kind, time.perf_counter() - started)
+
+    async def _cancellable(self, key: str, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._running[key] = task
+        try:
+            await asyncio.wait([task])
+        finally:
+            if self._running.get(key) is task:
+                del self._running[key]
+        if not task.cancelled():
+            task.result()  # re-raise what it raised
 
     async def _reconcile_locked(self, key: str, obj: Observed) -> None:
         if self.kind.cleanup is not None:
@@ -304,7 +367,7 @@ class Reconciler:
             status = engine.announce_status(current, phase, facts, self._clock())
             if await self._write(current, status):
                 current = replace(current, status=status)
-                self._events.record(current, "Normal", phase, f"entered phase {phase}")
+                self._record(current, "Normal", phase, f"entered phase {phase}")
 
         outcome = await engine.run(self.kind.pipeline, obj, start, on_enter=announce, services=self._services)
         status = engine.compose_status(current, outcome, self._clock())
@@ -325,15 +388,15 @@ class Reconciler:
         if error is None:
             self._attempts.pop(key, None)
             if changed:
-                self._events.record(current, "Normal", engine.PROVISIONED, f"{self.kind.kind} is provisioned")
+                self._record(current, "Normal", engine.PROVISIONED, f"{self.kind.kind} is provisioned")
         elif isinstance(error, PermanentError):
             self._attempts.pop(key, None)
             self._count("stead_stalled_total")
             if changed:
-                self._events.record(current, "Warning", error.reason, error.message)
+                self._record(current, "Warning", error.reason, error.message)
         else:
             if changed:
-                self._events.record(current, _event_type(error), error.reason, error.message)
+                self._record(current, _event_type(error), error.reason, error.message)
             self._retry(key, current, error)
 
     async def _clean_up(self, key: str, obj: Observed) -> None:
@@ -354,12 +417,31 @@ class Reconciler:
         outcome = engine.Outcome(phase=DELETING, facts=failure.facts, error=failure)
         status = engine.compose_status(obj, outcome, self._clock())
         if await self._write(obj, status):
-            self._events.record(obj, _event_type(failure), failure.reason, failure.message)
+            self._record(obj, _event_type(failure), failure.reason, failure.message)
         if isinstance(failure, TemporaryError):
             self._retry(key, replace(obj, status=status), failure)
 
+    def _may_write(self, obj: Observed) -> None:
+        """Raise `WriteFailed` unless this replica may write for `obj`'s project now."""
+        if self._guard is None:
+            return
+        try:
+            self._guard.check(_project(obj))
+        except Exception as error:
+            self._count("stead_fenced_writes_total")
+            raise WriteFailed(f"{obj.namespace}/{obj.name}: {error}") from error
+
+    def _record(self, obj: Observed, type_: str, reason: str, message: str) -> None:
+        """An Event, unless this replica may not write for the object's project now."""
+        try:
+            self._may_write(obj)
+        except WriteFailed:
+            return
+        self._events.record(obj, type_, reason, message)
+
     async def _finalizer(self, action: str, obj: Observed) -> None:
         call = self._writer.add_finalizer if action == "add" else self._writer.remove_finalizer
+        self._may_write(obj)
         try:
             answer = await call(self.kind.plural, obj.namespace, obj.name, obj.finalizers, FINALIZER)
         except Exception as error:
@@ -376,6 +458,7 @@ class Reconciler:
             return False
         if log.isEnabledFor(logging.DEBUG):  # what each write changes: the first question of a PATCH count
             log.debug("%s %s/%s: status write of %s", self.kind.kind, obj.namespace, obj.name, _summary(patch))
+        self._may_write(obj)
         try:
             answer = await self._writer.patch_status(self.kind.plural, obj.namespace, obj.name, patch)
         except Exception as error:
@@ -459,9 +542,95 @@ class Reconciler:
         """Objects waiting for a scheduled retry."""
         return len(self._pending)
 
+    def placements(self) -> set[tuple[str, str]]:
+        """(namespace, project) of every object of this kind seen, ours or not: the projects that
+        exist, what claims are taken for."""
+        return {(key.split("/", 2)[1], project) for key, project in self._projects.items()}
+
+    def _keys_of(self, project: str) -> list[str]:
+        keys = {k for k, p in self._projects.items() if p == project}
+        # records of an earlier process of ours, for objects not seen since (by namespace)
+        keys.update(k for k, _ in self._store.items(self.kind.kind) if k.split("/", 2)[1] == project)
+        return sorted(keys)
+
+    async def drain(self, project: str, grace: float = DRAIN_GRACE) -> None:
+        """`project` left us (`owns` is already False for it): cancel its pending retries, give its
+        reconciles in flight `grace` seconds to finish, cancel those still running (a safe point:
+        what a step finished is written, a run's runner goes on by itself), forget its objects'
+        local state and drop its store records, so that nothing of ours is acted on or reused."""
+        keys = self._keys_of(project)
+        self._listed.pop(project, None)
+        self._gone.pop(project, None)
+        for key in keys:
+            self._forget(key)
+            self._newest.pop(key, None)
+        running = [t for k in keys if (t := self._running.get(k)) is not None and not t.done()]
+        if running:
+            _, late = await asyncio.wait(running, timeout=grace)
+            for task in late:
+                task.cancel()
+            if late:
+                self._count("stead_drain_cancelled_total")
+                await asyncio.wait(late, timeout=grace)
+        for key in keys:
+            self._seen.pop(key, None)
+            self._written.pop(key, None)
+            self._attempts.pop(key, None)
+            self._store.delete(key)
+        self._count("stead_projects_drained_total")
+
+    def prepare(self, project: str) -> None:
+        """`project`'s claim is ours, its listing about to be read: from now on its events (which
+        we do not act on yet) are kept, so that what changes while the listing is read is not lost."""
+        self._listed[project] = []
+        self._gone[project] = set()
+
+    def rebuild(self, project: str, listed: Sequence[Mapping[str, Any]]) -> None:
+        """`project` is being acquired (at a new epoch): drop everything held locally of it (a
+        project that went A -> B -> A comes back changed: nothing of before is reused) and keep the
+        fresh listing, merged with the events kept since `prepare` (the newer body of each object
+        wins; one deleted meanwhile is left out), for `resume`."""
+        for key in self._keys_of(project):
+            self._forget(key)
+            self._seen.pop(key, None)
+            self._written.pop(key, None)
+            self._store.delete(key)
+        gone = self._gone.pop(project, set())
+        merged: dict[str, Observed] = {}
+        for obj in [Observed.from_body(body) for body in listed]:
+            key = object_key(self.kind.kind, obj.namespace, obj.name)
+            if key not in gone:
+                merged[key] = obj
+        for obj in self._listed.get(project, []):
+            key = object_key(self.kind.kind, obj.namespace, obj.name)
+            listed_obj = merged.get(key)
+            if listed_obj is None or not _older(obj.resource_version, _as_int(listed_obj.resource_version)):
+                merged[key] = obj
+        self._listed[project] = list(merged.values())
+        for key in merged:
+            self._projects[key] = project
+
+    def resume(self, project: str) -> None:
+        """The claim is ours: act on every object `rebuild` listed, as after a restart (adopt what
+        is Provisioned from its status, follow a run in flight from its finished steps, start the
+        rest), each in a task of its own."""
+        for obj in self._listed.pop(project, []):
+            body = {"kind": obj.kind or self.kind.kind, "metadata": {
+                "namespace": obj.namespace, "name": obj.name, "uid": obj.uid, "generation": obj.generation,
+                "labels": dict(obj.labels), "finalizers": list(obj.finalizers),
+                "resourceVersion": obj.resource_version,
+                **({"deletionTimestamp": "listed"} if obj.deleting else {})},
+                "spec": dict(obj.spec), "status": dict(obj.status)}
+            task = asyncio.create_task(self.on_event(None, body))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self._count("stead_projects_resumed_total")
+
     async def close(self) -> None:
         for key in list(self._pending):
             self._forget(key)
+        for task in list(self._tasks):
+            task.cancel()
 
     def _count(self, name: str) -> None:
         self._metrics.inc(name, kind=self.kind.kind)

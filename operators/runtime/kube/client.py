@@ -146,8 +146,10 @@ class Requester(Protocol):
 class KubeClient:
     """Asynchronous calls to the API server over one pooled connection set."""
 
-    def __init__(self, access: ClusterAccess, concurrency: int = 32, timeout: float = 30.0) -> None:
+    def __init__(self, access: ClusterAccess, concurrency: int = 32, timeout: float = 30.0,
+                 user_agent: str = USER_AGENT) -> None:
         self._access = access
+        self._user_agent = user_agent  # `stead-operator/<replica>` with several replicas (told apart in audit logs)
         self._concurrency = concurrency
         self._timeout = timeout
         self._session: aiohttp.ClientSession | None = None
@@ -157,7 +159,7 @@ class KubeClient:
         connector = aiohttp.TCPConnector(ssl=self._access.ssl_context, limit=self._concurrency)
         self._session = aiohttp.ClientSession(
             base_url=self._access.server,
-            headers={"User-Agent": USER_AGENT, **self._access.headers},
+            headers={"User-Agent": self._user_agent, **self._access.headers},
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=self._timeout),
         )

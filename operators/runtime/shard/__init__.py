@@ -16,8 +16,13 @@ The pieces, bottom up (issue 17; the facts behind them in notes/sharding.md):
 - `ShardMember` (runner.py): all of it running for one replica; `owns(project)`, `fence`, and the
   `drain` / `on_acquired` hooks are what the reconciler will use.
 
-Not wired into the reconciler yet: today `operators.runtime.core.ring.Ownership` with static
-membership still answers "is this project mine?".
+- `FencedKube`, `NotOwned` (guard.py): the API client every write of the engine goes through
+  with `--sharding leases`: a write for a namespace none of whose projects we hold, or with our
+  fence closed, is refused before it is sent.
+
+`Sharding` (wiring.py): `stead operator --sharding leases` wires a `ShardMember` to the
+reconcilers (`operators.runtime.process`); the default (`off`) keeps `core.ring.Ownership` with static
+membership: one replica owns everything.
 """
 
 from operators.runtime.shard.claims import (
@@ -33,6 +38,7 @@ from operators.runtime.shard.claims import (
 )
 from operators.runtime.shard.coordinator import Decision, Outcome, Sweep, View, decide, execute, owned, ring_members
 from operators.runtime.shard.fence import Fence, FenceExpired, default_clock
+from operators.runtime.shard.guard import FencedKube, NotOwned, WriteGuard
 from operators.runtime.shard.leases import NAME_LABEL, ROLE_LABEL, leases_path
 from operators.runtime.shard.membership import (
     DEFAULT_DURATION,
@@ -58,10 +64,12 @@ from operators.runtime.shard.ring import (
     point,
 )
 from operators.runtime.shard.runner import ShardMember
+from operators.runtime.shard.wiring import CLUSTER_PROJECT, ProjectWork, Sharding
 
 __all__ = [
     "BUCKET_LABEL",
     "CLAIM_ROLE",
+    "CLUSTER_PROJECT",
     "DEFAULT_BUCKETS",
     "DEFAULT_DURATION",
     "DEFAULT_SKEW",
@@ -77,14 +85,19 @@ __all__ = [
     "Decision",
     "Fence",
     "FenceExpired",
+    "FencedKube",
     "Liveness",
     "MemberLease",
     "MemberRecord",
+    "NotOwned",
     "Outcome",
+    "ProjectWork",
     "Ring",
     "ShardMember",
+    "Sharding",
     "Sweep",
     "View",
+    "WriteGuard",
     "acquire",
     "bucket_of",
     "bucket_selector",

@@ -2,9 +2,11 @@
 
 `ShardMember` ties the pieces together so that the reconciler (once wired) needs only three
 things from it: `owns(project)` before acting on an event, `fence.check()` before each write,
-and the hooks `drain` (a project is leaving: stop and settle its work) and `on_acquired` (a
-project arrived at a new epoch: list it and rebuild what the store needs). It is not wired into
-the operator yet; the e2e tests run several of them against one API server.
+and the hooks `drain` (a project is leaving, or was lost while we lapsed: stop and settle its
+work), `on_acquired` (a project arrived at a new epoch: list it and rebuild what the store
+needs; `owns()` is still False meanwhile) and `on_ready` (the project is ours from now on:
+start on what was listed). `stead operator --sharding leases` wires it into the operator
+(`operators.runtime.process`).
 
 Each pass (every `interval`, default min(duration/3, 2 s)): read the member Leases, list the
 claims (two label-selected LISTs), decide, carry the decision out, sweep. So a dead replica's
@@ -57,7 +59,7 @@ class ShardMember:
         margin: float | None = None, vnodes: int = DEFAULT_VNODES, drain: ProjectHook | None = None,
         on_acquired: Callable[[Claim], Awaitable[None]] | None = None, clock: Clock = default_clock,
         wall: Callable[[], datetime] = wall_now, incarnations: Callable[[], str] = new_incarnation,
-        placement: Callable[[str], str] | None = None,
+        placement: Callable[[str], str] | None = None, on_ready: ProjectHook | None = None,
     ) -> None:
         self.api = api
         self.namespace = namespace
@@ -75,6 +77,7 @@ class ShardMember:
         self._projects = projects
         self._drain = drain
         self._on_acquired = on_acquired
+        self._on_ready = on_ready
         self._wall = wall
         self._ring: Ring | None = None
         self._held: dict[str, Claim] = {}
@@ -105,7 +108,13 @@ class ShardMember:
         # What the API server says we hold (a claim taken over while we lapsed is gone from here),
         # and of that what is ready: rebuilt at the epoch the claim has now.
         ours = {p: c for p, c in claims.items() if c.held_by(self.replica, view.incarnation)}
-        self._held = {p: c for p, c in ours.items() if p in self._held and self._held[p].epoch == c.epoch}
+        before = self._held
+        self._held = {p: c for p, c in ours.items() if p in before and before[p].epoch == c.epoch}
+        # Lost without a hand-over (taken over while we lapsed, a past incarnation's): owns() is
+        # already False for them; drain what may still run (a paused process, woken up).
+        lost = sorted(set(before) - set(self._held))
+        if lost and self._drain is not None:
+            await asyncio.gather(*(self._drain(project) for project in lost))
         outcome = await execute(self.api, self.namespace, view, decision, self.fence, drain=self._let_go,
                                 wall=self._wall)
         released = {c.project for c in decision.release}
@@ -130,6 +139,11 @@ class ShardMember:
                 log.exception("project %s not adopted by %s (retried at the next pass)", claim.project, self.replica)
                 return
         self._held[claim.project] = claim
+        if self._on_ready is not None:  # owns() is True from here: the hook may act on the project
+            try:
+                await self._on_ready(claim.project)
+            except Exception:
+                log.exception("project %s acquired by %s, but not resumed", claim.project, self.replica)
 
     async def _let_go(self, project: str) -> None:
         """Stop acting on `project` (owns() is False from here on), then drain it."""
@@ -165,9 +179,8 @@ class ShardMember:
     async def hand_over(self) -> None:
         """Drain and release every project we hold (a clean shutdown)."""
         held, self._held = dict(self._held), {}
-        for project in held:
-            if self._drain is not None:
-                await self._drain(project)
+        if self._drain is not None:  # all at once: a hand-over is bounded by the slowest project, not their sum
+            await asyncio.gather(*(self._drain(project) for project in held))
         results = await asyncio.gather(*(release(self.api, self.namespace, c, self.replica, self._wall)
                                          for c in held.values()), return_exceptions=True)
         failed = [c.project for c, r in zip(held.values(), results, strict=True) if isinstance(r, BaseException)]

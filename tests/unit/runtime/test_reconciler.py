@@ -519,3 +519,131 @@ def test_an_outage_that_changes_nothing_but_the_conditions_writes_nothing(tmp_pa
     found["facts"] = {"nodeCount": 3}  # something the run learnt: that is written, with the conditions
     asyncio.run(rec.on_event("MODIFIED", body(generation=3, status=ready)))
     assert len(writer.patches) == 1 and writer.patches[0][1]["nodeCount"] == 3
+
+
+class Claims:
+    """Stands in for `shard.Sharding`: the projects held, and the write check on them."""
+
+    def __init__(self, *projects: str) -> None:
+        self.held = set(projects)
+        self.refused: list[str | None] = []
+
+    def owns(self, project: str) -> bool:
+        return project in self.held
+
+    def check(self, project: str | None) -> None:
+        if project is not None and project not in self.held:
+            self.refused.append(project)
+            raise ApiError(403, f"not written: project {project} is not this replica's")
+
+
+def sharded(tmp_path: Path, claims: Claims, kind: Any = KIND) -> tuple[Reconciler, RecordingWriter, RecordingEvents,
+                                                                      LocalStore]:
+    store = LocalStore(tmp_path / "store")
+    writer, events = RecordingWriter(), RecordingEvents()
+    rec = Reconciler(kind, store=store, ownership=claims, writer=writer, events=events, metrics=Metrics(),
+                     clock=lambda: "T", backoff=FAST, services=SimpleNamespace(store=store), guard=claims)
+    return rec, writer, events, store
+
+
+def test_sharded_only_the_projects_held_are_acted_on_and_every_project_is_known(tmp_path: Path) -> None:
+    claims = Claims("ns-a")
+    rec, writer, events, _ = sharded(tmp_path, claims)
+
+    async def scenario() -> None:
+        await rec.on_event("ADDED", body("mine", namespace="ns-a"))
+        await rec.on_event("ADDED", body("theirs", namespace="ns-b", uid="u2"))
+        labelled = body("moved", namespace="ns-a", uid="u3")
+        labelled["metadata"]["labels"] = {"stead.dev/project": "elsewhere"}
+        await rec.on_event("ADDED", labelled)
+
+    asyncio.run(scenario())
+    assert [name for name, _ in writer.patches] == ["mine"] and events.events == [("mine", "Normal", "Provisioned")]
+    assert rec.placements() == {("ns-a", "ns-a"), ("ns-b", "ns-b"), ("ns-a", "elsewhere")}
+
+
+def test_sharded_a_write_for_a_project_lost_meanwhile_is_not_sent_nor_retried(tmp_path: Path) -> None:
+    claims = Claims("ns-a")
+    rec, writer, _, _ = sharded(tmp_path, claims)
+
+    class Losing(RecordingWriter):
+        async def patch_status(self, plural: str, namespace: str, name: str,
+                               status: dict[str, Any]) -> dict[str, Any]:
+            raise AssertionError("sent")
+
+    async def scenario() -> None:
+        obj = Observed.from_body(body(namespace="ns-a"))
+        await rec.on_event("ADDED", body(namespace="ns-a", status={"phase": "Init"}))
+        claims.held.clear()  # the claim went between the event and the write
+        rec._writer = Losing()
+        await rec.reconcile(object_key("Environment", "ns-a", "e1"), obj)
+        await asyncio.sleep(0.1)  # a retry would have run by now
+
+    asyncio.run(scenario())
+    assert len(writer.patches) == 1 and claims.refused == []  # the reconcile saw the project gone first
+    claims.held.add("ns-a")
+    rec2, writer2, events2, _ = sharded(tmp_path / "2", Claims())
+    rec2._ownership = Claims("ns-a")  # acts on the event, but may not write (the fence closed)
+    asyncio.run(rec2.on_event("ADDED", body(namespace="ns-a")))
+    assert writer2.patches == [] and events2.events == []
+    assert rec2.retries_pending() == 1  # a status write that failed: retried (where the claim is checked again)
+    asyncio.run(rec2.close())
+
+
+def test_sharded_drain_cancels_work_in_flight_and_forgets_the_project(tmp_path: Path) -> None:
+    started = asyncio.Event()
+
+    async def forever(ctx: StepContext) -> dict[str, Any]:
+        started.set()
+        await asyncio.sleep(60)
+        return {}
+
+    slow = dataclasses.replace(KIND, pipeline=Pipeline(phases=("Init", "Provisioned"), steps={"Init": forever}),
+                               cleanup=None)
+    claims = Claims("ns-a", "ns-b")
+    rec, _, _, store = sharded(tmp_path, claims, kind=slow)
+    store.put(object_key(slow.kind, "ns-b", "kept"), store_record())
+
+    async def scenario() -> float:
+        reconcile = asyncio.create_task(rec.on_event("ADDED", body(namespace="ns-a")))
+        await started.wait()
+        claims.held.discard("ns-a")
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await rec.drain("ns-a", grace=0.1)
+        took = loop.time() - began
+        await asyncio.wait_for(reconcile, 1)  # the event's handler returns quietly
+        return took
+
+    took = asyncio.run(scenario())
+    assert took < 1
+    assert store.get(object_key(slow.kind, "ns-a", "e1")) is None
+    assert store.get(object_key(slow.kind, "ns-b", "kept")) is not None  # another project's: kept
+    assert rec.queue_depth() == 0 and rec.retries_pending() == 0
+
+
+def test_sharded_acquiring_drops_stale_records_and_acts_on_the_fresh_listing(tmp_path: Path) -> None:
+    claims = Claims()
+    rec, writer, _, store = sharded(tmp_path, claims)
+    key = object_key("Environment", "ns-a", "e1")
+    store.put(key, store_record(generation=1))  # from an earlier epoch of ours (A -> B -> A)
+
+    async def scenario() -> None:
+        rec.rebuild("ns-a", [body(namespace="ns-a", generation=2)])
+        assert store.get(key) is None  # dropped before anything is acted on
+        await rec.on_event("MODIFIED", body(namespace="ns-a", generation=3))  # during the acquisition
+        claims.held.add("ns-a")
+        rec.resume("ns-a")
+        await asyncio.sleep(0.1)
+
+    asyncio.run(scenario())
+    assert [name for name, _ in writer.patches] == ["e1"]
+    assert writer.patches[0][1]["observedGeneration"] == 3  # the freshest body, not the listing's
+    record = store.get(key)
+    assert record is not None and record.generation == 3
+
+
+def store_record(generation: int = 1) -> Any:
+    from operators.runtime.core.pipeline import StoredRecord
+
+    return StoredRecord("u1", generation, {"release": "r1"}, {"phase": "Provisioned"})

@@ -115,3 +115,29 @@ async def test_a_project_whose_rebuild_failed_is_not_acted_on_until_it_succeeds(
     await a.step()  # retried from the claim it already holds: no second acquisition
     assert a.owns("team-3") and a.owned()["team-3"] == 1
     assert adopted.count("team-3") == 1 and len(adopted) == len(PROJECTS)
+
+
+@sync
+async def test_on_ready_runs_once_the_project_is_ours_and_a_project_lost_while_paused_is_drained(
+        kube: FakeApi, clock: FakeTime) -> None:
+    seen = Recorder()
+    ready: list[tuple[str, bool]] = []
+    a: ShardMember
+
+    async def on_ready(project: str) -> None:
+        ready.append((project, a.owns(project)))
+
+    a = ShardMember(kube, NS, "a", all_projects, duration=15, drain=seen.drain, on_acquired=seen.on_acquired,
+                    on_ready=on_ready, clock=clock.mono, wall=clock.wall)
+    await a.member.renew()
+    await a.step()
+    assert sorted(ready) == sorted((p, True) for p in PROJECTS)  # owns() was already True in the hook
+    clock.advance(16.5)  # paused past the lease (and the others' skew)
+    b = replica(kube, clock, "b", Recorder())
+    await b.member.renew()
+    await b.step()  # b takes everything over
+    assert set(b.owned()) == set(PROJECTS)
+    await a.member.renew()  # a wakes up, a new incarnation
+    await a.step()
+    assert sorted(seen.drained) == sorted(PROJECTS)  # its work on them stopped, though nothing was handed over
+    assert a.owned() == {}
