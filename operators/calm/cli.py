@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from operators import API_VERSION
+from operators.runtime.core.clock import parse_instant
 from operators.runtime.kube.commands import pairs, with_cluster
 
 if TYPE_CHECKING:
@@ -91,23 +92,15 @@ def dump_status(obj: Mapping[str, Any], fmt: str) -> str:
     return str(yaml.safe_dump(status, sort_keys=False, allow_unicode=True)).rstrip("\n")
 
 
-def _instant(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _span(items: Sequence[Mapping[str, Any]], now: datetime, start: str = "startedAt",
           end: str = "finishedAt") -> str:
     """How long the items took: first start to last finish, or to now while one of them has not finished."""
-    starts = [t for t in (_instant(i.get(start)) for i in items) if t]
+    starts = [t for t in (parse_instant(i.get(start)) for i in items) if t]
     if not starts:
         return ""
-    ends = [_instant(i.get(end)) for i in items]
+    ends = [parse_instant(i.get(end)) for i in items]
     finish = now if any(e is None for e in ends) else max(e for e in ends if e)
     return duration((finish - min(starts)).total_seconds())
 

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from operators import API_VERSION
-from operators.runtime.kube.commands import CommandError, refusals_as_lines, with_cluster
+from operators.runtime.core.clock import parse_instant
+from operators.runtime.kube.commands import CommandError, cluster_arguments, refusals_as_lines, with_cluster
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -106,22 +107,14 @@ def _progress(progress: str | None) -> tuple[int, int]:
     return (int(done), int(total)) if done.isdigit() and total.isdigit() else (0, 0)
 
 
-def _instant(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def took(task: Mapping[str, Any], now: datetime | None = None) -> str:
     """How long a task took (or has been running): 0.4s, 12s, 1m05s."""
-    start = _instant(task.get("started"))
+    start = parse_instant(task.get("started"))
     if start is None:
         return ""
-    end = _instant(task.get("finished")) or now or datetime.now(UTC)
+    end = parse_instant(task.get("finished")) or now or datetime.now(UTC)
     seconds = max(0.0, (end - start).total_seconds())
     if seconds < 10:
         return f"{seconds:.1f}s"
@@ -472,12 +465,6 @@ def _run_command(args: argparse.Namespace) -> int:
 # --- the parser -------------------------------------------------------------------------------------
 
 
-def _common(parser: argparse.ArgumentParser, output: bool = False) -> None:
-    parser.add_argument("-n", "--namespace", default="default")
-    parser.add_argument("--kubeconfig", type=Path)
-    if output:
-        parser.add_argument("-o", "--output", choices=["json", "yaml"], help="print the objects as they are")
-    parser.set_defaults(func=_run_command)
 
 
 def _owner_flags(parser: argparse.ArgumentParser) -> None:
@@ -498,7 +485,7 @@ def add_graph_actions(graph: argparse.ArgumentParser) -> None:
     source.add_argument("-f", "--file", type=Path, help="a task file (a YAML list of tasks)")
     source.add_argument("-d", "--dir", type=Path, help="every *.yaml / *.yml under a directory, in path order")
     upload.add_argument("--name", help="the graph's verbose name")
-    _common(upload)
+    cluster_arguments(upload, _run_command)
     upload.set_defaults(handler=_upload)
 
     download = sub.add_parser("download", help="an environment's graph as a Fuel task file: merged (release < "
@@ -511,17 +498,17 @@ def add_graph_actions(graph: argparse.ArgumentParser) -> None:
     level.add_argument("-p", "--plugins", action="store_true", help="the enabled plugins' graphs only (merged)")
     level.add_argument("-c", "--env-only", action="store_true", help="the environment's own graph only")
     download.add_argument("-f", "--file", type=Path, help="write here (default: standard output)")
-    _common(download)
+    cluster_arguments(download, _run_command)
     download.set_defaults(handler=_download)
 
     listing = sub.add_parser("list", help="the deployment graphs: name, type, owner, tasks")
     listing.add_argument("-e", "--env", metavar="NAME", help="only the graphs the environment's merge takes")
-    _common(listing, output=True)
+    cluster_arguments(listing, _run_command, output=True)
     listing.set_defaults(handler=_list)
 
     delete = sub.add_parser("delete", help="delete the graph of an environment, release or plugin")
     _owner_flags(delete)
-    _common(delete)
+    cluster_arguments(delete, _run_command)
     delete.set_defaults(handler=_delete)
 
     execute = sub.add_parser("execute", help="run graph types on an environment (a GraphRun)")
@@ -541,13 +528,13 @@ def add_graph_actions(graph: argparse.ArgumentParser) -> None:
     execute.add_argument("-f", "--follow", action="store_true",
                          help="follow the run until it ends (exit code 0 when it succeeded, 1 otherwise)")
     execute.add_argument("--name", help="the GraphRun's name (default: generated from the environment and types)")
-    _common(execute)
+    cluster_arguments(execute, _run_command)
     execute.set_defaults(handler=_execute)
 
     status = sub.add_parser("status", help="a run: each node's tasks with their state, and the progress")
     status.add_argument("run", metavar="RUN")
     status.add_argument("-f", "--follow", action="store_true", help="until the run ends")
-    _common(status, output=True)
+    cluster_arguments(status, _run_command, output=True)
     status.set_defaults(handler=_status)
 
 

@@ -29,11 +29,10 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from operators import API_VERSION
-from operators.runtime.kube.commands import CommandError, pairs, refusals_as_lines, with_cluster
+from operators.runtime.kube.commands import CommandError, cluster_arguments, pairs, refusals_as_lines, with_cluster
 
 if TYPE_CHECKING:
     from operators.runtime.kube.client import Requester
@@ -412,12 +411,6 @@ def _run_command(args: argparse.Namespace) -> int:
 # --- the parser -------------------------------------------------------------------------------------
 
 
-def _common(parser: argparse.ArgumentParser, output: bool = False) -> None:
-    parser.add_argument("-n", "--namespace", default="default")
-    parser.add_argument("--kubeconfig", type=Path)
-    if output:
-        parser.add_argument("-o", "--output", choices=["json", "yaml"], help="print the objects as they are")
-    parser.set_defaults(func=_run_command)
 
 
 def add_service_actions(service: argparse.ArgumentParser) -> None:
@@ -425,41 +418,41 @@ def add_service_actions(service: argparse.ArgumentParser) -> None:
     sub = service.add_subparsers(metavar="ACTION")
     ident = "the instance: its name, its uid, or IDENTITY=VALUE"
     catalog = sub.add_parser("catalog", help="the namespace's service entities and the built-in lifecycles")
-    _common(catalog, output=True)
+    cluster_arguments(catalog, _run_command, output=True)
     catalog.set_defaults(handler=_catalog)
     listing = sub.add_parser("list", help="the instances of an entity")
     listing.add_argument("entity")
-    _common(listing, output=True)
+    cluster_arguments(listing, _run_command, output=True)
     listing.set_defaults(handler=_list)
     create = sub.add_parser("create", help="create an instance of an entity")
     create.add_argument("entity")
     create.add_argument("name")
     create.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE")
-    _common(create)
+    cluster_arguments(create, _run_command)
     create.set_defaults(handler=_create)
     get = sub.add_parser("get", help="an instance: state, version, attribute sets, ways out")
     get.add_argument("id", help=ident)
-    _common(get, output=True)
+    cluster_arguments(get, _run_command, output=True)
     get.set_defaults(handler=_get)
     update = sub.add_parser("update", help="change attributes (sent with the current version)")
     update.add_argument("id", help=ident)
     update.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE",
                         help="an attribute's new value (empty: removed, for a non-string one)")
-    _common(update)
+    cluster_arguments(update, _run_command)
     update.set_defaults(handler=_update)
     set_state = sub.add_parser("set-state", help="request a state (an apiSetState transfer), at the current version")
     set_state.add_argument("id", help=ident)
     set_state.add_argument("target")
     set_state.add_argument("--message", help="why, for the log")
-    _common(set_state)
+    cluster_arguments(set_state, _run_command)
     set_state.set_defaults(handler=_set_state)
     delete = sub.add_parser("delete", help="delete an instance (its on_delete transfer)")
     delete.add_argument("id", help=ident)
-    _common(delete)
+    cluster_arguments(delete, _run_command)
     delete.set_defaults(handler=_delete)
     log = sub.add_parser("log", help="the transfer log: from, to, trigger, version, time, message")
     log.add_argument("id", help=ident)
-    _common(log)
+    cluster_arguments(log, _run_command)
     log.set_defaults(handler=_log)
 
 

@@ -8,6 +8,7 @@ for aiohttp and the Kubernetes client.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -23,6 +24,17 @@ class CommandError(Exception):
 
 def one_line(text: str) -> str:
     return " ".join(str(text).split())
+
+
+def cluster_arguments(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace], int],
+                      output: bool = False) -> None:
+    """The arguments every cluster command takes (-n, --kubeconfig, and -o for those that print objects),
+    and the function that runs it."""
+    parser.add_argument("-n", "--namespace", default="default")
+    parser.add_argument("--kubeconfig", type=Path)
+    if output:
+        parser.add_argument("-o", "--output", choices=["json", "yaml"], help="print the objects as they are")
+    parser.set_defaults(func=run)
 
 
 def pairs(items: Sequence[str], what: str) -> dict[str, str]:
