@@ -50,7 +50,7 @@ from operators.calm.models import (
 from operators.runtime.core.clock import utc_now, utc_seconds
 from operators.runtime.core.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
 from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, Pipeline, StepContext, TemporaryError
-from operators.runtime.core.ring import PROJECT_LABEL
+from operators.runtime.core.ring import project_key
 from operators.runtime.engine.runs import (
     FINAL_RUN_STATES,
     Abort,
@@ -294,7 +294,7 @@ class _Run:
         action = find_action(self.actions, self.spec.action)
         assert action is not None
         self.action = action
-        self.project = ctx.obj.labels.get(PROJECT_LABEL) or ctx.obj.namespace
+        self.project = project_key(ctx.obj.labels, ctx.obj.namespace)
         entities = app_status.get("entities") or {}
         counts = {d["name"]: len(d.get("replicas") or []) for d in entities.get("deployments") or []}
         self.place = wf.layout(self.blueprint, counts)

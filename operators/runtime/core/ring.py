@@ -28,11 +28,16 @@ import xxhash
 PROJECT_LABEL = "stead.dev/project"
 
 
+def project_key(labels: Mapping[str, str], namespace: str) -> str:
+    """The project of an object with these labels in this namespace: its `stead.dev/project` label, else
+    its namespace (the one rule, for bodies and for observed objects alike)."""
+    return str(labels.get(PROJECT_LABEL) or namespace or "")
+
+
 def project_of(body: Mapping[str, Any]) -> str:
-    """The project key of an object: its `stead.dev/project` label, else its namespace."""
+    """The project key of an object's body (see `project_key`)."""
     meta = body.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    return str(labels.get(PROJECT_LABEL) or meta.get("namespace") or "")
+    return project_key(meta.get("labels") or {}, str(meta.get("namespace") or ""))
 
 
 DEFAULT_VNODES = 256

@@ -27,7 +27,7 @@ from operators.runtime.core import pipeline as engine
 from operators.runtime.core.clock import utc_now
 from operators.runtime.core.kinds import FINALIZER, Kind, named_after
 from operators.runtime.core.pipeline import Observed, PermanentError, StoredRecord, TemporaryError
-from operators.runtime.core.ring import PROJECT_LABEL, project_of
+from operators.runtime.core.ring import project_key, project_of
 from operators.runtime.core.store import LocalStore, object_key
 from operators.runtime.engine.outage import ApiHealth
 from operators.runtime.engine.services import EventSink
@@ -74,7 +74,7 @@ goes on by itself: its finished steps are on disk, and the new owner follows it 
 
 
 def _project(obj: Observed) -> str:
-    return str(obj.labels.get(PROJECT_LABEL) or obj.namespace)
+    return project_key(obj.labels, obj.namespace)
 
 
 class WriteFailed(Exception):
