@@ -13,10 +13,11 @@ admission webhooks and the operator's lifecycle). Two reasons, measured (bench/R
 What it guarantees, as client-go's reflector does:
 - The first listing is delivered with event type None (as Kopf's initial listing: "what is
   there", not "what changed"), every later change as ADDED / MODIFIED / DELETED.
-- A watch that ends (the API server's `timeoutSeconds`, a dropped connection) resumes from the
-  last resourceVersion seen (bookmarks keep it fresh); one refused as too old (410 Gone) lists
-  again and delivers only the difference: MODIFIED for what changed meanwhile, ADDED for what
-  appeared, DELETED for what went (the last body known of it: its metadata).
+- A watch that ends (the API server's `timeoutSeconds`, a dropped connection: a few in a row)
+  resumes from the last resourceVersion seen (bookmarks keep it fresh); one refused as too old
+  (410 Gone), or failing again and again, lists again and delivers only the difference: MODIFIED
+  for what changed meanwhile, ADDED for what appeared, DELETED for what went (the last body known
+  of it: its metadata).
 - Events of one object are delivered in order, one at a time; objects do not wait for each other.
   Changes that pile up behind a slow delivery coalesce (only the newest body of a run of
   MODIFIED events is delivered: what a reconciler wants is the object's present state).
@@ -44,6 +45,9 @@ Deliver = Callable[[str | None, Mapping[str, Any]], Awaitable[None]]
 """Called with (event type or None for a listing, the object's body)."""
 
 LabelTest = Callable[[Mapping[str, str]], bool]
+
+RESUMES = 3
+"""Dropped connections in a row a watch resumes from where it was before it lists again."""
 
 
 @dataclass(frozen=True)
@@ -147,7 +151,7 @@ class Watch:
                     await self._until_changed(self._follow(version))
                 except _Gone:
                     self._count("stead_watch_relists_total", reason="expired")
-                except ZeroDivisionError as error:
+                except ApiError as error:
                     failures += 1
                     self._count("stead_watch_relists_total", reason="outage" if is_outage(error) else "error")
                     delay = min(self._settings.retry_cap, self._settings.retry_base * 2 ** min(failures, 16))
@@ -214,35 +218,55 @@ class Watch:
         return version
 
     async def _follow(self, version: str) -> None:
-        """Watch from `version` for as long as the API server keeps answering; raises `_Gone` when
-        it is too old, `ApiError` on a failure."""
+        """Watch from `version` for as long as the API server keeps answering. A dropped connection
+        (or a line cut short) resumes from the last version seen, after a short backoff, up to
+        `RESUMES` times in a row; then, or on any other failure, it raises (`ApiError`: list again
+        after backoff; `_Gone`: the version is too old, list again now)."""
+        drops = 0
         while True:
             params = {"watch": "1", "allowWatchBookmarks": "true", "resourceVersion": version,
                       "timeoutSeconds": str(self._settings.timeout_seconds)}
             if self._selection.selector:
                 params["labelSelector"] = self._selection.selector
-            async for line in self._kube.lines(self.path, params, self._settings.timeout_seconds + 30):
-                try:
-                    event = json.loads(line)
-                except ValueError:  # a line cut short (a stream cut mid-event): as a dropped connection
-                    raise ApiUnreachable(f"WATCH {self.path}: a cut or garbled line: {line[:80]!r}") from None
-                event_type = event.get("type")
-                obj = event.get("object") or {}
-                if event_type == "ERROR":
-                    code = int(obj.get("code") or 0)
-                    if code == 410:
-                        raise _Gone()
-                    raise ApiError(code, str(obj.get("message") or "watch error"))
-                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-                if event_type == "BOOKMARK":
-                    continue
-                key = _key(obj)
-                self._count("stead_watch_events_total")
-                if event_type == "DELETED":
-                    self._known.pop(key, None)
-                else:
-                    self._remember(key, obj)
-                self._dispatch(key, str(event_type), obj)
+            try:
+                async for line in self._kube.lines(self.path, params, self._settings.timeout_seconds + 30):
+                    version = self._handle(line, version)
+                    drops = 0
+            except ApiUnreachable:
+                drops += 1
+                if drops > RESUMES:
+                    raise
+                self._count("stead_watch_resumes_total")
+                await asyncio.sleep(min(self._settings.retry_cap, self._settings.retry_base * 2 ** drops))
+            except ApiError as error:
+                if error.status == 410:  # answered as a status rather than as an ERROR event
+                    raise _Gone() from None
+                raise
+
+    def _handle(self, line: bytes, version: str) -> str:
+        """Dispatch one watch line; returns the resourceVersion to resume from after it."""
+        try:
+            event = json.loads(line)
+        except ValueError:  # a line cut short (a stream cut mid-event): as a dropped connection
+            raise ApiUnreachable(f"WATCH {self.path}: a cut or garbled line: {line[:80]!r}") from None
+        event_type = event.get("type")
+        obj = event.get("object") or {}
+        if event_type == "ERROR":
+            code = int(obj.get("code") or 0)
+            if code == 410:
+                raise _Gone()
+            raise ApiError(code, str(obj.get("message") or "watch error"))
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+        if event_type == "BOOKMARK":
+            return version
+        key = _key(obj)
+        self._count("stead_watch_events_total")
+        if event_type == "DELETED":
+            self._known.pop(key, None)
+        else:
+            self._remember(key, obj)
+        self._dispatch(key, str(event_type), obj)
+        return version
 
     def _remember(self, key: str, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}

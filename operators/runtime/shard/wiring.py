@@ -25,7 +25,7 @@ the claim is released (`ShardMember`). New owner: the claim is taken by compare-
 new epoch, then `_acquired` lists the project (each kind: its namespace, and the objects
 labelled into it elsewhere) and every reconciler `rebuild`s (drops its store records of the
 project: nothing from an earlier epoch is reused), then once `owns` is True `resume` acts on
-the listing exactly as a restarted operator acts on Kopf's initial listing (Provisioned objects
+the listing exactly as a restarted operator acts on its watches' first listing (Provisioned objects
 adopted from their status, runs in flight followed from their finished steps).
 """
 
