@@ -47,6 +47,7 @@ from operators.graphs.models import (
     DeploymentGraphSpec,
     GraphRunSpec,
 )
+from operators.graphs.output import PLAN_FILE
 from operators.graphs.plan import PlanError, plan_run, step_id, to_workflow
 from operators.runtime.core.clock import utc_now, utc_seconds
 from operators.runtime.core.kinds import AdmissionRequest, Refusal
@@ -71,9 +72,6 @@ from pipelines.paths import RunPaths
 
 log = logging.getLogger(__name__)
 
-PLAN_FILE = "graph-plan.json"
-"""In the run's directory: the workflow, which step is which task on which node, the facts of the plan
-and the data the conditions read (recorded as the environment's last data when the run succeeds)."""
 LAST_DATA_DIR = "graph-data"
 """Under the runs' state directory: `<namespace>/<environment>.json`, the nodes' data of the environment's
 last successful run. On this replica's volume: lost with it, after which every change function is true
@@ -255,7 +253,7 @@ async def plan(ctx: StepContext) -> Mapping[str, Any]:
     if facts.get("state") in FINAL_RUN_STATES:
         return facts
     paths = paths_for(ctx)
-    saved = _read_plan(paths.run_dir)
+    saved = read_plan(paths.run_dir)
     if saved is not None:  # planned before a restart: the same plan, never a new one
         return {**facts, **saved["facts"], "state": saved["facts"].get("state", "Running")}
     spec = GraphRunSpec.model_validate(dict(ctx.obj.spec))
@@ -301,7 +299,7 @@ async def plan(ctx: StepContext) -> Mapping[str, Any]:
     return {**facts, **plan_facts, "state": plan_facts.get("state", "Running")}
 
 
-def _read_plan(run_dir: Path) -> dict[str, Any] | None:
+def read_plan(run_dir: Path) -> dict[str, Any] | None:
     try:
         saved = json.loads((run_dir / PLAN_FILE).read_text())
     except (OSError, ValueError):
@@ -353,7 +351,7 @@ async def supervise(ctx: StepContext) -> Mapping[str, Any]:
     progress = read_progress(paths)
     if facts.get("state") in FINAL_RUN_STATES and (spec.dry_run or progress is None or progress.get("finishedAt")):
         return _finished(ctx, facts)
-    saved = _read_plan(paths.run_dir)
+    saved = read_plan(paths.run_dir)
     if saved is None:
         raise PermanentError("PlanLost", "the run's plan is gone from the operator's volume: create a new GraphRun",
                              facts={**facts, "state": "Failed", "reason": "plan lost"})
