@@ -244,6 +244,58 @@ def test_the_example_plans_as_a_dry_run(kubectl: Kubectl, namespace: str, operat
     assert states(status)["compute-service@node-2"] == "planned"
 
 
+def test_the_environment_keeps_its_merged_graph_current_and_runs_plan_from_it(
+        kubectl: Kubectl, namespace: str, operator: OperatorProcess) -> None:
+    """The merge is kept per type and re-made when a graph or the environment changes (or a graph goes):
+    `kubectl get env` shows it; a run plans from it."""
+    def env(plugins: list[str]) -> dict[str, Any]:
+        return {"apiVersion": API, "kind": "Environment", "metadata": {"name": "env", "namespace": namespace},
+                "spec": {"release": "r1", "plugins": plugins,
+                         "nodes": [{"name": "ctl", "roles": ["controller"], "address": "127.0.0.2"}]}}
+
+    def summary_becomes(predicate: Any, what: str) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            status: dict[str, Any] = get(kubectl, "environment", "env", namespace).get("status") or {}
+            return status if predicate(str(status.get("graphSummary"))) else None
+        found: dict[str, Any] = wait_until(check, 30, what)
+        return found
+
+    apply(kubectl, env([]))
+    apply(kubectl, graph("rel", namespace, [shell("db", ["*"], "true"), shell("app", ["*"], "true")], release="r1"))
+    first = summary_becomes(lambda s: s.startswith("default:2@"), "the release's graph merged")
+    apply(kubectl, graph("own", namespace, [shell("app", ["*"], "echo mine"), shell("report", ["*"], "true")],
+                         environment="env"))
+    second = summary_becomes(lambda s: s.startswith("default:3@"), "the environment's graph merged in")
+    assert first["graphs"][0]["digest"] != second["graphs"][0]["digest"]
+    columns = kubectl("get", "environment", "env", "-n", namespace).stdout
+    assert "GRAPHS" in columns and second["graphSummary"] in columns
+
+    # the environment changes: a plugin it now enables brings its graph in
+    apply(kubectl, graph("lma", namespace, [shell("collect", ["*"], "true")], plugin="lma"))
+    apply(kubectl, env(["lma"]))
+    summary_becomes(lambda s: s.startswith("default:4@"), "the enabled plugin's graph merged in")
+    apply(kubectl, graph("ceph", namespace, [shell("collect", ["*"], "true")], plugin="ceph"))
+    apply(kubectl, env(["lma", "ceph"]))
+    failed = summary_becomes(lambda s: s == "default:error", "two plugins defining one task")
+    merged = next(c for c in failed["conditions"] if c["type"] == "GraphsMerged")
+    assert merged["status"] == "False" and "plugins 'lma' and 'ceph' both define task 'collect'" in merged["message"]
+    assert next(c for c in failed["conditions"] if c["type"] == "Ready")["status"] == "True"
+    apply(kubectl, env(["lma"]))
+    summary_becomes(lambda s: s.startswith("default:4@"), "back to one plugin")
+    kubectl("delete", "deploymentgraph", "own", "-n", namespace)
+    kept = summary_becomes(lambda s: s.startswith("default:3@"), "the deleted graph's tasks gone")
+    assert [t["type"] for t in kept["graphs"]] == ["default"]
+
+    # a run plans from the kept merge (the operator says which it used)
+    before = operator.log_path.read_text()
+    apply(kubectl, graph_run("planned", namespace, dryRun=True))
+    status = finished(kubectl, namespace, "planned")
+    assert status["state"] == "Succeeded" and states(status) == {
+        "db@ctl": "planned", "app@ctl": "planned", "collect@ctl": "planned"}, status
+    said = operator.log_path.read_text()[len(before):]
+    assert f"GraphRun {namespace}/planned: the 'default' graph of environment env as kept in the store" in said
+
+
 def test_the_nodes_key_is_read_as_the_namespace_s_service_account_never_the_operator(
         kubectl: Kubectl, namespace: str, operator: OperatorProcess) -> None:
     apply(kubectl, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "k", "namespace": namespace},
