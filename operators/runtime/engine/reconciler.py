@@ -210,6 +210,9 @@ class Reconciler:
         obj = Observed.from_body(body)
         key = object_key(self.kind.kind, obj.namespace, obj.name)
         self._count("stead_events_seen_total")
+        if event_type == "DELETED" and self._store.delete(key, uid=obj.uid):
+            # before its dependents are told: what they read of it from the store must be gone already
+            self._count("stead_store_deleted_total")
         await self._track_readiness(event_type, key, obj)
         if event_type == "DELETED":
             project = self._projects.pop(key, project_of(body))
@@ -221,8 +224,6 @@ class Reconciler:
             self._locks.pop(key, None)
             self._seen.pop(key, None)
             self._written.pop(key, None)
-            if self._store.delete(key, uid=obj.uid):
-                self._count("stead_store_deleted_total")
             return
         project = project_of(body)
         self._projects[key] = project
