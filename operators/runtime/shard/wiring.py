@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from operators.runtime.core.kinds import Kind
-from operators.runtime.core.ring import PROJECT_LABEL, Ring, project_of
+from operators.runtime.core.ring import PROJECT_LABEL, Ring, project_key, project_of
 from operators.runtime.kube.client import ApiError, KubeClient, custom_path
 from operators.runtime.kube.watch import NOTHING, Deliver, Selection, Watch, WatchMetrics
 from operators.runtime.shard.claims import Claim
@@ -107,6 +107,7 @@ class Sharding:
         """The buckets our watches of namespaced kinds select now."""
         self._metrics = metrics
         self._watches: list[Watch] = []
+        self._watches_of: dict[str, list[Watch]] = {}  # kind -> its followed watches (one per scope)
         self._labellers: list[Watch] = []
         self._ring: Ring | None = None
         self._placed: frozenset[int] = frozenset()  # the buckets the ring of the last pass places on us
@@ -123,6 +124,7 @@ class Sharding:
         for watch in watches:
             watch.select(selecting(self.selected))
             self._watches.append(watch)
+            self._watches_of.setdefault(watch.kind, []).append(watch)
 
     def feed(self, deliver: Deliver, plural: str) -> Deliver:
         """`deliver` (a reconciler's `on_event`), behind the check that an object's bucket label is
@@ -252,22 +254,42 @@ class Sharding:
 
     async def _list(self, kind: Kind, project: str) -> list[dict[str, Any]]:
         """Every object of `kind` in `project`: its namespace's (the project's own namespace, less
-        those labelled into another project) and those labelled into it anywhere."""
+        those labelled into another project) and those labelled into it anywhere.
+
+        When our watches of the kind cover the project's bucket (selected and listed), they know
+        where its objects are: only those namespaces are listed, and a kind with none is not listed
+        at all (an object created meanwhile reaches the reconciler as an event, kept since
+        `prepare`). Else every namespace is searched by label."""
         items: dict[str, dict[str, Any]] = {}
         if kind.cluster_scoped:
             if project:  # cluster-scoped objects labelled into a namespace's project
                 found = await self._get(custom_path(kind.plural), {"labelSelector": f"{PROJECT_LABEL}={project}"})
             else:
                 found = [o for o in await self._get(custom_path(kind.plural), {}) if not project_of(o)]
+        elif not project:
+            return []
+        elif (namespaces := self._where(kind, project)) is not None:
+            found = []
+            for namespace in sorted(namespaces):
+                listed = await self._get(custom_path(kind.plural, namespace), {})
+                found += [o for o in listed if project_of(o) == project]
         else:
-            if not project:
-                return []
             found = [o for o in await self._get(custom_path(kind.plural, project), {}) if project_of(o) == project]
             found += await self._get(custom_path(kind.plural), {"labelSelector": f"{PROJECT_LABEL}={project}"})
         for item in found:
             meta = item.get("metadata") or {}
             items[str(meta.get("uid"))] = {**item, "kind": kind.kind}
         return list(items.values())
+
+    def _where(self, kind: Kind, project: str) -> set[str] | None:
+        """The namespaces holding objects of `kind` in `project`, from our watches; None when they
+        do not cover the project's bucket."""
+        watches = self._watches_of.get(kind.kind)
+        labels = {BUCKET_LABEL: str(bucket_of(project, self.buckets))}
+        if not watches or not all(watch.covers(labels) for watch in watches):
+            return None
+        return set().union(*(watch.namespaces_where(lambda ns, found: project_key(found, ns) == project)
+                             for watch in watches))
 
     async def _get(self, path: str, params: dict[str, str]) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
