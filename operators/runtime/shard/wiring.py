@@ -38,10 +38,11 @@ from typing import Any, Protocol
 
 from operators.runtime.core.kinds import Kind
 from operators.runtime.core.ring import PROJECT_LABEL, Ring, project_key, project_of
-from operators.runtime.kube.client import ApiError, KubeClient, custom_path
+from operators.runtime.kube.client import ApiError, KubeClient, core_path, custom_path
 from operators.runtime.kube.watch import NOTHING, Deliver, Selection, Watch, WatchMetrics
-from operators.runtime.shard.claims import Claim
+from operators.runtime.shard.claims import Claim, claim_name
 from operators.runtime.shard.guard import FencedKube, WriteGuard
+from operators.runtime.shard.leases import wall_now
 from operators.runtime.shard.membership import DEFAULT_DURATION
 from operators.runtime.shard.ring import (
     BUCKET_LABEL,
@@ -101,7 +102,7 @@ class Sharding:
         self.works: list[ProjectWork] = []
         self.member = ShardMember(kube, namespace, replica, self._projects, duration=duration, interval=interval,
                                   drain=self._drain, on_acquired=self._acquired, on_ready=self._ready,
-                                  placement=by_bucket(buckets), on_pass=self._select)
+                                  placement=by_bucket(buckets), on_pass=self._after_pass)
         self.guard = WriteGuard(self.owns, self.member.fence)
         self.selected: frozenset[int] = frozenset()
         """The buckets our watches of namespaced kinds select now."""
@@ -112,6 +113,7 @@ class Sharding:
         self._ring: Ring | None = None
         self._placed: frozenset[int] = frozenset()  # the buckets the ring of the last pass places on us
         self._unlabelled: dict[str, tuple[str, Mapping[str, Any]]] = {}  # left for the bucket's ring owner
+        self._reported: set[str] = set()  # projects unowned for too long, already said in an Event
         self._labelled: dict[str, set[str]] = {}  # namespace -> projects labelled into it (other than itself)
         self.adopted: dict[str, float] = {}  # project -> seconds its last acquisition took (list + rebuild)
 
@@ -192,6 +194,37 @@ class Sharding:
         if self._metrics is not None:
             self._metrics.inc("stead_shard_labelled_total", plural=plural)
         return True
+
+    async def _after_pass(self) -> None:
+        await self._select()
+        await self._report_unowned()
+
+    async def _report_unowned(self) -> None:
+        """An Event (on the project's claim Lease, in our namespace) for each project that has had no
+        owner for longer than the lease since the last report: replicas that abstain for long (views
+        that disagree, a replica that keeps its membership but never acquires) must be visible."""
+        unowned = set(self.member.unowned)
+        for project in sorted(unowned - self._reported):
+            if self._metrics is not None:
+                self._metrics.inc("stead_shard_unowned_total")
+            if not self.member.fence.valid():
+                continue
+            name = claim_name(project)
+            now = wall_now().strftime("%Y-%m-%dT%H:%M:%SZ")
+            event = {"apiVersion": "v1", "kind": "Event",
+                     "metadata": {"generateName": f"{name}.", "namespace": self.namespace},
+                     "involvedObject": {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "name": name,
+                                        "namespace": self.namespace},
+                     "type": "Warning", "reason": "ProjectUnowned",
+                     "message": f"project {project} has had no owner for over {self.member.sweep.grace:g}s "
+                                "(no live replica holds its claim)",
+                     "source": {"component": "stead"}, "reportingComponent": "stead.dev/operator",
+                     "reportingInstance": self.replica, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+            try:
+                await self.kube.request("POST", core_path("events", self.namespace), event)
+            except ApiError as error:
+                log.info("%s: Event for unowned project %s not posted: %s", self.replica, project, error)
+        self._reported = unowned
 
     async def _select(self) -> None:
         """After each pass: select the buckets the ring places on us and those of the claims we hold."""

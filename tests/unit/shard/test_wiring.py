@@ -110,3 +110,38 @@ async def test_a_project_whose_bucket_the_watches_cover_is_listed_only_where_its
     sharding._watches_of["Environment"] = [Covering("Environment", set(), known)]  # type: ignore[list-item]
     assert sorted(o["metadata"]["name"] for o in await sharding._list(env, "team-a")) == ["joined", "plain"]
     assert len(api.calls) - before == 4
+
+
+class Counting:
+    def __init__(self) -> None:
+        self.counts: dict[str, float] = {}
+
+    def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
+        self.counts[name] = self.counts.get(name, 0.0) + amount
+
+
+@sync
+async def test_a_project_unowned_for_longer_than_the_lease_is_an_event_and_a_metric_once_per_episode() -> None:
+    api = FakeApi()
+    metrics = Counting()
+    sharding = Sharding(api, "stead-system", "r0", metrics=metrics)  # type: ignore[arg-type]
+
+    def events() -> list[dict[str, Any]]:
+        return [r.body for r in api.received if r.method == "POST" and r.path.endswith("/events")]
+
+    sharding.member.unowned = ["shop"]
+    await sharding._report_unowned()  # our own lease may have lapsed: counted, not posted
+    assert metrics.counts["stead_shard_unowned_total"] == 1 and events() == []
+    sharding.member.unowned = []
+    await sharding._report_unowned()
+    clock = sharding.member.fence._clock
+    sharding.member.fence.extend("inc-1", clock(), clock(), 15.0, 3.0)
+    for _ in range(2):  # found unowned at two passes in a row: one Event
+        sharding.member.unowned = ["shop"]
+        await sharding._report_unowned()
+    [event] = events()
+    assert event["reason"] == "ProjectUnowned" and event["type"] == "Warning"
+    assert event["involvedObject"] == {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                       "name": "stead-project-shop", "namespace": "stead-system"}
+    assert "project shop has had no owner for over 15s" in event["message"]
+    assert metrics.counts["stead_shard_unowned_total"] == 2
