@@ -675,7 +675,7 @@ async def start_profiler(py_spy: Path | None, operator: OperatorProcess | None,
     if py_spy is None or operator is None or operator.pid is None:
         return None
     profiler = await asyncio.create_subprocess_exec(
-        str(py_spy), "record", "--pid", str(operator.pid), "--nonblocking", "--format", "raw",
+        str(py_spy), "record", "--pid", str(operator.pid), "--nonblocking", "--rate", "1000", "--format", "raw",
         "--output", str(output), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     await asyncio.sleep(0.5)  # py-spy needs a moment to attach before the clock starts
     return profiler

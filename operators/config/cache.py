@@ -6,11 +6,15 @@ dictionary hit and leaves the API server alone. `CachedConfigRepository` keeps e
 path of `KubeConfigRepository` (Kubernetes stays the source of truth) and serves reads from a
 `ConfigCache` once it is in sync, from the API server before that or while a watch is broken.
 
-Why watches of its own, and not the operator's LMDB store: the store holds only the objects
-this replica owns on the hash ring, and only once Provisioned. The API is served by every
-replica (the chart's Service spreads clients over them) and must show a value written a moment
-ago, before the operator has versioned it. A watch per kind (Environment, ConfigComponent,
-ConfigValues, all namespaces) sees every object whoever wrote it, within milliseconds.
+Why watches, and not the operator's LMDB store: the store holds only the objects this replica
+owns on the hash ring, and only once Provisioned. The API is served by every replica (the
+chart's Service spreads clients over them) and must show a value written a moment ago, before
+the operator has versioned it. A watch per kind (Environment, ConfigComponent, ConfigValues, all
+namespaces: `operators.runtime.kube.watch.Watch`) sees every object whoever wrote it, within
+milliseconds. In the operator's own process, when its watches of these kinds see every object
+(one replica, no `--namespace`), the cache follows those (a tap: one watch and one decoding of
+each event for the reconcilers and the cache); elsewhere (sharded replicas, whose watches see
+their buckets only; worker processes) it runs watches of its own.
 
 Consistency:
 - A write through this API is put into the cache from the API server's answer before the
@@ -30,13 +34,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-import aiohttp
 from pydantic import ValidationError
 
 from operators.config.history import Owner, Version
@@ -53,107 +55,13 @@ from operators.config.repository import (
     ValuesTarget,
 )
 from operators.environment.models import EnvironmentSpec
-from operators.runtime.kube.client import USER_AGENT, ApiError, ClusterAccess, Requester, custom_path
+from operators.runtime.kube.client import USER_AGENT, ClusterAccess, KubeClient, Requester, custom_path
+from operators.runtime.kube.watch import Watch
 
 log = logging.getLogger(__name__)
 
 PLURALS = (ENVIRONMENTS, COMPONENTS, VALUES)
 MODELS: dict[str, Any] = {ENVIRONMENTS: EnvironmentSpec, COMPONENTS: ConfigComponentSpec, VALUES: ConfigValuesSpec}
-OPEN = "OPEN"  # the pseudo-event a source yields once a watch is established
-
-
-class Gone(Exception):
-    """The resourceVersion a watch asked for is too old (HTTP 410): list again."""
-
-
-class WatchSource(Protocol):
-    """Lists and watches of one kind in all namespaces (`KubeWatchSource`, or a fake in tests)."""
-
-    async def list(self, plural: str) -> tuple[list[dict[str, Any]], str]:
-        """Every object, and the list's resourceVersion to watch from."""
-        ...
-
-    def watch(self, plural: str, resource_version: str) -> AsyncIterator[dict[str, Any]]:
-        """`{"type": "OPEN"}` once connected, then the API server's events; raises `Gone` on 410."""
-        ...
-
-
-class KubeWatchSource:
-    """`WatchSource` over the API server, with a session of its own (watches are long requests)."""
-
-    def __init__(self, access: ClusterAccess, timeout_seconds: int = 290) -> None:
-        self._access = access
-        self._timeout = timeout_seconds
-        self._session: aiohttp.ClientSession | None = None
-
-    async def __aenter__(self) -> KubeWatchSource:
-        self._session = aiohttp.ClientSession(
-            base_url=self._access.server,
-            headers={"User-Agent": f"{USER_AGENT}/config-cache", **self._access.headers},
-            connector=aiohttp.TCPConnector(ssl=self._access.ssl_context, limit=len(PLURALS) + 2),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self._timeout + 30),
-        )
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            raise RuntimeError("KubeWatchSource used outside `async with`")
-        return self._session
-
-    async def list(self, plural: str) -> tuple[list[dict[str, Any]], str]:
-        items: list[dict[str, Any]] = []
-        params = {"limit": "500"}
-        while True:
-            async with self._http().get(custom_path(plural), params=params,
-                                        timeout=aiohttp.ClientTimeout(total=60)) as response:
-                text = await response.text()
-                if response.status >= 300:
-                    raise ApiError(response.status, _message(text))
-            page = json.loads(text)
-            items.extend(page.get("items") or [])
-            meta = page.get("metadata") or {}
-            if not meta.get("continue"):
-                return items, str(meta.get("resourceVersion") or "")
-            params = {"limit": "500", "continue": str(meta["continue"])}
-
-    async def watch(self, plural: str, resource_version: str) -> AsyncIterator[dict[str, Any]]:
-        params = {"watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
-                  "timeoutSeconds": str(self._timeout)}
-        async with self._http().get(custom_path(plural), params=params) as response:
-            if response.status == 410:
-                raise Gone(plural)
-            if response.status >= 300:
-                raise ApiError(response.status, _message(await response.text()))
-            yield {"type": OPEN}
-            buffer = bytearray()
-            async for chunk in response.content.iter_any():
-                buffer.extend(chunk)
-                while (end := buffer.find(b"\n")) >= 0:
-                    line = bytes(buffer[:end])
-                    del buffer[: end + 1]
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    if event.get("type") == "ERROR":
-                        if (event.get("object") or {}).get("code") == 410:
-                            raise Gone(plural)
-                        raise ApiError(int((event.get("object") or {}).get("code") or 500),
-                                       str((event.get("object") or {}).get("message") or "watch error"))
-                    yield event
-
-
-def _message(text: str) -> str:
-    try:
-        return str(json.loads(text).get("message") or text[:200])
-    except (ValueError, AttributeError):
-        return text[:200]
-
-
 def _number(resource_version: Any) -> int | None:
     text = str(resource_version or "")
     return int(text) if text.isdigit() else None
@@ -191,27 +99,40 @@ def _where(body: Mapping[str, Any]) -> tuple[str, str]:
 class ConfigCache:
     """Environments, ConfigComponents and ConfigValues of every namespace, kept current by watches."""
 
-    def __init__(self, source: WatchSource, retry: float = 1.0, max_retry: float = 30.0) -> None:
-        self._source = source
-        self._retry = retry
-        self._max_retry = max_retry
+    def __init__(self) -> None:
         self._objects: dict[str, dict[str, dict[str, Cached]]] = {plural: {} for plural in PLURALS}
         self._tombstones: dict[tuple[str, str, str], str] = {}  # (plural, namespace, name) -> uid
-        self._synced: set[str] = set()
+        self._watches: dict[str, Watch] = {}
         self._changes: dict[str, int] = {}  # namespace -> changes seen
-        self._epoch = 0  # bumped by every full list
         self.events = 0
+
+    def follow(self, watches: Mapping[str, Watch]) -> None:
+        """Follow these watches (by plural, every one of `PLURALS`), which must not have started: the
+        cache is told of each event before anything else is done with it."""
+        missing = set(PLURALS) - set(watches)
+        if missing:
+            raise ValueError(f"the config cache needs watches of {', '.join(sorted(missing))}")
+        for plural in PLURALS:
+            self._watches[plural] = watches[plural]
+            watches[plural].add_tap(self._tap(plural))
+
+    def _tap(self, plural: str) -> Callable[[str | None, Mapping[str, Any]], None]:
+        def tap(event_type: str | None, body: Mapping[str, Any]) -> None:
+            self.events += 1
+            self.apply(event_type or "ADDED", plural, body)
+
+        return tap
 
     # --- reading --------------------------------------------------------------------------
 
     @property
     def ready(self) -> bool:
-        """Listed, and every watch connected: reads may come from here."""
-        return len(self._synced) == len(PLURALS)
+        """Every watch listed and following: reads may come from here."""
+        return len(self._watches) == len(PLURALS) and all(w.in_sync for w in self._watches.values())
 
-    def stamp(self, namespace: str) -> tuple[int, int]:
+    def stamp(self, namespace: str) -> int:
         """Changes when anything of the namespace changes (compare for equality only)."""
-        return self._epoch, self._changes.get(namespace, 0)
+        return self._changes.get(namespace, 0)
 
     def get(self, plural: str, namespace: str, name: str) -> Cached | None:
         return self._objects[plural].get(namespace, {}).get(name)
@@ -253,22 +174,6 @@ class ConfigCache:
         self._touch(namespace)
         return True
 
-    def replace(self, plural: str, items: list[dict[str, Any]]) -> None:
-        """A full list: what it holds is all there is."""
-        fresh: dict[str, dict[str, Cached]] = {}
-        listed: set[tuple[str, str]] = set()
-        for body in items:
-            namespace, name = _where(body)
-            listed.add((namespace, name))
-            uid = str((body.get("metadata") or {}).get("uid") or "")
-            if self._tombstones.get((plural, namespace, name)) == uid:
-                continue
-            fresh.setdefault(namespace, {})[name] = _parse(plural, body)
-        self._objects[plural] = fresh
-        for key in [k for k in self._tombstones if k[0] == plural and (k[1], k[2]) not in listed]:
-            del self._tombstones[key]  # confirmed gone
-        self._epoch += 1
-
     def _remove(self, plural: str, namespace: str, name: str) -> bool:
         bucket = self._objects[plural].get(namespace)
         if bucket is None or bucket.pop(name, None) is None:
@@ -281,52 +186,6 @@ class ConfigCache:
     def _touch(self, namespace: str) -> None:
         self._changes[namespace] = self._changes.get(namespace, 0) + 1
 
-    # --- following the API server ---------------------------------------------------------
-
-    async def run(self) -> None:
-        """Follow all three kinds until cancelled."""
-        await asyncio.gather(*(self.follow(plural) for plural in PLURALS))
-
-    async def follow(self, plural: str) -> None:
-        """List, then watch from the list's resourceVersion; list again when told it is too old.
-
-        A broken watch takes the kind out of sync (reads go to the API server) until a new
-        watch is connected; the watch resumes from the last resourceVersion seen, so no event
-        is missed.
-        """
-        resource_version: str | None = None
-        delay = self._retry
-        while True:
-            try:
-                if resource_version is None:
-                    items, resource_version = await self._source.list(plural)
-                    self.replace(plural, items)
-                async for event in self._source.watch(plural, resource_version):
-                    kind = str(event.get("type") or "")
-                    if kind == OPEN:
-                        self._synced.add(plural)
-                        delay = self._retry
-                        continue
-                    body = event.get("object") or {}
-                    rv = str((body.get("metadata") or {}).get("resourceVersion") or "")
-                    if rv:
-                        resource_version = rv
-                    if kind in ("ADDED", "MODIFIED", "DELETED"):
-                        self.events += 1
-                        self.apply(kind, plural, body)
-            except asyncio.CancelledError:
-                raise
-            except Gone:
-                log.info("config cache: %s watch expired; listing again", plural)
-                resource_version = None
-            except Exception as error:  # an outage or a refusal: read through until it works again
-                self._synced.discard(plural)
-                log.warning("config cache: %s: %s (retry in %.0fs)", plural,
-                            getattr(error, "message", None) or type(error).__name__, delay)
-                await asyncio.sleep(delay)  # backoff before reconnecting
-                delay = min(self._max_retry, delay * 2)
-
-
 class CachedConfigRepository(KubeConfigRepository):
     """`ConfigRepository` whose reads come from a `ConfigCache` (when in sync) and whose writes go
     to the API server and, from its answer, into the cache."""
@@ -334,7 +193,7 @@ class CachedConfigRepository(KubeConfigRepository):
     def __init__(self, kube: Requester, cache: ConfigCache) -> None:
         super().__init__(kube)
         self.cache = cache
-        self._snapshots: dict[tuple[str, str], tuple[tuple[int, int], Snapshot | None]] = {}
+        self._snapshots: dict[tuple[str, str], tuple[int, Snapshot | None]] = {}
         self._versions: dict[tuple[str, int], Version] = {}
 
     async def list_components(self, namespace: str) -> dict[str, ConfigComponentSpec]:
@@ -409,14 +268,22 @@ class CachedConfigRepository(KubeConfigRepository):
 
 
 @contextlib.asynccontextmanager
-async def cached_repository(kube: Requester, access: ClusterAccess) -> AsyncIterator[ConfigRepository]:
-    """A `CachedConfigRepository` following the API server at `access`, for as long as the context lasts."""
-    async with KubeWatchSource(access) as source:
-        cache = ConfigCache(source)
-        task = asyncio.create_task(cache.run())
+async def cached_repository(kube: Requester, access: ClusterAccess, watches: Mapping[str, Watch] | None = None
+                            ) -> AsyncIterator[ConfigRepository]:
+    """A `CachedConfigRepository` for as long as the context lasts, following `watches` (the
+    operator's, not started yet) or, without them, watches of its own of the API server at `access`."""
+    cache = ConfigCache()
+    if watches is not None:
+        cache.follow(watches)
+        yield CachedConfigRepository(kube, cache)
+        return
+    async with KubeClient(access, concurrency=0, user_agent=f"{USER_AGENT}/config-cache") as client:
+        own = {plural: Watch(client, custom_path(plural), plural, None) for plural in PLURALS}
+        cache.follow(own)
+        tasks = [asyncio.create_task(watch.run()) for watch in own.values()]
         try:
             yield CachedConfigRepository(kube, cache)
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)

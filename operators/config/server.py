@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,10 +37,11 @@ from operators.config.auth import (
     TokenReviewAuthenticator,
     secret_loader,
 )
-from operators.config.cache import cached_repository
+from operators.config.cache import PLURALS, cached_repository
 from operators.config.repository import ConfigRepository, KubeConfigRepository
 from operators.runtime.engine.services import Services
 from operators.runtime.kube.client import ApiError, KubeClient, Requester, core_path, load_access
+from operators.runtime.kube.watch import Watch
 from operators.runtime.serving.certs import make_ca, make_leaf
 from operators.runtime.serving.http import HttpServer
 from operators.runtime.serving.metrics import RequestObserver
@@ -99,16 +101,18 @@ class ConfigApiServer:
             await pool.start()
             self._stack.push_async_callback(pool.stop)
         else:
-            await self.serve(services.kube, self._stack, services.metrics.request_observer(self.name))
+            await self.serve(services.kube, self._stack, services.metrics.request_observer(self.name),
+                             services.watches)
         log.info("config API on https://%s:%d/api/v1/config (%s)", self.listen, self.port,
                  f"{self.workers} worker processes" if self.workers else "in the operator's process")
 
     async def serve(self, kube: KubeClient, stack: contextlib.AsyncExitStack,
-                    observe: RequestObserver | None = None) -> None:
+                    observe: RequestObserver | None = None, watches: Mapping[str, Watch] | None = None) -> None:
         """Serve the API from this process until `stack` closes; `observe` is told of each answered
         request. Only the operator's own process passes one: a worker (`operators.config.worker`) is a
         process of its own, whose requests the operator's `/metrics` cannot count, so workers serve
-        unobserved."""
+        unobserved. `watches`: the operator's, by plural; the cache follows them when they see every
+        object of the configuration kinds, else it watches by itself."""
         cert, key = self._tls_files()
         tokens = TokenReviewAuthenticator(kube)
         authenticators: list[Authenticator] = [tokens]
@@ -123,7 +127,9 @@ class ConfigApiServer:
             authenticators.append(CertificateAuthenticator(tokens))
         repository: ConfigRepository = KubeConfigRepository(kube)
         if self.cache:
-            repository = await stack.enter_async_context(cached_repository(kube, load_access(self.kubeconfig)))
+            shared = {p: watches[p] for p in PLURALS} if watches and set(PLURALS) <= set(watches) else None
+            repository = await stack.enter_async_context(
+                cached_repository(kube, load_access(self.kubeconfig), shared))
         authenticator = ChainAuthenticator(*authenticators)
         settings = ExtensionSettings(runs_state_dir=self.runs_state_dir)
         extensions = [load_extension(reference)(kube, authenticator, self.default_namespace, settings)

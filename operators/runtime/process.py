@@ -93,8 +93,9 @@ async def run_operator(
         metrics.gauge("stead_runs_running", "Workflow runs in progress in this operator.", lambda: slots.running)
         metrics.gauge("stead_runs_queued", "Workflow runs waiting for a slot (see --max-concurrent-runs).",
                       lambda: slots.queued)
+        unfiltered: dict[str, Watch] = {}  # filled below, once the watches exist
         services = Services(kube=writes, store=store, events=recorder, replica=options.replica, vault=vault,
-                            runs=runs, metrics=metrics, run_slots=slots)
+                            runs=runs, metrics=metrics, run_slots=slots, watches=unfiltered)
         ownership = sharding or Ownership(options.replica, StaticMembership([options.replica]))
         api_health = ApiHealth(lambda: kube.request("GET", "/version"))
         stack.push_async_callback(api_health.close)
@@ -112,8 +113,8 @@ async def run_operator(
             if swept:
                 log.info("dropped %d stale %s store entries", swept, reconciler.kind.kind)
         watches = _watches(watch_kube, reconcilers, options.namespaces, sharding, metrics)
-        for watch in watches:
-            _background(stack, watch.run())
+        if sharding is None and not options.namespaces:
+            unfiltered.update({r.kind.plural: w for r in reconcilers for w in watches if w.kind == r.kind.kind})
         start_kopf = await prepare_kopf(kube, kinds, replace(services, kube=admission_kube),
                                         options.kubeconfig, options.webhook, stack, label_buckets=sharding is not None)
         health = HealthServer(metrics, options.health_listen, options.health_port)
@@ -122,6 +123,8 @@ async def run_operator(
         for addon in addons:
             await addon.start(services)
             stack.push_async_callback(addon.stop)
+        for watch in watches:  # after the addons: those that tap a watch see its first listing
+            _background(stack, watch.run())
         _background(stack, recorder.run())
         stack.push_async_callback(recorder.drain)  # runs before the poster is cancelled
         ready = asyncio.Event()

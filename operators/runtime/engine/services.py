@@ -7,6 +7,7 @@ can hand it exactly what it needs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -15,6 +16,7 @@ from operators.runtime.core.store import LocalStore
 from operators.runtime.engine.runs import RunSettings
 from operators.runtime.engine.slots import RunSlots, default_limit
 from operators.runtime.kube.client import KubeClient
+from operators.runtime.kube.watch import Watch
 from operators.runtime.secrets import Vault
 from operators.runtime.serving.metrics import Metrics
 
@@ -36,3 +38,7 @@ class Services:
     """The operator's metrics, the ones `/metrics` serves (a fresh, unserved set when not given)."""
     run_slots: RunSlots = field(default_factory=lambda: RunSlots(default_limit()))
     """The bound on workflow runs at once (`RunSettings.max_concurrent`), shared by every kind."""
+    watches: Mapping[str, Watch] = field(default_factory=dict)
+    """The operator's watches that see every object of their kind, by plural (none with sharding or
+    `--namespace`), not started before the addons: an addon that follows the same objects taps
+    them (`Watch.add_tap`) rather than watching again."""

@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 Deliver = Callable[[str | None, Mapping[str, Any]], Awaitable[None]]
 """Called with (event type or None for a listing, the object's body)."""
 
+Tap = Callable[[str | None, Mapping[str, Any]], None]
+"""Told of every event as it arrives, synchronously, before it is queued for `Deliver` (a cache in
+memory that follows the same objects: one watch, one decoding, for both)."""
+
 LabelTest = Callable[[Mapping[str, str]], bool]
 
 RESUMES = 3
@@ -96,7 +100,7 @@ class _Gone(Exception):
 class Watch:
     """One kind in one scope (a namespace, or every namespace) fed to `deliver`."""
 
-    def __init__(self, kube: KubeClient, path: str, kind: str, deliver: Deliver, *,
+    def __init__(self, kube: KubeClient, path: str, kind: str, deliver: Deliver | None, *,
                  selection: Selection = EVERYTHING, metrics: WatchMetrics | None = None,
                  settings: WatchSettings = WatchSettings()) -> None:
         self.path = path
@@ -112,10 +116,23 @@ class Watch:
         self._known: dict[str, _Known] = {}
         self._queues: dict[str, deque[tuple[str | None, Mapping[str, Any]]]] = {}
         self._workers: set[asyncio.Task[None]] = set()
+        self._taps: list[Tap] = []
+        self._failing = False
 
     @property
     def selection(self) -> Selection:
         return self._selection
+
+    @property
+    def in_sync(self) -> bool:
+        """Listed and following: what was delivered is what the API server holds, but for the
+        milliseconds an event takes (False after a failure until a listing succeeds again)."""
+        return self.listed.is_set() and not self._failing and not self._selection.paused
+
+    def add_tap(self, tap: Tap) -> None:
+        """Tell `tap` of every event from now on (add taps before `run`: a tap sees the first listing
+        only if it is there when the listing is read)."""
+        self._taps.append(tap)
 
     def select(self, selection: Selection) -> None:
         """Watch `selection` from now on (listed again; see the module's docstring)."""
@@ -162,11 +179,13 @@ class Watch:
                     previous = selection
                     self.listed.set()
                     failures = 0
+                    self._failing = False
                     await self._until_changed(self._follow(version))
                 except _Gone:
                     self._count("stead_watch_relists_total", reason="expired")
                 except ApiError as error:
                     failures += 1
+                    self._failing = True
                     self._count("stead_watch_relists_total", reason="outage" if is_outage(error) else "error")
                     delay = min(self._settings.retry_cap, self._settings.retry_base * 2 ** min(failures, 16))
                     log.info("watch of %s (%s): %s (listing again in %.1fs)", self.kind, self.path, error, delay)
@@ -298,7 +317,15 @@ class Watch:
             del self._known[key]
 
     def _dispatch(self, key: str, event_type: str | None, body: Mapping[str, Any]) -> None:
-        """Queue the event behind the object's earlier ones; start its worker if it has none."""
+        """Tell the taps; queue the event behind the object's earlier ones, starting its worker if it
+        has none."""
+        for tap in self._taps:
+            try:
+                tap(event_type, body)
+            except Exception:  # a tap's bug must not stop the watch nor the reconciler behind it
+                log.exception("%s %s: a tap failed on a %s event", self.kind, key, event_type or "listing")
+        if self._deliver is None:
+            return
         queue = self._queues.get(key)
         if queue is None:
             queue = self._queues[key] = deque()
@@ -313,6 +340,7 @@ class Watch:
         queue.append((event_type, body))
 
     async def _work(self, key: str, queue: deque[tuple[str | None, Mapping[str, Any]]]) -> None:
+        assert self._deliver is not None
         try:
             while queue:
                 event_type, body = queue[0]

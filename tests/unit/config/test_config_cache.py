@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import ssl
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestServer
 
-from operators.config.cache import OPEN, CachedConfigRepository, ConfigCache, Gone
+from operators.config.cache import PLURALS, CachedConfigRepository, ConfigCache
 from operators.config.history import LABEL_UID, LABEL_VERSION
 from operators.config.repository import COMPONENTS, ENVIRONMENTS, VALUES, ValuesTarget
-from operators.runtime.kube.client import ApiError, custom_path
+from operators.runtime.kube.client import custom_path
+from operators.runtime.kube.watch import Watch
 from tests.unit.fakeapi import FakeApi
+from tests.unit.runtime.test_watch import FAST, PATH, until
+from tests.unit.runtime.test_watch import FakeApi as FakeServer
+from tests.unit.runtime.test_watch import client as kube_client
 
 
 def obj(name: str, spec: dict[str, Any], rv: int, uid: str | None = None, namespace: str = "ns") -> dict[str, Any]:
@@ -28,33 +32,6 @@ FUEL = obj("fuel", {"resources": [{"name": "astute"}]}, 2)
 ROOT = obj("root", {"environment": "e", "resource": "astute", "data": {"a": 1}}, 3)
 
 
-class FakeSource:
-    """Lists from `items`; each watch replays `script` (events, or exceptions to raise)."""
-
-    def __init__(self, items: dict[str, list[dict[str, Any]]]) -> None:
-        self.items = items
-        self.lists: dict[str, int] = {}
-        self.scripts: dict[str, list[Any]] = {}
-        self.idle = asyncio.Event()
-
-    async def list(self, plural: str) -> tuple[list[dict[str, Any]], str]:
-        self.lists[plural] = self.lists.get(plural, 0) + 1
-        return list(self.items.get(plural, [])), "1"
-
-    async def watch(self, plural: str, resource_version: str) -> AsyncIterator[dict[str, Any]]:
-        script = self.scripts.get(plural) or []
-        if script and isinstance(script[0], Exception):
-            raise script.pop(0)
-        yield {"type": OPEN}
-        while script:
-            step = script.pop(0)
-            if isinstance(step, Exception):
-                raise step
-            yield step
-        self.idle.set()
-        await asyncio.Event().wait()  # an open watch with nothing to say
-
-
 def api() -> FakeApi:
     """The API server for the repository's direct reads and writes, holding ENV, FUEL and ROOT."""
     return FakeApi({custom_path(ENVIRONMENTS, "ns", "e"): ENV, custom_path(COMPONENTS, "ns", "fuel"): FUEL,
@@ -62,12 +39,12 @@ def api() -> FakeApi:
 
 
 def test_events_apply_in_order_and_late_ones_do_not_undo_a_write_through() -> None:
-    cache = ConfigCache(FakeSource({}))
-    cache.replace(VALUES, [ROOT])
+    cache = ConfigCache()
+    cache.apply("ADDED", VALUES, ROOT)
     before = cache.stamp("ns")
     newer = obj("root", {**ROOT["spec"], "data": {"a": 2}}, 9)
     cache.observe(VALUES, newer)  # our own write, answered with resourceVersion 9
-    assert cache.stamp("ns") != before and cache.stamp("other") == (1, 0)
+    assert cache.stamp("ns") != before and cache.stamp("other") == 0
     assert not cache.apply("MODIFIED", VALUES, obj("root", {**ROOT["spec"], "data": {"a": 1}}, 5))  # late
     held = cache.get(VALUES, "ns", "root")
     assert held is not None and held.spec.data == {"a": 2}
@@ -78,46 +55,69 @@ def test_events_apply_in_order_and_late_ones_do_not_undo_a_write_through() -> No
 
 
 def test_a_deletion_through_the_api_is_not_undone_by_a_late_event() -> None:
-    cache = ConfigCache(FakeSource({}))
-    cache.replace(VALUES, [ROOT])
+    cache = ConfigCache()
+    cache.apply("ADDED", VALUES, ROOT)
     cache.forget(VALUES, "ns", "root", "uid-root")
     assert cache.get(VALUES, "ns", "root") is None
     assert not cache.apply("MODIFIED", VALUES, ROOT)  # the object's last change, delivered late
-    cache.replace(VALUES, [ROOT])  # a list taken before the deletion
+    assert not cache.apply("ADDED", VALUES, ROOT)  # a listing taken before the deletion
     assert cache.get(VALUES, "ns", "root") is None
     assert not cache.apply("DELETED", VALUES, ROOT)  # the confirmation ends the tombstone
     assert cache.apply("ADDED", VALUES, obj("root", ROOT["spec"], 20, uid="uid-again"))  # a new object of that name
 
 
-def test_follow_lists_watches_relists_when_gone_and_reads_through_while_broken() -> None:
+def test_the_cache_follows_watches_from_their_first_listing_and_reads_through_while_one_fails() -> None:
+    """Real `Watch`es (one fake API server per kind) tapped by the cache: the first listing fills it,
+    events change it, and while a watch fails to list the cache is not ready (reads go to the API)."""
     async def main() -> None:
-        source = FakeSource({ENVIRONMENTS: [ENV], COMPONENTS: [FUEL], VALUES: []})
-        source.scripts[VALUES] = [{"type": "ADDED", "object": ROOT}, Gone(VALUES)]
-        source.scripts[COMPONENTS] = [ApiError(403, "forbidden")]
-        cache = ConfigCache(source, retry=0.01)
-        task = asyncio.create_task(cache.run())
-        try:
-            await asyncio.wait_for(source.idle.wait(), 5)
-            for _ in range(500):
-                if cache.ready:
-                    break
-                await asyncio.sleep(0.01)
-            assert cache.ready
-        finally:
-            task.cancel()
-        assert source.lists == {ENVIRONMENTS: 1, COMPONENTS: 1, VALUES: 2}  # VALUES listed again after Gone
-        assert cache.get(ENVIRONMENTS, "ns", "e") is not None and cache.get(COMPONENTS, "ns", "fuel") is not None
-        assert cache.events == 1
+        servers = {plural: FakeServer() for plural in PLURALS}
+        servers[VALUES].put("root", **ROOT["spec"])
+        servers[ENVIRONMENTS].put("e", **ENV["spec"])
+        async with contextlib.AsyncExitStack() as stack:
+            kubes = {}
+            for plural, server in servers.items():
+                test_server = await stack.enter_async_context(TestServer(server.app, host="127.0.0.1"))
+                kubes[plural] = await stack.enter_async_context(kube_client(str(test_server.make_url(""))))
+                stack.callback(server.close)
+            watches = {plural: Watch(kubes[plural], PATH, plural, None, settings=FAST) for plural in PLURALS}
+            cache = ConfigCache()
+            cache.follow(watches)
+            tasks = [asyncio.create_task(w.run()) for w in watches.values()]
+            stack.callback(lambda: [t.cancel() for t in tasks])
+            await until(lambda: cache.ready, "the cache in sync")
+            held = cache.get(VALUES, "ns", "root")
+            assert held is not None and held.spec.data == {"a": 1} and cache.get(ENVIRONMENTS, "ns", "e") is not None
+            await until(lambda: servers[VALUES].streams, "the values watch")
+            servers[VALUES].send("MODIFIED", servers[VALUES].put("root", **{**ROOT["spec"], "data": {"a": 2}}))
+            await until(lambda: (cache.get(VALUES, "ns", "root") or held).spec.data == {"a": 2}, "the change")
+            servers[VALUES].send("DELETED", servers[VALUES].remove("root"))
+            await until(lambda: cache.get(VALUES, "ns", "root") is None, "the deletion")
+            servers[COMPONENTS].list_failures = 1_000  # the components' API answers 500 from now on
+            servers[COMPONENTS].gone()
+            await until(lambda: not cache.ready, "the cache out of sync")
+            servers[COMPONENTS].list_failures = 0
+            await until(lambda: cache.ready, "the cache in sync again")
+            assert cache.events == 4  # two listed, one change, one deletion
 
-    asyncio.run(main())
+    asyncio.run(asyncio.wait_for(main(), 10))
+
+
+class Synced:
+    """A watch that has listed and follows (for a cache filled by hand)."""
+
+    in_sync = True
+
+    def add_tap(self, tap: object) -> None:
+        return None
 
 
 def ready_cache(*values: dict[str, Any]) -> ConfigCache:
-    cache = ConfigCache(FakeSource({}))
-    cache.replace(ENVIRONMENTS, [ENV])
-    cache.replace(COMPONENTS, [FUEL])
-    cache.replace(VALUES, list(values))
-    cache._synced.update((ENVIRONMENTS, COMPONENTS, VALUES))
+    cache = ConfigCache()
+    cache.follow({plural: Synced() for plural in PLURALS})  # type: ignore[misc]
+    cache.apply("ADDED", ENVIRONMENTS, ENV)
+    cache.apply("ADDED", COMPONENTS, FUEL)
+    for body in values:
+        cache.apply("ADDED", VALUES, body)
     return cache
 
 
@@ -146,7 +146,7 @@ def test_snapshots_come_from_memory_and_stay_the_same_object_until_a_change() ->
 def test_not_in_sync_reads_go_to_the_api_server() -> None:
     async def main() -> None:
         kube = api()
-        repo = CachedConfigRepository(kube, ConfigCache(FakeSource({})))
+        repo = CachedConfigRepository(kube, ConfigCache())
         snapshot = await repo.snapshot("ns", "e")
         assert snapshot is not None and [v.name for v in snapshot.values] == ["root"]
         assert len(kube.calls) == 3
@@ -178,50 +178,5 @@ def test_an_invalid_environment_is_reported() -> None:
         cache.apply("MODIFIED", ENVIRONMENTS, obj("e", {"nodes": "x"}, 30))
         with pytest.raises(Exception, match="invalid spec"):
             await CachedConfigRepository(api(), cache).snapshot("ns", "e")
-
-    asyncio.run(main())
-
-
-def test_the_kube_source_lists_pages_and_reads_watch_lines_split_anywhere() -> None:
-    async def main() -> None:
-        from aiohttp import web
-        from aiohttp.test_utils import TestServer
-
-        from operators.config.cache import KubeWatchSource
-        from operators.runtime.kube.client import ClusterAccess
-
-        async def handler(request: web.Request) -> web.StreamResponse:
-            if "watch" not in request.query:
-                if "continue" not in request.query:
-                    return web.json_response({"metadata": {"continue": "c1"}, "items": [ROOT]})
-                return web.json_response({"metadata": {"resourceVersion": "7"}, "items": [FUEL]})
-            if request.query["resourceVersion"] == "1":
-                return web.json_response({"code": 410}, status=410)
-            response = web.StreamResponse()
-            await response.prepare(request)
-            lines = b"".join(json.dumps(e).encode() + b"\n" for e in [
-                {"type": "ADDED", "object": ROOT},
-                {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}},
-                {"type": "ERROR", "object": {"kind": "Status", "code": 410}}])
-            for start in range(0, len(lines), 7):  # chunks that split lines anywhere
-                await response.write(lines[start:start + 7])
-            return response
-
-        app = web.Application()
-        app.router.add_get("/apis/stead.dev/v1alpha1/configvalues", handler)
-        async with TestServer(app) as server:
-            access = ClusterAccess(server=str(server.make_url("")).rstrip("/"),
-                                   ssl_context=ssl.create_default_context())
-            async with KubeWatchSource(access) as source:
-                items, rv = await source.list(VALUES)
-                assert ([i["metadata"]["name"] for i in items], rv) == (["root", "fuel"], "7")
-                seen = []
-                with pytest.raises(Gone):
-                    async for event in source.watch(VALUES, "7"):
-                        seen.append(event["type"])
-                assert seen == [OPEN, "ADDED", "BOOKMARK"]
-                with pytest.raises(Gone):
-                    async for _ in source.watch(VALUES, "1"):
-                        pass
 
     asyncio.run(main())
