@@ -86,6 +86,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self._counters: dict[str, Counter] = {}
+        self._children: dict[tuple[str, tuple[tuple[str, str], ...]], Counter] = {}
         self._queues: dict[str, tuple[Callable[[], int], Callable[[], int]]] = {}
         self.reconcile_duration = Histogram(
             "stead_reconcile_duration_seconds", "Time one reconcile of one object took (not counting the wait "
@@ -104,13 +105,17 @@ class Metrics:
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
         """Add to the counter exposed as `name` (which ends in `_total`) with these labels."""
-        counter = self._counters.get(name)
-        if counter is None:
-            if not name.endswith("_total"):
-                raise ValueError(f"a counter's name ends in _total: {name}")
-            counter = self._counters[name] = Counter(
-                name.removesuffix("_total"), COUNTERS.get(name, name), sorted(labels), registry=self.registry)
-        (counter.labels(**labels) if labels else counter).inc(amount)
+        key = (name, tuple(labels.items()))
+        child = self._children.get(key)
+        if child is None:  # prometheus_client's labels() costs a lock and a dict per call: once per series
+            counter = self._counters.get(name)
+            if counter is None:
+                if not name.endswith("_total"):
+                    raise ValueError(f"a counter's name ends in _total: {name}")
+                counter = self._counters[name] = Counter(
+                    name.removesuffix("_total"), COUNTERS.get(name, name), sorted(labels), registry=self.registry)
+            child = self._children[key] = counter.labels(**labels) if labels else counter
+        child.inc(amount)
 
     def value(self, name: str, **labels: str) -> float:
         """One sample's value as exposed (0 when absent): `x_total`, `x_count`, `x_sum`, a gauge..."""
