@@ -55,6 +55,8 @@ COUNTERS: dict[str, str] = {
     "stead_retries_dropped_total": "Retries not scheduled because their object was deleted meanwhile.",
     "stead_events_posted_total": "Kubernetes Events posted.",
     "stead_events_dropped_total": "Kubernetes Events dropped because the queue to post them was full.",
+    "stead_claims_collected_total": "Project claims (Leases) this replica deleted because their project had had "
+    "no objects for a lease duration (--sharding leases).",
 }
 """The help text of the counters Stead increments, by their name as exposed (with `_total`)."""
 
