@@ -88,7 +88,7 @@ def replica(cluster_work: Path, name: str, operator: OperatorProcess, runs: Path
 
 
 @pytest.fixture(scope="module")
-def three(operator: OperatorProcess, kubectl: Kubectl, audit: AuditLog,
+def three(operator: OperatorProcess, audit: AuditLog,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """r0, r1, r2 in place of the session's operator (started again afterwards)."""
     work = tmp_path_factory.mktemp("scale-out")
