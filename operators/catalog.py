@@ -6,5 +6,7 @@ from operators import config, environment, graphs, lsm
 from operators.calm import actionrun, app, blueprint
 from operators.runtime.core.kinds import Kind
 
-KINDS: tuple[Kind, ...] = (environment.KIND, blueprint.KIND, app.KIND, actionrun.KIND, *config.KINDS, *lsm.KINDS,
-                           *graphs.KINDS)
+KINDS: tuple[Kind, ...] = (
+    graphs.with_merged_graphs(environment.KIND),  # an Environment keeps its merged deployment graphs too
+    blueprint.KIND, app.KIND, actionrun.KIND, *config.KINDS, *lsm.KINDS, *graphs.KINDS,
+)

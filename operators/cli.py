@@ -561,6 +561,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             basic_secret=args.config_api_basic_secret, workers=args.config_api_workers,
             client_ca=args.config_api_client_ca,
             extensions=("operators.lsm.api:InventoryApi", "operators.graphs.api:GraphsApi"),
+            runs_state_dir=options.runs.state_dir if options.runs is not None else None,
         ))
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:

@@ -152,6 +152,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="name=value, root first; comma-separated or repeated (node=node-1.domain.tld)")
     parser.add_argument("--resource", required=True, help="the resource (data source), e.g. astute")
     parser.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's, else default)")
+    api_arguments(parser)
+
+
+def api_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the operator's API is and how to reach it (what `call` reads): for `stead config` and the other
+    commands that talk to the API rather than to the Kubernetes API server (`stead graph logs`)."""
     parser.add_argument("--server", "--url", dest="server", default=_default_server(),
                         help=f"the API's base URL (default $STEAD_CONFIG_URL, else {DEFAULT_SERVER})")
     parser.add_argument("--cacert", default=os.environ.get("STEAD_CONFIG_CACERT"),

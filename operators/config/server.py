@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from operators.config.api import ConfigApi
-from operators.config.api.extension import load_extension
+from operators.config.api.extension import ExtensionSettings, load_extension
 from operators.config.auth import (
     Authenticator,
     BasicAuthenticator,
@@ -75,6 +75,7 @@ class ConfigApiServer:
     cert_reload_seconds: float = 30.0  # how often mounted certificates and the client CA are checked for a renewal
     client_ca: str = "off"  # auto: the cluster's client CA; off; or the path of a CA bundle (see the module)
     extensions: tuple[str, ...] = ()  # routes of other parts, as import paths of factories (`api.extension`)
+    runs_state_dir: Path | None = None  # where the operator's runs keep their files, for the extensions that serve them
     _stack: contextlib.AsyncExitStack | None = field(default=None, init=False, repr=False)
 
     def _tls_files(self) -> tuple[Path, Path]:
@@ -124,7 +125,8 @@ class ConfigApiServer:
         if self.cache:
             repository = await stack.enter_async_context(cached_repository(kube, load_access(self.kubeconfig)))
         authenticator = ChainAuthenticator(*authenticators)
-        extensions = [load_extension(reference)(kube, authenticator, self.default_namespace)
+        settings = ExtensionSettings(runs_state_dir=self.runs_state_dir)
+        extensions = [load_extension(reference)(kube, authenticator, self.default_namespace, settings)
                       for reference in self.extensions]
         api = ConfigApi(repository, authenticator, self.default_namespace, extensions)
         server = HttpServer(api, errors=api.problem, observe=observe)
@@ -162,6 +164,7 @@ class ConfigApiServer:
             "cache": self.cache, "kubeconfig": None if self.kubeconfig is None else str(self.kubeconfig),
             "log_level": logging.getLogger().getEffectiveLevel(), "client_ca": self.client_ca,
             "extensions": list(self.extensions),
+            "runs_state_dir": None if self.runs_state_dir is None else str(self.runs_state_dir),
         })
 
     @classmethod
@@ -175,7 +178,8 @@ class ConfigApiServer:
             basic_secret=None if secret is None else (secret[0], secret[1]),
             default_namespace=given["default_namespace"], name=given["name"], cache=given["cache"],
             kubeconfig=None if given["kubeconfig"] is None else Path(given["kubeconfig"]),
-            client_ca=given.get("client_ca", "off"), extensions=tuple(given.get("extensions") or ()))
+            client_ca=given.get("client_ca", "off"), extensions=tuple(given.get("extensions") or ()),
+            runs_state_dir=None if given.get("runs_state_dir") is None else Path(given["runs_state_dir"]))
         return server, int(given["log_level"])
 
     async def stop(self) -> None:

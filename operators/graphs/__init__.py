@@ -2,8 +2,10 @@
 
 The pure logic, without Kubernetes: the models that are the CRD schemas (`models`), Fuel's task
 files in and out (`fuel`), the merge of a type's graphs (`merge`), yaql conditions (`conditions`),
-the expansion over nodes (`expansion`), and a run's plan and workflow (`plan`). The kinds
-(`kinds`, `run`), the HTTP API and the CLI build on the names exported here.
+the expansion over nodes (`expansion`), a run's plan and workflow (`plan`), an environment's
+merged graphs as kept in the store (`kept`) and a run's output as its files hold it (`output`). The
+kinds (`kinds`, `run`; `with_merged_graphs`, the graphs' part of the Environment kind), the HTTP API
+and the CLI build on the names exported here.
 
 Every name is imported on first use (as `operators.lsm` does): `stead graph` starts without pydantic,
 yaql and the Kubernetes client, and the pure core does not pay for the kinds.
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
         task_from_fuel,
         task_to_fuel,
     )
-    from operators.graphs.kinds import DEPLOYMENT_GRAPH_KIND, GRAPH_RUN_KIND, KINDS
+    from operators.graphs.kinds import DEPLOYMENT_GRAPH_KIND, GRAPH_RUN_KIND, KINDS, with_merged_graphs
     from operators.graphs.merge import MergedGraph, MergeError, merge_graphs, merge_specs
     from operators.graphs.models import (
         DEPLOYMENT_GRAPH,
@@ -117,6 +119,7 @@ __all__ = [
     "task_from_fuel",
     "task_to_fuel",
     "to_workflow",
+    "with_merged_graphs",
 ]
 
 
@@ -176,6 +179,7 @@ _HOMES: dict[str, str] = {
     "task_from_fuel": "fuel",
     "task_to_fuel": "fuel",
     "to_workflow": "plan",
+    "with_merged_graphs": "kinds",
 }
 """Where each exported name lives (imported on first use)."""
 

@@ -9,6 +9,8 @@ served on the configuration API's server (same port, TLS and authentication) as 
     GET|PUT|PATCH             /api/v1/plugins/<plugin>/deployment_graphs/<type>/
     GET                       /api/v1/clusters/<environment>/deployment_tasks/?graph_type=T
     POST                      /api/v1/graphs/execute/                           a GraphRun (202)
+    GET                       /api/v1/graphruns/<run>/output/                   its task instances, output sizes
+    GET                       /api/v1/graphruns/<run>/output/<task>/?node=N     an instance's whole output, paged
 
 The trailing slash is optional. Bodies use Fuel's names: a graph is `{id, name, type, relations: [{model,
 model_id, type}], tasks}` with the tasks in Fuel's task file form (`cross-depends`, `required_for`, `role`,
@@ -27,9 +29,12 @@ shared with `stead graph` (`operators.graphs.cli`).
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -48,9 +53,23 @@ from operators.graphs.models import (
     Task,
     check_tasks,
 )
+from operators.graphs.output import (
+    PAGE_BYTES,
+    PLAN_FILE,
+    Ambiguous,
+    NoSuchInstance,
+    RunInstance,
+    find,
+    instances,
+    output_file,
+    output_size,
+    read_page,
+    select,
+)
 from operators.runtime.core.kinds import field_path
 from operators.runtime.kube.client import ApiError, Requester, custom_path
 from operators.runtime.serving.http import Response
+from pipelines.paths import RunPaths
 
 PREFIX = "/api/v1"
 OWNER_KINDS = ("release", "plugin", "environment")
@@ -59,6 +78,10 @@ MODEL_OF = {"release": "release", "plugin": "plugin", "environment": "cluster"}
 KIND_OF = {"release": "release", "plugin": "plugin", "cluster": "environment", "environment": "environment"}
 MERGE_PATCH = "application/merge-patch+json"
 _TYPE = re.compile(r"^[a-zA-Z0-9_-]{1,63}$")
+_TASK = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,119}$")
+_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,252}$")
+"""What a task id (`models.TaskId`) and a node name (the runner's target names) may be: anything else in a
+URL is refused before it is looked up."""
 
 
 # --- shared with `stead graph` ----------------------------------------------------------------------
@@ -198,6 +221,25 @@ def tasks_from_fuel(raw: Any, where: str = "body.tasks") -> list[Task]:
 
 
 
+def _count(call: Call, name: str, least: int, most: int | None) -> int | None:
+    """A whole-number query parameter in [least, most] (None when absent; 400 naming it when not)."""
+    raw = call.query.get(name)
+    if raw is None:
+        return None
+    if not raw.isdigit() or int(raw) < least or (most is not None and int(raw) > most):
+        bounds = f"from {least}" + (f" to {most}" if most is not None else "")
+        bad_request(f"query parameter {name}: expected a whole number {bounds}, got {raw!r}")
+    return int(raw)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def graph_view(item: Mapping[str, Any]) -> dict[str, Any]:
     """A DeploymentGraph as Fuel's API shows a graph: id (the object's name), name, type, relations, tasks in
     Fuel's form; plus what Stead adds (namespace, ready, and the problem of an invalid one)."""
@@ -235,6 +277,8 @@ class GraphsApi(ExtensionBase):
             (rf"{PREFIX}/(?P<model>releases|clusters|plugins)/{owner}/deployment_graphs/{graph_type}/?",
              {"GET": self.get_owned, "PUT": self.put_owned, "PATCH": self.patch_owned}),
             (rf"{PREFIX}/clusters/{owner}/deployment_tasks/?", {"GET": self.deployment_tasks}),
+            (rf"{PREFIX}/graphruns/(?P<run>[^/]+)/output/(?P<task>[^/]+)/?", {"GET": self.task_output}),
+            (rf"{PREFIX}/graphruns/(?P<run>[^/]+)/output/?", {"GET": self.run_outputs}),
         ]
 
     def route_docs(self) -> Sequence[RouteDoc]:
@@ -541,6 +585,86 @@ class GraphsApi(ExtensionBase):
                      status=202)
 
 
+    # --- a run's output -------------------------------------------------------------------------
+
+    async def _run_instances(self, call: Call) -> tuple[str, str, RunPaths, list[RunInstance]]:
+        """(namespace, run, its files, its instances) for a caller who may get the GraphRun; 404 naming the
+        run when it does not exist or has no plan here yet."""
+        namespace = self._namespace(call)
+        run = call.params["run"]
+        if not object_name_ok(run):
+            bad_request(f"path: {run!r} is not a GraphRun's name")
+        await self._authorize(call, "get", namespace, run, resource=GRAPH_RUN.plural)
+        found = await self._request("GET", custom_path(GRAPH_RUN.plural, namespace, run))
+        if found is None:
+            listed = await self._request("GET", custom_path(GRAPH_RUN.plural, namespace)) or {}
+            names = sorted(str(i["metadata"]["name"]) for i in listed.get("items") or [])
+            shown = ", ".join(names[-10:]) or "none"
+            not_found("graphrun", f'graph run "{run}" not found in namespace "{namespace}" (runs here: {shown})')
+        state_dir = self.settings.runs_state_dir
+        if state_dir is None:
+            raise ApiProblem(503, "ServiceUnavailable", "this server was started without the runs' state directory "
+                                                        "(stead operator serves it): runs' output cannot be read here")
+        paths = RunPaths(state_dir, str(found["metadata"]["uid"]))
+        plan = await asyncio.to_thread(_read_json, paths.run_dir / PLAN_FILE)
+        if plan is None:
+            state = (found.get("status") or {}).get("state") or "Pending"
+            not_found("graphrun", f"graph run {run} ({state}) has no plan on this operator's volume: it is planned "
+                                  "when it leaves Init; with several operator replicas, ask the one that runs it")
+        return namespace, run, paths, instances(plan)
+
+    def _query_name(self, call: Call, name: str, pattern: re.Pattern[str]) -> str | None:
+        value = call.query.get(name)
+        if value is not None and not pattern.match(value):
+            bad_request(f"query parameter {name}: {value!r} is not a {name} name")
+        return value
+
+    async def run_outputs(self, call: Call) -> Response:
+        """The run's task instances (`?node=`, `?task=`, `?type=` narrow them) and how many bytes of output
+        each has stored."""
+        namespace, run, paths, found = await self._run_instances(call)
+        chosen = select(found, task=self._query_name(call, "task", _TASK), node=self._query_name(call, "node", _NODE),
+                        graph_type=self._query_name(call, "type", _TYPE))
+
+        def sizes() -> list[dict[str, Any]]:
+            return [{"type": i.graph_type, "task": i.task, "node": i.node or None,
+                     "bytes": output_size(output_file(paths.run_dir, i))} for i in chosen]
+
+        return _json({"run": run, "namespace": namespace, "instances": await asyncio.to_thread(sizes)})
+
+    async def task_output(self, call: Call) -> Response:
+        """One instance's output from `?offset=` (default 0), at most `?limit=` bytes (default and at most
+        `PAGE_BYTES`): `{..., size, offset, next_offset, truncated, output}`; `next_offset` is where the next
+        page starts (null at the end)."""
+        namespace, run, paths, found = await self._run_instances(call)
+        task = call.params["task"]
+        if not _TASK.match(task):
+            bad_request(f"path: {task!r} is not a task id")
+        node = self._query_name(call, "node", _NODE)
+        graph_type = self._query_name(call, "type", _TYPE)
+        offset = _count(call, "offset", 0, None)
+        limit = _count(call, "limit", 1, PAGE_BYTES) or PAGE_BYTES
+        try:
+            instance = find(found, run, task, node, graph_type)
+            path = output_file(paths.run_dir, instance)
+        except NoSuchInstance as error:
+            not_found(error.missing, error.message)
+        except Ambiguous as error:
+            bad_request(str(error))
+        except ValueError as error:  # a plan file that names no runner instance: not followed anywhere
+            raise ApiProblem(500, "Internal", f"graph run {run}: {error}") from None
+        page = await asyncio.to_thread(read_page, path, offset or 0, limit)
+        end = page.next_offset if page.next_offset is not None else page.size
+        body: dict[str, Any] = {
+            "run": run, "namespace": namespace, "type": instance.graph_type, "task": task,
+            "node": instance.node or None, "size": page.size, "offset": page.offset, "next_offset": page.next_offset,
+            "truncated": page.truncated, "output": page.text}
+        if page.truncated:
+            body["message"] = (f"truncated at {end - page.offset} bytes (bytes {page.offset}-{end} of {page.size}): "
+                               f"ask again with offset={end}")
+        return _json(body)
+
+
 # --- what the API says about itself -------------------------------------------------------------------
 
 _OWNED = PREFIX + "/{model}/{owner}/deployment_graphs/{type}/"
@@ -558,6 +682,10 @@ ROUTE_DOCS: tuple[RouteDoc, ...] = (
      "the merged tasks of a type (?graph_type=T; ?level=release|plugins|cluster: one level; ?origin)"),
     ("POST", PREFIX + "/graphs/execute/", "run graphs: {cluster, graphs: [{type, nodes?, tasks?}], dry_run, "
                                           "noop_run, force, subgraphs} -> 202 {name} (a GraphRun)"),
+    ("GET", PREFIX + "/graphruns/{run}/output/", "a run's task instances and their output sizes (?node, ?task, "
+                                                 "?type)"),
+    ("GET", PREFIX + "/graphruns/{run}/output/{task}/", "a task instance's whole output (?node, ?type), a page "
+                                                        "at a time (?offset, ?limit)"),
 )
 
 
@@ -661,10 +789,53 @@ OPENAPI_PATHS: dict[str, Any] = {
                      "409": _error("A run is going on the cluster (named)."), **_COMMON}},
     },
 }
+_RUN = _path_param("run", "The GraphRun's name.")
+_FILTERS = [{"name": name, "in": "query", "required": False, "schema": {"type": "string"}, "description": text}
+            for name, text in (("node", "The node (needed when the task runs on several)."),
+                               ("type", "The graph type (needed when the task is in several of the run's types)."))]
+OPENAPI_PATHS[PREFIX + "/graphruns/{run}/output/"] = {
+    "parameters": [_RUN, _NS, *_FILTERS,
+                   {"name": "task", "in": "query", "required": False, "schema": {"type": "string"},
+                    "description": "Only this task's instances."}],
+    "get": {"summary": "The run's task instances, with the bytes of output each stored (a caller that may get the "
+                       "GraphRun).",
+            "responses": {"200": {"description": "The instances.", "content": {"application/json": {"schema": {
+                "type": "object", "properties": {
+                    "run": {"type": "string"}, "namespace": {"type": "string"},
+                    "instances": {"type": "array", "items": {"type": "object", "properties": {
+                        "type": {"type": "string"}, "task": {"type": "string"},
+                        "node": {"type": "string", "nullable": True}, "bytes": {"type": "integer"}}}}}}}}},
+                "404": _error("No such run, or no plan of it on this operator's volume."),
+                "503": _error("This server has no runs' files (or the API server is unreachable).")} | {
+                k: v for k, v in _COMMON.items() if k != "503"}},
+}
+OPENAPI_PATHS[PREFIX + "/graphruns/{run}/output/{task}/"] = {
+    "parameters": [_RUN, _path_param("task", "The task's id."), _NS, *_FILTERS,
+                   {"name": "offset", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0},
+                    "description": "The first byte to return (default 0)."},
+                   {"name": "limit", "in": "query", "required": False,
+                    "schema": {"type": "integer", "minimum": 1, "maximum": PAGE_BYTES},
+                    "description": f"At most this many bytes (default and most: {PAGE_BYTES})."}],
+    "get": {"summary": "A task instance's whole output, masked as stored, a page at a time.",
+            "responses": {"200": {"description": "A page: next_offset is where the next starts (null: the end).",
+                                  "content": {"application/json": {"schema": {
+                                      "$ref": "#/components/schemas/OutputPage"}}}},
+                          "400": _error("A malformed name or number, or a task on several nodes with none named."),
+                          "404": _error("No such run, task, node or type (see notFound; the message says what "
+                                        "there is)."), **_COMMON}},
+}
 OPENAPI_SCHEMAS: dict[str, Any] = {
+    "OutputPage": {"type": "object", "properties": {
+        "run": {"type": "string"}, "namespace": {"type": "string"}, "type": {"type": "string"},
+        "task": {"type": "string"}, "node": {"type": "string", "nullable": True},
+        "size": {"type": "integer", "description": "Bytes stored in all."},
+        "offset": {"type": "integer"}, "next_offset": {"type": "integer", "nullable": True},
+        "truncated": {"type": "boolean", "description": "More follows from next_offset."},
+        "message": {"type": "string", "description": "When truncated: where it was cut and how to go on."},
+        "output": {"type": "string"}}},
     "GraphError": {"type": "object", "required": ["code", "error", "message"], "properties": {
         "code": {"type": "integer"}, "error": {"type": "string"}, "message": {"type": "string"},
-        "notFound": {"type": "string", "enum": ["graph", "cluster", "route"]}}},
+        "notFound": {"type": "string", "enum": ["graph", "cluster", "route", "graphrun", "task", "node", "type"]}}},
     "FuelTask": {"type": "object", "required": ["id", "type"], "additionalProperties": True,
                  "description": "A task as Fuel's task files write it (id, type, version, roles/groups/tags, "
                                 "requires, required_for, cross-depends, cross-depended-by, condition, parameters, "

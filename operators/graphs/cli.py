@@ -13,6 +13,9 @@
                            a GraphRun; -f follows it (a live tree of each node's tasks and the
                            progress) until it ends: exit code 0 when it succeeded, 1 otherwise
     stead graph status RUN [-o json|yaml]   the run's tree of nodes and tasks
+    stead graph logs RUN [--node N] [--task T] [--type T]
+                           the whole output of the run's task instances (the status keeps a failure's
+                           tail only), from the operator's API (as `stead config`: --server, --token)
 
 Every action takes `-n NAMESPACE` and `--kubeconfig`. A refusal (the admission webhook's 409 or 422, a
 404) is one line on stderr and exit code 1.
@@ -448,6 +451,47 @@ async def _status_rich(kube: Requester, path: str, obj: dict[str, Any], follow: 
     return _exit_code(obj)
 
 
+def _logs(args: argparse.Namespace) -> int:
+    """Print the whole output of the run's instances that match --node/--task/--type, page by page from the
+    operator's API (`GET /api/v1/graphruns/<run>/output/...`): one instance's output as it is; several, each
+    after a `==> task@node (type) <==` line, as `tail` heads its files. Instances that printed nothing are left
+    out. The output is masked as the runner stored it."""
+    from urllib.parse import quote
+
+    from operators.config.cli import RequestFailed, UsageError, call
+
+    base = f"{str(args.server).rstrip('/')}/api/v1/graphruns/{quote(args.run, safe='')}/output"
+    filters = {k: v for k, v in (("node", args.node), ("task", args.task), ("type", args.type)) if v}
+    try:
+        listed = call(args, "GET", base + "/", filters)
+        chosen = [i for i in listed.get("instances") or [] if i.get("bytes")]
+        if not listed.get("instances"):
+            what = " ".join(f"{k} {v}" for k, v in filters.items())
+            raise RequestFailed(404, f"graph run {args.run} has no task instances{' for ' + what if what else ''}")
+        headed = len(chosen) > 1 or not args.task
+        for n, instance in enumerate(chosen):
+            if headed:
+                where = f"@{instance['node']}" if instance.get("node") else ""
+                print(("\n" if n else "") + f"==> {instance['task']}{where} ({instance['type']}) <==", flush=True)
+            query = {"type": str(instance["type"])}
+            if instance.get("node"):
+                query["node"] = str(instance["node"])
+            offset: int | None = 0
+            while offset is not None:
+                page = call(args, "GET", f"{base}/{quote(str(instance['task']), safe='')}/",
+                            {**query, "offset": str(offset)})
+                sys.stdout.write(page["output"])
+                offset = page.get("next_offset")
+            sys.stdout.flush()
+        if not chosen:
+            print(f"{COMMAND}: no output stored for {len(listed['instances'])} task instances of run {args.run}",
+                  file=sys.stderr)
+    except (RequestFailed, UsageError) as error:
+        print(f"{COMMAND}: {' '.join(str(error).split())}", file=sys.stderr)
+        return 1
+    return 0
+
+
 # --- running a command ------------------------------------------------------------------------------
 
 
@@ -476,7 +520,7 @@ def _owner_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def add_graph_actions(graph: argparse.ArgumentParser) -> None:
-    """`stead graph upload|download|list|delete|execute|status`."""
+    """`stead graph upload|download|list|delete|execute|status|logs`."""
     sub = graph.add_subparsers(metavar="ACTION")
     upload = sub.add_parser("upload", help="upload Fuel task files as the graph of an environment, release or "
                                            "plugin (creates it, or replaces the tasks of the one there is)")
@@ -536,6 +580,18 @@ def add_graph_actions(graph: argparse.ArgumentParser) -> None:
     status.add_argument("-f", "--follow", action="store_true", help="until the run ends")
     cluster_arguments(status, _run_command, output=True)
     status.set_defaults(handler=_status)
+
+    logs = sub.add_parser("logs", help="the whole output of a run's task instances (the status keeps a failure's "
+                                       "tail only), from the operator's API")
+    logs.add_argument("run", metavar="RUN")
+    logs.add_argument("-N", "--node", help="only the instances on this node")
+    logs.add_argument("-T", "--task", help="only this task's instances")
+    logs.add_argument("-t", "--type", help="only this graph type's instances")
+    logs.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's, else default)")
+    from operators.config.cli import api_arguments
+
+    api_arguments(logs)
+    logs.set_defaults(func=_logs)
 
 
 __all__ = ["add_graph_actions", "dispatch", "format_graphs", "format_run", "render_run", "run_spec", "subgraph"]

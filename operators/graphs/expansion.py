@@ -22,7 +22,11 @@ An *instance* is one task on one node, or an *anchor* (node ``""``): stage tasks
   Fuel (nailgun's role resolver) picks ONE node of the role at random and binds to the task's
   instances there; Stead picks the first node by name that has an instance of the task, so a
   plan is reproducible and the dependency never vanishes because the random node lacked it.
-- **strategy one_by_one**: the task's instances run one node after another (by node name).
+- **strategy**: `one_by_one` runs the task's instances one node after another (in node order);
+  `parallel` with `amount: N` runs at most N at once: the instances in node order form N chains (the
+  k-th waits for the (k-N)-th), so a node's instance starts when the one N places before it ended.
+  Stricter than a pool of N (a slow node holds back its own chain), but it is order in the graph itself:
+  a resumed or subset run keeps it, and a cycle it would make is reported like any other.
 - **Stricter than Fuel**: a reference that matches no task of the merged graph, and a cycle, are
   errors (`GraphError`) naming the tasks. A task that exists but has no instance on the node in
   question is not an error (a controller task required by a compute task binds to nothing on a
@@ -34,7 +38,6 @@ and keeps them, so the edges computed here hold whatever the data says.
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -270,10 +273,11 @@ def expand(tasks: Iterable[Task], nodes: Iterable[GraphNode | Mapping[str, Any]]
         for dep in task.cross_depended_by:
             targets = _targets(matcher, dep.name, task.id, "crossDependedBy", problems)
             _bind_cross(exp, resolver, node_pos, mine, targets, dep, forward=True)
-        if task.strategy is not None and task.strategy.type == "one_by_one" and len(mine) > 1:
+        width = _width(task)
+        if width is not None and len(mine) > width:
             ordered = sorted(mine, key=lambda j: node_pos.get(exp.instances[j][1], -1))
-            for before, after in itertools.pairwise(ordered):
-                exp.deps[after].add(before)
+            for k in range(width, len(ordered)):
+                exp.deps[ordered[k]].add(ordered[k - width])
     if problems:
         raise GraphError(problems)
 
@@ -281,6 +285,13 @@ def expand(tasks: Iterable[Task], nodes: Iterable[GraphNode | Mapping[str, Any]]
     if cycle:
         raise GraphError(["dependency cycle (each waits for the next): " + " -> ".join(cycle)])
     return exp
+
+
+def _width(task: Task) -> int | None:
+    """How many of the task's instances may run at once (None: all): 1 for one_by_one, `amount` for parallel."""
+    if task.strategy is None:
+        return None
+    return 1 if task.strategy.type == "one_by_one" else task.strategy.amount
 
 
 def _task_nodes(

@@ -4,16 +4,23 @@
 |---|---|
 | DeploymentGraph (`dg`) | `Init -> Provisioned` (checked: tasks, references, conditions; one per owner and type) |
 | GraphRun (`gr`) | `Init -> Planning -> Running -> Provisioned` (see `operators.graphs.run`) |
+
+And the part of the Environment kind that is the graphs' (`with_merged_graphs`): an Environment keeps its
+merged graphs (`operators.graphs.kept`). The environment domain sits below this one and knows nothing of
+graphs; the catalog of kinds composes the two.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field
 
+from operators.environment.models import EnvironmentSpec, EnvironmentStatus
 from operators.graphs import run
+from operators.graphs.kept import MergedGraphStore, SourceGraph, merge_environment, status_facts
 from operators.graphs.models import (
     DEPLOYMENT_GRAPH,
     GRAPH_RUN,
@@ -22,8 +29,9 @@ from operators.graphs.models import (
     GraphRunStatus,
     check_graph,
 )
-from operators.runtime.core.kinds import AdmissionRequest, Kind, PrinterColumn, Refusal, StatusBase
-from operators.runtime.core.pipeline import PermanentError, Pipeline, StepContext
+from operators.runtime.core.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
+from operators.runtime.core.pipeline import KIND_CONDITIONS, PermanentError, Pipeline, StepContext, StepFn
+from operators.runtime.core.store import object_key
 from operators.runtime.kube.client import custom_path
 
 
@@ -121,3 +129,71 @@ GRAPH_RUN_KIND = Kind(
 )
 
 KINDS: tuple[Kind, ...] = (DEPLOYMENT_GRAPH_KIND, GRAPH_RUN_KIND)
+
+
+# --- the Environment's merged graphs -------------------------------------------------------------------
+
+
+class MergedGraphStatus(Model):
+    """One graph type of an environment, merged."""
+
+    type: str = Field(description="The graph type.")
+    task_count: int = Field(description="How many tasks the merged graph has (0 when it does not merge).")
+    digest: str | None = Field(None, description="A digest of the merged tasks: it changes when the merge does.")
+    problem: str | None = Field(None, description="Why the type does not merge (two plugins defining a task).")
+
+
+class EnvironmentWithGraphsStatus(EnvironmentStatus):
+    """Written by Stead."""
+
+    graphs: list[MergedGraphStatus] | None = Field(
+        None, description="Each graph type of the environment (of its release, enabled plugins or its own), merged "
+        "(release < plugins < environment) and kept in the operator's store, where a GraphRun plans from it.")
+    graph_summary: str | None = Field(
+        None, description="The merged graphs at a glance: TYPE:TASKS@DIGEST for each type (TYPE:error when it does "
+        "not merge; the GraphsMerged condition says why).")
+
+
+def source_graphs(ctx: StepContext) -> list[SourceGraph]:
+    """The Provisioned DeploymentGraphs of the object's namespace, from the local store (no API call)."""
+    prefix = object_key(DEPLOYMENT_GRAPH.kind, ctx.obj.namespace, "")
+    found = []
+    for key, record in ctx.services.store.items(DEPLOYMENT_GRAPH.kind):
+        if key.startswith(prefix):
+            found.append(SourceGraph(key.removeprefix(prefix), record.generation,
+                                     DeploymentGraphSpec.model_validate(dict(record.spec))))
+    return found
+
+
+async def keep_merged_graphs(ctx: StepContext) -> Mapping[str, Any]:
+    """Merge the environment's graphs per type, keep the merges in the store, and say so in its status."""
+    spec = EnvironmentSpec.model_validate(dict(ctx.obj.spec))
+    merges = merge_environment(ctx.obj.name, spec, ctx.obj.generation, source_graphs(ctx))
+    MergedGraphStore(ctx.services.store).replace(ctx.obj.namespace, ctx.obj.name, merges)
+    facts = status_facts(merges)
+    return {"graphs": facts["graphs"], "graphSummary": facts["graphSummary"], KIND_CONDITIONS: [facts["condition"]]}
+
+
+def with_merged_graphs(kind: Kind) -> Kind:
+    """The Environment kind, keeping its merged graphs as well: after its last step, the graphs are merged
+    (`keep_merged_graphs`); a DeploymentGraph of its namespace that comes to rest in a new way or goes has
+    every Environment of the namespace checked again (a graph's name does not say which environments take
+    it; a check reads the local store and writes status only when what it shows changed)."""
+    last = kind.pipeline.phases[-2]
+    step = kind.pipeline.steps[last]
+
+    async def and_merge(ctx: StepContext) -> Mapping[str, Any]:
+        facts = dict(await step(ctx))
+        merged = await keep_merged_graphs(ctx)
+        conditions = [*(facts.get(KIND_CONDITIONS) or ()), *merged[KIND_CONDITIONS]]
+        return {**facts, **merged, KIND_CONDITIONS: conditions}
+
+    steps: dict[str, StepFn] = {**kind.pipeline.steps, last: and_merge}
+    return dataclasses.replace(
+        kind,
+        pipeline=dataclasses.replace(kind.pipeline, steps=steps),
+        status_model=EnvironmentWithGraphsStatus,
+        columns=(*kind.columns, PrinterColumn("Graphs", ".status.graphSummary",
+                                              description="Each graph type merged: TYPE:TASKS@DIGEST.")),
+        depends_on={**kind.depends_on, DEPLOYMENT_GRAPH.kind: lambda spec, name: True},
+    )

@@ -3,8 +3,9 @@
 - Init: the environment exists and says how to reach its nodes (`spec.ssh`, unless a dry run), and
   no other run is going on it (the admission webhook refuses the second with 409; this catches a
   run that bypassed it).
-- Planning: the graphs of each type the run names are merged (release < the environment's plugins
-  < the environment), expanded over the environment's nodes and planned (conditions evaluated over
+- Planning: the merged graph of each type the run names (release < the environment's plugins < the
+  environment: the Environment's kept merge while it is current, else merged from the current graphs;
+  `operators.graphs.kept`) is expanded over the environment's nodes and planned (conditions evaluated over
   each node's effective configuration, from the configuration store). The plan, the workflow and
   the data the conditions read are written to the run's directory, so that an operator restart
   follows the same plan rather than a new one. A dry run ends here.
@@ -39,7 +40,8 @@ from operators.config.repository import KubeConfigRepository
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec, SshAccess
 from operators.graphs.conditions import ConditionError
 from operators.graphs.expansion import GraphError
-from operators.graphs.merge import MergeError, merge_specs
+from operators.graphs.kept import MergedGraphStore, SourceGraph, plan_input
+from operators.graphs.merge import MergeError
 from operators.graphs.models import (
     DEPLOYMENT_GRAPH,
     GRAPH_RUN,
@@ -47,6 +49,7 @@ from operators.graphs.models import (
     DeploymentGraphSpec,
     GraphRunSpec,
 )
+from operators.graphs.output import PLAN_FILE
 from operators.graphs.plan import PlanError, plan_run, step_id, to_workflow
 from operators.runtime.core.clock import utc_now, utc_seconds
 from operators.runtime.core.kinds import AdmissionRequest, Refusal
@@ -71,9 +74,6 @@ from pipelines.paths import RunPaths
 
 log = logging.getLogger(__name__)
 
-PLAN_FILE = "graph-plan.json"
-"""In the run's directory: the workflow, which step is which task on which node, the facts of the plan
-and the data the conditions read (recorded as the environment's last data when the run succeeds)."""
 LAST_DATA_DIR = "graph-data"
 """Under the runs' state directory: `<namespace>/<environment>.json`, the nodes' data of the environment's
 last successful run. On this replica's volume: lost with it, after which every change function is true
@@ -96,16 +96,24 @@ async def _get(ctx: StepContext, path: str) -> dict[str, Any] | None:
     return found
 
 
-async def _environment(ctx: StepContext, name: str) -> EnvironmentSpec:
+async def _environment_object(ctx: StepContext, name: str) -> dict[str, Any]:
     body = await _get(ctx, custom_path(ENVIRONMENT.plural, ctx.obj.namespace, name))
     if body is None:
         raise PermanentError("EnvironmentNotFound", f"spec.environment: no Environment {name!r} in namespace "
                              f"{ctx.obj.namespace}", facts={"state": "Failed", "reason": f"no environment {name}"})
+    return body
+
+
+def _environment_spec(name: str, body: Mapping[str, Any]) -> EnvironmentSpec:
     try:
         return EnvironmentSpec.model_validate(dict(body.get("spec") or {}))
     except ValidationError:
         raise PermanentError("EnvironmentInvalid", f"Environment {name} has an invalid spec (see its status)",
                              facts={"state": "Failed"}) from None
+
+
+async def _environment(ctx: StepContext, name: str) -> EnvironmentSpec:
+    return _environment_spec(name, await _environment_object(ctx, name))
 
 
 async def others_running(kube: Any, namespace: str, environment: str, name: str) -> list[str]:
@@ -135,13 +143,16 @@ async def validate(ctx: StepContext) -> Mapping[str, Any]:
     return {"state": "Pending", "startTime": ctx.obj.status.get("startTime") or utc_now()}
 
 
-async def deployment_graphs(kube: Any, namespace: str) -> list[DeploymentGraphSpec]:
-    """The namespace's DeploymentGraphs that are valid (an invalid one is Stalled, saying why)."""
+async def source_graphs(kube: Any, namespace: str) -> list[SourceGraph]:
+    """The namespace's DeploymentGraphs that are valid (an invalid one is Stalled, saying why), as the API
+    server holds them now."""
     listed = await kube.request("GET", custom_path(DEPLOYMENT_GRAPH.plural, namespace))
     graphs = []
     for item in listed.get("items") or []:
         with contextlib.suppress(ValidationError):
-            graphs.append(DeploymentGraphSpec.model_validate(dict(item.get("spec") or {})))
+            meta = item.get("metadata") or {}
+            graphs.append(SourceGraph(str(meta.get("name")), int(meta.get("generation") or 0),
+                                      DeploymentGraphSpec.model_validate(dict(item.get("spec") or {}))))
     return graphs
 
 
@@ -255,16 +266,26 @@ async def plan(ctx: StepContext) -> Mapping[str, Any]:
     if facts.get("state") in FINAL_RUN_STATES:
         return facts
     paths = paths_for(ctx)
-    saved = _read_plan(paths.run_dir)
+    saved = read_plan(paths.run_dir)
     if saved is not None:  # planned before a restart: the same plan, never a new one
         return {**facts, **saved["facts"], "state": saved["facts"].get("state", "Running")}
     spec = GraphRunSpec.model_validate(dict(ctx.obj.spec))
-    env = await _environment(ctx, spec.environment)
-    graphs = await deployment_graphs(ctx.services.kube, ctx.obj.namespace)
+    env_body = await _environment_object(ctx, spec.environment)
+    env = _environment_spec(spec.environment, env_body)
+    generation = int((env_body.get("metadata") or {}).get("generation") or 0)
+    graphs = await source_graphs(ctx.services.kube, ctx.obj.namespace)
+    store = getattr(ctx.services, "store", None)
+    kept = MergedGraphStore(store).of_environment(ctx.obj.namespace, spec.environment) if store is not None else {}
     failed = {"state": "Failed", "endTime": utc_now()}
     try:
-        merged = {g.type: merge_specs(graphs, g.type, release=env.release, plugins=env.plugins,
-                                      environment=spec.environment).tasks for g in spec.graphs}
+        merged: dict[str, list[Any]] = {}
+        for selection in spec.graphs:
+            tasks, was_kept = plan_input(kept.get(selection.type), spec.environment, env, generation, graphs,
+                                         selection.type)
+            merged[selection.type] = tasks
+            log.info("GraphRun %s/%s: the %r graph of environment %s %s", ctx.obj.namespace, ctx.obj.name,
+                     selection.type, spec.environment, "as kept in the store" if was_kept else
+                     "merged from the current graphs (the kept merge is not current)")
         data = await node_data(ctx, spec.environment, env)
         last = None if spec.force else read_last_data(_last_data_path(ctx, spec.environment))
         access = env.ssh or SshAccess.model_validate({"privateKey": {"name": "x", "key": "x"},
@@ -301,7 +322,7 @@ async def plan(ctx: StepContext) -> Mapping[str, Any]:
     return {**facts, **plan_facts, "state": plan_facts.get("state", "Running")}
 
 
-def _read_plan(run_dir: Path) -> dict[str, Any] | None:
+def read_plan(run_dir: Path) -> dict[str, Any] | None:
     try:
         saved = json.loads((run_dir / PLAN_FILE).read_text())
     except (OSError, ValueError):
@@ -353,7 +374,7 @@ async def supervise(ctx: StepContext) -> Mapping[str, Any]:
     progress = read_progress(paths)
     if facts.get("state") in FINAL_RUN_STATES and (spec.dry_run or progress is None or progress.get("finishedAt")):
         return _finished(ctx, facts)
-    saved = _read_plan(paths.run_dir)
+    saved = read_plan(paths.run_dir)
     if saved is None:
         raise PermanentError("PlanLost", "the run's plan is gone from the operator's volume: create a new GraphRun",
                              facts={**facts, "state": "Failed", "reason": "plan lost"})

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from operators import API_VERSION
 from operators.config.api.calls import ApiProblem, Call, _json, _json_body, bad_request, not_found, object_name_ok
-from operators.config.api.extension import ExtensionBase, Handler, RouteDoc, passed_on
+from operators.config.api.extension import ExtensionBase, ExtensionSettings, Handler, RouteDoc, passed_on
 from operators.config.auth import Authenticator
 from operators.lsm.attributes import identity_value
 from operators.lsm.instance import check_delete, check_request
@@ -177,8 +177,9 @@ class InventoryApi(ExtensionBase):
 
     resource = RESOURCE
 
-    def __init__(self, kube: Requester, authenticator: Authenticator, default_namespace: str = "default") -> None:
-        super().__init__(kube, authenticator, default_namespace)
+    def __init__(self, kube: Requester, authenticator: Authenticator, default_namespace: str = "default",
+                 settings: ExtensionSettings | None = None) -> None:
+        super().__init__(kube, authenticator, default_namespace, settings)
         self.services = _Services(kube)
 
     # --- the extension ------------------------------------------------------------------------

@@ -1,15 +1,17 @@
 """The Kopf adapter: the only module that imports Kopf.
 
-Handlers here are deliberately thin. Each kind gets one low-level `on.event` handler, which
-passes the event to its `Reconciler`; a validating webhook only if the kind has checks its CRD
-schema cannot express; a mutating one only if it mutates or holds a finalizer. Low-level
-handlers are chosen over Kopf's `on.create/update/resume`: those keep per-handler progress in
-annotations and a finalizer on every object, which costs several PATCHes per object, where
-Stead's budget is one per visible transition.
+Kopf serves the admission webhooks and runs the operator's lifecycle; it does not watch. The
+reconcilers are fed by Stead's own list+watch (`operators.runtime.kube.watch`): Kopf's watches
+send no label selector (with several replicas every one would receive every event) and its
+per-event machinery cost about a third of the operator's CPU per object.
 
-`prepare_kopf` registers the handlers (and, in local mode, the webhook configurations) and
-returns what starts Kopf; `operators.runtime.process` calls it between building the engine and
-starting the rest of the process, so that the order of start-up stays one place's business.
+A kind gets a validating webhook only if it has checks its CRD schema cannot express; a mutating
+one only if it mutates or holds a finalizer, and, with several replicas (`label_buckets`), every
+namespaced kind gets one that sets the bucket label the replicas' watches select by.
+
+`prepare_kopf` registers the webhooks (and, in local mode, their configurations) and returns
+what starts Kopf; `operators.runtime.process` calls it between building the engine and starting
+the rest of the process, so that the order of start-up stays one place's business.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import kopf
 
 from operators import GROUP, VERSION
 from operators.runtime.core.kinds import FINALIZER, AdmissionRequest, Kind, Refusal
-from operators.runtime.engine.reconciler import Reconciler
 from operators.runtime.engine.services import Services
 from operators.runtime.kube.admission import (
     MUTATING_CONFIGURATION,
@@ -41,6 +42,7 @@ from operators.runtime.kube.admission import (
 from operators.runtime.kube.client import KubeClient, bearer_token, load_configuration
 from operators.runtime.serving.certs import KeyPair, make_ca, make_leaf
 from operators.runtime.serving.tls import reload_certificate, server_context, write_private
+from operators.runtime.shard import BUCKET_LABEL, bucket_label
 
 log = logging.getLogger(__name__)
 
@@ -65,23 +67,26 @@ class WebhookOptions:
 
 
 async def prepare_kopf(
-    kube: KubeClient, kinds: Sequence[Kind], reconcilers: Sequence[Reconciler], admission_services: Services,
+    kube: KubeClient, kinds: Sequence[Kind], admission_services: Services,
     kubeconfig: Path | None, webhook: WebhookOptions | None, stack: contextlib.AsyncExitStack,
+    label_buckets: bool = False,
 ) -> StartKopf:
-    """Register every kind's handlers (and its webhooks) with a registry of this process's own;
-    return what starts Kopf with them. `admission_services` are what admission checks use: their
-    API client has connections of its own (see `run_operator`)."""
+    """Register every kind's webhooks with a registry of this process's own; return what starts
+    Kopf with them. `admission_services` are what admission checks use: their API client has
+    connections of its own (see `run_operator`). `label_buckets`: every namespaced kind's
+    objects get the bucket label (`operators.runtime.shard`) at creation and update."""
     logging.getLogger("kopf.objects").addFilter(_RefusalsAreNotErrors())
     registry = kopf.OperatorRegistry()
     kopf.on.login(registry=registry)(_login_with(kubeconfig))
-    for reconciler in reconcilers:
-        _register(registry, reconciler, admission_services, webhooks=webhook is not None)
+    if webhook is not None:
+        for kind in kinds:
+            _register(registry, kind, admission_services, label_buckets)
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # Stead posts its own Events, one per transition
     settings.peering.standalone = True
     if webhook is not None:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stead-webhook-")))
-        settings.admission.server, reloader = await _webhook_server(kube, kinds, webhook, tmp)
+        settings.admission.server, reloader = await _webhook_server(kube, kinds, webhook, tmp, label_buckets)
         if reloader is not None:
             task = asyncio.create_task(reloader)
             stack.callback(task.cancel)
@@ -119,15 +124,13 @@ def _login_with(kubeconfig: Path | None) -> Callable[..., kopf.ConnectionInfo]:
     return login
 
 
-def _register(registry: kopf.OperatorRegistry, reconciler: Reconciler, services: Services, webhooks: bool) -> None:
-    kind = reconciler.kind
+def labels_buckets(kind: Kind, label_buckets: bool) -> bool:
+    """Whether the kind's objects get the bucket label (cluster-scoped kinds are watched whole)."""
+    return label_buckets and not kind.cluster_scoped
 
-    @kopf.on.event(GROUP, VERSION, kind.plural, registry=registry, id=f"reconcile-{kind.plural}")
-    async def on_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        await reconciler.on_event(event.get("type"), body)
 
-    if not webhooks:
-        return
+def _register(registry: kopf.OperatorRegistry, kind: Kind, services: Services, label_buckets: bool) -> None:
+    labelled = labels_buckets(kind, label_buckets)
 
     def request(body: kopf.Body, dryrun: bool, extra: dict[str, Any]) -> AdmissionRequest:
         meta = body.get("metadata") or {}
@@ -155,7 +158,7 @@ def _register(registry: kopf.OperatorRegistry, reconciler: Reconciler, services:
                 except Refusal as refusal:
                     raise kopf.AdmissionError(refusal.message, code=refusal.code) from None
 
-    if kind.mutates:
+    if kind.mutates or labelled:
         @kopf.on.mutate(GROUP, VERSION, kind.plural, registry=registry, id=mutating_handler_id(kind),
                         operations=["CREATE", "UPDATE"], side_effects=True)
         async def mutate(body: kopf.Body, dryrun: bool, patch: kopf.Patch, **extra: Any) -> None:
@@ -165,16 +168,23 @@ def _register(registry: kopf.OperatorRegistry, reconciler: Reconciler, services:
                     changes = dict(await kind.mutation(request(body, dryrun, extra)) or {})
                 except Refusal as refusal:
                     raise kopf.AdmissionError(refusal.message, code=refusal.code) from None
-            finalizers = list((body.get("metadata") or {}).get("finalizers") or [])
+            meta = body.get("metadata") or {}
+            finalizers = list(meta.get("finalizers") or [])
             if kind.cleanup is not None and FINALIZER not in finalizers and extra.get("operation") == "CREATE":
                 # Held from the object's first moment, at the cost of no PATCH of its own.
                 changes["metadata"] = {**changes.get("metadata", {}), "finalizers": [*finalizers, FINALIZER]}
+            if labelled:  # whatever a user set: the label is a function of the project, which may have changed
+                labels = {**(meta.get("labels") or {}), **(changes.get("metadata", {}).get("labels") or {})}
+                value = bucket_label(labels, str(meta.get("namespace") or ""))
+                if labels.get(BUCKET_LABEL) != value:
+                    added = {**(changes.get("metadata", {}).get("labels") or {}), BUCKET_LABEL: value}
+                    changes["metadata"] = {**changes.get("metadata", {}), "labels": added}
             for key, value in changes.items():
                 patch[key] = value
 
 
 async def _webhook_server(
-    kube: KubeClient, kinds: Sequence[Kind], opts: WebhookOptions, tmp: Path
+    kube: KubeClient, kinds: Sequence[Kind], opts: WebhookOptions, tmp: Path, label_buckets: bool
 ) -> tuple[kopf.WebhookServer, Coroutine[Any, Any, None] | None]:
     """The webhook server, and for mounted certificates the coroutine that reloads them."""
     if opts.register_url is None:
@@ -194,7 +204,8 @@ async def _webhook_server(
     api = "/apis/admissionregistration.k8s.io/v1"
     config = validating_configuration(kinds, opts.register_url, ca.cert_pem)
     await kube.apply(f"{api}/validatingwebhookconfigurations/{WEBHOOK_CONFIGURATION}", config)
-    mutating = mutating_configuration(kinds, opts.register_url, ca.cert_pem)
+    mutating = mutating_configuration(kinds, opts.register_url, ca.cert_pem,
+                                      also=lambda kind: labels_buckets(kind, label_buckets))
     if mutating is not None:
         await kube.apply(f"{api}/mutatingwebhookconfigurations/{MUTATING_CONFIGURATION}", mutating)
     server = kopf.WebhookServer(addr=opts.listen, port=opts.port, certfile=tmp / "tls.crt", pkeyfile=tmp / "tls.key")

@@ -1,5 +1,6 @@
 """The operator process: builds the engine (store, API client, vault, reconcilers), starts the
-health endpoints, the addons and Kopf, and stops everything it started, in reverse."""
+watches that feed the reconcilers, the health endpoints, the addons and Kopf (admission webhooks
+and the process's lifecycle), and stops everything it started, in reverse."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ from operators.runtime.engine.runs import RunSettings
 from operators.runtime.engine.services import Services
 from operators.runtime.engine.slots import RunSlots, default_limit
 from operators.runtime.kopfwiring import WebhookOptions, prepare_kopf
-from operators.runtime.kube.client import USER_AGENT, KubeClient, load_access
+from operators.runtime.kube.client import USER_AGENT, KubeClient, custom_path, load_access
 from operators.runtime.kube.crds import apply_shipped, install_crds
+from operators.runtime.kube.watch import EVERYTHING, Deliver, Watch
 from operators.runtime.secrets import open_vault
 from operators.runtime.serving.eventloop import freeze_startup_objects
 from operators.runtime.serving.metrics import HealthServer, Metrics
@@ -71,8 +73,10 @@ async def run_operator(
         # of reconciles holding every pooled connection cannot make a create time out.
         admission_kube = await stack.enter_async_context(
             KubeClient(access, concurrency=ADMISSION_CONNECTIONS, timeout=ADMISSION_TIMEOUT_SECONDS, user_agent=agent))
-        sharding = Sharding(kube, options.namespace, options.replica, duration=options.lease_seconds) \
-            if options.sharding == "leases" else None
+        # Watches hold their connection for minutes: a pool of their own (no limit), never the writes'.
+        watch_kube = await stack.enter_async_context(KubeClient(access, concurrency=0, user_agent=agent))
+        sharding = Sharding(kube, options.namespace, options.replica, duration=options.lease_seconds,
+                            metrics=metrics) if options.sharding == "leases" else None
         writes = sharding.fenced(kube) if sharding is not None else kube  # the engine's writes: checked
         if options.install_crds:
             await install_crds(kube, kinds)
@@ -101,8 +105,11 @@ async def run_operator(
             swept = reconciler.sweep(await kube.list(reconciler.kind.plural))  # deleted while we were away
             if swept:
                 log.info("dropped %d stale %s store entries", swept, reconciler.kind.kind)
-        start_kopf = await prepare_kopf(kube, kinds, reconcilers, replace(services, kube=admission_kube),
-                                        options.kubeconfig, options.webhook, stack)
+        watches = _watches(watch_kube, reconcilers, options.namespaces, sharding, metrics)
+        for watch in watches:
+            _background(stack, watch.run())
+        start_kopf = await prepare_kopf(kube, kinds, replace(services, kube=admission_kube),
+                                        options.kubeconfig, options.webhook, stack, label_buckets=sharding is not None)
         health = HealthServer(metrics, options.health_listen, options.health_port)
         await health.start()
         stack.push_async_callback(health.stop)
@@ -112,7 +119,7 @@ async def run_operator(
         _background(stack, recorder.run())
         stack.push_async_callback(recorder.drain)  # runs before the poster is cancelled
         ready = asyncio.Event()
-        _background(stack, _become_ready(ready, health, options.webhook))
+        _background(stack, _become_ready(ready, health, options.webhook, watches))
         if options.shipped_objects:  # after the webhook serves: the shipped objects are admitted like any other
             _background(stack, apply_shipped(kube, kinds))
         kopf_stop = stop
@@ -127,6 +134,31 @@ ADMISSION_CONNECTIONS = 16
 ADMISSION_TIMEOUT_SECONDS = 5.0
 """Half the webhooks' `timeoutSeconds` (10): a slow call fails the request with a clear error
 rather than the API server's "context deadline exceeded"."""
+
+
+def _watches(kube: KubeClient, reconcilers: Sequence[Reconciler], namespaces: Sequence[str],
+             sharding: Sharding | None, metrics: Metrics) -> list[Watch]:
+    """One watch per kind and scope (each namespace given, or all), feeding the kind's reconciler.
+    With sharding, those of namespaced kinds select the buckets of this replica's projects
+    (`Sharding.follow`), and objects without a bucket label are watched to be labelled."""
+    scopes: list[str | None] = list(namespaces) or [None]
+    watches: list[Watch] = []
+    followed: list[Watch] = []
+    for reconciler in reconcilers:
+        kind = reconciler.kind
+        for scope in [None] if kind.cluster_scoped else scopes:
+            deliver: Deliver = reconciler.on_event
+            if sharding is not None and not kind.cluster_scoped:
+                deliver = sharding.feed(deliver, kind.plural)
+            watch = Watch(kube, custom_path(kind.plural, scope), kind.kind, deliver, selection=EVERYTHING,
+                          metrics=metrics)
+            watches.append(watch)
+            if sharding is not None and not kind.cluster_scoped:
+                followed.append(watch)
+    if sharding is not None:
+        sharding.follow(followed)
+        watches += sharding.labellers(kube, [r.kind for r in reconcilers], scopes)
+    return watches
 
 
 def _link_dependents(reconcilers: Sequence[Reconciler]) -> None:
@@ -175,9 +207,13 @@ def _background(stack: contextlib.AsyncExitStack, coroutine: Coroutine[Any, Any,
     stack.callback(task.cancel)
 
 
-async def _become_ready(ready: asyncio.Event, health: HealthServer, webhook: WebhookOptions | None) -> None:
-    """Ready once Kopf has started and, with webhooks, once their port accepts connections."""
+async def _become_ready(ready: asyncio.Event, health: HealthServer, webhook: WebhookOptions | None,
+                        watches: Sequence[Watch]) -> None:
+    """Ready once Kopf has started, every watch has listed what it selects (with sharding: nothing
+    before the first pass) and, with webhooks, once their port accepts connections."""
     await ready.wait()
+    for watch in watches:
+        await watch.listed.wait()
     while webhook is not None:
         with contextlib.suppress(OSError):
             _, writer = await asyncio.open_connection(webhook.listen, webhook.port)

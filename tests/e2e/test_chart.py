@@ -776,8 +776,18 @@ def test_sharded_replicas_claim_projects_share_the_runs_volume_and_have_a_budget
     role = _named(objects, "Role", RELEASE)
     [leases] = [r for r in role["rules"] if "leases" in r["resources"]]
     assert leases["apiGroups"] == ["coordination.k8s.io"] and {"get", "create", "update"} <= set(leases["verbs"])
-    single = _operator(_objects(_template(helm)))["args"]
-    assert not [a for a in single if a.startswith("--sharding")]
+    # every namespaced kind's objects get their bucket label from the mutating webhook, and the
+    # operator may patch them (the label of objects from before sharding)
+    crds = [crd for crd in _crd_files() if crd["spec"]["scope"] == "Namespaced"]
+    mutation = _one(objects, "MutatingWebhookConfiguration")
+    assert {hook["name"] for hook in mutation["webhooks"]} == {
+        f"{crd['spec']['names']['plural']}.{crd['spec']['group']}" for crd in crds}
+    patched = {resource for rule in _named(objects, "ClusterRole", RELEASE)["rules"]
+               if rule["verbs"] == ["patch"] for resource in rule["resources"]}
+    assert {crd["spec"]["names"]["plural"] for crd in crds} <= patched
+    single = _objects(_template(helm))
+    assert not [a for a in _operator(single)["args"] if a.startswith("--sharding")]
+    assert len(_one(single, "MutatingWebhookConfiguration")["webhooks"]) < len(crds)
 
 
 @pytest.mark.e2e

@@ -25,7 +25,7 @@ def test_example_becomes_ready_with_its_story_in_columns_and_events(
     assert status["phase"] == "Provisioned" and status["observedGeneration"] == 1
     assert status["nodeCount"] == 3 and status["roles"] == {"cinder": 1, "compute": 2, "controller": 1}
     table = kubectl("get", "stead", "-n", namespace).stdout.split("\n")
-    assert table[0].split() == ["NAME", "PHASE", "READY", "RELEASE", "NODES", "AGE"]
+    assert table[0].split() == ["NAME", "PHASE", "READY", "RELEASE", "NODES", "GRAPHS", "AGE"]  # no graphs: empty
     row = table[1].split()
     assert row[0].endswith("demo") and row[1:5] == ["Provisioned", "True", "mitaka-9.0", "3"]
     events = wait_until(lambda: kubectl("get", "events", "-n", namespace, "-o", "json",

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pipelines.control import read_status, run_paths
-from tests.e2e.conftest import ROOT, Kubectl, OperatorProcess, wait_until
+from tests.e2e.conftest import ROOT, STEAD, Kubectl, OperatorProcess, api_call, wait_until
 from tests.e2e.test_apps import apply, get
 from tests.sshd import SshNodes, ssh_nodes  # noqa: F401  (the module's sshd nodes)
 
@@ -152,6 +153,61 @@ def test_one_run_at_a_time_abort_and_a_dry_run_that_touches_nothing(kubectl: Kub
     assert set(states(status).values()) == {"planned"} and order.read_text() == before
 
 
+def test_a_tasks_whole_output_is_read_through_the_api_and_the_cli(
+        kubectl: Kubectl, environment: tuple[str, Path], operator: OperatorProcess, tmp_path: Path) -> None:
+    """The status keeps a failure's tail only; `stead graph logs` reads every byte from the operator's API, as
+    its caller may (RBAC: get graphruns in the namespace)."""
+    from tests.e2e.test_config_api import client_certificate
+
+    namespace, _ = environment
+    apply(kubectl, graph("r1-talk", namespace, [
+        shell("talk", ["compute"], "seq 1 4000"),
+        shell("fail", ["controller"], "seq 1 3000; exit 4"),
+    ], release="r1", type="talk"))
+    apply(kubectl, graph_run("talking", namespace, {"type": "talk"}))
+    status = finished(kubectl, namespace, "talking")
+    assert status["state"] == "Failed" and status["failedTask"] == "fail@ctl", status
+    tail = next(t["output"] for n in status["nodes"] for t in n["tasks"] if t["task"] == "fail")
+    whole_fail = "".join(f"{i}\n" for i in range(1, 3001))
+    assert len(tail) < len(whole_fail) and whole_fail.rstrip("\n").endswith(tail.rstrip("\n")[-100:])
+
+    env = {**os.environ, "STEAD_CONFIG_URL": f"https://127.0.0.1:{operator.config_api_port}",
+           "STEAD_CONFIG_CACERT": str(operator.store.parent / "config-api" / "ca.crt")}
+    env.pop("STEAD_CONFIG_TOKEN", None)
+
+    def logs(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(STEAD), "graph", "logs", "talking", "-n", namespace, "--kubeconfig",
+                               str(operator.cluster.kubeconfig), *args], capture_output=True, text=True,
+                              timeout=60, env=env)
+
+    shown = logs("--task", "fail")
+    assert (shown.returncode, shown.stderr) == (0, ""), shown.stderr
+    assert shown.stdout == whole_fail  # every line, not the status' tail
+    shown = logs("--task", "talk", "--node", "cmp-2")
+    assert shown.returncode == 0 and shown.stdout == "".join(f"{i}\n" for i in range(1, 4001))
+    shown = logs()
+    assert shown.returncode == 0
+    assert sorted(line for line in shown.stdout.splitlines() if line.startswith("==>")) == [
+        "==> fail@ctl (talk) <==", "==> talk@cmp-1 (talk) <==", "==> talk@cmp-2 (talk) <=="]
+    shown = logs("--task", "talk")
+    assert shown.returncode == 0 and shown.stdout.count("==> talk@") == 2
+    missing = logs("--task", "nope", "--node", "ctl")
+    assert missing.returncode == 1 and "no task instances for node ctl task nope" in missing.stderr
+
+    # through the API: paged, and only for who may get the run
+    admin = client_certificate(operator.cluster, tmp_path, "graph-admin", ("system:masters",))
+    path = "/api/v1/graphruns/talking/output/talk/"
+    code, page = api_call(operator, admin, namespace, "GET", path, query="node=cmp-1&limit=1000")
+    assert code == 200 and page["truncated"] and page["next_offset"] == 1000 and page["size"] > 1000
+    assert page["output"].startswith("1\n2\n") and "truncated at 1000 bytes" in page["message"]
+    nobody = client_certificate(operator.cluster, tmp_path, "graph-nobody")
+    code, refused = api_call(operator, nobody, namespace, "GET", path, query="node=cmp-1")
+    assert code == 403 and 'may not get graphruns in namespace "t-graphs"' in refused["message"]
+    code, refused = api_call(operator, admin, namespace, "GET", "/api/v1/graphruns/talking/output/talk/",
+                             query="node=..%2F..%2Fkube-credentials")
+    assert code == 400 and "node" in refused["message"]
+
+
 def test_a_runner_killed_mid_run_resumes_without_repeating_finished_tasks(
         kubectl: Kubectl, environment: tuple[str, Path], operator: OperatorProcess) -> None:
     namespace, order = environment
@@ -186,6 +242,58 @@ def test_the_example_plans_as_a_dry_run(kubectl: Kubectl, namespace: str, operat
     status = finished(kubectl, namespace, "plan-1")
     assert status["state"] == "Succeeded" and status["plan"]["planned"] == 3, status
     assert states(status)["compute-service@node-2"] == "planned"
+
+
+def test_the_environment_keeps_its_merged_graph_current_and_runs_plan_from_it(
+        kubectl: Kubectl, namespace: str, operator: OperatorProcess) -> None:
+    """The merge is kept per type and re-made when a graph or the environment changes (or a graph goes):
+    `kubectl get env` shows it; a run plans from it."""
+    def env(plugins: list[str]) -> dict[str, Any]:
+        return {"apiVersion": API, "kind": "Environment", "metadata": {"name": "env", "namespace": namespace},
+                "spec": {"release": "r1", "plugins": plugins,
+                         "nodes": [{"name": "ctl", "roles": ["controller"], "address": "127.0.0.2"}]}}
+
+    def summary_becomes(predicate: Any, what: str) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            status: dict[str, Any] = get(kubectl, "environment", "env", namespace).get("status") or {}
+            return status if predicate(str(status.get("graphSummary"))) else None
+        found: dict[str, Any] = wait_until(check, 30, what)
+        return found
+
+    apply(kubectl, env([]))
+    apply(kubectl, graph("rel", namespace, [shell("db", ["*"], "true"), shell("app", ["*"], "true")], release="r1"))
+    first = summary_becomes(lambda s: s.startswith("default:2@"), "the release's graph merged")
+    apply(kubectl, graph("own", namespace, [shell("app", ["*"], "echo mine"), shell("report", ["*"], "true")],
+                         environment="env"))
+    second = summary_becomes(lambda s: s.startswith("default:3@"), "the environment's graph merged in")
+    assert first["graphs"][0]["digest"] != second["graphs"][0]["digest"]
+    columns = kubectl("get", "environment", "env", "-n", namespace).stdout
+    assert "GRAPHS" in columns and second["graphSummary"] in columns
+
+    # the environment changes: a plugin it now enables brings its graph in
+    apply(kubectl, graph("lma", namespace, [shell("collect", ["*"], "true")], plugin="lma"))
+    apply(kubectl, env(["lma"]))
+    summary_becomes(lambda s: s.startswith("default:4@"), "the enabled plugin's graph merged in")
+    apply(kubectl, graph("ceph", namespace, [shell("collect", ["*"], "true")], plugin="ceph"))
+    apply(kubectl, env(["lma", "ceph"]))
+    failed = summary_becomes(lambda s: s == "default:error", "two plugins defining one task")
+    merged = next(c for c in failed["conditions"] if c["type"] == "GraphsMerged")
+    assert merged["status"] == "False" and "plugins 'lma' and 'ceph' both define task 'collect'" in merged["message"]
+    assert next(c for c in failed["conditions"] if c["type"] == "Ready")["status"] == "True"
+    apply(kubectl, env(["lma"]))
+    summary_becomes(lambda s: s.startswith("default:4@"), "back to one plugin")
+    kubectl("delete", "deploymentgraph", "own", "-n", namespace)
+    kept = summary_becomes(lambda s: s.startswith("default:3@"), "the deleted graph's tasks gone")
+    assert [t["type"] for t in kept["graphs"]] == ["default"]
+
+    # a run plans from the kept merge (the operator says which it used)
+    before = operator.log_path.read_text()
+    apply(kubectl, graph_run("planned", namespace, dryRun=True))
+    status = finished(kubectl, namespace, "planned")
+    assert status["state"] == "Succeeded" and states(status) == {
+        "db@ctl": "planned", "app@ctl": "planned", "collect@ctl": "planned"}, status
+    said = operator.log_path.read_text()[len(before):]
+    assert f"GraphRun {namespace}/planned: the 'default' graph of environment env as kept in the store" in said
 
 
 def test_the_nodes_key_is_read_as_the_namespace_s_service_account_never_the_operator(

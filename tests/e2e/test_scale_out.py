@@ -18,12 +18,15 @@ holders before and after, against the ideal 1/3.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,7 +37,7 @@ import pytest
 
 from operators.cluster import ClusterInfo
 from operators.runtime.kube.client import USER_AGENT, ApiError, KubeClient, custom_path, load_access
-from operators.runtime.shard import Ring, by_bucket, claim_name
+from operators.runtime.shard import Ring, bucket_of, by_bucket, claim_name
 from tests.e2e.conftest import AuditLog, Kubectl, OperatorProcess, env_manifest
 from tests.e2e.test_apps import action_run, app, apply, blueprint, get, run_state, small_spec
 from tests.polling import wait_until
@@ -54,6 +57,8 @@ class Cluster:
     replicas: dict[str, OperatorProcess]
     namespaces: list[str]
     work: Path
+    legacy: str = ""
+    """A namespace whose Environment was created before sharding was on (no bucket label)."""
     audit_start: int = 0
     figures: dict[str, float] = field(default_factory=dict)
 
@@ -88,7 +93,7 @@ def replica(cluster_work: Path, name: str, operator: OperatorProcess, runs: Path
 
 
 @pytest.fixture(scope="module")
-def three(operator: OperatorProcess, audit: AuditLog,
+def three(operator: OperatorProcess, kubectl: Kubectl, audit: AuditLog,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """r0, r1, r2 in place of the session's operator (started again afterwards)."""
     work = tmp_path_factory.mktemp("scale-out")
@@ -99,8 +104,13 @@ def three(operator: OperatorProcess, audit: AuditLog,
     operator.stop()
     replicas = {name: replica(work, name, operator, runs) for name in REPLICAS}
     cluster = Cluster(replicas, [f"t-so-{i}-{uuid.uuid4().hex[:5]}" for i in range(PROJECTS)], shared,
-                      audit_start=audit.mark())
+                      legacy=f"t-so-legacy-{uuid.uuid4().hex[:5]}", audit_start=audit.mark())
     try:
+        operator.start()  # one replica, no sharding: its objects get no bucket label
+        kubectl("create", "namespace", cluster.legacy)
+        kubectl("apply", "-f", "-", input=env_manifest("old", cluster.legacy))
+        ready(kubectl, cluster.legacy, "environments/old")
+        operator.stop()
         for proc in replicas.values():
             proc.start()
         bulk(operator.cluster, [("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
@@ -111,8 +121,8 @@ def three(operator: OperatorProcess, audit: AuditLog,
             if proc.process is not None and proc.process.poll() is None:
                 os.kill(proc.process.pid, signal.SIGCONT)
             proc.stop()
-        bulk(operator.cluster, [("DELETE", f"/api/v1/namespaces/{n}", None) for n in cluster.namespaces],
-             missing_ok=True)
+        bulk(operator.cluster, [("DELETE", f"/api/v1/namespaces/{n}", None)
+                                for n in [*cluster.namespaces, cluster.legacy]], missing_ok=True)
         shutil.rmtree(runs, ignore_errors=True)
         shutil.rmtree(shared, ignore_errors=True)
         keep = os.environ.get("STEAD_SCALE_OUT_LOGS")  # the replicas' logs, kept for a look after a failure
@@ -271,6 +281,70 @@ def test_three_replicas_split_the_projects_and_write_only_for_their_claims(
     status = [w for w in written if w.namespace in projects and w.subresource == "status"]
     assert {w.replica for w in status} == set(REPLICAS)
     three.figures["status writes outside claims"] = 0.0
+
+
+def selections(audit: AuditLog, mark: int, resource: str) -> dict[str, str]:
+    """Each replica's last WATCH of `resource` since `mark`: its label selector ("" for none)."""
+    found: dict[str, str] = {}
+    prefix = f"{USER_AGENT}/"
+    with audit.path.open("rb") as f:
+        f.seek(mark)
+        for raw in f:
+            event = json.loads(raw)
+            agent = str(event.get("userAgent") or "")
+            ref = event.get("objectRef") or {}
+            if event.get("verb") == "watch" and agent.startswith(prefix) and ref.get("resource") == resource:
+                query = urllib.parse.parse_qs(urllib.parse.urlsplit(event["requestURI"]).query)
+                found[agent[len(prefix):].split(" ")[0]] = (query.get("labelSelector") or [""])[0]
+    return found
+
+
+def test_each_replica_receives_only_the_buckets_of_its_projects(
+        three: Cluster, kubectl: Kubectl, audit: AuditLog) -> None:
+    """The API server filters: every replica's watch of a namespaced kind selects bucket labels,
+    the three selections are disjoint, each project's bucket is in its holder's selection, and no
+    replica's watch of these kinds went unfiltered."""
+    holders = three.holders(kubectl)
+    watched: dict[str, set[int]] = {}
+    for resource in ("environments", "configvalues", "apps"):
+        last = selections(audit, 0, resource)
+        assert set(last) >= set(REPLICAS), last
+        for name in REPLICAS:
+            match = re.fullmatch(r"stead\.dev/shard-bucket in \(([0-9,]+)\)", last[name])
+            assert match, f"{name} watches {resource} with {last[name]!r}"
+            buckets = {int(b) for b in match.group(1).split(",")}
+            assert watched.setdefault(name, buckets) == buckets  # one selection for every kind
+    for a, b in itertools.combinations(REPLICAS, 2):
+        assert not watched[a] & watched[b], (a, b)
+    for namespace in three.namespaces:
+        assert bucket_of(namespace) in watched[holders[namespace]], namespace
+    labels = json.loads(kubectl("get", "environments", "-A", "-o", "json").stdout)["items"]
+    for env in labels:
+        if env["metadata"]["namespace"] in three.namespaces:  # the mutating webhook set it at creation
+            assert env["metadata"]["labels"]["stead.dev/shard-bucket"] == str(bucket_of(env["metadata"]["namespace"]))
+    three.figures["buckets watched per replica (mean)"] = sum(map(len, watched.values())) / len(watched)
+
+
+def test_an_object_without_its_bucket_label_is_labelled_and_a_wrong_label_is_put_right(
+        three: Cluster, kubectl: Kubectl) -> None:
+    """An Environment from before sharding (no label) is labelled by the replica of its bucket and
+    handled by its project's holder; a label a user sets is replaced by the project's bucket."""
+    right = str(bucket_of(three.legacy))
+
+    def label(namespace: str, name: str) -> str | None:
+        env = json.loads(kubectl("get", "environment", name, "-n", namespace, "-o", "json").stdout)
+        return (env["metadata"].get("labels") or {}).get("stead.dev/shard-bucket")
+
+    wait_until(lambda: label(three.legacy, "old") == right, seconds=30, what="the legacy object labelled")
+    kubectl("patch", "environment", "old", "-n", three.legacy, "--type=merge", "-p",
+            json.dumps({"spec": {"release": "newton-10.0"}}))
+    wait_until(lambda: json.loads(kubectl("get", "environment", "old", "-n", three.legacy, "-o", "json").stdout)
+               ["status"].get("observedGeneration") == 2, seconds=30, what="the legacy object handled again")
+    assert three.holders(kubectl).get(three.legacy) in REPLICAS
+    namespace = three.namespaces[0]
+    wrong = str((bucket_of(namespace) + 1) % 4096)
+    kubectl("label", "environment", "env", "-n", namespace, f"stead.dev/shard-bucket={wrong}", "--overwrite")
+    assert label(namespace, "env") == str(bucket_of(namespace))  # the webhook put it right in the same request
 
 
 def owned_by(three: Cluster, kubectl: Kubectl, name: str) -> list[str]:

@@ -5,13 +5,18 @@ its part of the OpenAPI document.
 The configuration API does not import its extensions (they live in layers above it, e.g. the
 service inventory of `operators.lsm.api`): whoever composes the process names them by import path
 (`"package.module:factory"`), so that worker processes (`--config-api-workers`) load them too. A
-factory is called with the API server's client, the authenticator and the default namespace.
+factory is called with the API server's client, the authenticator, the default namespace and the
+process's `ExtensionSettings` (what an extension needs of the process beyond the API server, such as
+where the runs keep their files: passed in, never read from a global, so that a worker process and a
+test give each extension exactly what it serves from).
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
 from operators.config.api.calls import NAMESPACE_PATTERN, ApiProblem, Call, bad_request, not_found
@@ -42,7 +47,16 @@ class ApiExtension(Protocol):
         ...
 
 
-ExtensionFactory = Callable[[Requester, Authenticator, str], ApiExtension]
+@dataclass(frozen=True)
+class ExtensionSettings:
+    """What the operator's process tells its API extensions about itself (`stead operator`'s flags)."""
+
+    runs_state_dir: Path | None = None
+    """Where the operator's workflow runs keep their files (`RunSettings.state_dir`): the whole output of each
+    task instance is there. None: this server has no runs' files to serve (their routes answer 503)."""
+
+
+ExtensionFactory = Callable[[Requester, Authenticator, str, ExtensionSettings], ApiExtension]
 
 
 class ExtensionBase:
@@ -53,10 +67,12 @@ class ExtensionBase:
     resource = ""
     """The plural the caller's permissions are checked on, unless a call names another."""
 
-    def __init__(self, kube: Requester, authenticator: Authenticator, default_namespace: str = "default") -> None:
+    def __init__(self, kube: Requester, authenticator: Authenticator, default_namespace: str = "default",
+                 settings: ExtensionSettings | None = None) -> None:
         self.kube = kube
         self.authenticator = authenticator
         self.default_namespace = default_namespace
+        self.settings = settings or ExtensionSettings()
 
     def _namespace(self, call: Call) -> str:
         namespace = call.query.get("namespace", self.default_namespace)

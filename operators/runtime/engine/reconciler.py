@@ -1,6 +1,6 @@
 """Drives the objects of one kind through their pipeline: the bridge between events and the engine.
 
-It receives every watch event of its kind (from Kopf, through a thin handler), asks its
+It receives every watch event of its kind (from its `operators.runtime.kube.watch.Watch`), asks its
 ownership (the static ring, or with `--sharding leases` the project claims this replica holds)
 whether the object's project is ours, asks the store and `pipeline.plan` whether there is work,
 runs the steps, and writes status only when it changed: one PATCH per visible transition.
@@ -206,10 +206,13 @@ class Reconciler:
         metrics.track_queue(kind.kind, self.queue_depth, self.retries_pending)
 
     async def on_event(self, event_type: str | None, body: Mapping[str, Any]) -> None:
-        """Handle one watch event (`None` is Kopf's initial listing)."""
+        """Handle one watch event (`None`: the object as first listed, not a change)."""
         obj = Observed.from_body(body)
         key = object_key(self.kind.kind, obj.namespace, obj.name)
         self._count("stead_events_seen_total")
+        if event_type == "DELETED" and self._store.delete(key, uid=obj.uid):
+            # before its dependents are told: what they read of it from the store must be gone already
+            self._count("stead_store_deleted_total")
         await self._track_readiness(event_type, key, obj)
         if event_type == "DELETED":
             project = self._projects.pop(key, project_of(body))
@@ -221,8 +224,6 @@ class Reconciler:
             self._locks.pop(key, None)
             self._seen.pop(key, None)
             self._written.pop(key, None)
-            if self._store.delete(key, uid=obj.uid):
-                self._count("stead_store_deleted_total")
             return
         project = project_of(body)
         self._projects[key] = project
@@ -251,9 +252,10 @@ class Reconciler:
         """Tell dependents when an object comes to rest in a new way (Ready or Stalled at a new
         generation), stops being Ready, or goes (whatever it was doing).
 
-        Every replica tracks every object (dependents may be owned by another replica than their
-        dependency). Kopf's initial listing (`None`) only records: a restart must not re-check
-        everything that refers to something. Leaving Stalled (a retry) or going between two states
+        Every object this replica receives is tracked, owned or not (with several replicas it
+        receives the objects of its buckets: those of its projects, and of projects on their way
+        to or from it). A listing (`None`) only records: a restart must not re-check everything
+        that refers to something. Leaving Stalled (a retry) or going between two states
         of unrest tells nobody: nothing has come of it yet.
         """
         settled = _settled(obj) if event_type != "DELETED" else None

@@ -10,7 +10,7 @@ from the first request a test or a user makes.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from operators import GROUP, VERSION
@@ -70,13 +70,15 @@ def validating_configuration(kinds: Iterable[Kind], base_url: str, ca_pem: bytes
     }
 
 
-def mutating_configuration(kinds: Iterable[Kind], base_url: str, ca_pem: bytes) -> dict[str, Any] | None:
-    """A MutatingWebhookConfiguration for the kinds that mutate (None when none does).
+def mutating_configuration(kinds: Iterable[Kind], base_url: str, ca_pem: bytes,
+                           also: Callable[[Kind], bool] = lambda _kind: False) -> dict[str, Any] | None:
+    """A MutatingWebhookConfiguration for the kinds that mutate, and those `also` names (the
+    bucket label of several replicas); None when none does.
 
     Mutations may write (an inline secret goes into the vault), so they declare
     `NoneOnDryRun`: a dry run gets the same answer without the write.
     """
-    mutating = [k for k in kinds if k.mutates]
+    mutating = [k for k in kinds if k.mutates or also(k)]
     if not mutating:
         return None
     ca_bundle = base64.b64encode(ca_pem).decode()

@@ -13,6 +13,7 @@ import json
 import os
 import ssl
 import urllib.parse
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -191,6 +192,38 @@ class KubeClient:
         if resp.status >= 300:
             raise ApiError(resp.status, _message(text))
         return json.loads(text) if text else {}
+
+    async def lines(self, path: str, params: dict[str, str], read_timeout: float) -> AsyncIterator[bytes]:
+        """The lines of a streamed answer (a WATCH: one JSON event a line) as they arrive.
+
+        No total timeout (a watch is meant to last; the API server ends it after the
+        `timeoutSeconds` asked), only `read_timeout` between two reads, so a connection that went
+        silent is noticed. Lines are split here, not with aiohttp's `readline`, which refuses a
+        line over 128 KiB: an object may be over a megabyte.
+        """
+        if self._session is None:
+            raise RuntimeError("KubeClient used outside `async with`")
+        self.requests["WATCH"] = self.requests.get("WATCH", 0) + 1
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout, sock_read=read_timeout)
+        try:
+            async with self._session.get(path, params=params, timeout=timeout) as resp:
+                if resp.status >= 300:
+                    raise ApiError(resp.status, _message(await resp.text()))
+                pending = b""
+                async for chunk in resp.content.iter_any():
+                    pending += chunk
+                    if b"\n" not in chunk:
+                        continue
+                    *complete, pending = pending.split(b"\n")
+                    for line in complete:
+                        if line:
+                            yield line
+                if pending.strip():
+                    yield pending
+        except TimeoutError:
+            raise ApiUnreachable(f"WATCH {path}: nothing from the API server for {read_timeout:g}s") from None
+        except aiohttp.ClientError as error:
+            raise ApiUnreachable(f"WATCH {path}: API server unreachable: {error or type(error).__name__}") from None
 
     async def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         """A JSON merge patch of `status` through the status subresource (never touches spec)."""

@@ -66,18 +66,21 @@ from operators.runtime.shard.membership import (
 )
 from operators.runtime.shard.ring import (
     BUCKET_LABEL,
+    CLUSTER_PROJECT,
     DEFAULT_BUCKETS,
     DEFAULT_VNODES,
     Balance,
     Ring,
+    bucket_label,
     bucket_of,
     bucket_selector,
+    buckets_of,
     by_bucket,
     moved_fraction,
     point,
 )
 from operators.runtime.shard.runner import COLLECTED_METRIC, ShardMember
-from operators.runtime.shard.wiring import CLUSTER_PROJECT, ProjectWork, Sharding
+from operators.runtime.shard.wiring import ProjectWork, Sharding
 
 __all__ = [
     "BUCKET_LABEL",
@@ -114,8 +117,10 @@ __all__ = [
     "View",
     "WriteGuard",
     "acquire",
+    "bucket_label",
     "bucket_of",
     "bucket_selector",
+    "buckets_of",
     "by_bucket",
     "claim_name",
     "collect",

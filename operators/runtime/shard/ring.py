@@ -6,12 +6,15 @@ says why a ring, why virtual nodes and why xxh3; it is re-exported here for the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
-from operators.runtime.core.ring import DEFAULT_VNODES, Balance, Ring, moved_fraction, point
+from operators.runtime.core.ring import DEFAULT_VNODES, Balance, Ring, moved_fraction, point, project_key
 
-__all__ = ["BUCKET_LABEL", "DEFAULT_BUCKETS", "DEFAULT_VNODES", "Balance", "Ring", "bucket_of", "bucket_selector",
-           "by_bucket", "moved_fraction", "point"]
+__all__ = ["BUCKET_LABEL", "CLUSTER_PROJECT", "DEFAULT_BUCKETS", "DEFAULT_VNODES", "Balance", "Ring", "bucket_label",
+           "bucket_of", "bucket_selector", "buckets_of", "by_bucket", "moved_fraction", "point"]
+
+CLUSTER_PROJECT = "stead-cluster-scoped"
+"""The project of cluster-scoped objects (they have no namespace): one replica handles them all."""
 
 BUCKET_LABEL = "stead.dev/shard-bucket"
 DEFAULT_BUCKETS = 4096
@@ -47,3 +50,13 @@ def bucket_selector(buckets: Iterable[int]) -> str:
     """The label selector for objects in `buckets` (set-based; sorted for a stable watch URL)."""
     values = ",".join(str(b) for b in sorted(set(buckets)))
     return f"{BUCKET_LABEL} in ({values})"
+
+
+def bucket_label(labels: Mapping[str, str], namespace: str, buckets: int = DEFAULT_BUCKETS) -> str:
+    """The value of `BUCKET_LABEL` an object with these labels in this namespace must carry."""
+    return str(bucket_of(project_key(labels, namespace) or CLUSTER_PROJECT, buckets))
+
+
+def buckets_of(ring: Ring, member: str, buckets: int = DEFAULT_BUCKETS) -> frozenset[int]:
+    """The buckets `ring` places on `member` (by `by_bucket`'s keys): what it watches."""
+    return frozenset(b for b in range(buckets) if ring.owner(f"bucket-{b}") == member)

@@ -64,7 +64,7 @@ class ShardMember:
         on_acquired: Callable[[Claim], Awaitable[None]] | None = None, clock: Clock = default_clock,
         wall: Callable[[], datetime] = wall_now, incarnations: Callable[[], str] = new_incarnation,
         placement: Callable[[str], str] | None = None, on_ready: ProjectHook | None = None,
-        count: Callable[[str, float], None] | None = None,
+        on_pass: Callable[[], Awaitable[None]] | None = None, count: Callable[[str, float], None] | None = None,
     ) -> None:
         self.api = api
         self.namespace = namespace
@@ -87,13 +87,21 @@ class ShardMember:
         self._drain = drain
         self._on_acquired = on_acquired
         self._on_ready = on_ready
+        self._on_pass = on_pass
         self._wall = wall
         self._ring: Ring | None = None
         self._held: dict[str, Claim] = {}
+        self.claimed: frozenset[str] = frozenset()
+        """The projects whose claim the API server said we hold at the last pass (ready or not)."""
 
     @property
     def fence(self) -> Fence:
         return self.member.fence
+
+    @property
+    def ring(self) -> Ring | None:
+        """The ring of the last pass (over the live members; None before the first)."""
+        return self._ring
 
     def owns(self, project: str) -> bool:
         """Whether we may act on `project` now: we hold its claim under our open incarnation."""
@@ -138,6 +146,9 @@ class ShardMember:
         unready = [c for p, c in ours.items() if p not in self._held and p not in gone]
         for claim in (*unready, *outcome.acquired):
             await self._adopt(claim)
+        self.claimed = frozenset({*ours, *(c.project for c in outcome.acquired)} - gone)
+        if self._on_pass is not None:  # e.g. what the watches select follows the ring and the claims
+            await self._on_pass()
         current = {**claims, **{c.project: c for c in (*outcome.acquired, *outcome.released)}}
         for project in outcome.collected:
             current.pop(project, None)

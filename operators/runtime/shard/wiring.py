@@ -4,16 +4,28 @@
 - `owns(project)`: the claim is ours under our open incarnation (the ring is never asked);
 - `guard`: the `WriteGuard` every write of the engine passes (`FencedKube` for the services'
   client, the reconcilers' status, finalizer and Event writes);
-- the projects that exist: those of every object the reconcilers have seen (every replica
-  receives every event while Kopf's watches are unfiltered), cluster-scoped objects under the
-  pseudo-project `CLUSTER_PROJECT`.
+- the projects that exist: those of every object the reconcilers have seen, cluster-scoped
+  objects under the pseudo-project `CLUSTER_PROJECT`.
+
+What a replica receives (`follow`, `select`): the watches of namespaced kinds ask the API server
+only for objects labelled with the buckets the ring places on us (`stead.dev/shard-bucket`, set
+by the mutating webhook), plus the buckets of the claims we still hold; after every pass of the
+member their selection follows the ring and the claims. So a replica receives, decodes and
+keeps only its share of the events, and learns of the projects it should take from the objects
+in its buckets. Cluster-scoped kinds are few and every replica watches them whole (objects of
+every project may refer to them; only the holder of `CLUSTER_PROJECT` acts on them).
+
+Objects without the label (created before sharding was on, or while the webhook was bypassed)
+are labelled by the replica whose bucket they fall in (`labellers`); one whose label does not
+match its project (its project label changed while the webhook was bypassed) is relabelled by
+the replica that receives it (`feed`). Both write the label only, and count it.
 
 Moving a project, old owner: `drain` (every reconciler stops, settles and forgets it), then
 the claim is released (`ShardMember`). New owner: the claim is taken by compare-and-swap at a
 new epoch, then `_acquired` lists the project (each kind: its namespace, and the objects
 labelled into it elsewhere) and every reconciler `rebuild`s (drops its store records of the
 project: nothing from an earlier epoch is reused), then once `owns` is True `resume` acts on
-the listing exactly as a restarted operator acts on Kopf's initial listing (Provisioned objects
+the listing exactly as a restarted operator acts on its watches' first listing (Provisioned objects
 adopted from their status, runs in flight followed from their finished steps).
 """
 
@@ -25,17 +37,35 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from operators.runtime.core.kinds import Kind
-from operators.runtime.core.ring import PROJECT_LABEL, project_of
-from operators.runtime.kube.client import KubeClient, custom_path
+from operators.runtime.core.ring import PROJECT_LABEL, Ring, project_of
+from operators.runtime.kube.client import ApiError, KubeClient, custom_path
+from operators.runtime.kube.watch import NOTHING, Deliver, Selection, Watch, WatchMetrics
 from operators.runtime.shard.claims import Claim
 from operators.runtime.shard.guard import FencedKube, WriteGuard
 from operators.runtime.shard.membership import DEFAULT_DURATION
+from operators.runtime.shard.ring import (
+    BUCKET_LABEL,
+    CLUSTER_PROJECT,
+    DEFAULT_BUCKETS,
+    bucket_label,
+    bucket_of,
+    bucket_selector,
+    buckets_of,
+    by_bucket,
+)
 from operators.runtime.shard.runner import ShardMember
 
 log = logging.getLogger(__name__)
 
-CLUSTER_PROJECT = "stead-cluster-scoped"
-"""The project of cluster-scoped objects (they have no namespace): one replica handles them all."""
+UNLABELLED = Selection(f"!{BUCKET_LABEL}", lambda labels: BUCKET_LABEL not in labels)
+
+
+def selecting(buckets: frozenset[int]) -> Selection:
+    """The watch selection of objects in `buckets` (nothing at all for none)."""
+    if not buckets:
+        return NOTHING
+    values = frozenset(str(b) for b in buckets)
+    return Selection(bucket_selector(buckets), lambda labels: labels.get(BUCKET_LABEL) in values)
 
 
 class ProjectWork(Protocol):
@@ -62,19 +92,120 @@ class Sharding:
     """One replica's share of the projects, for the reconcilers (see the module's docstring)."""
 
     def __init__(self, kube: KubeClient, namespace: str, replica: str, *, duration: int = DEFAULT_DURATION,
-                 interval: float | None = None) -> None:
+                 interval: float | None = None, buckets: int = DEFAULT_BUCKETS,
+                 metrics: WatchMetrics | None = None) -> None:
         self.kube = kube
         self.namespace = namespace
         self.replica = replica
+        self.buckets = buckets
         self.works: list[ProjectWork] = []
         self.member = ShardMember(kube, namespace, replica, self._projects, duration=duration, interval=interval,
-                                  drain=self._drain, on_acquired=self._acquired, on_ready=self._ready)
+                                  drain=self._drain, on_acquired=self._acquired, on_ready=self._ready,
+                                  placement=by_bucket(buckets), on_pass=self._select)
         self.guard = WriteGuard(self.owns, self.member.fence)
+        self.selected: frozenset[int] = frozenset()
+        """The buckets our watches of namespaced kinds select now."""
+        self._metrics = metrics
+        self._watches: list[Watch] = []
+        self._labellers: list[Watch] = []
+        self._ring: Ring | None = None
+        self._placed: frozenset[int] = frozenset()  # the buckets the ring of the last pass places on us
+        self._unlabelled: dict[str, tuple[str, Mapping[str, Any]]] = {}  # left for the bucket's ring owner
         self._labelled: dict[str, set[str]] = {}  # namespace -> projects labelled into it (other than itself)
         self.adopted: dict[str, float] = {}  # project -> seconds its last acquisition took (list + rebuild)
 
     def owns(self, project: str) -> bool:
         return self.member.owns(_key(project))
+
+    def follow(self, watches: Iterable[Watch]) -> None:
+        """Make `watches` (of namespaced kinds) select our buckets from now on (nothing until the
+        first pass has placed any on us)."""
+        for watch in watches:
+            watch.select(selecting(self.selected))
+            self._watches.append(watch)
+
+    def feed(self, deliver: Deliver, plural: str) -> Deliver:
+        """`deliver` (a reconciler's `on_event`), behind the check that an object's bucket label is
+        its project's: a mislabelled object is relabelled (its events then reach the replica of its
+        bucket, maybe us) and not delivered."""
+
+        async def on_event(event_type: str | None, body: Mapping[str, Any]) -> None:
+            if event_type != "DELETED":
+                meta = body.get("metadata") or {}
+                labels = meta.get("labels") or {}
+                value = bucket_label(labels, str(meta.get("namespace") or ""), self.buckets)
+                if labels.get(BUCKET_LABEL) != value:
+                    await self._relabel(plural, meta, value)
+                    return
+            await deliver(event_type, body)
+
+        return on_event
+
+    def labellers(self, kube: KubeClient, kinds: Iterable[Kind], scopes: Iterable[str | None]) -> list[Watch]:
+        """A watch per namespaced kind (and scope) of the objects without a bucket label: each is
+        labelled by the replica the ring places its bucket on (paused until our first pass)."""
+        scopes = list(scopes)
+        for kind in kinds:
+            if kind.cluster_scoped:
+                continue
+            for scope in scopes:
+                self._labellers.append(Watch(
+                    kube, custom_path(kind.plural, scope), kind.kind, self._labeller(kind.plural),
+                    selection=NOTHING, metrics=self._metrics))
+        return list(self._labellers)
+
+    def _labeller(self, plural: str) -> Deliver:
+        async def on_event(event_type: str | None, body: Mapping[str, Any]) -> None:
+            meta = body.get("metadata") or {}
+            key = f"{plural}/{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+            if event_type == "DELETED" or BUCKET_LABEL in (meta.get("labels") or {}):
+                self._unlabelled.pop(key, None)
+                return
+            self._unlabelled[key] = (plural, meta)
+            await self._label(key)
+
+        return on_event
+
+    async def _label(self, key: str) -> None:
+        plural, meta = self._unlabelled[key]
+        value = bucket_label(meta.get("labels") or {}, str(meta.get("namespace") or ""), self.buckets)
+        if int(value) not in self._placed:
+            return  # the ring places it on another replica (kept: the ring may change)
+        if await self._relabel(plural, meta, value):
+            self._unlabelled.pop(key, None)
+
+    async def _relabel(self, plural: str, meta: Mapping[str, Any], value: str) -> bool:
+        """Write the bucket label of one object (the label only); True when written or gone."""
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        if not self.member.fence.valid():
+            return False
+        try:
+            await self.kube.request("PATCH", custom_path(plural, namespace or None, name),
+                                    {"metadata": {"labels": {BUCKET_LABEL: value}}},
+                                    content_type="application/merge-patch+json")
+        except ApiError as error:
+            if error.status != 404:
+                log.info("%s: bucket label of %s %s/%s not written: %s", self.replica, plural, namespace, name, error)
+                return False
+        if self._metrics is not None:
+            self._metrics.inc("stead_shard_labelled_total", plural=plural)
+        return True
+
+    async def _select(self) -> None:
+        """After each pass: select the buckets the ring places on us and those of the claims we hold."""
+        ring = self.member.ring
+        if ring is not self._ring:
+            self._ring = ring
+            self._placed = buckets_of(ring, self.replica, self.buckets) if ring is not None else frozenset()
+            for labeller in self._labellers:
+                labeller.select(UNLABELLED if self._placed else NOTHING)
+            for key in list(self._unlabelled):  # skipped under the last ring: perhaps ours now
+                await self._label(key)
+        wanted = self._placed | {bucket_of(_key(p), self.buckets) for p in self.member.claimed}
+        if wanted != self.selected:
+            self.selected = frozenset(wanted)
+            for watch in self._watches:
+                watch.select(selecting(self.selected))
 
     def fenced(self, kube: KubeClient) -> FencedKube:
         """`kube` with every write checked by our guard (the operator's own namespace: the fence only)."""

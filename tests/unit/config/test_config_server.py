@@ -13,7 +13,8 @@ from operators.config.server import ConfigApiServer
 def test_a_worker_serves_as_the_operator_would_from_the_certificates_made_for_it(tmp_path: Path) -> None:
     server = ConfigApiServer(listen="0.0.0.0", port=9000, tls_dir=tmp_path / "tls", mounted=False,
                              basic_secret=("stead-system", "config-basic"), default_namespace="team-a",
-                             cache=False, kubeconfig=tmp_path / "kubeconfig", workers=2)
+                             cache=False, kubeconfig=tmp_path / "kubeconfig", workers=2,
+                             runs_state_dir=tmp_path / "store-runs")
     root = logging.getLogger()
     before = root.level
     root.setLevel(logging.DEBUG)
@@ -24,7 +25,8 @@ def test_a_worker_serves_as_the_operator_would_from_the_certificates_made_for_it
     assert level == logging.DEBUG
     assert worker.mounted  # the operator made the certificate once; every worker loads that one
     assert worker.workers == 0  # a worker serves; it does not start workers of its own
-    for name in ("listen", "port", "tls_dir", "basic_secret", "default_namespace", "name", "cache", "kubeconfig"):
+    for name in ("listen", "port", "tls_dir", "basic_secret", "default_namespace", "name", "cache", "kubeconfig",
+                 "runs_state_dir"):
         assert getattr(worker, name) == getattr(server, name), name
 
 

@@ -265,7 +265,8 @@ def test_every_route_listed_is_routed_and_every_route_is_listed(client: Client) 
     from operators.graphs.api import ROUTE_DOCS
 
     graphs_api = client.api.extensions[0]
-    example = {"{name}": "g", "{model}": "plugins", "{owner}": "o", "{type}": "t", "{env}": "e"}
+    example = {"{name}": "g", "{model}": "plugins", "{owner}": "o", "{type}": "t", "{env}": "e", "{run}": "r",
+               "{task}": "k"}
     listed: set[tuple[str, str]] = set()
     for method, template, description in ROUTE_DOCS:
         assert description

@@ -130,6 +130,36 @@ def test_one_by_one_chains_the_instances_in_node_order() -> None:
     assert waits(exp, "r", "c2") == {"r@c1"} and waits(exp, "r", "m") == {"r@k2"} and waits(exp, "r", "c1") == set()
 
 
+def test_a_parallel_amount_lets_at_most_that_many_instances_run_at_once() -> None:
+    exp = expand([t("r", "reboot", roles=["*"], strategy={"type": "parallel", "amount": 2})], NODES)
+    order = ["c1", "c2", "k1", "k2", "m"]
+    assert {n: waits(exp, "r", n) for n in order} == {
+        "c1": set(), "c2": set(), "k1": {"r@c1"}, "k2": {"r@c2"}, "m": {"r@k1"}}
+    # two chains, each one instance at a time: whatever each instance takes, never more than two run
+    chains: list[list[str]] = []
+    for node in order:
+        before = waits(exp, "r", node)
+        chain = next((c for c in chains if before == {f"r@{c[-1]}"}), None)
+        if chain is None:
+            chains.append([node])
+        else:
+            chain.append(node)
+    assert chains == [["c1", "k1", "m"], ["c2", "k2"]]
+    wide = expand([t("r", "reboot", roles=["*"], strategy={"type": "parallel", "amount": 5})], NODES)
+    assert all(waits(wide, "r", n) == set() for n in order)  # as many as there are nodes: no order added
+    plain = expand([t("r", "reboot", roles=["*"], strategy={"type": "parallel"})], NODES)
+    assert all(waits(plain, "r", n) == set() for n in order)
+
+
+def test_an_amount_that_would_make_a_cycle_is_reported_like_any_other() -> None:
+    # a@k1 waits for a@k2 (the ceph-osd node); a chain in node order would make a@k2 wait for a@k1
+    def tasks(**strategy: Any) -> list[dict[str, Any]]:
+        return [t("a", roles=["compute"], cross_depends=[{"name": "a", "role": ["ceph-osd"]}], **strategy)]
+    assert waits(expand(tasks(), NODES), "a", "k1") == {"a@k2"}
+    with pytest.raises(GraphError, match="dependency cycle"):
+        expand(tasks(strategy={"type": "parallel", "amount": 1}), NODES)
+
+
 def test_skipped_tasks_without_nodes_are_anchors_others_are_unplaced() -> None:
     exp = expand([t("anchor", "skipped"), t("nowhere", roles=["storage"]), t("x", roles=["compute"],
                                                                           requires=["anchor", "nowhere"])], NODES)

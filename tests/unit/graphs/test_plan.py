@@ -156,6 +156,17 @@ def test_ordering_through_an_unselected_node_is_kept() -> None:
     assert requirements(p)["default:b:k1@k1"] == {"default:a:k1@k1"}
 
 
+def test_a_parallel_amount_orders_the_workflow_and_a_subset_keeps_the_order() -> None:
+    nodes = [GraphNode(f"n{i}", ("compute",), address=f"10.0.1.{i}") for i in range(1, 6)]
+    tasks = [t("up", roles=["compute"], strategy={"type": "parallel", "amount": 2})]
+    req = requirements(make_plan([(GraphSelection(type="default"), tasks)], nodes))
+    assert {k: v for k, v in req.items() if k.startswith("default:up")} == {
+        "default:up:n1@n1": set(), "default:up:n2@n2": set(), "default:up:n3@n3": {"default:up:n1@n1"},
+        "default:up:n4@n4": {"default:up:n2@n2"}, "default:up:n5@n5": {"default:up:n3@n3"}}
+    subset = make_plan([(GraphSelection(type="default", nodes=["n1", "n5"]), tasks)], nodes)
+    assert requirements(subset)["default:up:n5@n5"] == {"default:up:n1@n1"}  # through n3, not selected
+
+
 def test_subgraphs_forward_of_start_backward_of_end() -> None:
     data: dict[str, Any] = {"node_data": {"k1": {"cfg": 1}}}
     forward = states(plan(subgraphs=[Subgraph(start=["cfg"])], **data))

@@ -306,6 +306,36 @@ def test_objects_are_checked_again_when_what_they_refer_to_changes(tmp_path: Pat
     assert store.get(object_key("ConfigValues", "ns", "b")) is not None
 
 
+def test_referrers_checked_again_for_a_deletion_no_longer_find_it_in_the_store(tmp_path: Path) -> None:
+    """An Environment that reads its ConfigComponents (or its DeploymentGraphs) from the store must not
+    see the one whose deletion it is being told of."""
+    seen: list[bool] = []
+
+    async def look(ctx: StepContext) -> Mapping[str, Any]:
+        seen.append(ctx.services.store.get(object_key("Environment", "ns", "e1")) is not None)
+        return {}
+
+    dependent = dataclasses.replace(
+        KIND, kind="ConfigValues", plural="configvalues",
+        pipeline=Pipeline(phases=("Init", "Provisioned"), steps={"Init": look}),
+        depends_on={"Environment": lambda spec, name: spec.get("environment") == name})
+    envs, _, _, store = make(tmp_path)
+    values = Reconciler(dependent, store=store, ownership=Ownership("stead-0", StaticMembership(["stead-0"])),
+                        writer=RecordingWriter(), events=RecordingEvents(), metrics=Metrics(), clock=lambda: "T",
+                        services=SimpleNamespace(store=store))
+    envs.on_ready_change = values.recheck_referrers
+    b = body("a", spec={"environment": "e1"})
+    b["kind"] = "ConfigValues"
+
+    async def scenario() -> None:
+        await envs.on_event("ADDED", body("e1"))
+        await values.on_event("ADDED", b)
+        await envs.on_event("DELETED", body("e1"))
+
+    asyncio.run(scenario())
+    assert seen == [True, False]
+
+
 def test_a_cluster_scoped_change_reaches_referrers_in_every_namespace_and_their_own_referrers(
         tmp_path: Path) -> None:
     """ClusterLifecycle -> ServiceEntity (any namespace) -> ServiceInstance: an edited lifecycle under an

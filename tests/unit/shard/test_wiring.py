@@ -8,7 +8,8 @@ from typing import Any
 
 from operators.catalog import KINDS
 from operators.runtime.core.kinds import Kind
-from operators.runtime.shard.wiring import CLUSTER_PROJECT, Sharding, dependencies_first
+from operators.runtime.shard import CLUSTER_PROJECT
+from operators.runtime.shard.wiring import Sharding, dependencies_first
 from tests.unit.fakeapi import FakeApi
 from tests.unit.shard.conftest import sync
 
