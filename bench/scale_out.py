@@ -103,11 +103,11 @@ def move(label: str, before: Ring, after: Ring, keys: Sequence[str]) -> tuple[st
 
 
 def e2e_moves(vnodes: int) -> list[str]:
-    """The ring's moved fraction for the e2e test's 2 -> 3, placed by name (Stead's placement today)
-    and by bucket (with server-side filtered watches): what the live figure should equal."""
+    """The ring's moved fraction for the e2e test's 2 -> 3, placed by bucket (`--sharding leases`
+    with Stead's bucket-selected watches) and by name (before them): what the live figure equals."""
     two, three = Ring(E2E_REPLICAS[:2], vnodes), Ring(E2E_REPLICAS, vnodes)
     lines = []
-    for label, key in (("placed by name", None), ("placed by bucket", by_bucket())):
+    for label, key in (("placed by bucket", by_bucket()), ("placed by name", None)):
         place: Callable[[str], str] = key or (lambda p: p)
         moved = [p for p in E2E_PROJECTS if two.owner(place(p)) != three.owner(place(p))]
         to_new = all(three.owner(place(p)) == E2E_REPLICAS[2] for p in moved)
