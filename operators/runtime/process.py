@@ -78,6 +78,12 @@ async def run_operator(
         sharding = Sharding(kube, options.namespace, options.replica, duration=options.lease_seconds,
                             metrics=metrics) if options.sharding == "leases" else None
         writes = sharding.fenced(kube) if sharding is not None else kube  # the engine's writes: checked
+        if sharding is not None:
+            member = sharding.member
+            metrics.gauge("stead_shard_unowned_projects", "Projects without a valid owner for longer than the "
+                          "lease, as of this replica's last pass.", lambda: len(member.unowned))
+            metrics.gauge("stead_shard_projects_owned", "Projects this replica acts on now.",
+                          lambda: len(member.owned()))
         if options.install_crds:
             await install_crds(kube, kinds)
         recorder = EventRecorder(writes, metrics, options.replica)

@@ -129,6 +129,20 @@ class Watch:
         """How many objects this watch holds (in the current selection)."""
         return len(self._known)
 
+    def covers(self, labels: Mapping[str, str]) -> bool:
+        """Whether every object with these labels is known here: the current selection takes them
+        and has been listed (from then on each one's events are queued here as they arrive)."""
+        return self.listed.is_set() and not self._selection.paused and self._selection.matches(labels)
+
+    def namespaces_where(self, test: Callable[[str, Mapping[str, str]], bool]) -> set[str]:
+        """The namespaces of the objects known here whose (namespace, labels) pass `test`."""
+        found: set[str] = set()
+        for key, known in self._known.items():
+            namespace = key.partition("/")[0]
+            if namespace not in found and test(namespace, known.labels):
+                found.add(namespace)
+        return found
+
     async def run(self) -> None:
         """List and watch until cancelled; failures are retried with backoff, never raised."""
         previous: Selection = NOTHING  # what the objects known were selected by (first: nothing known)

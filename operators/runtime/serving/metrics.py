@@ -55,7 +55,18 @@ COUNTERS: dict[str, str] = {
     "stead_retries_dropped_total": "Retries not scheduled because their object was deleted meanwhile.",
     "stead_events_posted_total": "Kubernetes Events posted.",
     "stead_events_dropped_total": "Kubernetes Events dropped because the queue to post them was full.",
-    "stead_claims_collected_total": "Project claims (Leases) this replica deleted because their project had had "
+    "stead_shard_unowned_total": "Projects found without a valid owner for longer than the lease (each time "
+    "one is found so, once).",
+    "stead_shard_labelled_total": "Bucket labels written by this replica (objects from before sharding, or "
+    "whose project changed while the webhook was bypassed).",
+    "stead_watch_lists_total": "LISTs made by the watches that feed the reconcilers.",
+    "stead_watch_events_total": "Events received by the watches that feed the reconcilers.",
+    "stead_watch_relists_total": "Watches listed again: the version was too old (expired), the API server "
+    "failed (outage, error), or the selection changed.",
+    "stead_watch_resumes_total": "Watches resumed from their last event after a dropped connection.",
+    "stead_watch_coalesced_total": "Watch events not delivered because a newer body of the object was "
+    "queued behind them.",
+    "stead_shard_claims_collected_total": "Project claims (Leases) this replica deleted because their project had had "
     "no objects for a lease duration (--sharding leases).",
 }
 """The help text of the counters Stead increments, by their name as exposed (with `_total`)."""

@@ -9,11 +9,11 @@ start on what was listed). `stead operator --sharding leases` wires it into the 
 (`operators.runtime.process`).
 
 Each pass (every `interval`, default min(duration/3, 2 s)): read the member Leases, list the
-claims (two label-selected LISTs), decide, carry the decision out, sweep. A claim of ours whose
-project has had no objects for a lease (`Vacancy`) is drained and deleted (`claims.collect`),
-counted in `collected` and through `count` (the operator's `stead_claims_collected_total`). So a dead replica's
+claims (two label-selected LISTs), decide, carry the decision out, sweep. So a dead replica's
 projects are adopted within duration + skew + interval of its last renewal (15 + 1 + 2 s by
-default, within the issue's lease + 5 s).
+default, within the issue's lease + 5 s). A claim of ours whose project has had no objects for a
+lease (`Vacancy`) is drained and deleted (`claims.collect`), counted in `collected` and through
+`count` (the operator's `stead_shard_claims_collected_total`).
 
 Reads: two label-selected LISTs per pass. The claims LIST carries every claim (~600 B each):
 fine for hundreds of projects; for thousands, keep the claims from a WATCH instead (only changes
@@ -50,7 +50,7 @@ from operators.runtime.shard.ring import DEFAULT_VNODES, Ring
 log = logging.getLogger(__name__)
 
 ProjectHook = Callable[[str], Awaitable[None]]
-COLLECTED_METRIC = "stead_claims_collected_total"
+COLLECTED_METRIC = "stead_shard_claims_collected_total"
 """The counter `count` is called with for every claim deleted because its project is gone."""
 
 

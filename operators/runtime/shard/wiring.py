@@ -37,11 +37,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from operators.runtime.core.kinds import Kind
-from operators.runtime.core.ring import PROJECT_LABEL, Ring, project_of
-from operators.runtime.kube.client import ApiError, KubeClient, custom_path
+from operators.runtime.core.ring import PROJECT_LABEL, Ring, project_key, project_of
+from operators.runtime.kube.client import ApiError, KubeClient, core_path, custom_path
 from operators.runtime.kube.watch import NOTHING, Deliver, Selection, Watch, WatchMetrics
-from operators.runtime.shard.claims import Claim
+from operators.runtime.shard.claims import Claim, claim_name
 from operators.runtime.shard.guard import FencedKube, WriteGuard
+from operators.runtime.shard.leases import wall_now
 from operators.runtime.shard.membership import DEFAULT_DURATION
 from operators.runtime.shard.ring import (
     BUCKET_LABEL,
@@ -101,16 +102,18 @@ class Sharding:
         self.works: list[ProjectWork] = []
         self.member = ShardMember(kube, namespace, replica, self._projects, duration=duration, interval=interval,
                                   drain=self._drain, on_acquired=self._acquired, on_ready=self._ready,
-                                  placement=by_bucket(buckets), on_pass=self._select)
+                                  placement=by_bucket(buckets), on_pass=self._after_pass)
         self.guard = WriteGuard(self.owns, self.member.fence)
         self.selected: frozenset[int] = frozenset()
         """The buckets our watches of namespaced kinds select now."""
         self._metrics = metrics
         self._watches: list[Watch] = []
+        self._watches_of: dict[str, list[Watch]] = {}  # kind -> its followed watches (one per scope)
         self._labellers: list[Watch] = []
         self._ring: Ring | None = None
         self._placed: frozenset[int] = frozenset()  # the buckets the ring of the last pass places on us
         self._unlabelled: dict[str, tuple[str, Mapping[str, Any]]] = {}  # left for the bucket's ring owner
+        self._reported: set[str] = set()  # projects unowned for too long, already said in an Event
         self._labelled: dict[str, set[str]] = {}  # namespace -> projects labelled into it (other than itself)
         self.adopted: dict[str, float] = {}  # project -> seconds its last acquisition took (list + rebuild)
 
@@ -123,6 +126,7 @@ class Sharding:
         for watch in watches:
             watch.select(selecting(self.selected))
             self._watches.append(watch)
+            self._watches_of.setdefault(watch.kind, []).append(watch)
 
     def feed(self, deliver: Deliver, plural: str) -> Deliver:
         """`deliver` (a reconciler's `on_event`), behind the check that an object's bucket label is
@@ -191,6 +195,37 @@ class Sharding:
             self._metrics.inc("stead_shard_labelled_total", plural=plural)
         return True
 
+    async def _after_pass(self) -> None:
+        await self._select()
+        await self._report_unowned()
+
+    async def _report_unowned(self) -> None:
+        """An Event (on the project's claim Lease, in our namespace) for each project that has had no
+        owner for longer than the lease since the last report: replicas that abstain for long (views
+        that disagree, a replica that keeps its membership but never acquires) must be visible."""
+        unowned = set(self.member.unowned)
+        for project in sorted(unowned - self._reported):
+            if self._metrics is not None:
+                self._metrics.inc("stead_shard_unowned_total")
+            if not self.member.fence.valid():
+                continue
+            name = claim_name(project)
+            now = wall_now().strftime("%Y-%m-%dT%H:%M:%SZ")
+            event = {"apiVersion": "v1", "kind": "Event",
+                     "metadata": {"generateName": f"{name}.", "namespace": self.namespace},
+                     "involvedObject": {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "name": name,
+                                        "namespace": self.namespace},
+                     "type": "Warning", "reason": "ProjectUnowned",
+                     "message": f"project {project} has had no owner for over {self.member.sweep.grace:g}s "
+                                "(no live replica holds its claim)",
+                     "source": {"component": "stead"}, "reportingComponent": "stead.dev/operator",
+                     "reportingInstance": self.replica, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+            try:
+                await self.kube.request("POST", core_path("events", self.namespace), event)
+            except ApiError as error:
+                log.info("%s: Event for unowned project %s not posted: %s", self.replica, project, error)
+        self._reported = unowned
+
     async def _select(self) -> None:
         """After each pass: select the buckets the ring places on us and those of the claims we hold."""
         ring = self.member.ring
@@ -252,22 +287,42 @@ class Sharding:
 
     async def _list(self, kind: Kind, project: str) -> list[dict[str, Any]]:
         """Every object of `kind` in `project`: its namespace's (the project's own namespace, less
-        those labelled into another project) and those labelled into it anywhere."""
+        those labelled into another project) and those labelled into it anywhere.
+
+        When our watches of the kind cover the project's bucket (selected and listed), they know
+        where its objects are: only those namespaces are listed, and a kind with none is not listed
+        at all (an object created meanwhile reaches the reconciler as an event, kept since
+        `prepare`). Else every namespace is searched by label."""
         items: dict[str, dict[str, Any]] = {}
         if kind.cluster_scoped:
             if project:  # cluster-scoped objects labelled into a namespace's project
                 found = await self._get(custom_path(kind.plural), {"labelSelector": f"{PROJECT_LABEL}={project}"})
             else:
                 found = [o for o in await self._get(custom_path(kind.plural), {}) if not project_of(o)]
+        elif not project:
+            return []
+        elif (namespaces := self._where(kind, project)) is not None:
+            found = []
+            for namespace in sorted(namespaces):
+                listed = await self._get(custom_path(kind.plural, namespace), {})
+                found += [o for o in listed if project_of(o) == project]
         else:
-            if not project:
-                return []
             found = [o for o in await self._get(custom_path(kind.plural, project), {}) if project_of(o) == project]
             found += await self._get(custom_path(kind.plural), {"labelSelector": f"{PROJECT_LABEL}={project}"})
         for item in found:
             meta = item.get("metadata") or {}
             items[str(meta.get("uid"))] = {**item, "kind": kind.kind}
         return list(items.values())
+
+    def _where(self, kind: Kind, project: str) -> set[str] | None:
+        """The namespaces holding objects of `kind` in `project`, from our watches; None when they
+        do not cover the project's bucket."""
+        watches = self._watches_of.get(kind.kind)
+        labels = {BUCKET_LABEL: str(bucket_of(project, self.buckets))}
+        if not watches or not all(watch.covers(labels) for watch in watches):
+            return None
+        return set().union(*(watch.namespaces_where(lambda ns, found: project_key(found, ns) == project)
+                             for watch in watches))
 
     async def _get(self, path: str, params: dict[str, str]) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []

@@ -185,7 +185,7 @@ async def test_claims_of_projects_without_objects_are_deleted_by_their_holders_a
     assert set(claims) == set(PROJECTS) - gone  # the deleted projects' claims went, nothing else
     assert {p: c.uid for p, c in claims.items()} == {p: u for p, u in before.items() if p not in gone}
     assert a.collected + b.collected == len(gone) and sum(n for _, n in counted) == len(gone)
-    assert {name for name, _ in counted} == {"stead_claims_collected_total"}
+    assert {name for name, _ in counted} == {"stead_shard_claims_collected_total"}
     assert sorted(seen["a"].drained + seen["b"].drained) == sorted(gone)  # drained first, each by its holder
     assert not any(m.owns(p) for m in (a, b) for p in gone)
     deletes = [r for r in kube.received if r.method == "DELETE"]

@@ -8,7 +8,7 @@ from typing import Any
 
 from operators.catalog import KINDS
 from operators.runtime.core.kinds import Kind
-from operators.runtime.shard import CLUSTER_PROJECT
+from operators.runtime.shard import CLUSTER_PROJECT, bucket_of
 from operators.runtime.shard.wiring import Sharding, dependencies_first
 from tests.unit.fakeapi import FakeApi
 from tests.unit.shard.conftest import sync
@@ -68,3 +68,80 @@ async def test_a_project_is_listed_from_its_namespace_and_its_label() -> None:
     listed = await sharding._list(kind, "team-a")
     assert sorted(o["metadata"]["name"] for o in listed) == ["joined", "plain"]
     assert {o["kind"] for o in listed} == {"Environment"}
+
+
+@dataclasses.dataclass
+class Covering:
+    """A followed watch that has listed the buckets given and knows these objects (namespace, labels)."""
+
+    kind: str
+    buckets: set[str]
+    objects: list[tuple[str, dict[str, str]]]
+
+    def covers(self, labels: Mapping[str, str]) -> bool:
+        return labels.get("stead.dev/shard-bucket") in self.buckets
+
+    def namespaces_where(self, test: Any) -> set[str]:
+        return {namespace for namespace, labels in self.objects if test(namespace, labels)}
+
+    def select(self, selection: object) -> None:
+        return None
+
+
+@sync
+async def test_a_project_whose_bucket_the_watches_cover_is_listed_only_where_its_objects_are() -> None:
+    api = FakeApi()
+    env = next(k for k in KINDS if k.kind == "Environment")
+    apps = next(k for k in KINDS if k.kind == "App")
+    base = f"/apis/stead.dev/v1alpha1/namespaces/{{}}/{env.plural}"
+    for namespace, name, labels in [("team-a", "plain", {}), ("team-a", "elsewhere", {"stead.dev/project": "shop"}),
+                                    ("team-b", "joined", {"stead.dev/project": "team-a"}), ("team-b", "other", {})]:
+        await api.request("POST", base.format(namespace), {"metadata": {"name": name, "labels": labels}})
+    sharding = Sharding(api, "stead-system", "r0")  # type: ignore[arg-type]
+    bucket = str(bucket_of("team-a"))
+    known = [("team-a", {}), ("team-a", {"stead.dev/project": "shop"}), ("team-b", {"stead.dev/project": "team-a"})]
+    sharding.follow([Covering("Environment", {bucket}, known), Covering("App", {bucket}, [])])  # type: ignore[list-item]
+    before = len(api.calls)
+    listed = await sharding._list(env, "team-a")
+    assert sorted(o["metadata"]["name"] for o in listed) == ["joined", "plain"]
+    assert len(api.calls) - before == 2  # team-a's and team-b's environments; no search by label
+    assert await sharding._list(apps, "team-a") == [] and len(api.calls) - before == 2  # no App known: not listed
+    # a bucket the watches do not cover (not selected, or not listed yet): searched everywhere
+    sharding._watches_of["Environment"] = [Covering("Environment", set(), known)]  # type: ignore[list-item]
+    assert sorted(o["metadata"]["name"] for o in await sharding._list(env, "team-a")) == ["joined", "plain"]
+    assert len(api.calls) - before == 4
+
+
+class Counting:
+    def __init__(self) -> None:
+        self.counts: dict[str, float] = {}
+
+    def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
+        self.counts[name] = self.counts.get(name, 0.0) + amount
+
+
+@sync
+async def test_a_project_unowned_for_longer_than_the_lease_is_an_event_and_a_metric_once_per_episode() -> None:
+    api = FakeApi()
+    metrics = Counting()
+    sharding = Sharding(api, "stead-system", "r0", metrics=metrics)  # type: ignore[arg-type]
+
+    def events() -> list[dict[str, Any]]:
+        return [r.body for r in api.received if r.method == "POST" and r.path.endswith("/events")]
+
+    sharding.member.unowned = ["shop"]
+    await sharding._report_unowned()  # our own lease may have lapsed: counted, not posted
+    assert metrics.counts["stead_shard_unowned_total"] == 1 and events() == []
+    sharding.member.unowned = []
+    await sharding._report_unowned()
+    clock = sharding.member.fence._clock
+    sharding.member.fence.extend("inc-1", clock(), clock(), 15.0, 3.0)
+    for _ in range(2):  # found unowned at two passes in a row: one Event
+        sharding.member.unowned = ["shop"]
+        await sharding._report_unowned()
+    [event] = events()
+    assert event["reason"] == "ProjectUnowned" and event["type"] == "Warning"
+    assert event["involvedObject"] == {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                       "name": "stead-project-shop", "namespace": "stead-system"}
+    assert "project shop has had no owner for over 15s" in event["message"]
+    assert metrics.counts["stead_shard_unowned_total"] == 2
