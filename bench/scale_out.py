@@ -13,7 +13,10 @@ machines cannot run:
   the replicas' worth of parallelism the split allows (the busiest replica finishes last);
 - **moved fraction** on scale-up (100 -> 101 and 3 -> 4 replicas) and scale-down (100 -> 99),
   against the ideal 1/N' (each move is a hand-over: drain, release, acquire, re-list), and the
-  check that nothing moves between replicas that stay (a consistent ring's promise);
+  check that nothing moves between replicas that stay (a consistent ring's promise); and 2 -> 3
+  over the very projects and replica ids of `tests/e2e/test_scale_out.py`'s live test, under the
+  same definition (projects whose claim changed holder / projects), so the ring's figure and the
+  live one can be compared;
 - the same balance for 1, 2 and 3 replicas over 100 projects (the e2e tests' scale: with few
   projects per replica the noise of small numbers dominates, whatever the ring);
 - what a replica receives from one label-selected watch per kind, with the assignment label
@@ -62,6 +65,9 @@ from operators.runtime.shard import (
 )
 
 MOVE_TOLERANCE = 1.2
+E2E_PROJECTS = [f"t-so-scale-{i:03d}" for i in range(100)]
+"""The projects of tests/e2e/test_scale_out.py's 2 -> 3 test (`grown_projects`), and its replica ids."""
+E2E_REPLICAS = ("r0", "r1", "r2")
 
 
 def replicas(n: int) -> list[str]:
@@ -94,6 +100,21 @@ def move(label: str, before: Ring, after: Ring, keys: Sequence[str]) -> tuple[st
     line = (f"{label:<22} {what:<12} {fraction:>8.4f} {ideal:>8.4f} {ratio:>7.3f}  "
             f"{'yes' if consistent else 'NO':<10} {'ok' if ok else 'MISSED'}")
     return line, ok
+
+
+def e2e_moves(vnodes: int) -> list[str]:
+    """The ring's moved fraction for the e2e test's 2 -> 3, placed by bucket (`--sharding leases`
+    with Stead's bucket-selected watches) and by name (before them): what the live figure equals."""
+    two, three = Ring(E2E_REPLICAS[:2], vnodes), Ring(E2E_REPLICAS, vnodes)
+    lines = []
+    for label, key in (("placed by bucket", by_bucket()), ("placed by name", None)):
+        place: Callable[[str], str] = key or (lambda p: p)
+        moved = [p for p in E2E_PROJECTS if two.owner(place(p)) != three.owner(place(p))]
+        to_new = all(three.owner(place(p)) == E2E_REPLICAS[2] for p in moved)
+        fraction = len(moved) / len(E2E_PROJECTS)
+        lines.append(f"{label:<17} moved {len(moved):>3}/{len(E2E_PROJECTS)} = {fraction:.3f} "
+                     f"(ideal 0.333, ratio {fraction * 3:.3f}); all to {E2E_REPLICAS[2]}: {'yes' if to_new else 'NO'}")
+    return lines
 
 
 def selectivity(keys: Sequence[str], n: int, buckets: int, vnodes: int) -> str:
@@ -201,6 +222,13 @@ def main() -> int:
     ]:
         line, good = move(label, Ring(before, v), Ring(after, v), keys)
         ok &= good
+        print(line)
+
+    print(f"\n== 2 -> 3 as tests/e2e/test_scale_out.py measures it live ({len(E2E_PROJECTS)} projects "
+          f"{E2E_PROJECTS[0]}..{E2E_PROJECTS[-1]}, replicas {', '.join(E2E_REPLICAS)}) ==")
+    print("moved fraction = projects whose claim's holder differs between the claims read with 2 replicas")
+    print("settled and with 3 settled, over all the projects (each is one hand-over: drain, release, acquire)")
+    for line in e2e_moves(v):
         print(line)
 
     if args.compare_vnodes:

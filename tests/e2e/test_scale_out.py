@@ -8,10 +8,16 @@ last). Workflow runs keep their state in one directory the three share (`--pipel
 a run in flight on a replica that dies is followed by the project's new owner from its finished
 steps. Every write is attributed to its replica by the user agent `stead-operator/<replica-id>`;
 who held which project when is rebuilt from the claim Leases' updates in the same audit log.
+
+After the hand-over tests: the claim of a project whose objects are all deleted is deleted by its
+holder (and only that claim), the project claimed afresh when it comes back; then scaling 2 -> 3
+over 100 more projects, with the fraction of projects that moved measured from the claims'
+holders before and after, against the ideal 1/3.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -29,8 +35,9 @@ from typing import Any
 
 import pytest
 
-from operators.runtime.kube.client import USER_AGENT
-from operators.runtime.shard import bucket_of, claim_name
+from operators.cluster import ClusterInfo
+from operators.runtime.kube.client import USER_AGENT, ApiError, KubeClient, custom_path, load_access
+from operators.runtime.shard import Ring, bucket_of, by_bucket, claim_name
 from tests.e2e.conftest import AuditLog, Kubectl, OperatorProcess, env_manifest
 from tests.e2e.test_apps import action_run, app, apply, blueprint, get, run_state, small_spec
 from tests.polling import wait_until
@@ -39,6 +46,8 @@ OPERATOR_NAMESPACE = "stead-system"
 LEASE = 2
 REPLICAS = ("r0", "r1", "r2")
 PROJECTS = 30
+GROWN = 100  # projects of the 2 -> 3 test, named so that the ring's moved fraction is deterministic
+MOVE_TOLERANCE = 1.2  # as bench/scale_out.py: the moved fraction within 1.2x of the ideal
 WRITES = frozenset({"create", "update", "patch", "delete"})
 CLAIM_PREFIX = claim_name("x")[:-1]
 
@@ -50,6 +59,7 @@ class Cluster:
     work: Path
     legacy: str = ""
     """A namespace whose Environment was created before sharding was on (no bucket label)."""
+    audit_start: int = 0
     figures: dict[str, float] = field(default_factory=dict)
 
     def start(self, name: str) -> None:
@@ -62,6 +72,16 @@ class Cluster:
         return {lease["metadata"]["labels"]["stead.dev/project"]: lease["spec"].get("holderIdentity") or ""
                 for lease in out["items"]}
 
+    def claim(self, kubectl: Kubectl, project: str) -> dict[str, Any] | None:
+        """The project's claim Lease, or None when there is none."""
+        found = kubectl("get", "lease", claim_name(project), "-n", OPERATOR_NAMESPACE, "-o", "json", check=False)
+        if found.returncode != 0:
+            if "NotFound" in found.stderr:
+                return None
+            raise AssertionError(f"kubectl get lease failed: {found.stderr}")
+        lease: dict[str, Any] = json.loads(found.stdout)
+        return lease
+
 
 def replica(cluster_work: Path, name: str, operator: OperatorProcess, runs: Path) -> OperatorProcess:
     webhook = () if name == "r0" else ("--webhook", "off")
@@ -73,7 +93,8 @@ def replica(cluster_work: Path, name: str, operator: OperatorProcess, runs: Path
 
 
 @pytest.fixture(scope="module")
-def three(operator: OperatorProcess, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def three(operator: OperatorProcess, kubectl: Kubectl, audit: AuditLog,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """r0, r1, r2 in place of the session's operator (started again afterwards)."""
     work = tmp_path_factory.mktemp("scale-out")
     runs = Path(tempfile.mkdtemp(prefix="stead-so-runs-"))
@@ -83,7 +104,7 @@ def three(operator: OperatorProcess, kubectl: Kubectl, tmp_path_factory: pytest.
     operator.stop()
     replicas = {name: replica(work, name, operator, runs) for name in REPLICAS}
     cluster = Cluster(replicas, [f"t-so-{i}-{uuid.uuid4().hex[:5]}" for i in range(PROJECTS)], shared,
-                      legacy=f"t-so-legacy-{uuid.uuid4().hex[:5]}")
+                      legacy=f"t-so-legacy-{uuid.uuid4().hex[:5]}", audit_start=audit.mark())
     try:
         operator.start()  # one replica, no sharding: its objects get no bucket label
         kubectl("create", "namespace", cluster.legacy)
@@ -92,16 +113,16 @@ def three(operator: OperatorProcess, kubectl: Kubectl, tmp_path_factory: pytest.
         operator.stop()
         for proc in replicas.values():
             proc.start()
-        for namespace in cluster.namespaces:
-            kubectl("create", "namespace", namespace)
+        bulk(operator.cluster, [("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                                 "metadata": {"name": n}}) for n in cluster.namespaces])
         yield cluster
     finally:
         for proc in replicas.values():
             if proc.process is not None and proc.process.poll() is None:
                 os.kill(proc.process.pid, signal.SIGCONT)
             proc.stop()
-        for namespace in [*cluster.namespaces, cluster.legacy]:
-            kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        bulk(operator.cluster, [("DELETE", f"/api/v1/namespaces/{n}", None)
+                                for n in [*cluster.namespaces, cluster.legacy]], missing_ok=True)
         shutil.rmtree(runs, ignore_errors=True)
         shutil.rmtree(shared, ignore_errors=True)
         keep = os.environ.get("STEAD_SCALE_OUT_LOGS")  # the replicas' logs, kept for a look after a failure
@@ -111,6 +132,27 @@ def three(operator: OperatorProcess, kubectl: Kubectl, tmp_path_factory: pytest.
         operator.start()
         if cluster.figures:
             print("\nscale-out figures: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cluster.figures.items())))
+
+
+def bulk(cluster: ClusterInfo, requests: list[tuple[str, str, dict[str, Any] | None]], *,
+         missing_ok: bool = False) -> None:
+    """Many requests at once, 16 in flight: kubectl throttles itself to 5 requests a second, which
+    made creating or deleting a hundred namespaces take 20-40 s of the test's wall time."""
+    async def send() -> None:
+        async with KubeClient(load_access(cluster.kubeconfig), user_agent="stead-e2e") as kube:
+            limit = asyncio.Semaphore(16)
+
+            async def one(method: str, path: str, body: dict[str, Any] | None) -> None:
+                async with limit:
+                    try:
+                        await kube.request(method, path, body)
+                    except ApiError as error:
+                        if not (missing_ok and error.status == 404):
+                            raise
+
+            await asyncio.gather(*(one(*r) for r in requests))
+
+    asyncio.run(send())
 
 
 # --- the audit log, with response codes: what each replica wrote, and when it held what -----------------
@@ -433,3 +475,142 @@ def test_sigstop_past_the_lease_then_sigcont_writes_nothing_for_the_projects_it_
     assert all(w.namespace in reacquired for w in late), late  # only after taking a project back
     assert objects_by_several(written, set(mine) - reacquired) == {}
     assert get(kubectl, "environment", "during-pause", mine[0])["status"]["phase"] == "Provisioned"
+
+
+# --- claims of deleted projects, and scaling 2 -> 3 ---------------------------------------------------------
+
+def claim_deletes(writes: list[Write]) -> list[tuple[str, str]]:
+    """(replica, project) of every claim Lease a replica deleted."""
+    return [(w.replica, w.name[len(CLAIM_PREFIX):]) for w in writes
+            if w.verb == "delete" and 200 <= w.code < 300 and w.resource == "leases"
+            and w.namespace == OPERATOR_NAMESPACE and w.name.startswith(CLAIM_PREFIX)]
+
+
+def stead_objects(kubectl: Kubectl, namespace: str) -> list[str]:
+    return kubectl("get", "stead", "-n", namespace, "-o", "name").stdout.split()
+
+
+def test_the_claim_of_a_project_whose_objects_are_all_deleted_goes_and_comes_back_afresh(
+        three: Cluster, kubectl: Kubectl, audit: AuditLog) -> None:
+    # a project with Environments only (the earlier tests added some; a kill -9 test may have added an App)
+    project = next(n for n in three.namespaces[10:20]
+                   if all(o.startswith("environment.") for o in stead_objects(kubectl, n)))
+    before = three.claim(kubectl, project)
+    assert before is not None and before["spec"].get("holderIdentity") in REPLICAS
+    holders = three.holders(kubectl)
+    mark = audit.mark()
+    kubectl("delete", "environments", "--all", "-n", project, "--timeout=60s")  # waits for the finalizers
+    emptied = time.monotonic()
+    wait_until(lambda: three.claim(kubectl, project) is None, LEASE + 15, "the emptied project's claim to go",
+               interval=0.1)
+    took = time.monotonic() - emptied
+    three.figures["claim collected after the last object s"] = took
+    assert took <= LEASE + 5, took  # a lease without objects, then the next pass
+    others = set(three.namespaces) - {project}
+    assert others <= set(three.holders(kubectl))  # every live project keeps its claim
+    written = writes_since(audit, mark)
+    holder = before["spec"]["holderIdentity"]
+    assert claim_deletes(written) == [(holder, project)]  # by its holder, once, and no other claim
+    assert outside_claims(written, set(three.namespaces), dict(holders)) == []
+
+    kubectl("apply", "-f", "-", input=env_manifest("back", project))
+    ready(kubectl, project, "environment/back", timeout=60)
+    again = three.claim(kubectl, project)
+    assert again is not None and again["spec"].get("holderIdentity") in REPLICAS
+    assert again["metadata"]["uid"] != before["metadata"]["uid"]  # a new claim, not the old one revived
+    assert again["spec"]["leaseTransitions"] == 1
+    written = writes_since(audit, mark)
+    assert outside_claims(written, set(three.namespaces), dict(holders)) == []
+    # over the whole module so far: no replica ever deleted the claim of a project that had objects
+    assert {p for _, p in claim_deletes(writes_since(audit, three.audit_start))} == {project}
+
+
+def grown_projects() -> list[str]:
+    return [f"t-so-scale-{i:03d}" for i in range(GROWN)]
+
+
+def environments_ready(kubectl: Kubectl, namespaces: set[str]) -> dict[str, bool]:
+    """Namespace/name -> Ready of every Environment in `namespaces` (one LIST)."""
+    out = json.loads(kubectl("get", "environments", "-A", "-o", "json").stdout)
+    return {f"{o['metadata']['namespace']}/{o['metadata']['name']}":
+            any(c.get("type") == "Ready" and c.get("status") == "True" for c in (o.get("status") or {}).get(
+                "conditions") or []) for o in out["items"] if o["metadata"]["namespace"] in namespaces}
+
+
+def settled(three: Cluster, kubectl: Kubectl, projects: list[str], seconds: float) -> Any:
+    """A predicate: the claims of `projects` all held by running replicas and unchanged for `seconds`
+    (several coordinator passes: a move is a release then an acquisition at the next pass)."""
+    last: dict[str, str] = {}
+    since = time.monotonic()
+
+    def probe() -> dict[str, str] | None:
+        nonlocal last, since
+        holders = three.holders(kubectl)
+        now = {p: holders.get(p, "") for p in projects}
+        if now != last:
+            last, since = now, time.monotonic()
+            return None
+        if all(h in REPLICAS for h in now.values()) and time.monotonic() - since >= seconds:
+            return now
+        return None
+
+    return probe
+
+
+def test_scaling_2_to_3_moves_a_third_of_the_projects_each_handled_by_one_replica_at_a_time(
+        three: Cluster, kubectl: Kubectl, audit: AuditLog, cluster: ClusterInfo) -> None:
+    """Two replicas over 100 more projects (an Environment each), then a third joins: the fraction
+    of projects whose claim changed holder, measured live, against the ideal 1/3."""
+    joining = "r2"
+    three.replicas[joining].stop()  # a clean hand-over: r0 and r1 hold everything
+    staying = [r for r in REPLICAS if r != joining]
+    names = grown_projects()
+    three.namespaces.extend(names)  # deleted with the others when the module ends
+    bulk(cluster, [("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}})
+                   for n in names])
+    started = time.monotonic()
+    bulk(cluster, [("POST", custom_path("environments", n), json.loads(env_manifest("env", n))) for n in names])
+    wanted = {f"{n}/env" for n in names}
+    wait_until(lambda: all(environments_ready(kubectl, set(names)).get(k) for k in wanted), 180,
+               f"{GROWN} Environments Ready under 2 replicas", interval=0.5)
+    three.figures[f"{GROWN} projects Ready under 2 replicas s"] = time.monotonic() - started
+    before = wait_until(settled(three, kubectl, names, 2.0), 60, "the claims settled under 2 replicas",
+                        interval=0.2)
+    assert set(before.values()) == set(staying), before
+    everyone = set(three.namespaces)
+    held = three.holders(kubectl)
+    mark = audit.mark()
+
+    joined = time.monotonic()
+    three.start(joining)
+    # it has joined (holds some claim: it would otherwise look "settled" at once); then the moves settle
+    wait_until(lambda: joining in three.holders(kubectl).values(), 30, f"{joining} taking claims", interval=0.2)
+    after = wait_until(settled(three, kubectl, names, 3.0), 90, "the claims settled under 3 replicas",
+                       interval=0.2)
+    three.figures["2 -> 3 settled s (from the start of r2, incl. 3 s of stability)"] = time.monotonic() - joined
+    moved = sorted(p for p in names if before[p] != after[p])
+    fraction = len(moved) / GROWN
+    three.figures["moved fraction 2 -> 3 (live)"] = fraction
+    by_name = sum(Ring(staying).owner(p) != Ring(REPLICAS).owner(p) for p in names) / GROWN
+    bucket = by_bucket()
+    by_buckets = sum(Ring(staying).owner(bucket(p)) != Ring(REPLICAS).owner(bucket(p)) for p in names) / GROWN
+    print(f"\nmoved 2 -> 3: {len(moved)}/{GROWN} = {fraction:.3f} live (ideal 1/3; the ring predicts "
+          f"{by_name:.3f} placed by name, {by_buckets:.3f} by bucket)")
+    assert all(after[p] == joining for p in moved), moved  # nothing moves between replicas that stay
+    assert 1 / 3 / MOVE_TOLERANCE <= fraction <= 1 / 3 * MOVE_TOLERANCE, fraction
+    # exactly what the ring says for these names and replica ids, projects placed by their bucket
+    # (`--sharding leases` places buckets, so that each replica's watches select whole buckets)
+    assert before == {p: Ring(staying).owner(bucket(p)) for p in names}
+    assert after == {p: Ring(REPLICAS).owner(bucket(p)) for p in names}
+
+    # every object stays Ready, and the joining replica acts on the projects it took at once
+    ready_now = environments_ready(kubectl, set(names))
+    assert all(ready_now.get(k) for k in wanted), sorted(k for k in wanted if not ready_now.get(k))
+    bulk(cluster, [("POST", custom_path("environments", p), json.loads(env_manifest("after-join", p))) for p in moved])
+    wait_until(lambda: all(environments_ready(kubectl, set(moved)).get(f"{p}/after-join") for p in moved), 60,
+               "the moved projects' new Environments Ready", interval=0.5)
+    written = writes_since(audit, mark)
+    assert outside_claims(written, everyone, held) == []  # nothing handled by a replica not holding it then
+    assert objects_by_several(written, everyone) == {}  # no object written by two replicas
+    assert claim_deletes(written) == []  # live projects' claims are never collected
+    assert any(w.replica == joining and w.namespace in moved and w.subresource == "status" for w in written)

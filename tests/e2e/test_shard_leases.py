@@ -25,6 +25,7 @@ from operators.runtime.shard import (
     Ring,
     ShardMember,
     acquire,
+    collect,
     default_clock,
     leases_path,
     list_claims,
@@ -197,6 +198,34 @@ def test_a_released_claim_is_acquired_by_another_member_at_once(cluster: Cluster
                 claim = await read_claim(kb, namespace, "team-b")
                 taken = await acquire(kb, namespace, claim, "stead-b", b.fence, live)
                 assert taken is not None and (taken.holder, taken.epoch) == ("stead-b", 2)
+
+    run(body())
+
+
+def test_a_claim_is_collected_only_as_its_holder_read_it(cluster: ClusterInfo, namespace: str) -> None:
+    """The real API server honours the DELETE's preconditions on a Lease: a claim that changed hands
+    since it was read, or was deleted and created again (another uid), is never deleted."""
+    async def body() -> None:
+        async with clients(cluster, 2) as (ka, kb):
+            a = MemberLease(ka, namespace, "stead-a", duration=2)
+            b = MemberLease(kb, namespace, "stead-b", duration=2)
+            async with renewing(a), renewing(b):
+                held = await acquire(ka, namespace, Claim("gone"), "stead-a", a.fence, {})
+                assert held is not None and held.uid
+                freed = await release(ka, namespace, held, "stead-a")
+                assert freed is not None
+                taken = await acquire(kb, namespace, freed, "stead-b", b.fence, {"stead-a": a.incarnation or ""})
+                assert taken is not None
+                assert not await collect(ka, namespace, held, "stead-a")  # changed hands: 409, not deleted
+                assert (await read_claim(ka, namespace, "gone")).holder == "stead-b"
+                assert await collect(kb, namespace, taken, "stead-b")
+                assert not (await read_claim(ka, namespace, "gone")).exists
+                assert not await collect(kb, namespace, taken, "stead-b")  # already gone: 404
+                again = await acquire(ka, namespace, Claim("gone"), "stead-a", a.fence, {})
+                assert again is not None and again.epoch == 1 and again.uid != held.uid
+                stale = Claim("gone", "stead-a", again.incarnation, 1, again.resource_version, uid=held.uid)
+                assert not await collect(ka, namespace, stale, "stead-a")  # the old uid: refused
+                assert (await read_claim(ka, namespace, "gone")).term == again.term
 
     run(body())
 

@@ -66,6 +66,8 @@ COUNTERS: dict[str, str] = {
     "stead_watch_resumes_total": "Watches resumed from their last event after a dropped connection.",
     "stead_watch_coalesced_total": "Watch events not delivered because a newer body of the object was "
     "queued behind them.",
+    "stead_shard_claims_collected_total": "Project claims (Leases) this replica deleted because their project had had "
+    "no objects for a lease duration (--sharding leases).",
 }
 """The help text of the counters Stead increments, by their name as exposed (with `_total`)."""
 

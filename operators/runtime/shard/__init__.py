@@ -8,11 +8,13 @@ The pieces, bottom up (issue 17; the facts behind them in notes/sharding.md):
   every write for an owned project, so a replica paused past its lease writes nothing on waking.
 - `MemberLease`, `Liveness`, `read_members` (membership.py): each replica's Lease
   `stead-member-<id>`, renewed every duration/3, and the conservative judgement of who is live.
-- `Claim`, `acquire`, `release`, `list_claims` (claims.py): who *actually* owns a project, a
-  Lease `stead-project-<project>` taken by compare-and-swap, valid while its holder's membership
-  is live (claims are written only on hand-over, never renewed).
-- `View`, `decide`, `execute`, `Sweep` (coordinator.py): from a view to releases and
-  acquisitions, and the projects left without an owner for too long.
+- `Claim`, `acquire`, `release`, `collect`, `list_claims` (claims.py): who *actually* owns a
+  project, a Lease `stead-project-<project>` taken by compare-and-swap, valid while its holder's
+  membership is live (claims are written only on hand-over, never renewed), deleted by its holder
+  (conditionally) once the project has had no objects for a lease.
+- `View`, `decide`, `execute`, `Sweep`, `Vacancy` (coordinator.py): from a view to releases,
+  acquisitions and collections, the projects left without an owner for too long, and those of
+  ours left without objects.
 - `ShardMember` (runner.py): all of it running for one replica; `owns(project)`, `fence`, and the
   `drain` / `on_acquired` hooks are what the reconciler will use.
 
@@ -32,11 +34,22 @@ from operators.runtime.shard.claims import (
     ClaimMismatch,
     acquire,
     claim_name,
+    collect,
     list_claims,
     read_claim,
     release,
 )
-from operators.runtime.shard.coordinator import Decision, Outcome, Sweep, View, decide, execute, owned, ring_members
+from operators.runtime.shard.coordinator import (
+    Decision,
+    Outcome,
+    Sweep,
+    Vacancy,
+    View,
+    decide,
+    execute,
+    owned,
+    ring_members,
+)
 from operators.runtime.shard.fence import Fence, FenceExpired, default_clock
 from operators.runtime.shard.guard import FencedKube, NotOwned, WriteGuard
 from operators.runtime.shard.leases import NAME_LABEL, ROLE_LABEL, leases_path
@@ -66,13 +79,14 @@ from operators.runtime.shard.ring import (
     moved_fraction,
     point,
 )
-from operators.runtime.shard.runner import ShardMember
+from operators.runtime.shard.runner import COLLECTED_METRIC, ShardMember
 from operators.runtime.shard.wiring import ProjectWork, Sharding
 
 __all__ = [
     "BUCKET_LABEL",
     "CLAIM_ROLE",
     "CLUSTER_PROJECT",
+    "COLLECTED_METRIC",
     "DEFAULT_BUCKETS",
     "DEFAULT_DURATION",
     "DEFAULT_SKEW",
@@ -99,6 +113,7 @@ __all__ = [
     "ShardMember",
     "Sharding",
     "Sweep",
+    "Vacancy",
     "View",
     "WriteGuard",
     "acquire",
@@ -108,6 +123,7 @@ __all__ = [
     "buckets_of",
     "by_bucket",
     "claim_name",
+    "collect",
     "decide",
     "default_clock",
     "execute",

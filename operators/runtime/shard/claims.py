@@ -18,6 +18,14 @@ Layout of a claim Lease (in the operator's namespace, one per project ever owned
     spec.acquireTime       when the current holder took it
     spec.renewTime         the last write (acquisition or release)
 
+A claim goes when its project does: the holder of a claim whose project has had no objects for
+at least one lease (`coordinator.Vacancy`) deletes it, on condition of the uid and the
+resourceVersion it read (`collect`), so a claim that changed hands meanwhile is never deleted.
+Without that, `stead-project-*` Leases would pile up for every project that ever existed, and
+every coordinator pass would LIST them all. A project that comes back is claimed afresh: a new
+Lease, epoch 1 again, and a new uid; what a replica keeps of a claim is valid for its
+(uid, epoch), never for the epoch alone.
+
 Claims are not renewed. A claim is valid while its holder's *membership* Lease is live with the
 incarnation the claim names (`Claim.valid`). Renewing one Lease per project instead would cost
 P x 60 / (duration / 3) writes a minute: 120,000 a minute (2,000 a second) for 10,000 projects
@@ -48,6 +56,7 @@ from operators.runtime.shard.leases import (
     create_lease,
     get_lease,
     lease_body,
+    leases_path,
     list_leases,
     meta_of,
     micro_time,
@@ -90,6 +99,8 @@ class Claim:
     epoch: int = 0
     resource_version: str = ""
     acquired_at: datetime | None = None
+    uid: str = ""
+    """The Lease's uid: a claim deleted and created again is another claim, at epoch 1 again."""
 
     @property
     def name(self) -> str:
@@ -121,8 +132,14 @@ class Claim:
             project=named, holder=str(spec.get("holderIdentity") or ""),
             incarnation=str((meta.get("annotations") or {}).get(HOLDER_INCARNATION_ANNOTATION) or ""),
             epoch=int(spec.get("leaseTransitions") or 0), resource_version=str(meta.get("resourceVersion") or ""),
-            acquired_at=parse_time(spec.get("acquireTime")),
+            acquired_at=parse_time(spec.get("acquireTime")), uid=str(meta.get("uid") or ""),
         )
+
+    @property
+    def term(self) -> tuple[str, int]:
+        """What identifies one holding of the claim: (uid, epoch). The epoch alone restarts at 1
+        when a collected claim is created again."""
+        return self.uid, self.epoch
 
 
 async def read_claim(api: Requester, namespace: str, project: str) -> Claim:
@@ -203,6 +220,28 @@ async def release(
             return None
         raise
     return Claim.from_lease(answer, claim.project)
+
+
+async def collect(api: Requester, namespace: str, claim: Claim, replica: str) -> bool:
+    """Delete `claim` (as we hold it: its project has had no objects for a while). Returns whether
+    it was deleted; False when it had changed since we read it (taken over, released, deleted).
+
+    The DELETE carries preconditions on the uid and resourceVersion we read: the API server
+    refuses it (409) unless the claim is exactly the one we hold, so a claim that changed hands
+    is never deleted, and a claim created again under the same name (another uid) neither.
+    Like `release`, it needs no open fence; call it only after the project is drained.
+    """
+    if claim.holder != replica or not claim.exists or not claim.uid:
+        return False
+    options = {"apiVersion": "v1", "kind": "DeleteOptions",
+               "preconditions": {"uid": claim.uid, "resourceVersion": claim.resource_version}}
+    try:
+        await api.request("DELETE", leases_path(namespace, claim.name), options)
+    except ApiError as error:
+        if error.status in (404, 409):
+            return False
+        raise
+    return True
 
 
 def released(claim: Claim) -> Claim:

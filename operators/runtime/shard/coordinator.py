@@ -8,7 +8,12 @@ The rules, for each project (the ring built over the live members):
   member, then release it (after the project's work is drained: `execute` awaits `drain`);
 - a claim a live member holds under its current incarnation: not ours, nothing to do;
 - a free claim, or one whose holder is dead or of a past incarnation (ours included), or no
-  claim yet: acquire it if the ring names us, else leave it for the member the ring names.
+  claim yet: acquire it if the ring names us, else leave it for the member the ring names;
+- a claim we hold whose project has had no objects for at least the lease duration
+  (`view.vacant`, from `Vacancy`): delete it (drained first, then a DELETE conditional on the
+  claim's uid and resourceVersion: `claims.collect`), whatever the ring says. A free or dead
+  holder's claim of an empty project is acquired as any other, then collected by its new holder:
+  one rule, "the holder collects", and never a delete of a claim someone else may hold.
 
 Why it is safe with views that disagree: acquisition is a compare-and-swap on the claim
 (`claims.acquire`), so two replicas whose rings both say "mine" cannot both win; the loser's
@@ -29,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from operators.runtime.kube.client import Requester
-from operators.runtime.shard.claims import Claim, acquire, release
+from operators.runtime.shard.claims import Claim, acquire, collect, release
 from operators.runtime.shard.fence import Clock, Fence, FenceExpired, default_clock
 from operators.runtime.shard.leases import wall_now
 from operators.runtime.shard.ring import DEFAULT_VNODES, Ring
@@ -48,6 +53,8 @@ class View:
     """Claims by project (`claims.list_claims`)."""
     projects: Collection[str] = ()
     """Every project that exists (from the objects listed); claimed projects count anyway."""
+    vacant: Collection[str] = ()
+    """Projects we hold that have had no objects for at least the lease duration (`Vacancy`)."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,8 @@ class Decision:
     waiting: frozenset[str] = frozenset()
     """Free projects (or with a dead holder) the ring gives to another live member."""
     ring: Ring = field(default_factory=lambda: Ring(()))
+    collect: tuple[Claim, ...] = ()
+    """Claims of ours whose project is gone: deleted (compare-and-swap) once drained."""
 
 
 def ring_members(view: View) -> set[str]:
@@ -85,13 +94,16 @@ def decide(view: View, vnodes: int = DEFAULT_VNODES, ring: Ring | None = None,
         return Decision(ring=ring)
     to_acquire: list[Claim] = []
     to_release: list[Claim] = []
+    to_collect: list[Claim] = []
     keep: set[str] = set()
     waiting: set[str] = set()
     for project in sorted(set(view.projects) | set(view.claims)):
         claim = view.claims.get(project) or Claim(project)
         should = ring.owner(placement(project) if placement is not None else project)
         if claim.held_by(view.me, view.incarnation):
-            if should is not None and should != view.me:
+            if project in view.vacant and project not in view.projects:
+                to_collect.append(claim)
+            elif should is not None and should != view.me:
                 to_release.append(claim)
             else:
                 keep.add(project)
@@ -101,7 +113,8 @@ def decide(view: View, vnodes: int = DEFAULT_VNODES, ring: Ring | None = None,
             to_acquire.append(claim)
         else:
             waiting.add(project)
-    return Decision(tuple(to_acquire), tuple(to_release), frozenset(keep), frozenset(waiting), ring)
+    return Decision(tuple(to_acquire), tuple(to_release), frozenset(keep), frozenset(waiting), ring,
+                    tuple(to_collect))
 
 
 def owned(view: View) -> frozenset[str]:
@@ -117,6 +130,8 @@ class Outcome:
     lost: tuple[str, ...] = ()
     """Projects whose acquisition another replica's write beat (or whose holder is live after all)."""
     released: tuple[Claim, ...] = ()
+    collected: tuple[str, ...] = ()
+    """Projects whose claim we deleted (those whose claim changed meanwhile are not in it)."""
 
 
 async def execute(
@@ -124,7 +139,7 @@ async def execute(
     drain: Callable[[str], Awaitable[None]] | None = None, wall: Callable[[], datetime] = wall_now,
     concurrency: int = 8,
 ) -> Outcome:
-    """Carry out `decision`: drain then release, and acquire by compare-and-swap.
+    """Carry out `decision`: drain then release or delete (collect), and acquire by compare-and-swap.
 
     `drain(project)` must return once nothing of ours for the project runs or will be written
     (stop taking its events, let running work reach a safe point, write what cannot be rebuilt).
@@ -139,11 +154,18 @@ async def execute(
         async with limit:
             return await release(api, namespace, claim, view.me, wall)
 
+    async def delete(claim: Claim) -> bool:
+        if drain is not None:
+            await drain(claim.project)
+        async with limit:
+            return await collect(api, namespace, claim, view.me)
+
     async def take(claim: Claim) -> Claim | None:
         async with limit:
             return await acquire(api, namespace, claim, view.me, fence, view.live, wall)
 
     freed = await asyncio.gather(*(give_up(c) for c in decision.release))
+    deleted = await asyncio.gather(*(delete(c) for c in decision.collect))
     acquired: list[Claim] = []
     lost: list[str] = []
     results = await asyncio.gather(*(take(c) for c in decision.acquire), return_exceptions=True)
@@ -154,7 +176,8 @@ async def execute(
             lost.append(claim.project)
         else:
             raise result
-    return Outcome(tuple(acquired), tuple(lost), tuple(c for c in freed if c is not None))
+    return Outcome(tuple(acquired), tuple(lost), tuple(c for c in freed if c is not None),
+                   tuple(c.project for c, done in zip(decision.collect, deleted, strict=True) if done))
 
 
 class Sweep:
@@ -179,5 +202,34 @@ class Sweep:
         return sorted(p for p, since in self._since.items() if now - since > self.grace)
 
     def unowned_for(self, project: str) -> float | None:
+        since = self._since.get(project)
+        return None if since is None else self._clock() - since
+
+
+class Vacancy:
+    """Finds the projects we hold that have had no objects for at least `grace` (the lease
+    duration): their claims are collected (`View.vacant`).
+
+    Observations are of projects held and *ready* (listed at acquisition, so that "no objects"
+    is known, not merely not yet seen). The clock starts when a held project is first seen
+    without objects, never earlier than its acquisition: a project just created (its first
+    object not yet seen by everyone) or just moved to us is never collected, and a project
+    whose objects come back before `grace` is kept and its clock starts again next time.
+    """
+
+    def __init__(self, grace: float, clock: Clock = default_clock) -> None:
+        self.grace = grace
+        self._clock = clock
+        self._since: dict[str, float] = {}
+
+    def update(self, held: Iterable[str], projects: Collection[str]) -> list[str]:
+        """Record one observation (`held`: projects we hold, ready; `projects`: those with objects);
+        return the held projects without objects for at least `grace`, sorted."""
+        now = self._clock()
+        empty = {p for p in held if p not in projects}
+        self._since = {p: self._since.get(p, now) for p in empty}
+        return sorted(p for p, since in self._since.items() if now - since >= self.grace)
+
+    def empty_for(self, project: str) -> float | None:
         since = self._since.get(project)
         return None if since is None else self._clock() - since

@@ -11,7 +11,9 @@ start on what was listed). `stead operator --sharding leases` wires it into the 
 Each pass (every `interval`, default min(duration/3, 2 s)): read the member Leases, list the
 claims (two label-selected LISTs), decide, carry the decision out, sweep. So a dead replica's
 projects are adopted within duration + skew + interval of its last renewal (15 + 1 + 2 s by
-default, within the issue's lease + 5 s).
+default, within the issue's lease + 5 s). A claim of ours whose project has had no objects for a
+lease (`Vacancy`) is drained and deleted (`claims.collect`), counted in `collected` and through
+`count` (the operator's `stead_shard_claims_collected_total`).
 
 Reads: two label-selected LISTs per pass. The claims LIST carries every claim (~600 B each):
 fine for hundreds of projects; for thousands, keep the claims from a WATCH instead (only changes
@@ -32,7 +34,7 @@ from datetime import datetime
 
 from operators.runtime.kube.client import ApiError, Requester
 from operators.runtime.shard.claims import Claim, list_claims, release
-from operators.runtime.shard.coordinator import Outcome, Sweep, View, decide, execute
+from operators.runtime.shard.coordinator import Outcome, Sweep, Vacancy, View, decide, execute
 from operators.runtime.shard.fence import Clock, Fence, default_clock
 from operators.runtime.shard.leases import wall_now
 from operators.runtime.shard.membership import (
@@ -48,6 +50,8 @@ from operators.runtime.shard.ring import DEFAULT_VNODES, Ring
 log = logging.getLogger(__name__)
 
 ProjectHook = Callable[[str], Awaitable[None]]
+COLLECTED_METRIC = "stead_shard_claims_collected_total"
+"""The counter `count` is called with for every claim deleted because its project is gone."""
 
 
 class ShardMember:
@@ -60,7 +64,7 @@ class ShardMember:
         on_acquired: Callable[[Claim], Awaitable[None]] | None = None, clock: Clock = default_clock,
         wall: Callable[[], datetime] = wall_now, incarnations: Callable[[], str] = new_incarnation,
         placement: Callable[[str], str] | None = None, on_ready: ProjectHook | None = None,
-        on_pass: Callable[[], Awaitable[None]] | None = None,
+        on_pass: Callable[[], Awaitable[None]] | None = None, count: Callable[[str, float], None] | None = None,
     ) -> None:
         self.api = api
         self.namespace = namespace
@@ -69,12 +73,16 @@ class ShardMember:
                                   wall=wall, skew=skew, incarnations=incarnations)
         self.liveness = Liveness(clock, wall, skew)
         self.sweep = Sweep(grace=duration, clock=clock)
+        self.vacancy = Vacancy(grace=duration, clock=clock)
         self.interval = interval if interval is not None else min(duration / 3, 2.0)
         self.vnodes = vnodes
         self.placement = placement
         self.unowned: list[str] = []
         """Projects without a valid owner for longer than the lease, as of the last pass."""
         self.passes = 0
+        self.collected = 0
+        """Claims deleted because their project had no objects left (see `Vacancy`)."""
+        self._count = count
         self._projects = projects
         self._drain = drain
         self._on_acquired = on_acquired
@@ -111,29 +119,39 @@ class ShardMember:
         live = await read_members(self.api, self.namespace, self.liveness)
         claims = await list_claims(self.api, self.namespace)
         projects = await self._projects()
-        view = View(self.replica, self.member.incarnation, live, claims, projects)
-        decision = decide(view, self.vnodes, self._ring, self.placement)
-        self._ring = decision.ring
+        incarnation = self.member.incarnation
         # What the API server says we hold (a claim taken over while we lapsed is gone from here),
-        # and of that what is ready: rebuilt at the epoch the claim has now.
-        ours = {p: c for p, c in claims.items() if c.held_by(self.replica, view.incarnation)}
+        # and of that what is ready: rebuilt at the term (uid, epoch) the claim has now.
+        ours = {p: c for p, c in claims.items() if c.held_by(self.replica, incarnation)}
         before = self._held
-        self._held = {p: c for p, c in ours.items() if p in before and before[p].epoch == c.epoch}
+        self._held = {p: c for p, c in ours.items() if p in before and before[p].term == c.term}
         # Lost without a hand-over (taken over while we lapsed, a past incarnation's): owns() is
         # already False for them; drain what may still run (a paused process, woken up).
         lost = sorted(set(before) - set(self._held))
         if lost and self._drain is not None:
             await asyncio.gather(*(self._drain(project) for project in lost))
+        vacant = self.vacancy.update(self._held, projects)  # only ready projects: their listing was read
+        view = View(self.replica, incarnation, live, claims, projects, vacant)
+        decision = decide(view, self.vnodes, self._ring, self.placement)
+        self._ring = decision.ring
         outcome = await execute(self.api, self.namespace, view, decision, self.fence, drain=self._let_go,
                                 wall=self._wall)
-        released = {c.project for c in decision.release}
-        unready = [c for p, c in ours.items() if p not in self._held and p not in released]
+        if outcome.collected:
+            self.collected += len(outcome.collected)
+            if self._count is not None:
+                self._count(COLLECTED_METRIC, float(len(outcome.collected)))
+            log.info("%s: claims of %d projects without objects deleted: %s", self.replica,
+                     len(outcome.collected), ", ".join(outcome.collected[:20]))
+        gone = {c.project for c in (*decision.release, *decision.collect)}
+        unready = [c for p, c in ours.items() if p not in self._held and p not in gone]
         for claim in (*unready, *outcome.acquired):
             await self._adopt(claim)
-        self.claimed = frozenset({*ours, *(c.project for c in outcome.acquired)} - released)
+        self.claimed = frozenset({*ours, *(c.project for c in outcome.acquired)} - gone)
         if self._on_pass is not None:  # e.g. what the watches select follows the ring and the claims
             await self._on_pass()
         current = {**claims, **{c.project: c for c in (*outcome.acquired, *outcome.released)}}
+        for project in outcome.collected:
+            current.pop(project, None)
         self.unowned = self.sweep.update(set(projects) | set(current), current, live)
         if self.unowned:
             log.warning("projects without an owner for over %ss: %s", self.sweep.grace, ", ".join(self.unowned[:20]))

@@ -14,6 +14,7 @@ from operators.runtime.shard import (
     FenceExpired,
     acquire,
     claim_name,
+    collect,
     leases_path,
     list_claims,
     read_claim,
@@ -154,3 +155,37 @@ async def test_a_claim_lease_naming_another_project_is_not_its_claim(kube: FakeA
     kube.add(leases_path(NS, claim_name("p")), {"metadata": {"labels": {"stead.dev/project": "q"}}, "spec": {}})
     with pytest.raises(ClaimMismatch):
         await read_claim(kube, NS, "p")
+
+
+@sync
+async def test_the_holder_deletes_its_claim_only_as_it_read_it(kube: FakeApi, clock: FakeTime) -> None:
+    """`collect` is a compare-and-swap delete: the uid and resourceVersion read are preconditions."""
+    held = await acquire(kube, NS, Claim("p"), "stead-0", fence(clock, "i0"), live={}, wall=clock.wall)
+    assert held is not None and held.uid
+    path = leases_path(NS, "stead-project-p")
+    assert await collect(kube, NS, held, "stead-1") is False  # not the holder: no request at all
+    assert kube.count("DELETE") == 0
+    taken = await acquire(kube, NS, held, "stead-1", fence(clock, "i1"), live={}, wall=clock.wall)
+    assert taken is not None
+    assert await collect(kube, NS, held, "stead-0") is False  # changed hands since it was read: 409
+    assert kube.count("DELETE", path) == 1 and path in kube.objects
+    sent = kube.received[-1].body
+    assert sent["preconditions"] == {"uid": held.uid, "resourceVersion": held.resource_version}
+    assert await collect(kube, NS, taken, "stead-1") is True
+    assert path not in kube.objects
+    assert await collect(kube, NS, taken, "stead-1") is False  # already gone: 404
+
+
+@sync
+async def test_a_claim_created_again_after_collection_is_another_term(kube: FakeApi, clock: FakeTime) -> None:
+    """Deleted and created again, a claim restarts at epoch 1: the uid tells the two apart."""
+    first = await acquire(kube, NS, Claim("p"), "stead-0", fence(clock, "i0"), live={}, wall=clock.wall)
+    assert first is not None and await collect(kube, NS, first, "stead-0")
+    again = await acquire(kube, NS, await read_claim(kube, NS, "p"), "stead-0", fence(clock, "i0"), live={},
+                          wall=clock.wall)
+    assert again is not None and again.epoch == first.epoch == 1
+    assert again.term != first.term
+    kube.objects[leases_path(NS, "stead-project-p")]["metadata"]["resourceVersion"] = first.resource_version
+    # even were the resourceVersion the same, the uid precondition keeps the old read from deleting it
+    assert await collect(kube, NS, first, "stead-0") is False
+    assert leases_path(NS, "stead-project-p") in kube.objects

@@ -13,6 +13,7 @@ from operators.runtime.shard import (
     MemberLease,
     Ring,
     Sweep,
+    Vacancy,
     View,
     bucket_of,
     by_bucket,
@@ -94,6 +95,57 @@ def test_sweep_reports_projects_unowned_for_longer_than_the_lease(clock: FakeTim
     claims["free"] = held("free", "a", "ia")
     assert sweep.update(["owned", "dead", "free"], claims, live) == ["dead"]
     assert sweep.unowned_for("free") is None
+
+
+def test_a_claim_of_ours_whose_project_is_vacant_is_collected_whatever_the_ring_says() -> None:
+    live = {"a": "ia", "b": "ib"}
+    ring = Ring(["a", "b"])
+    ours_for_a, ours_for_b, b_holds, _, free, *_ = _pick(ring)
+    claims = {
+        ours_for_a: held(ours_for_a, "a", "ia"),
+        ours_for_b: held(ours_for_b, "a", "ia"),
+        b_holds: held(b_holds, "b", "ib"),
+        free: Claim(free, epoch=2, resource_version="5"),
+    }
+    everything = [ours_for_a, ours_for_b, b_holds, free]
+    vacant = decide(View("a", "ia", live, claims, [], vacant=everything), ring=ring)
+    # only claims we hold: b's stays b's to collect, the free one is acquired (then collected by its holder)
+    assert [c.project for c in vacant.collect] == sorted([ours_for_a, ours_for_b])
+    assert not vacant.release and not vacant.keep
+    assert [c.project for c in vacant.acquire] == [free]
+    assert vacant.collect[0].resource_version == "1"  # the CAS base: the claim as read
+    # objects came back since the Vacancy's observation: kept after all
+    back = decide(View("a", "ia", live, claims, [ours_for_a], vacant=[ours_for_a]), ring=ring)
+    assert not back.collect and back.keep == {ours_for_a}
+    # not vacant (yet): an empty project is kept, or handed to the member the ring names
+    empty = decide(View("a", "ia", live, claims, []), ring=ring)
+    assert not empty.collect and empty.keep == {ours_for_a}
+    assert [c.project for c in empty.release] == [ours_for_b]
+    # a closed fence collects nothing
+    assert not decide(View("a", None, live, claims, [], vacant=everything), ring=ring).collect
+
+
+def test_vacancy_waits_a_whole_lease_from_the_first_pass_that_saw_the_project_empty(clock: FakeTime) -> None:
+    vacancy = Vacancy(grace=15, clock=clock.mono)
+    assert vacancy.update(["full", "empty"], {"full"}) == []
+    clock.advance(14.5)
+    assert vacancy.update(["full", "empty"], {"full"}) == []
+    assert vacancy.empty_for("empty") == 14.5 and vacancy.empty_for("full") is None
+    clock.advance(0.5)
+    assert vacancy.update(["full", "empty"], {"full"}) == ["empty"]
+    # objects back for one pass: the clock starts again
+    assert vacancy.update(["full", "empty"], {"full", "empty"}) == []
+    clock.advance(10)
+    assert vacancy.update(["full", "empty"], {"full"}) == []
+    clock.advance(10)
+    # a project just acquired (held from now on) gets a whole lease, however long it had no objects
+    assert vacancy.update(["full", "empty", "new"], {"full"}) == []
+    clock.advance(5)
+    assert vacancy.update(["full", "empty", "new"], {"full"}) == ["empty"]
+    # a project no longer held is forgotten: held again, it starts from zero
+    assert vacancy.update(["full"], {"full"}) == []
+    assert vacancy.update(["full", "new"], {"full"}) == []
+    assert vacancy.empty_for("new") == 0
 
 
 # --- replicas against one API server ------------------------------------------------------------

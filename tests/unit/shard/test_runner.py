@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from operators.runtime.shard import Claim, Ring, ShardMember
+from operators.runtime.shard import Claim, Ring, ShardMember, list_claims
 from tests.unit.fakeapi import FakeApi
 from tests.unit.shard.conftest import FakeTime, sync
 
@@ -141,3 +141,67 @@ async def test_on_ready_runs_once_the_project_is_ours_and_a_project_lost_while_p
     await a.step()
     assert sorted(seen.drained) == sorted(PROJECTS)  # its work on them stopped, though nothing was handed over
     assert a.owned() == {}
+
+
+@sync
+async def test_claims_of_projects_without_objects_are_deleted_by_their_holders_after_a_lease(
+        kube: FakeApi, clock: FakeTime) -> None:
+    existing = set(PROJECTS)
+    counted: list[tuple[str, float]] = []
+
+    async def listed() -> set[str]:
+        return set(existing)
+
+    seen = {n: Recorder() for n in ("a", "b")}
+    a, b = (ShardMember(kube, NS, n, listed, duration=15, drain=seen[n].drain, on_acquired=seen[n].on_acquired,
+                        clock=clock.mono, wall=clock.wall, count=lambda name, n: counted.append((name, n)))
+            for n in seen)
+
+    async def passes(seconds: float) -> None:
+        for member in (a, b):
+            await member.member.renew()
+            await member.step()
+        clock.advance(seconds)
+
+    await passes(0)
+    await passes(0)
+    before = {p: c.uid for p, c in (await list_claims(kube, NS)).items()}
+    assert set(before) == existing
+    for recorder in seen.values():  # a took everything before b was live, then handed b its share
+        recorder.drained.clear()
+    gone = {f"team-{i}" for i in range(6)}
+    blinking = "team-7"  # empty for a while, then objects again: kept
+    existing -= gone | {blinking}
+    await passes(5)
+    await passes(5)
+    existing.add(blinking)
+    await passes(4.5)
+    await passes(0)
+    assert set(await list_claims(kube, NS)) == set(PROJECTS)  # a pass 14.5 s after they emptied: not yet
+    existing.discard(blinking)  # its clock starts again here
+    await passes(0.5)
+    await passes(0)
+    claims = await list_claims(kube, NS)
+    assert set(claims) == set(PROJECTS) - gone  # the deleted projects' claims went, nothing else
+    assert {p: c.uid for p, c in claims.items()} == {p: u for p, u in before.items() if p not in gone}
+    assert a.collected + b.collected == len(gone) and sum(n for _, n in counted) == len(gone)
+    assert {name for name, _ in counted} == {"stead_shard_claims_collected_total"}
+    assert sorted(seen["a"].drained + seen["b"].drained) == sorted(gone)  # drained first, each by its holder
+    assert not any(m.owns(p) for m in (a, b) for p in gone)
+    deletes = [r for r in kube.received if r.method == "DELETE"]
+    assert {r.path.rsplit("/", 1)[1]: r.body["preconditions"]["uid"] for r in deletes} == {
+        f"stead-project-{p}": before[p] for p in gone}
+
+    # a project that comes back is claimed afresh: a new Lease (epoch 1, another uid), rebuilt
+    existing.add("team-0")
+    await passes(0)
+    back = (await list_claims(kube, NS))["team-0"]
+    assert back.epoch == 1 and back.uid != before["team-0"]
+    holder = a if back.holder == "a" else b
+    assert holder.owns("team-0") and ("team-0", 1) in seen[holder.replica].acquired[-1:]
+    await passes(7)
+    assert "team-7" in await list_claims(kube, NS)
+    await passes(8)  # its clock ran from its last emptying: a whole lease by the next pass
+    await passes(0)
+    assert "team-7" not in await list_claims(kube, NS)
+    assert kube.count("DELETE") == len(gone) + 1  # one conditional delete per claim collected, no retries
