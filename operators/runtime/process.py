@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -123,18 +123,25 @@ async def run_operator(
         for addon in addons:
             await addon.start(services)
             stack.push_async_callback(addon.stop)
-        for watch in watches:  # after the addons: those that tap a watch see its first listing
-            _background(stack, watch.run())
+        # after the addons: those that tap a watch see its first listing
+        watching = [asyncio.create_task(watch.run()) for watch in watches]
+        stack.callback(lambda: [task.cancel() for task in watching])
+
+        async def quiesce() -> None:
+            """Stop the watches and what the reconcilers have pending, and wait for it."""
+            for task in watching:
+                task.cancel()
+            await asyncio.gather(*watching, return_exceptions=True)
+            for reconciler in reconcilers:
+                await reconciler.close()
         _background(stack, recorder.run())
         stack.push_async_callback(recorder.drain)  # runs before the poster is cancelled
         ready = asyncio.Event()
         _background(stack, _become_ready(ready, health, options.webhook, watches))
         if options.shipped_objects:  # after the webhook serves: the shipped objects are admitted like any other
             _background(stack, apply_shipped(kube, kinds))
-        kopf_stop = stop
-        if sharding is not None:
-            kopf_stop = asyncio.Event()
-            _background(stack, _run_sharding(sharding, ready, stop, kopf_stop))
+        kopf_stop = asyncio.Event()
+        _background(stack, _run_until_stopped(ready, stop, kopf_stop, sharding, quiesce))
         freeze_startup_objects()
         await start_kopf(options.namespaces, kopf_stop, ready)
 
@@ -186,22 +193,32 @@ def _link_dependents(reconcilers: Sequence[Reconciler]) -> None:
             reconciler.on_ready_change = notify
 
 
-async def _run_sharding(sharding: Sharding, ready: asyncio.Event, stop: asyncio.Event | None,
-                        kopf_stop: asyncio.Event) -> None:
-    """Take part in the sharding once Kopf runs (the reconcilers can take work). SIGTERM, SIGINT or
-    `stop`: hand every project over (drain, release the claims and the membership), then stop Kopf."""
-    await ready.wait()
+async def _run_until_stopped(ready: asyncio.Event, stop: asyncio.Event | None, kopf_stop: asyncio.Event,
+                             sharding: Sharding | None, quiesce: Callable[[], Awaitable[None]]) -> None:
+    """Once ready, SIGTERM, SIGINT or `stop` ends the operator in order: with sharding, every project
+    handed over first (drained, claims and membership released); then the watches and the reconcilers'
+    pending work are stopped here, and only then Kopf. (Kopf, stopping, waits up to 5 s for every task
+    created after it started before it cancels them: ours would be among them.)"""
     leaving = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):  # in place of Kopf's own, installed before `ready`
-        loop.add_signal_handler(signum, leaving.set)
     forward = asyncio.create_task(_set_when(stop, leaving)) if stop is not None else None
+    waits = [asyncio.create_task(ready.wait()), asyncio.create_task(leaving.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for task in waits:
+        task.cancel()
+    if not leaving.is_set():
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):  # in place of Kopf's own, installed before `ready`
+            loop.add_signal_handler(signum, leaving.set)
     try:
-        await sharding.member.run(leaving)
-        log.info("%s handed its projects over", sharding.replica)
+        if sharding is not None and not leaving.is_set():
+            await sharding.member.run(leaving)
+            log.info("%s handed its projects over", sharding.replica)
+        else:
+            await leaving.wait()
     finally:
         if forward is not None:
             forward.cancel()
+        await quiesce()
         kopf_stop.set()
 
 

@@ -102,7 +102,8 @@ class Sharding:
         self.works: list[ProjectWork] = []
         self.member = ShardMember(kube, namespace, replica, self._projects, duration=duration, interval=interval,
                                   drain=self._drain, on_acquired=self._acquired, on_ready=self._ready,
-                                  placement=by_bucket(buckets), on_pass=self._after_pass)
+                                  placement=by_bucket(buckets), on_pass=self._after_pass,
+                                  count=metrics.inc if metrics is not None else None)
         self.guard = WriteGuard(self.owns, self.member.fence)
         self.selected: frozenset[int] = frozenset()
         """The buckets our watches of namespaced kinds select now."""
