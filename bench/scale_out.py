@@ -415,6 +415,9 @@ def live(n_projects: int, per_project: int) -> list[str]:
                     time.sleep(0.1)
                 lines.append(f"kill -9 of {victim.name} ({len(mine)} projects): adopted by the others in "
                              f"{time.monotonic() - killed:.1f} s (lease {LIVE_LEASE} s; target <= lease + 5 s)")
+            # this run's projects go before the next run starts: else its replicas would adopt them
+            # (hundreds of projects) inside their own timed interval
+            kubectl("delete", "namespace", *names, "--wait=true", "--timeout=120s")
             for replica in started:
                 if replica.process.poll() is None:
                     replica.process.send_signal(signal.SIGTERM)
