@@ -168,22 +168,28 @@ class Write:
     code: int
 
 
-def writes_since(audit: AuditLog, mark: int) -> list[Write]:
-    """Successful writes by the replicas, in the order the API server completed them."""
-    found = []
+def by_replicas(audit: AuditLog, mark: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(replica, audit event) of every request a replica made since `mark` (told apart by user agent)."""
     prefix = f"{USER_AGENT}/"
     with audit.path.open("rb") as f:
         f.seek(mark)
         for raw in f:
             event = json.loads(raw)
             agent = str(event.get("userAgent") or "")
-            if event.get("stage") != "ResponseComplete" or not agent.startswith(prefix) \
-                    or event.get("verb") not in WRITES:
-                continue
-            ref = event.get("objectRef") or {}
-            code = int((event.get("responseStatus") or {}).get("code") or 0)
-            found.append(Write(agent[len(prefix):].split(" ")[0], event["verb"], ref.get("resource", ""),
-                               ref.get("subresource", ""), ref.get("namespace", ""), ref.get("name", ""), code))
+            if agent.startswith(prefix):
+                yield agent[len(prefix):].split(" ")[0], event
+
+
+def writes_since(audit: AuditLog, mark: int) -> list[Write]:
+    """Successful writes by the replicas, in the order the API server completed them."""
+    found = []
+    for replica, event in by_replicas(audit, mark):
+        if event.get("stage") != "ResponseComplete" or event.get("verb") not in WRITES:
+            continue
+        ref = event.get("objectRef") or {}
+        code = int((event.get("responseStatus") or {}).get("code") or 0)
+        found.append(Write(replica, event["verb"], ref.get("resource", ""), ref.get("subresource", ""),
+                           ref.get("namespace", ""), ref.get("name", ""), code))
     return found
 
 
@@ -287,18 +293,12 @@ def selections(audit: AuditLog, mark: int, resource: str) -> dict[str, str]:
     """Each replica's last WATCH of `resource` since `mark` (but the watches of objects still to be
     labelled): its label selector ("" for none)."""
     found: dict[str, str] = {}
-    prefix = f"{USER_AGENT}/"
-    with audit.path.open("rb") as f:
-        f.seek(mark)
-        for raw in f:
-            event = json.loads(raw)
-            agent = str(event.get("userAgent") or "")
-            ref = event.get("objectRef") or {}
-            if event.get("verb") == "watch" and agent.startswith(prefix) and ref.get("resource") == resource:
-                query = urllib.parse.parse_qs(urllib.parse.urlsplit(event["requestURI"]).query)
-                selector = (query.get("labelSelector") or [""])[0]
-                if selector != "!stead.dev/shard-bucket":  # the watch of objects still to be labelled
-                    found[agent[len(prefix):].split(" ")[0]] = selector
+    for replica, event in by_replicas(audit, mark):
+        if event.get("verb") == "watch" and (event.get("objectRef") or {}).get("resource") == resource:
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(event["requestURI"]).query)
+            selector = (query.get("labelSelector") or [""])[0]
+            if selector != "!stead.dev/shard-bucket":  # the watch of objects still to be labelled
+                found[replica] = selector
     return found
 
 

@@ -23,8 +23,10 @@ The pieces, bottom up (issue 17; the facts behind them in notes/sharding.md):
   fence closed, is refused before it is sent.
 
 `Sharding` (wiring.py): `stead operator --sharding leases` wires a `ShardMember` to the
-reconcilers (`operators.runtime.process`); the default (`off`) keeps `core.ring.Ownership` with static
-membership: one replica owns everything.
+reconcilers (`operators.runtime.process`) and makes the watches of namespaced kinds select the
+buckets the ring places on this replica (`follow`), so that the API server sends it only its
+share; `Labeller` (labelling.py) labels the objects the mutating webhook did not. The default
+(`off`) keeps `core.ring.Ownership` with static membership: one replica owns everything.
 """
 
 from operators.runtime.shard.claims import (

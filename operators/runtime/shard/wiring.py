@@ -15,10 +15,8 @@ keeps only its share of the events, and learns of the projects it should take fr
 in its buckets. Cluster-scoped kinds are few and every replica watches them whole (objects of
 every project may refer to them; only the holder of `CLUSTER_PROJECT` acts on them).
 
-Objects without the label (created before sharding was on, or while the webhook was bypassed)
-are labelled by the replica whose bucket they fall in (`labellers`); one whose label does not
-match its project (its project label changed while the webhook was bypassed) is relabelled by
-the replica that receives it (`feed`). Both write the label only, and count it.
+Objects the webhook did not label, or labelled for another project, are put right by
+`labelling.Labeller` (`labellers`, `feed`).
 
 Moving a project, old owner: `drain` (every reconciler stops, settles and forgets it), then
 the claim is released (`ShardMember`). New owner: the claim is taken by compare-and-swap at a
@@ -42,13 +40,13 @@ from operators.runtime.kube.client import ApiError, KubeClient, core_path, custo
 from operators.runtime.kube.watch import NOTHING, Deliver, Selection, Watch, WatchMetrics
 from operators.runtime.shard.claims import Claim, claim_name
 from operators.runtime.shard.guard import FencedKube, WriteGuard
+from operators.runtime.shard.labelling import Labeller
 from operators.runtime.shard.leases import wall_now
 from operators.runtime.shard.membership import DEFAULT_DURATION
 from operators.runtime.shard.ring import (
     BUCKET_LABEL,
     CLUSTER_PROJECT,
     DEFAULT_BUCKETS,
-    bucket_label,
     bucket_of,
     bucket_selector,
     buckets_of,
@@ -57,9 +55,6 @@ from operators.runtime.shard.ring import (
 from operators.runtime.shard.runner import ShardMember
 
 log = logging.getLogger(__name__)
-
-UNLABELLED = Selection(f"!{BUCKET_LABEL}", lambda labels: BUCKET_LABEL not in labels)
-
 
 def selecting(buckets: frozenset[int]) -> Selection:
     """The watch selection of objects in `buckets` (nothing at all for none)."""
@@ -105,15 +100,14 @@ class Sharding:
                                   placement=by_bucket(buckets), on_pass=self._after_pass,
                                   count=metrics.inc if metrics is not None else None)
         self.guard = WriteGuard(self.owns, self.member.fence)
+        self.labeller = Labeller(kube, replica, self.member.fence, buckets, metrics)
         self.selected: frozenset[int] = frozenset()
         """The buckets our watches of namespaced kinds select now."""
         self._metrics = metrics
         self._watches: list[Watch] = []
         self._watches_of: dict[str, list[Watch]] = {}  # kind -> its followed watches (one per scope)
-        self._labellers: list[Watch] = []
         self._ring: Ring | None = None
         self._placed: frozenset[int] = frozenset()  # the buckets the ring of the last pass places on us
-        self._unlabelled: dict[str, tuple[str, Mapping[str, Any]]] = {}  # left for the bucket's ring owner
         self._reported: set[str] = set()  # projects unowned for too long, already said in an Event
         self._labelled: dict[str, set[str]] = {}  # namespace -> projects labelled into it (other than itself)
         self.adopted: dict[str, float] = {}  # project -> seconds its last acquisition took (list + rebuild)
@@ -130,71 +124,12 @@ class Sharding:
             self._watches_of.setdefault(watch.kind, []).append(watch)
 
     def feed(self, deliver: Deliver, plural: str) -> Deliver:
-        """`deliver` (a reconciler's `on_event`), behind the check that an object's bucket label is
-        its project's: a mislabelled object is relabelled (its events then reach the replica of its
-        bucket, maybe us) and not delivered."""
-
-        async def on_event(event_type: str | None, body: Mapping[str, Any]) -> None:
-            if event_type != "DELETED":
-                meta = body.get("metadata") or {}
-                labels = meta.get("labels") or {}
-                value = bucket_label(labels, str(meta.get("namespace") or ""), self.buckets)
-                if labels.get(BUCKET_LABEL) != value:
-                    await self._relabel(plural, meta, value)
-                    return
-            await deliver(event_type, body)
-
-        return on_event
+        """`deliver` behind the check of the bucket label (`Labeller.check`)."""
+        return self.labeller.check(deliver, plural)
 
     def labellers(self, kube: KubeClient, kinds: Iterable[Kind], scopes: Iterable[str | None]) -> list[Watch]:
-        """A watch per namespaced kind (and scope) of the objects without a bucket label: each is
-        labelled by the replica the ring places its bucket on (paused until our first pass)."""
-        scopes = list(scopes)
-        for kind in kinds:
-            if kind.cluster_scoped:
-                continue
-            for scope in scopes:
-                self._labellers.append(Watch(
-                    kube, custom_path(kind.plural, scope), kind.kind, self._labeller(kind.plural),
-                    selection=NOTHING, metrics=self._metrics))
-        return list(self._labellers)
-
-    def _labeller(self, plural: str) -> Deliver:
-        async def on_event(event_type: str | None, body: Mapping[str, Any]) -> None:
-            meta = body.get("metadata") or {}
-            key = f"{plural}/{meta.get('namespace') or ''}/{meta.get('name') or ''}"
-            if event_type == "DELETED" or BUCKET_LABEL in (meta.get("labels") or {}):
-                self._unlabelled.pop(key, None)
-                return
-            self._unlabelled[key] = (plural, meta)
-            await self._label(key)
-
-        return on_event
-
-    async def _label(self, key: str) -> None:
-        plural, meta = self._unlabelled[key]
-        value = bucket_label(meta.get("labels") or {}, str(meta.get("namespace") or ""), self.buckets)
-        if int(value) not in self._placed:
-            return  # the ring places it on another replica (kept: the ring may change)
-        if await self._relabel(plural, meta, value):
-            self._unlabelled.pop(key, None)
-
-    async def _relabel(self, plural: str, meta: Mapping[str, Any], value: str) -> bool:
-        """Write the bucket label of one object (the label only); True when written or gone."""
-        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-        if not self.member.fence.valid():
-            return False
-        try:
-            await self.kube.request("PATCH", custom_path(plural, namespace or None, name),
-                                    {"metadata": {"labels": {BUCKET_LABEL: value}}},
-                                    content_type="application/merge-patch+json")
-        except ApiError as error:
-            if error.status != 404:
-                log.info("%s: bucket label of %s %s/%s not written: %s", self.replica, plural, namespace, name, error)
-                return False
-        if self._metrics is not None:
-            self._metrics.inc("stead_shard_labelled_total", plural=plural)
-        return True
+        """The watches of objects without a bucket label (`Labeller.watches`)."""
+        return self.labeller.watches(kube, kinds, scopes)
 
     async def _after_pass(self) -> None:
         await self._select()
@@ -233,10 +168,7 @@ class Sharding:
         if ring is not self._ring:
             self._ring = ring
             self._placed = buckets_of(ring, self.replica, self.buckets) if ring is not None else frozenset()
-            for labeller in self._labellers:
-                labeller.select(UNLABELLED if self._placed else NOTHING)
-            for key in list(self._unlabelled):  # skipped under the last ring: perhaps ours now
-                await self._label(key)
+            await self.labeller.place(self._placed)
         wanted = self._placed | {bucket_of(_key(p), self.buckets) for p in self.member.claimed}
         if wanted != self.selected:
             self.selected = frozenset(wanted)

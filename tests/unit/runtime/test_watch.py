@@ -25,8 +25,9 @@ from aiohttp.test_utils import TestServer
 
 from operators.runtime.kube.client import ClusterAccess, KubeClient
 from operators.runtime.kube.watch import EVERYTHING, NOTHING, Watch, WatchSettings
+from operators.runtime.shard.labelling import UNLABELLED
 from operators.runtime.shard.ring import BUCKET_LABEL
-from operators.runtime.shard.wiring import UNLABELLED, selecting
+from operators.runtime.shard.wiring import selecting
 
 PATH = "/apis/stead.dev/v1alpha1/things"
 KIND = "Thing"
