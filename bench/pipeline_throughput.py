@@ -75,8 +75,10 @@ BENCH_AGENT: Final = "stead-bench/pipeline-throughput"
 """The benchmark's User-Agent: it shares the operators' credentials, so this tells its requests apart."""
 CONTENDERS: Final = ("raw", "kopf", "stead")
 TRANSIENT: Final = frozenset({429, 500, 502, 503, 504})
-TARGET_VS_RAW: Final = 0.80
+TARGET_VS_RAW: Final = 0.90
 TARGET_VS_KOPF: Final = 3.0
+TARGET_OPERATOR_CPU_VS_KOPF: Final = 1 / 3
+"""Issue 17: Stead's operator CPU per object at most a third of plain Kopf's, in the same run."""
 
 
 def log(message: str) -> None:
@@ -904,6 +906,13 @@ def report(results: Sequence[Result], args: argparse.Namespace) -> str:
                 lines.append(line)
             else:
                 lines.append(f"Stead/{other}: - (a run did not finish)")
+    operator_cpu = medians(results, lambda r: r.cpu["operator"] / r.count * 1000
+                           if r.seconds and r.cpu.get("operator") is not None else None)
+    ours, theirs = operator_cpu.get("stead"), operator_cpu.get("kopf")
+    if ours and theirs:
+        verdict = "met" if ours / theirs <= TARGET_OPERATOR_CPU_VS_KOPF else "MISSED"
+        lines.append(f"operator CPU per object: stead {ours:.2f} ms, kopf {theirs:.2f} ms: {ours / theirs:.2f} "
+                     f"(target <= {TARGET_OPERATOR_CPU_VS_KOPF:.2f}: {verdict})")
     shown: set[str] = set()
     for r in results:
         if r.audit is None or r.contender in shown:
