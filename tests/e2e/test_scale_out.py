@@ -40,9 +40,11 @@ from operators.runtime.kube.client import USER_AGENT, ApiError, KubeClient, cust
 from operators.runtime.shard import Ring, bucket_of, by_bucket, claim_name
 from tests.e2e.conftest import AuditLog, Kubectl, OperatorProcess, env_manifest
 from tests.e2e.test_apps import action_run, app, apply, blueprint, get, run_state, small_spec
+from tests.e2e.test_services import catalog, in_state, instance, wait_for_builtins
 from tests.polling import wait_until
 
 OPERATOR_NAMESPACE = "stead-system"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 LEASE = 2
 REPLICAS = ("r0", "r1", "r2")
 PROJECTS = 30
@@ -255,7 +257,17 @@ def test_three_replicas_split_the_projects_and_write_only_for_their_claims(
         three: Cluster, kubectl: Kubectl, audit: AuditLog) -> None:
     mark = audit.mark()
     with_config, with_apps = three.namespaces[:10], three.namespaces[20:26]
+    with_lifecycles, with_graphs = three.namespaces[14:18], three.namespaces[26:30]
+    with_services = three.namespaces[18:20]
+    wait_for_builtins(kubectl)  # the ClusterLifecycles the session's operator installed (cluster-scoped)
     started = time.monotonic()
+    for namespace in with_services:  # a Blueprint, a ServiceEntity (lifecycle simple), an instance of it
+        catalog(kubectl, namespace)
+        apply(kubectl, instance("svc", namespace, who="sharded"))
+    for namespace in with_lifecycles:
+        kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "service-lifecycle-simple.yaml"))
+    for namespace in with_graphs:  # an environment, a release and an environment graph, a dry-run GraphRun
+        kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "graph-environment.yaml"))
     for i, namespace in enumerate(three.namespaces):
         kubectl("apply", "-f", "-", input=env_manifest("env", namespace))
         if namespace in with_config:
@@ -273,6 +285,12 @@ def test_three_replicas_split_the_projects_and_write_only_for_their_claims(
         ready(kubectl, namespace, "configcomponents,configvalues", "--all")
     for namespace in with_apps:
         ready(kubectl, namespace, "blueprints,apps", "--all", timeout=120)
+    for namespace in with_lifecycles:
+        ready(kubectl, namespace, "lifecycles", "--all")
+    for namespace in with_graphs:
+        ready(kubectl, namespace, "environments,deploymentgraphs,graphruns", "--all")
+    for namespace in with_services:
+        in_state(kubectl, namespace, "svc", "up", seconds=90)
     three.figures["all Ready s"] = time.monotonic() - started
     holders = three.holders(kubectl)
     assert set(three.namespaces) <= set(holders) and all(holders[n] in REPLICAS for n in three.namespaces)

@@ -13,7 +13,7 @@ import json
 import os
 import ssl
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -193,7 +193,7 @@ class KubeClient:
             raise ApiError(resp.status, _message(text))
         return json.loads(text) if text else {}
 
-    async def lines(self, path: str, params: dict[str, str], read_timeout: float) -> AsyncIterator[bytes]:
+    async def lines(self, path: str, params: dict[str, str], read_timeout: float) -> AsyncGenerator[bytes, None]:
         """The lines of a streamed answer (a WATCH: one JSON event a line) as they arrive.
 
         No total timeout (a watch is meant to last; the API server ends it after the

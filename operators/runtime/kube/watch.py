@@ -261,10 +261,12 @@ class Watch:
                       "timeoutSeconds": str(self._settings.timeout_seconds)}
             if self._selection.selector:
                 params["labelSelector"] = self._selection.selector
-            try:
-                async for line in self._kube.lines(self.path, params, self._settings.timeout_seconds + 30):
-                    version = self._handle(line, version)
-                    drops = 0
+            try:  # closed at once when we stop reading (a 410, a new selection), not when collected
+                async with contextlib.aclosing(
+                        self._kube.lines(self.path, params, self._settings.timeout_seconds + 30)) as lines:
+                    async for line in lines:
+                        version = self._handle(line, version)
+                        drops = 0
             except ApiUnreachable:
                 drops += 1
                 if drops > RESUMES:
