@@ -230,6 +230,10 @@ def test_a_runner_killed_mid_run_resumes_without_repeating_finished_tasks(
     pid = int(wait_until(lambda: paths.lock_file.exists() and paths.lock_file.read_text().strip(), 10,
                          "the runner's pid"))
     os.kill(pid, signal.SIGKILL)
+    # the killed runner's remote `last` (waiting for the gate) goes when sshd sees its connection
+    # drop and hangs the session up; opened before that, the gate would let it finish too
+    wait_until(lambda: subprocess.run(["pgrep", "-f", f"! -e {gate}"], capture_output=True).returncode == 1, 15,
+               "the killed runner's remote task gone", interval=0.1)
     gate.touch()
     status = finished(kubectl, namespace, "resumed")
     assert status["state"] == "Succeeded" and status["runnerStarts"] == 2, status
