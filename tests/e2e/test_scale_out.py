@@ -112,6 +112,7 @@ def three(operator: OperatorProcess, kubectl: Kubectl, audit: AuditLog,
         kubectl("create", "namespace", cluster.legacy)
         kubectl("apply", "-f", "-", input=env_manifest("old", cluster.legacy))
         ready(kubectl, cluster.legacy, "environments/old")
+        wait_for_builtins(kubectl)  # the ClusterLifecycles it installs (the replicas run --no-shipped-objects)
         operator.stop()
         for proc in replicas.values():
             proc.start()
@@ -259,7 +260,6 @@ def test_three_replicas_split_the_projects_and_write_only_for_their_claims(
     with_config, with_apps = three.namespaces[:10], three.namespaces[20:26]
     with_lifecycles, with_graphs = three.namespaces[14:18], three.namespaces[26:30]
     with_services = three.namespaces[18:20]
-    wait_for_builtins(kubectl)  # the ClusterLifecycles the session's operator installed (cluster-scoped)
     started = time.monotonic()
     for namespace in with_services:  # a Blueprint, a ServiceEntity (lifecycle simple), an instance of it
         catalog(kubectl, namespace)
