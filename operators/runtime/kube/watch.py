@@ -177,7 +177,8 @@ class Watch:
                 try:
                     version = await self._list(selection, previous)
                     previous = selection
-                    self.listed.set()
+                    if self._selection is selection:  # else a new one came while listing: listed next
+                        self.listed.set()
                     failures = 0
                     self._failing = False
                     await self._until_changed(self._follow(version))

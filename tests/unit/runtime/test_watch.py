@@ -60,6 +60,7 @@ class FakeApi:
         self.list_failures = 0
         self.closed = False
         self.refused: list[str] = []
+        self.hold: asyncio.Event | None = None
         self.app = web.Application()
         self.app.router.add_get(PATH, self.handle)
 
@@ -113,6 +114,9 @@ class FakeApi:
         if query.get("watch") == "1":
             return await self.stream(request, query)
         self.lists.append(query)
+        hold = self.hold  # the hold in place when the request came: answered once it is set
+        if hold is not None:
+            await hold.wait()
         if self.list_failures:
             self.list_failures -= 1
             return web.json_response({"kind": "Status", "code": 500, "message": "etcdserver: request timed out"},
@@ -530,5 +534,28 @@ def test_a_stream_cut_mid_line_resumes_from_the_last_event_instead_of_ending_the
             assert len(api.lists) == 1 and api.watches[1]["resourceVersion"] == "2"  # no listing again
             assert counts.counts[("stead_watch_resumes_total", None)] == 1
             assert seen.events == [(None, "ns/a", "1"), ("MODIFIED", "ns/a", "2")]  # nothing twice, nothing lost
+
+    scenario(test)
+
+
+def test_a_selection_changed_while_listing_is_not_listed_until_its_own_listing() -> None:
+    """`listed` (and `covers`, which taking a project trusts) speak of the current selection only: a
+    listing of the one before, answered after `select`, does not count."""
+    async def test(api: FakeApi, kube: KubeClient) -> None:
+        api.put("a", {BUCKET_LABEL: "1"}, n=1)
+        api.put("b", {BUCKET_LABEL: "2"}, n=1)
+        first, second = asyncio.Event(), asyncio.Event()
+        api.hold = first
+        watch = Watch(kube, PATH, KIND, Seen(), selection=selecting(frozenset({1})), settings=FAST)
+        async with running(watch):
+            await until(lambda: api.lists, "the first listing asked")
+            watch.select(selecting(frozenset({2})))
+            api.hold = second
+            first.set()
+            await until(lambda: len(api.lists) == 2, "the new selection's listing asked")
+            assert not watch.listed.is_set() and not watch.covers({BUCKET_LABEL: "2"})
+            second.set()
+            await listed(watch)
+            assert watch.covers({BUCKET_LABEL: "2"}) and not watch.covers({BUCKET_LABEL: "1"})
 
     scenario(test)
