@@ -13,7 +13,7 @@ import json
 import os
 import ssl
 import urllib.parse
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -255,15 +255,8 @@ class KubeClient:
 
     async def list(self, plural: str) -> list[dict[str, Any]]:
         """Every object of a kind in all namespaces, paginated."""
-        items: list[dict[str, Any]] = []
-        params = {"limit": "500"}
-        while True:
-            page = await self.request("GET", custom_path(plural), params=params)
-            items.extend(page.get("items") or [])
-            cont = (page.get("metadata") or {}).get("continue")
-            if not cont:
-                return items
-            params = {"limit": "500", "continue": cont}
+        items, _ = await list_all(self, custom_path(plural))
+        return items
 
     async def apply(self, path: str, obj: dict[str, Any], manager: str = "stead") -> dict[str, Any]:
         """Server-side apply, so repeated applies are no-ops and field ownership is tracked."""
@@ -271,6 +264,21 @@ class KubeClient:
             "PATCH", path, obj, content_type="application/apply-patch+yaml",
             params={"fieldManager": manager, "force": "true"},
         )
+
+
+async def list_all(api: Requester, path: str, params: Mapping[str, str] | None = None, page_size: int = 500
+                   ) -> tuple[list[dict[str, Any]], str]:
+    """Every item a LIST of `path` answers, read `page_size` at a time (`limit`/`continue`), and the
+    listing's resourceVersion (what a watch resumes from)."""
+    query = {**(params or {}), "limit": str(page_size)}
+    items: list[dict[str, Any]] = []
+    while True:
+        page = await api.request("GET", path, params=query)
+        items.extend(page.get("items") or [])
+        meta = page.get("metadata") or {}
+        if not meta.get("continue"):
+            return items, str(meta.get("resourceVersion") or "")
+        query = {**query, "continue": str(meta["continue"])}
 
 
 def _message(text: str) -> str:

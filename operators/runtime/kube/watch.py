@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from operators.runtime.kube.client import ApiError, ApiUnreachable, KubeClient, is_outage
+from operators.runtime.kube.client import ApiError, ApiUnreachable, KubeClient, is_outage, list_all
 
 log = logging.getLogger(__name__)
 
@@ -217,19 +217,10 @@ class Watch:
     async def _list(self, selection: Selection, previous: Selection) -> str:
         """List `selection`; deliver what is new or changed against what we know (all of it as
         None the first time); returns the listing's resourceVersion to watch from."""
-        params = {"limit": str(self._settings.page_size)}
-        if selection.selector:
-            params["labelSelector"] = selection.selector
-        listed: dict[str, Mapping[str, Any]] = {}
-        while True:
-            page = await self._kube.request("GET", self.path, params=params)
-            for item in page.get("items") or []:
-                listed[_key(item)] = item
-            meta = page.get("metadata") or {}
-            if not meta.get("continue"):
-                version = str(meta.get("resourceVersion") or "")
-                break
-            params = {**params, "continue": str(meta["continue"])}
+        items, version = await list_all(self._kube, self.path,
+                                        {"labelSelector": selection.selector} if selection.selector else None,
+                                        self._settings.page_size)
+        listed = {_key(item): item for item in items}
         self._count("stead_watch_lists_total")
         for key in [k for k in self._known if k not in listed]:
             known = self._known.pop(key)

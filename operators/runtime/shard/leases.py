@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from operators.runtime.kube.client import Requester, segment
+from operators.runtime.kube.client import Requester, list_all, segment
 
 API_VERSION = "coordination.k8s.io/v1"
 NAME_LABEL = "app.kubernetes.io/name"
@@ -83,15 +83,9 @@ async def replace_lease(api: Requester, body: Mapping[str, Any]) -> dict[str, An
 
 async def list_leases(api: Requester, namespace: str, role: str) -> list[dict[str, Any]]:
     """Stead's Leases of one role in the namespace, found by label (filtered by the API server)."""
-    params = {"labelSelector": f"{NAME_LABEL}={APP},{ROLE_LABEL}={role}", "limit": "500"}
-    items: list[dict[str, Any]] = []
-    while True:
-        page = await api.request("GET", leases_path(namespace), params=params)
-        items.extend(page.get("items") or [])
-        cont = (page.get("metadata") or {}).get("continue")
-        if not cont:
-            return items
-        params = {**params, "continue": str(cont)}
+    selector = f"{NAME_LABEL}={APP},{ROLE_LABEL}={role}"
+    items, _ = await list_all(api, leases_path(namespace), {"labelSelector": selector})
+    return items
 
 
 def spec_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from operators.runtime.core.kinds import Kind
 from operators.runtime.core.ring import PROJECT_LABEL, Ring, project_key, project_of
-from operators.runtime.kube.client import ApiError, KubeClient, core_path, custom_path
+from operators.runtime.kube.client import ApiError, KubeClient, core_path, custom_path, list_all
 from operators.runtime.kube.watch import NOTHING, Deliver, Selection, Watch, WatchMetrics
 from operators.runtime.shard.claims import Claim, claim_name
 from operators.runtime.shard.guard import FencedKube, WriteGuard
@@ -258,16 +258,8 @@ class Sharding:
                              for watch in watches))
 
     async def _get(self, path: str, params: dict[str, str]) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        query = {**params, "limit": "500"}
-        while True:
-            page = await self.kube.request("GET", path, params=query)
-            items.extend(page.get("items") or [])
-            cont = (page.get("metadata") or {}).get("continue")
-            if not cont:
-                return items
-            query = {**params, "limit": "500", "continue": cont}
-
+        items, _ = await list_all(self.kube, path, params)
+        return items
 
 
 def dependencies_first(works: Sequence[ProjectWork]) -> list[ProjectWork]:
