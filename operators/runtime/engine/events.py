@@ -13,9 +13,9 @@ import logging
 from dataclasses import dataclass
 
 from operators import API_VERSION
-from operators.runtime.core.clock import utc_now
 from operators.runtime.core.pipeline import Observed
 from operators.runtime.kube.client import ApiError, KubeClient, core_path
+from operators.runtime.kube.events import event_body
 from operators.runtime.serving.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -64,26 +64,10 @@ class EventRecorder:
             await asyncio.wait_for(self._queue.join(), grace)
 
     async def _post(self, event: Event) -> None:
-        now = utc_now()
         obj = event.obj
         # a cluster-scoped object's Events go to `default` (the API server allows no other namespace there)
         namespace = obj.namespace or "default"
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{obj.name}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": API_VERSION, "kind": obj.kind, "name": obj.name,
-                "namespace": obj.namespace, "uid": obj.uid,
-            },
-            "type": event.type,
-            "reason": event.reason,
-            "message": event.message,
-            "source": {"component": "stead"},
-            "reportingComponent": "stead.dev/operator",
-            "reportingInstance": self._replica,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        involved = {"apiVersion": API_VERSION, "kind": obj.kind, "name": obj.name, "namespace": obj.namespace,
+                    "uid": obj.uid}
+        body = event_body(involved, namespace, event.type, event.reason, event.message, self._replica)
         await self._kube.request("POST", core_path("events", namespace), body)

@@ -37,11 +37,11 @@ from typing import Any, Protocol
 from operators.runtime.core.kinds import Kind
 from operators.runtime.core.ring import PROJECT_LABEL, Ring, project_key, project_of
 from operators.runtime.kube.client import ApiError, KubeClient, core_path, custom_path, list_all
+from operators.runtime.kube.events import event_body
 from operators.runtime.kube.watch import NOTHING, Deliver, Selection, Watch, WatchMetrics
 from operators.runtime.shard.claims import Claim, claim_name
 from operators.runtime.shard.guard import FencedKube, WriteGuard
 from operators.runtime.shard.labelling import Labeller
-from operators.runtime.shard.leases import wall_now
 from operators.runtime.shard.membership import DEFAULT_DURATION
 from operators.runtime.shard.ring import (
     BUCKET_LABEL,
@@ -146,16 +146,11 @@ class Sharding:
             if not self.member.fence.valid():
                 continue
             name = claim_name(project)
-            now = wall_now().strftime("%Y-%m-%dT%H:%M:%SZ")
-            event = {"apiVersion": "v1", "kind": "Event",
-                     "metadata": {"generateName": f"{name}.", "namespace": self.namespace},
-                     "involvedObject": {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "name": name,
-                                        "namespace": self.namespace},
-                     "type": "Warning", "reason": "ProjectUnowned",
-                     "message": f"project {project} has had no owner for over {self.member.sweep.grace:g}s "
-                                "(no live replica holds its claim)",
-                     "source": {"component": "stead"}, "reportingComponent": "stead.dev/operator",
-                     "reportingInstance": self.replica, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+            involved = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "name": name,
+                        "namespace": self.namespace}
+            event = event_body(involved, self.namespace, "Warning", "ProjectUnowned",
+                               f"project {project} has had no owner for over {self.member.sweep.grace:g}s "
+                               "(no live replica holds its claim)", self.replica)
             try:
                 await self.kube.request("POST", core_path("events", self.namespace), event)
             except ApiError as error:
