@@ -180,6 +180,26 @@ async def execute(
                    tuple(c.project for c, done in zip(decision.collect, deleted, strict=True) if done))
 
 
+class Lasting:
+    """How long each member of a set, observed pass after pass, has been in it without a break (on
+    the monotonic `clock`): a member that leaves the set starts again from 0 when it comes back."""
+
+    def __init__(self, clock: Clock = default_clock) -> None:
+        self._clock = clock
+        self._since: dict[str, float] = {}
+
+    def observe(self, members: Iterable[str]) -> dict[str, float]:
+        """Record the set as it is now; return each member's seconds in it so far."""
+        now = self._clock()
+        self._since = {m: self._since.get(m, now) for m in members}
+        return {m: now - since for m, since in self._since.items()}
+
+    def of(self, member: str) -> float | None:
+        """Seconds `member` has been in the set (None: not in it at the last observation)."""
+        since = self._since.get(member)
+        return None if since is None else self._clock() - since
+
+
 class Sweep:
     """Finds projects without a valid owner for longer than `grace` (the lease duration).
 
@@ -191,19 +211,15 @@ class Sweep:
 
     def __init__(self, grace: float, clock: Clock = default_clock) -> None:
         self.grace = grace
-        self._clock = clock
-        self._since: dict[str, float] = {}
+        self._unowned = Lasting(clock)
 
     def update(self, projects: Iterable[str], claims: Mapping[str, Claim], live: Mapping[str, str]) -> list[str]:
         """Record one observation; return the projects unowned for longer than `grace`, sorted."""
-        now = self._clock()
-        unowned = {p for p in projects if not (claims.get(p) or Claim(p)).valid(live)}
-        self._since = {p: self._since.get(p, now) for p in unowned}
-        return sorted(p for p, since in self._since.items() if now - since > self.grace)
+        lasted = self._unowned.observe(p for p in projects if not (claims.get(p) or Claim(p)).valid(live))
+        return sorted(p for p, seconds in lasted.items() if seconds > self.grace)
 
     def unowned_for(self, project: str) -> float | None:
-        since = self._since.get(project)
-        return None if since is None else self._clock() - since
+        return self._unowned.of(project)
 
 
 class Vacancy:
@@ -219,17 +235,13 @@ class Vacancy:
 
     def __init__(self, grace: float, clock: Clock = default_clock) -> None:
         self.grace = grace
-        self._clock = clock
-        self._since: dict[str, float] = {}
+        self._empty = Lasting(clock)
 
     def update(self, held: Iterable[str], projects: Collection[str]) -> list[str]:
         """Record one observation (`held`: projects we hold, ready; `projects`: those with objects);
         return the held projects without objects for at least `grace`, sorted."""
-        now = self._clock()
-        empty = {p for p in held if p not in projects}
-        self._since = {p: self._since.get(p, now) for p in empty}
-        return sorted(p for p, since in self._since.items() if now - since >= self.grace)
+        lasted = self._empty.observe(p for p in held if p not in projects)
+        return sorted(p for p, seconds in lasted.items() if seconds >= self.grace)
 
     def empty_for(self, project: str) -> float | None:
-        since = self._since.get(project)
-        return None if since is None else self._clock() - since
+        return self._empty.of(project)

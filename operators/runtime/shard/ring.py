@@ -41,9 +41,14 @@ def by_bucket(buckets: int = DEFAULT_BUCKETS) -> Callable[[str], str]:
     """A placement key: the ring places the project's bucket, so a bucket has one owner."""
 
     def key(project: str) -> str:
-        return f"bucket-{bucket_of(project, buckets)}"
+        return _bucket_key(bucket_of(project, buckets))
 
     return key
+
+
+def _bucket_key(bucket: int) -> str:
+    """Where the ring places a bucket (`by_bucket`, `buckets_of`)."""
+    return f"bucket-{bucket}"
 
 
 def bucket_selector(buckets: Iterable[int]) -> str:
@@ -59,4 +64,4 @@ def bucket_label(labels: Mapping[str, str], namespace: str, buckets: int = DEFAU
 
 def buckets_of(ring: Ring, member: str, buckets: int = DEFAULT_BUCKETS) -> frozenset[int]:
     """The buckets `ring` places on `member` (by `by_bucket`'s keys): what it watches."""
-    return frozenset(b for b in range(buckets) if ring.owner(f"bucket-{b}") == member)
+    return frozenset(b for b in range(buckets) if ring.owner(_bucket_key(b)) == member)
