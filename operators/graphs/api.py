@@ -628,7 +628,7 @@ class GraphsApi(ExtensionBase):
 
         def sizes() -> list[dict[str, Any]]:
             return [{"type": i.graph_type, "task": i.task, "node": i.node or None,
-                     "bytes": output_size(output_file(paths.run_dir, i))} for i in chosen]
+                     "bytes": output_size(output_file(paths, i))} for i in chosen]
 
         return _json({"run": run, "namespace": namespace, "instances": await asyncio.to_thread(sizes)})
 
@@ -646,7 +646,7 @@ class GraphsApi(ExtensionBase):
         limit = _count(call, "limit", 1, PAGE_BYTES) or PAGE_BYTES
         try:
             instance = find(found, run, task, node, graph_type)
-            path = output_file(paths.run_dir, instance)
+            path = output_file(paths, instance)
         except NoSuchInstance as error:
             not_found(error.missing, error.message)
         except Ambiguous as error:

@@ -12,11 +12,13 @@ and only the step id the plan gives (checked again against the runner's name pat
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pipelines.model import Instance, check_name
+from pipelines.paths import RunPaths
 
 PLAN_FILE = "graph-plan.json"
 """In the run's directory: the workflow, which step is which task on which node, the facts of the plan
@@ -24,8 +26,6 @@ and the data the conditions read (recorded as the environment's last data when t
 PAGE_BYTES = 1 << 20
 """At most this much output per answer (the default and the most a caller may ask for): a page of a
 long output, with the offset of the next one."""
-_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,252}(@[A-Za-z0-9][A-Za-z0-9_.:-]{0,252})?$")
-"""An instance key as the runner names its files (`pipelines.model.NAME_PATTERN`, `step@target`)."""
 
 
 class NoSuchInstance(LookupError):
@@ -53,7 +53,7 @@ class RunInstance:
     @property
     def key(self) -> str:
         """The runner's name for the instance (its output file is `output/<key>.log`)."""
-        return f"{self.step}@{self.node}" if self.node else self.step
+        return Instance(self.step, self.node).key
 
 
 @dataclass(frozen=True)
@@ -115,16 +115,16 @@ def find(found: Sequence[RunInstance], run: str, task: str, node: str | None,
     return of_task[0]
 
 
-def output_file(run_dir: Path, instance: RunInstance) -> Path:
-    """Where the runner wrote the instance's output, inside `run_dir/output` (ValueError otherwise: a plan
-    that does not hold runner names is not followed out of the run's directory)."""
-    key = instance.key
-    if not _KEY.match(key) or ".." in key:
-        raise ValueError(f"instance {key!r} is not a runner's instance name")
-    outputs = (run_dir / "output").resolve()
-    path = (outputs / f"{key}.log").resolve()
+def output_file(paths: RunPaths, instance: RunInstance) -> Path:
+    """Where the runner wrote the instance's output (`RunPaths.output_file`), inside the run's output
+    directory (ValueError otherwise: a plan that does not hold runner names is not followed out of it)."""
+    check_name(instance.step, "step")
+    if instance.node:
+        check_name(instance.node, "node")
+    outputs = paths.output_dir.resolve()
+    path = paths.output_file(instance.key).resolve()
     if path.parent != outputs:
-        raise ValueError(f"instance {key!r} leads out of the run's output directory")
+        raise ValueError(f"instance {instance.key!r} leads out of the run's output directory")
     return path
 
 

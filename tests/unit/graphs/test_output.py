@@ -17,7 +17,7 @@ from operators.config.auth import Access, Identity
 from operators.config.repository import ConfigRepository
 from operators.graphs import GRAPH_RUN
 from operators.graphs.api import GraphsApi
-from operators.graphs.output import PAGE_BYTES, PLAN_FILE, RunInstance, read_page
+from operators.graphs.output import PAGE_BYTES, PLAN_FILE, RunInstance, output_file, read_page
 from operators.runtime.kube.client import custom_path
 from operators.runtime.serving.http import Request
 from pipelines.paths import RunPaths
@@ -220,3 +220,12 @@ def test_a_page_never_splits_a_character(tmp_path: Path) -> None:
 def test_an_instance_key_is_the_runners() -> None:
     assert RunInstance("default", "hiera", "node-1", "default:hiera:node-1").key == "default:hiera:node-1@node-1"
     assert RunInstance("default", "deploy_start", "", "default:deploy_start").key == "default:deploy_start"
+
+
+def test_an_instance_that_is_no_runner_name_is_not_followed_out_of_the_run(tmp_path: Path) -> None:
+    paths = RunPaths(tmp_path, "run-uid")
+    assert output_file(paths, RunInstance("default", "t", "node-1", "default:t:node-1")) == \
+        (paths.output_dir / "default:t:node-1@node-1.log").resolve()
+    for step, node in [("../../etc/passwd", ""), ("default:t", "../x"), ("default:t", "a/b"), (".hidden", "")]:
+        with pytest.raises(ValueError):
+            output_file(paths, RunInstance("default", "t", node, step))
