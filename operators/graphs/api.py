@@ -30,11 +30,9 @@ shared with `stead graph` (`operators.graphs.cli`).
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -55,7 +53,6 @@ from operators.graphs.models import (
 )
 from operators.graphs.output import (
     PAGE_BYTES,
-    PLAN_FILE,
     Ambiguous,
     NoSuchInstance,
     RunInstance,
@@ -64,11 +61,13 @@ from operators.graphs.output import (
     output_file,
     output_size,
     read_page,
+    read_plan,
     select,
 )
 from operators.runtime.core.kinds import field_path
 from operators.runtime.kube.client import ApiError, Requester, custom_path
 from operators.runtime.serving.http import Response
+from pipelines.model import NAME_PATTERN
 from pipelines.paths import RunPaths
 
 PREFIX = "/api/v1"
@@ -79,7 +78,7 @@ KIND_OF = {"release": "release", "plugin": "plugin", "cluster": "environment", "
 MERGE_PATCH = "application/merge-patch+json"
 _TYPE = re.compile(r"^[a-zA-Z0-9_-]{1,63}$")
 _TASK = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,119}$")
-_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,252}$")
+_NODE = re.compile(NAME_PATTERN)
 """What a task id (`models.TaskId`) and a node name (the runner's target names) may be: anything else in a
 URL is refused before it is looked up."""
 
@@ -230,14 +229,6 @@ def _count(call: Call, name: str, least: int, most: int | None) -> int | None:
         bounds = f"from {least}" + (f" to {most}" if most is not None else "")
         bad_request(f"query parameter {name}: expected a whole number {bounds}, got {raw!r}")
     return int(raw)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def graph_view(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -606,7 +597,7 @@ class GraphsApi(ExtensionBase):
             raise ApiProblem(503, "ServiceUnavailable", "this server was started without the runs' state directory "
                                                         "(stead operator serves it): runs' output cannot be read here")
         paths = RunPaths(state_dir, str(found["metadata"]["uid"]))
-        plan = await asyncio.to_thread(_read_json, paths.run_dir / PLAN_FILE)
+        plan = await asyncio.to_thread(read_plan, paths.run_dir)
         if plan is None:
             state = (found.get("status") or {}).get("state") or "Pending"
             not_found("graphrun", f"graph run {run} ({state}) has no plan on this operator's volume: it is planned "

@@ -12,6 +12,7 @@ and only the step id the plan gives (checked again against the runner's name pat
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,15 @@ class Page:
     @property
     def truncated(self) -> bool:
         return self.next_offset is not None
+
+
+def read_plan(run_dir: Path) -> dict[str, Any] | None:
+    """The run's saved plan (`PLAN_FILE`), or None when it has none yet (or it is unreadable)."""
+    try:
+        saved = json.loads((run_dir / PLAN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return saved if isinstance(saved, dict) else None
 
 
 def instances(plan: Mapping[str, Any]) -> list[RunInstance]:

@@ -49,7 +49,7 @@ from operators.graphs.models import (
     DeploymentGraphSpec,
     GraphRunSpec,
 )
-from operators.graphs.output import PLAN_FILE
+from operators.graphs.output import PLAN_FILE, read_plan
 from operators.graphs.plan import PlanError, plan_run, step_id, to_workflow
 from operators.runtime.core.clock import utc_now, utc_seconds
 from operators.runtime.core.kinds import AdmissionRequest, Refusal
@@ -320,14 +320,6 @@ async def plan(ctx: StepContext) -> Mapping[str, Any]:
         "facts": plan_facts, "index": index, "planned": planned, "nodeData": data,
         "workflow": workflow.model_dump(by_alias=True, mode="json")})
     return {**facts, **plan_facts, "state": plan_facts.get("state", "Running")}
-
-
-def read_plan(run_dir: Path) -> dict[str, Any] | None:
-    try:
-        saved = json.loads((run_dir / PLAN_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return saved if isinstance(saved, dict) else None
 
 
 class _Observer:

@@ -11,6 +11,7 @@ import pytest
 
 from operators.environment.models import EnvironmentSpec
 from operators.graphs import kinds, run
+from operators.graphs.output import read_plan
 from operators.runtime.core.kinds import AdmissionRequest, Refusal
 from operators.runtime.core.pipeline import Observed, PermanentError, StepContext
 from operators.runtime.engine.runs import RunSettings, paths_for
@@ -100,7 +101,7 @@ def test_a_dry_run_plans_from_the_merged_graph_and_ends_without_a_workflow_run(t
     assert facts["state"] == "Succeeded" and facts["plan"]["planned"] == 2 and facts["progress"] == "0/2"
     assert {(n["name"], t["task"], t["state"]) for n in facts["nodes"] for t in n["tasks"]} == {
         ("ctl", "db", "planned"), ("cmp", "app", "planned")}
-    saved = run.read_plan(paths_for(ctx(api, tmp_path)).run_dir)
+    saved = read_plan(paths_for(ctx(api, tmp_path)).run_dir)
     assert saved is not None and len(saved["workflow"]["steps"]) == 2
 
 
