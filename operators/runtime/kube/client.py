@@ -84,10 +84,18 @@ def load_configuration(kubeconfig: Path | None = None) -> kclient.Configuration:
 
 
 def bearer_token(cfg: kclient.Configuration) -> str | None:
+    """The bare token of a configuration, without its scheme.
+
+    The ``kubernetes`` package stores it with the scheme, in the case each loader likes: the
+    kubeconfig loader writes ``"Bearer <jwt>"``, the in-cluster loader ``"bearer <jwt>"`` (a Pod's
+    ServiceAccount token). Leaving a lower-case scheme in place sent ``Bearer bearer <jwt>``, a 401
+    on every request of the operator in its Pod.
+    """
     token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
     if not token:
         return None
-    return str(token).removeprefix("Bearer ").strip()
+    scheme, _, rest = str(token).strip().partition(" ")
+    return rest.strip() if rest and scheme.lower() == "bearer" else str(token).strip()
 
 
 def load_access(kubeconfig: Path | None = None) -> ClusterAccess:
