@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 IMAGE  ?= localhost/stead:dev
 
-.PHONY: venv run test unit e2e lint typecheck crds controlplane image image-tools ssh-tools bench clean
+.PHONY: venv run run-chart test unit e2e lint typecheck crds controlplane image image-tools ssh-tools node-tools bench clean
 
 venv: $(STAMP)
 
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-controlplane: venv ## build (once) and cache kube-apiserver, kube-controller-manager, kubectl, etcd, helm
+controlplane: venv ## build (once) and cache kube-apiserver, kube-controller-manager, kubectl, etcd, helm, kubelet, kube-scheduler
 	$(BIN)/stead cluster build
 
 run: venv ## start a local control plane unless a cluster is reachable, install CRDs, run the operators
@@ -57,10 +57,23 @@ ssh-tools: ## sshd and rsync, installed with apt-get when missing (as root; the 
 	apt-get update -qq && \
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server rsync >/dev/null
 
-e2e: venv controlplane image-tools ssh-tools
+# The local node (operators/cluster/node.py): Debian's containerd, runc and CNI plugins. containerd's
+# own service is not started (no init in a container; on a systemd host apt-get starts it, and the
+# node runs its own containerd beside it, on its own socket).
+node-tools: ## containerd, runc and the CNI plugins, installed with apt-get when missing (as root; the local node needs them)
+	@if command -v containerd >/dev/null && command -v runc >/dev/null && [ -x /usr/lib/cni/bridge ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+		echo "node-tools: containerd, runc or the CNI plugins missing: as root, this installs them (no local node meanwhile)" >&2; \
+		exit 0; fi; \
+	echo "node-tools: installing containerd, runc and containernetworking-plugins (apt-get)" >&2; \
+	apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 \
+		containerd runc containernetworking-plugins iptables >/dev/null
+
+e2e: venv controlplane image-tools ssh-tools node-tools
 	$(BIN)/pytest -q tests/e2e
 
-test: venv controlplane image-tools ssh-tools lint typecheck
+test: venv controlplane image-tools ssh-tools node-tools lint typecheck
 	$(BIN)/stead crds --check
 	$(BIN)/pytest -q tests
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from operators.cluster.ports import PORT_SETTINGS, Ports, choose_ports, parse_port, remembered_ports
 
 if TYPE_CHECKING:
-    from operators.cluster import LocalControlPlane
+    from operators.cluster import LocalControlPlane, NodeNetwork
     from operators.runtime.engine.addons import Addon
     from operators.runtime.engine.runs import SshOptions
 
@@ -239,7 +239,9 @@ def _cluster_actions(cluster: argparse.ArgumentParser) -> None:
                         ("status", "show whether it runs, where, and on which ports"),
                         ("kubeconfig", "print the path of its admin kubeconfig"),
                         ("kubectl", "print the path of the cached kubectl of the pinned Kubernetes version"),
-                        ("build", "build and cache the binaries")]:
+                        ("helm", "print the path of the cached helm of the pinned version"),
+                        ("build", "build and cache the binaries"),
+                        ("load-image", "copy an image from buildah's storage (`make image`) into the node")]:
         action = csub.add_parser(name, help=help_, description=help_)
         action.set_defaults(func=_cmd_cluster, action=name)
         if name == "up":
@@ -247,6 +249,13 @@ def _cluster_actions(cluster: argparse.ArgumentParser) -> None:
                 action.add_argument(setting.flag, type=_port, dest=setting.argument, metavar="N",
                                     help=f"the {setting.label} port (default: ${setting.variable}, else the port "
                                     f"this home used last, else {setting.default})")
+            action.add_argument("--node", choices=("auto", "always", "never"),
+                                default=os.environ.get("STEAD_NODE", "auto"),
+                                help="a local node (containerd, kubelet, scheduler) where Pods run: where this "
+                                "machine allows it (auto: root, containerd installed), always (fail saying why "
+                                "not), or never (default: $STEAD_NODE, else auto)")
+        if name == "load-image":
+            action.add_argument("image", help="an image reference in buildah's storage, e.g. localhost/stead:dev")
 
 
 def _operator_arguments(run: argparse.ArgumentParser) -> None:
@@ -408,32 +417,55 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
 
         print(kubeconfig_path(default_home()))
         return 0
-    if args.action == "kubectl":
-        from operators.cluster.build import cached_kubectl
-        from operators.cluster.versions import KUBERNETES_VERSION
+    if args.action in ("kubectl", "helm"):
+        from operators.cluster.build import HELM, KUBERNETES, component_dir
 
-        kubectl = cached_kubectl()
-        if kubectl is None:
-            print(f"stead cluster kubectl: kubectl {KUBERNETES_VERSION} is not built yet; `stead cluster build` "
+        tool = component_dir(KUBERNETES if args.action == "kubectl" else HELM) / args.action
+        if not os.access(tool, os.X_OK):
+            version = (KUBERNETES if args.action == "kubectl" else HELM).version
+            print(f"stead cluster {args.action}: {args.action} {version} is not built yet; `stead cluster build` "
                   "builds it (once)", file=sys.stderr)
             return 1
-        print(kubectl)
+        print(tool)
         return 0
-    from operators.cluster import ControlPlaneError, PortInUse, ensure_binaries
+    from operators.cluster import ControlPlaneError, LocalNode, PortInUse, ensure_binaries
+    from operators.cluster.node import node_unavailable_reason
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr)
 
     try:
         if args.action == "build":
-            ensure_binaries(progress=lambda line: print(line, file=sys.stderr))
+            from operators.cluster.build import ensure_node_binaries
+            from operators.cluster.images import pause_archive
+
+            ensure_binaries(progress=say)
+            ensure_node_binaries(progress=say)
+            pause_archive(progress=say)
         elif args.action == "up":
             plane = _local_plane({s.argument: getattr(args, s.argument) for s in PORT_SETTINGS})
             info = plane.up()
             print(f"control plane up at {info.server}\nexport KUBECONFIG={info.kubeconfig}")
+            if args.node != "never":
+                reason = node_unavailable_reason()
+                if reason is None or args.node == "always":
+                    node = LocalNode(plane, network=_node_network(), progress=say)
+                    node.up()
+                    print(f"node {node.name} Ready ({node.network.node_ip} on bridge {node.network.bridge})")
+                else:
+                    say(f"no local node: {reason}")
         elif args.action == "down":
-            _local_plane().down()
+            plane = _local_plane()
+            LocalNode(plane).down()
+            plane.down()
             print("control plane stopped")
+        elif args.action == "load-image":
+            LocalNode(_local_plane()).load_image(args.image)
+            print(f"{args.image} loaded into the local node")
         else:
-            status = _local_plane().status()
-            print(status.describe())
+            plane = _local_plane()
+            status = plane.status()
+            print(status.describe(extra=LocalNode(plane).status().rows()))
             return 0 if status.running else 3
     except PortInUse as error:
         setting = next(s for s in PORT_SETTINGS if s.field == error.field)
@@ -600,6 +632,16 @@ def local_plane_ports(given: Mapping[str, int | None], environ: Mapping[str, str
     keyword), else `$STEAD_*_PORT`, else the ports that home's plane last started on, else the defaults; so that
     two homes run side by side, and each finds its own plane again."""
     return choose_ports({s.field: given.get(s.argument) for s in PORT_SETTINGS}, environ, remembered_ports(home))
+
+
+def _node_network() -> NodeNetwork:
+    """The network of a new node: ``$STEAD_NODE_BRIDGE`` and ``$STEAD_NODE_SUBNET``, else the defaults
+    (a node started before keeps the network it recorded)."""
+    from operators.cluster import NodeNetwork
+
+    default = NodeNetwork()
+    return NodeNetwork(bridge=os.environ.get("STEAD_NODE_BRIDGE") or default.bridge,
+                       subnet=os.environ.get("STEAD_NODE_SUBNET") or default.subnet)
 
 
 def _local_plane(given: Mapping[str, int | None] | None = None) -> LocalControlPlane:

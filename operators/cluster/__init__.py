@@ -8,6 +8,8 @@ names; everything else in the package is an implementation detail:
     home.py          where a plane keeps its state
     ports.py         the ports of one plane, and where `stead` takes them from
     controlplane.py  the components, their flags, up/down/status and kubeconfigs
+    node.py          a real node beside it: containerd, kubelet, scheduler, the Pods' bridge
+    images.py        the Pods' sandbox image (pause), built and packed without a registry
     pki.py           which certificates the plane needs (made by operators.runtime.serving.certs)
     processes.py     pid records, /proc inspection, pidfd signalling, port owners
     probes.py        health endpoints and whether a kubeconfig reaches a cluster
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from operators.cluster.build import Binaries, ControlPlaneError, cache_root, cached_kubectl, ensure_binaries
     from operators.cluster.controlplane import ClusterInfo, ClusterStatus, LocalControlPlane, PortInUse
     from operators.cluster.home import default_home
+    from operators.cluster.node import LocalNode, NodeNetwork, NodeUnavailable
     from operators.cluster.probes import reaches_cluster
 
 _MODULES = {
@@ -39,6 +42,9 @@ _MODULES = {
     "LocalControlPlane": "controlplane",
     "PortInUse": "controlplane",
     "default_home": "home",
+    "LocalNode": "node",
+    "NodeNetwork": "node",
+    "NodeUnavailable": "node",
     "reaches_cluster": "probes",
 }
 
@@ -56,6 +62,9 @@ __all__ = [
     "ClusterStatus",
     "ControlPlaneError",
     "LocalControlPlane",
+    "LocalNode",
+    "NodeNetwork",
+    "NodeUnavailable",
     "PortInUse",
     "cache_root",
     "cached_kubectl",

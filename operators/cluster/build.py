@@ -136,6 +136,21 @@ HELM: Final = GoComponent(
     ),
 )
 COMPONENTS: Final = (KUBERNETES, ETCD, HELM)
+NODE: Final = GoComponent(
+    name="kubernetes-node",
+    module=KUBERNETES.module,
+    version=KUBERNETES_VERSION,
+    outputs=(
+        ("k8s.io/kubernetes/cmd/kubelet", "kubelet"),
+        ("k8s.io/kubernetes/cmd/kube-scheduler", "kube-scheduler"),
+    ),
+    version_symbols=KUBERNETES.version_symbols,
+    replace_staging=True,
+)
+"""The local node's kubelet and scheduler: a component of their own (cached apart from KUBERNETES,
+whose directory would otherwise count as incomplete and be rebuilt whole), built only when a node
+is started or ``stead cluster build --node`` asks; most of its packages are in Go's build cache
+once kube-apiserver is built."""
 
 
 @dataclass(frozen=True)
@@ -279,6 +294,20 @@ def _binaries(root: Path) -> Binaries:
         etcd=etcd / "etcd",
         helm=helm / "helm",
     )
+
+
+@dataclass(frozen=True)
+class NodeBinaries:
+    """The binaries of the local node (``node.py``)."""
+
+    kubelet: Path
+    kube_scheduler: Path
+
+
+def ensure_node_binaries(root: Path | None = None, *, progress: Progress | None = None) -> NodeBinaries:
+    """kubelet and kube-scheduler of the pinned Kubernetes version, built first when not cached."""
+    directory = ensure_component(NODE, root, progress=progress)
+    return NodeBinaries(kubelet=directory / "kubelet", kube_scheduler=directory / "kube-scheduler")
 
 
 def cached_binaries(root: Path | None = None) -> Binaries | None:

@@ -12,8 +12,9 @@ every piece of state under one *home* directory, and stops exactly the processes
     <home>/run/           <component>.json pid records (processes.py), cluster.json (ports, versions)
     <home>/ports.json     the ports it last started on (ports.py: kept across down, used by the next up)
 
-There is no kubelet: Pods never run, but CRDs, webhooks, RBAC, namespaces (deletion included),
-garbage collection, ServiceAccounts and Job→Pod creation behave as in a real cluster.
+Pods run on the local node (``node.py``) where the machine allows one; without it CRDs, webhooks,
+RBAC, namespaces (deletion included), garbage collection, ServiceAccounts and Job→Pod creation
+still behave as in a real cluster, and Pods stay Pending.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import logging
 import ssl
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
@@ -138,8 +139,9 @@ class ClusterStatus:
     ports: Ports
     """The ports it runs on (while it runs), else those its next `up` uses."""
 
-    def describe(self) -> str:
-        """A few lines for a terminal: the state, how to reach the plane, pids and versions."""
+    def describe(self, extra: Sequence[tuple[str, str]] = ()) -> str:
+        """A few lines for a terminal: the state, how to reach the plane, pids and versions, and
+        ``extra`` rows (the local node's)."""
         if self.running:
             state = "running"
         elif not self.pids:
@@ -152,6 +154,7 @@ class ClusterStatus:
                 ("home", str(self.home)), ("ports", self.ports.describe())]
         rows += [(name, f"pid {self.pids[name]}" if name in self.pids else "not running") for name in PROCESS_NAMES]
         rows.append(("versions", ", ".join(f"{name} {version}" for name, version in self.versions.items())))
+        rows += extra
         width = max(len(label) for label, _ in rows) + 2
         return "\n".join(f"{label + ':':<{width}}{value}" for label, value in rows)
 
@@ -465,7 +468,6 @@ class LocalControlPlane:
             f"--tls-cert-file={pki.apiserver_cert}",
             f"--tls-private-key-file={pki.apiserver_key}",
             f"--client-ca-file={pki.client_ca_cert}",
-            "--authorization-mode=RBAC",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-key-file={pki.service_account_public_key}",
@@ -480,6 +482,18 @@ class LocalControlPlane:
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
             "--profiling=false",
+            # Kubelets (the local node, node.py): the API server dials them at their InternalIP
+            # (the node's bridge address; any node name works), with a client certificate the
+            # kubelet authenticates (no anonymous access to a kubelet).
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={pki.apiserver_kubelet_client_cert}",
+            f"--kubelet-client-key={pki.apiserver_kubelet_client_key}",
+            # Webhooks and aggregated APIs are dialled at their Service's endpoints (Pod IPs on
+            # the node's bridge) rather than the ClusterIP: there is no kube-proxy here.
+            "--enable-aggregator-routing=true",
+            # A kubelet may only touch its own Node and the Pods bound to it, as in any cluster.
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
         ]
 
     def _controller_manager_argv(self, binaries: Binaries, pki: PkiFiles) -> list[str]:
@@ -502,6 +516,8 @@ class LocalControlPlane:
             f"--cluster-name={CLUSTER_NAME}",
             "--leader-elect=false",
             "--profiling=false",
+            # Its default is a system directory, which it creates at every start.
+            f"--flex-volume-plugin-dir={self.home / 'volume-plugins'}",
         ]
 
     def _client_context(self, *, with_admin_cert: bool) -> ssl.SSLContext:

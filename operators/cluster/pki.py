@@ -37,6 +37,10 @@ ADMIN_USER: Final = "stead-admin"
 ADMIN_GROUP: Final = "system:masters"
 CONTROLLER_MANAGER_USER: Final = "system:kube-controller-manager"
 """The user the bootstrap RBAC policy grants the controller-manager's permissions to."""
+KUBELET_CLIENT_USER: Final = "kube-apiserver-kubelet-client"
+"""Who the API server is to a kubelet (logs, exec, port-forward): the kubelet authenticates it by
+this certificate and asks the API server whether it may (``system:kubelet-api-admin``, bound by the
+local node when it starts)."""
 
 SERVICE_IP: Final = "10.0.0.1"
 """First address of ``--service-cluster-ip-range=10.0.0.0/24``: the ``kubernetes`` Service."""
@@ -123,6 +127,14 @@ class PkiFiles:
         return self._path("controller-manager.key")
 
     @property
+    def apiserver_kubelet_client_cert(self) -> Path:
+        return self._path("apiserver-kubelet-client.crt")
+
+    @property
+    def apiserver_kubelet_client_key(self) -> Path:
+        return self._path("apiserver-kubelet-client.key")
+
+    @property
     def service_account_key(self) -> Path:
         return self._path("service-account.key")
 
@@ -185,6 +197,17 @@ def _ensure_leaf(
     _write_pair(cert_path, key_path, leaf)
 
 
+def ensure_client_certificate(
+    files: PkiFiles, cert_path: Path, key_path: Path, user: str, groups: Sequence[str] = ()
+) -> None:
+    """A client certificate of the plane's client CA for ``user`` in ``groups`` (the local node's
+    kubelet and scheduler), remade when missing or stale like the plane's own."""
+    ca = _read_pair(files.client_ca_cert, files.client_ca_key)
+    if ca is None:
+        raise FileNotFoundError(f"no client CA in {files.directory}: start the control plane first")
+    _ensure_leaf(cert_path, key_path, ca, user, organizations=groups, client=True)
+
+
 def ensure_pki(directory: Path) -> PkiFiles:
     """Create whatever certificates and keys are missing or stale under ``directory``."""
     files = PkiFiles(directory)
@@ -201,6 +224,8 @@ def ensure_pki(directory: Path) -> PkiFiles:
                  organizations=[ADMIN_GROUP], client=True)
     _ensure_leaf(files.controller_manager_client_cert, files.controller_manager_client_key,
                  client_ca, CONTROLLER_MANAGER_USER, client=True)
+    _ensure_leaf(files.apiserver_kubelet_client_cert, files.apiserver_kubelet_client_key,
+                 client_ca, KUBELET_CLIENT_USER, client=True)
 
     if not (files.service_account_key.exists() and files.service_account_public_key.exists()):
         private, public = make_rsa_key_pair()

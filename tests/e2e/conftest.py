@@ -9,24 +9,29 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from operators.cluster import Binaries, ClusterInfo, LocalControlPlane, ensure_binaries
 from tests.polling import wait_until
+
+if TYPE_CHECKING:
+    from operators.cluster.node import LocalNode
 
 ROOT = Path(__file__).resolve().parents[2]
 STEAD = Path(sys.executable).parent / "stead"
@@ -36,8 +41,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -174,6 +177,15 @@ class AuditEntry:
     namespace: str
     name: str
     user_agent: str
+    user: str = ""
+    """The authenticated user (for a Pod's service account, system:serviceaccount:<namespace>:<name>)."""
+    source_ips: tuple[str, ...] = ()
+    """Where the request came from (a Pod's IP for an operator in a Pod), first the client's."""
+    code: int = 0
+    """The response's status code."""
+    api_group: str = ""
+    timestamp: str = ""
+    """stageTimestamp: when the API server completed the request (RFC 3339, microseconds)."""
 
 
 class AuditLog:
@@ -198,6 +210,10 @@ class AuditLog:
                     verb=event.get("verb", ""), resource=ref.get("resource", ""),
                     subresource=ref.get("subresource", ""), namespace=ref.get("namespace", ""),
                     name=ref.get("name", ""), user_agent=event.get("userAgent", ""),
+                    user=str((event.get("user") or {}).get("username") or ""),
+                    source_ips=tuple(str(ip) for ip in event.get("sourceIPs") or ()),
+                    code=int((event.get("responseStatus") or {}).get("code") or 0),
+                    api_group=ref.get("apiGroup", ""), timestamp=str(event.get("stageTimestamp") or ""),
                 ))
         return entries
 
@@ -243,3 +259,154 @@ def api_call(operator: OperatorProcess, cert: tuple[Path, Path], namespace: str,
             return response.status, json.loads(text) if text else None
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read().decode() or "null")
+
+
+# --- the operator image, built once per session ----------------------------------------------------
+
+IMAGE_BUILD_SCRIPT = ROOT / "scripts" / "build-image.sh"
+IMAGE_BUILD_SECONDS = 1200  # a cold build: mmdebstrap, then pip installing every dependency from PyPI
+
+
+def buildah(*args: str, timeout: float = 120) -> str:
+    result = subprocess.run(["buildah", "--storage-driver", "vfs", *args], capture_output=True, text=True,
+                            timeout=timeout, check=False)
+    if result.returncode != 0:
+        raise AssertionError(f"buildah {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+    return result.stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def image() -> Iterator[str]:
+    """The image, built by the script `make image` runs, under a tag of this session (removed after):
+    built once, for tests/e2e/test_image.py and the tests that run it on a real node."""
+    if os.geteuid() != 0:
+        pytest.skip("builds with buildah's vfs storage and mounts: needs root")
+    tag = f"localhost/stead-e2e:{uuid.uuid4().hex[:10]}"
+    started = time.monotonic()
+    result = subprocess.run(["sh", str(IMAGE_BUILD_SCRIPT), "build", tag], cwd=ROOT, capture_output=True, text=True,
+                            timeout=IMAGE_BUILD_SECONDS, check=False)
+    assert result.returncode == 0, f"{IMAGE_BUILD_SCRIPT.name} failed ({result.returncode}):\n{result.stderr[-6000:]}"
+    print(f"image {tag} built in {time.monotonic() - started:.0f}s", file=sys.stderr)
+    try:
+        yield tag
+    finally:
+        buildah("rmi", tag)
+
+
+# --- a real node: containerd, runc, kubelet and kube-scheduler beside the session's control plane ----
+
+
+@pytest.fixture(scope="session")
+def node(control_plane: LocalControlPlane, binaries: Binaries) -> Iterator[LocalNode]:
+    """One Kubernetes node on this machine (skipped, saying why, where none can run: not root, no
+    containerd, runc or CNI plugins). Pods get addresses on its bridge, reachable from the host."""
+    from operators.cluster.node import LocalNode, NodeNetwork, node_unavailable_reason
+
+    reason = node_unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"no local node: {reason}")
+    local = LocalNode(control_plane, network=NodeNetwork(bridge="steadt0", subnet="10.89.0.0/16"),
+                      kubectl=binaries.kubectl, progress=lambda line: print(line, file=sys.stderr))
+    try:
+        local.up()
+        yield local
+    finally:
+        local.down()
+
+
+@pytest.fixture(scope="session")
+def node_image(node: LocalNode, image: str) -> str:
+    """The session's image, in the node's containerd (nothing can be pulled: Pods use it as it is)."""
+    started = time.monotonic()
+    node.load_image(image)
+    print(f"image {image} loaded into the node in {time.monotonic() - started:.0f}s", file=sys.stderr)
+    return image
+
+
+# --- Helm, against the session's cluster --------------------------------------------------------------
+
+
+@dataclass
+class Helm:
+    """The cached helm, with empty config, cache and data directories of its own, on the session's cluster."""
+
+    binary: Path
+    kubeconfig: Path
+    home: Path
+
+    def __call__(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home),
+               "HELM_CACHE_HOME": str(self.home / "cache"), "HELM_CONFIG_HOME": str(self.home / "config"),
+               "HELM_DATA_HOME": str(self.home / "data"), "KUBECONFIG": str(self.kubeconfig)}
+        result = subprocess.run([str(self.binary), *args], env=env, capture_output=True, text=True,
+                                timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+        return result
+
+
+@pytest.fixture(scope="session")
+def helm_cli(binaries: Binaries, cluster: ClusterInfo, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    return Helm(binaries.helm, cluster.kubeconfig, tmp_path_factory.mktemp("helm-home"))
+
+
+# --- volumes: no dynamic provisioner, so hostPath PersistentVolumes made by hand -------------------------
+
+IMAGE_USER = (65532, 65532)
+"""The image's uid:gid (the chart's runAsUser/runAsGroup): fsGroup does not apply to hostPath volumes."""
+
+
+@dataclass
+class HostVolumes:
+    """hostPath PersistentVolumes (storageClassName "", Retain), each pre-bound to one claim by claimRef,
+    on directories owned by the image's user; `remove` deletes them and their directories."""
+
+    kubectl: Kubectl
+    root: Path
+    names: list[str] = field(default_factory=list)
+
+    def add(self, namespace: str, claim: str, *, access_modes: tuple[str, ...] = ("ReadWriteOnce",),
+            size: str = "1Gi") -> Path:
+        name = f"pv-{uuid.uuid4().hex[:10]}"
+        path = self.root / name
+        path.mkdir(parents=True)
+        os.chown(path, *IMAGE_USER)
+        path.chmod(0o770)
+        body = {"apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "stead-e2e"}},
+                "spec": {"capacity": {"storage": size}, "accessModes": list(access_modes),
+                         "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                         "volumeMode": "Filesystem", "hostPath": {"path": str(path), "type": "Directory"},
+                         "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                      "namespace": namespace, "name": claim}}}
+        self.kubectl("apply", "-f", "-", input=json.dumps(body))
+        self.names.append(name)
+        return path
+
+    def claim(self, namespace: str, claim: str, *, access_modes: tuple[str, ...] = ("ReadWriteMany",),
+              size: str = "1Gi") -> Path:
+        """A claim of our own (not a StatefulSet's) and its volume, bound."""
+        path = self.add(namespace, claim, access_modes=access_modes, size=size)
+        body = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": claim, "namespace": namespace},
+                "spec": {"accessModes": list(access_modes), "storageClassName": "", "volumeName": self.names[-1],
+                         "resources": {"requests": {"storage": size}}}}
+        self.kubectl("apply", "-f", "-", input=json.dumps(body))
+        self.kubectl("wait", "--for=jsonpath={.status.phase}=Bound", "-n", namespace, "--timeout=60s", f"pvc/{claim}")
+        return path
+
+    def remove(self) -> None:
+        for name in self.names:
+            self.kubectl("delete", "pv", name, "--wait=false", "--ignore-not-found", check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def host_volumes(kubectl: Kubectl, node: LocalNode) -> Iterator[HostVolumes]:
+    """hostPath volumes under the node's volumes directory (what its kubelet sees whatever it mounts)."""
+    volumes = HostVolumes(kubectl, node.volumes_dir / f"e2e-{uuid.uuid4().hex[:8]}")
+    volumes.root.mkdir(parents=True)
+    try:
+        yield volumes
+    finally:
+        volumes.remove()

@@ -36,7 +36,6 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,14 +46,13 @@ import yaml
 
 from operators.cluster import Binaries, ClusterInfo
 from operators.cluster.versions import KUBERNETES_VERSION
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import IMAGE_BUILD_SECONDS, buildah, free_port
 from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "stead"
-BUILD = REPO / "scripts" / "build-image.sh"
 RELEASE = "stead"
-BUILD_SECONDS = 1200  # a cold build: mmdebstrap, then pip installing every dependency from PyPI
+BUILD_SECONDS = IMAGE_BUILD_SECONDS  # the session's `image` fixture (conftest.py) builds it once
 # Test-only: the kubeconfig of the session's control plane, where a pod has its service account.
 KUBECONFIG_DIR = "/run/secrets/stead-e2e"
 
@@ -65,14 +63,6 @@ pytestmark = [
 ]
 
 Manifest = dict[str, Any]
-
-
-def buildah(*args: str, timeout: float = 120) -> str:
-    result = subprocess.run(["buildah", "--storage-driver", "vfs", *args], capture_output=True, text=True,
-                            timeout=timeout, check=False)
-    if result.returncode != 0:
-        raise AssertionError(f"buildah {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
-    return result.stdout.strip()
 
 
 # --- the chart ---------------------------------------------------------------------------------------
@@ -219,21 +209,6 @@ class Sandbox:
         for part in Path(path).parts[1:]:
             current = current / part
             assert not current.is_symlink(), f"mount point {path}: {current} is a symbolic link in the image"
-
-
-@pytest.fixture(scope="module")
-def image() -> Iterator[str]:
-    """The image, built by the script `make image` runs, under a tag of this run (removed after)."""
-    tag = f"localhost/stead-e2e:{uuid.uuid4().hex[:10]}"
-    started = time.monotonic()
-    result = subprocess.run(["sh", str(BUILD), "build", tag], cwd=REPO, capture_output=True, text=True,
-                            timeout=BUILD_SECONDS, check=False)
-    assert result.returncode == 0, f"{BUILD.name} failed ({result.returncode}):\n{result.stderr[-6000:]}"
-    print(f"image {tag} built in {time.monotonic() - started:.0f}s", file=sys.stderr)
-    try:
-        yield tag
-    finally:
-        buildah("rmi", tag)
 
 
 @pytest.fixture(scope="module")

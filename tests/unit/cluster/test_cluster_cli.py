@@ -136,3 +136,11 @@ def test_kubeconfig_and_kubectl_print_paths(home: Path, tmp_path: Path, monkeypa
     assert main(["cluster", "kubectl"]) == 0  # of the several cached versions, the one the code pins
     assert capsys.readouterr().out == f"{cache / build.KUBERNETES.directory_name / 'kubectl'}\n"
     assert build.cached_kubectl(cache) == cache / build.KUBERNETES.directory_name / "kubectl"
+
+    assert main(["cluster", "helm"]) == 1
+    assert f"helm {build.HELM.version} is not built yet" in capsys.readouterr().err
+    (cache / build.HELM.directory_name).mkdir()
+    (cache / build.HELM.directory_name / "helm").write_text("#!/bin/sh\n")
+    os.chmod(cache / build.HELM.directory_name / "helm", 0o755)
+    assert main(["cluster", "helm"]) == 0
+    assert capsys.readouterr().out == f"{cache / build.HELM.directory_name / 'helm'}\n"
