@@ -25,6 +25,19 @@ controlplane: venv ## build (once) and cache kube-apiserver, kube-controller-man
 run: venv ## start a local control plane unless a cluster is reachable, install CRDs, run the operators
 	$(BIN)/stead operator --local auto
 
+# The chart on the local node, as on a real cluster: the image built with buildah, loaded into the
+# node's containerd (no registry), and installed by helm; the operator authenticates with its
+# ServiceAccount. The store is an emptyDir here (the node has no volume provisioner); Ctrl-C is not
+# needed: `stead cluster down` stops the node and the plane.
+CHART_NAMESPACE ?= stead-system
+run-chart: venv controlplane node-tools image ## the chart on the local node (root): image loaded, helm install --wait
+	$(BIN)/stead cluster up --node always
+	$(BIN)/stead cluster load-image $(IMAGE)
+	"$$($(BIN)/stead cluster helm)" upgrade --install stead charts/stead --kubeconfig "$$($(BIN)/stead cluster kubeconfig)" \
+		--namespace $(CHART_NAMESPACE) --create-namespace --wait --timeout 5m \
+		--set image.repository=$(firstword $(subst :, ,$(IMAGE))),image.tag=$(lastword $(subst :, ,$(IMAGE))) \
+		--set image.pullPolicy=Never,actions.jobs.image=$(IMAGE),persistence.enabled=false
+
 lint: venv
 	$(BIN)/ruff check operators pipelines tests bench
 	$(BIN)/lint-imports

@@ -30,9 +30,11 @@ configuration below, each where it is set.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import ipaddress
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -188,7 +190,10 @@ class LocalNode:
 
     @property
     def socket(self) -> Path:
-        return self.home / "containerd" / "containerd.sock"
+        """containerd's socket: in a short directory of its own, since a Unix socket's path may not
+        exceed 104 bytes (a home under pytest's temporary directories is longer)."""
+        digest = hashlib.sha256(str(self.home).encode()).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"stead-node-{digest}" / "containerd.sock"
 
     def _path(self, *parts: str) -> Path:
         return self.home.joinpath(*parts)
@@ -263,6 +268,7 @@ class LocalNode:
         self._drop_nat_rules()
         if Path(f"/sys/class/net/{self.network.bridge}").exists():
             _run(["ip", "link", "delete", self.network.bridge])
+        shutil.rmtree(self.socket.parent, ignore_errors=True)
         (self.home / NETWORK_FILE).unlink(missing_ok=True)
 
     def status(self) -> NodeStatus:
@@ -305,6 +311,7 @@ class LocalNode:
         for directory in ("etc", "run", "cni/net.d", "containerd", "sysctl", "host/run", "host/var-lib",
                           "host/var-log", "volumes"):
             self._path(directory).mkdir(parents=True, exist_ok=True)
+        self.socket.parent.mkdir(mode=0o700, exist_ok=True)
         self.home.chmod(0o711)
         write_file_atomically(self._path("etc", "containerd.toml"), self._containerd_config().encode())
         # Renamed into place whole: containerd watches the directory and would read half a file.
@@ -466,10 +473,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             return
         result = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True, timeout=60,
                                 check=False)
-        mark = f'--comment {self.network.rule_comment}'
         for line in result.stdout.splitlines():
-            if line.startswith("-A ") and (mark in line or f'--comment "{self.network.rule_comment}"' in line):
-                _run(["iptables", "-w", "-t", "nat", "-D", *line.split()[1:]])
+            rule = shlex.split(line)  # iptables-save quotes a comment with a colon
+            if rule[:1] == ["-A"] and self.network.rule_comment in rule:
+                _run(["iptables", "-w", "-t", "nat", "-D", *rule[1:]])
 
     def _start(self, binaries: NodeBinaries, pause: Path) -> None:
         deadline = time.monotonic() + self.ready_timeout

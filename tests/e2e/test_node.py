@@ -36,9 +36,9 @@ KERNEL_SETTINGS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "k
                    "net/ipv4/ip_forward", "kernel/keys/root_maxkeys")
 
 
-def _machine_state() -> dict[str, object]:
+def _machine_state(home: Path) -> dict[str, object]:
     """What the node must not change on the machine, or must put back: kernel settings, nat rules,
-    network interfaces, cgroups and mounts."""
+    network interfaces, cgroups and mounts of its files (other tests may mount meanwhile)."""
     nat = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True, check=True).stdout
     filter_ = subprocess.run(["iptables-save", "-t", "filter"], capture_output=True, text=True, check=True).stdout
     return {
@@ -47,13 +47,14 @@ def _machine_state() -> dict[str, object]:
         "filter": sorted(line for line in filter_.splitlines() if line.startswith(("-A", ":KUBE"))),
         "links": sorted(os.listdir("/sys/class/net")),
         "cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob("*/*") if p.is_dir()),
-        "mounts": Path("/proc/self/mountinfo").read_text().count("\n"),
+        "mounts": [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                   if str(home) in line or "stead-node-" in line],
     }
 
 
 def test_up_runs_pods_and_down_leaves_nothing_behind(tmp_path: Path, binaries: Binaries) -> None:
-    before = _machine_state()
     home = tmp_path / "node-home"
+    before = _machine_state(home)
     env = {key: value for key, value in os.environ.items() if key not in PORT_VARIABLES.values()}
     env.update(STEAD_HOME=str(home), STEAD_NODE_BRIDGE=BRIDGE, STEAD_NODE_SUBNET=SUBNET)
     env.pop("KUBECONFIG", None)
@@ -117,7 +118,7 @@ def test_up_runs_pods_and_down_leaves_nothing_behind(tmp_path: Path, binaries: B
                    and _readlink(entry / "ns" / "mnt") == mount_ns]
         return not holders
     wait_until(gone, 10, "no process left in the node's mount namespace")
-    assert _machine_state() == before
+    assert _machine_state(home) == before
     assert "node:" in stead("status").stdout and "stopped" in stead("status").stdout
 
 
