@@ -164,6 +164,20 @@ class ChartRelease:
         items: list[Manifest] = json.loads(out.stdout)["items"]
         return sorted(items, key=lambda p: str(p["metadata"]["name"]))
 
+    def replaced(self, ordinal: int, old_uid: str, seconds: int = 120) -> Manifest:
+        """The Pod of `ordinal` once a new one (not `old_uid`) is Ready."""
+        def ready() -> Manifest | None:
+            found = self.kubectl("get", "pod", self.pod_name(ordinal), "-n", self.namespace, "-o", "json",
+                                 check=False)
+            if found.returncode != 0:
+                return None
+            pod: Manifest = json.loads(found.stdout)
+            conditions = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or []}
+            return pod if pod["metadata"]["uid"] != old_uid and conditions.get("Ready") == "True" else None
+
+        found: Manifest = wait_until(ready, seconds, f"a new pod {self.pod_name(ordinal)} Ready", interval=0.2)
+        return found
+
     def ready(self, ordinal: int = 0, seconds: int = 120) -> Manifest:
         """The Pod of `ordinal` once it exists and is Ready (a recreated one has no name for a moment)."""
         wait_until(lambda: self.kubectl("get", "pod", self.pod_name(ordinal), "-n", self.namespace,
@@ -225,7 +239,7 @@ def node_spec() -> Manifest:
     return {
         "substrates": [{"name": "host", "type": "Local"}],
         "services": [{"name": "S", "actions": [{"name": "create", "tasks": [
-            {"name": "hello", "type": "exec", "script": 'echo "created S in $(hostname) as $(id -u)"'}]}]}],
+            {"name": "hello", "type": "exec", "script": 'echo "created S in $(uname -n) as $(id -u)"'}]}]}],
         "deployments": [{"name": "tier", "substrate": "host", "services": ["S"]}],
         "actions": [
             {"name": "fail", "tasks": [
@@ -385,10 +399,10 @@ def test_the_operator_in_its_pod_makes_every_kind_ready_with_its_service_account
     pod = release.pod()
     assert pod["spec"]["nodeName"] == node.name
     # Only the ServiceAccount's projected token: no kubeconfig, no other credential mounted.
-    operator = container(pod)
-    assert "KUBECONFIG" not in {e["name"] for e in operator.get("env") or []}
-    assert not operator.get("envFrom")
-    assert not [a for a in operator["args"] if "kubeconfig" in a]
+    spec = container(pod)
+    assert "KUBECONFIG" not in {e["name"] for e in spec.get("env") or []}
+    assert not spec.get("envFrom")
+    assert not [a for a in spec["args"] if "kubeconfig" in a]
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     tokens = [v for v in volumes.values() if any("serviceAccountToken" in s for s in (v.get("projected") or {})
                                                  .get("sources") or [])]
@@ -485,6 +499,8 @@ def test_helm_upgrade_rolls_the_pod_and_no_run_is_lost_or_repeated(
 
     # The store stayed on its volume: the same files, and nothing adopted from status into an empty store.
     assert {path: path.stat().st_ino for path in store if path.exists()} == store
+    # (its first listing found each Provisioned object's record: skipped, none taken from status)
+    assert metric_total(release.pod(), "stead_reconcile_skipped_total") > 0
     assert metric_total(release.pod(), "stead_store_adopted_total") == 0
     # Provisioned objects were not processed again: no status write since the upgrade began.
     assert not status_writes(operator_writes(audit, mark), ns) & untouched
@@ -530,7 +546,7 @@ def test_helm_uninstall_keeps_the_crds_and_the_stead_objects(single: Single, kub
     release, ns = single.release, single.project
     release.uninstall()
     assert kubectl("get", "statefulset", release.fullname, "-n", release.namespace, check=False).returncode != 0
-    assert not release.pods()
+    wait_until(lambda: not release.pods(), 60, "the operator's Pod gone", interval=0.2)
     for name in CRD_NAMES:
         crd = json.loads(kubectl("get", "crd", name, "-o", "json").stdout)
         assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"

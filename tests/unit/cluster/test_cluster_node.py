@@ -124,9 +124,9 @@ def test_oci_archive_is_reproducible_and_names_the_image(tmp_path: Path) -> None
 def test_why_no_node_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
     from operators.cluster import node as module
 
-    monkeypatch.setattr(module.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
     assert "needs root" in (module.node_unavailable_reason() or "")
-    monkeypatch.setattr(module.os, "geteuid", lambda: 0)
+    monkeypatch.setattr("os.geteuid", lambda: 0)
     monkeypatch.setattr(module, "missing_tools", lambda: ["containerd"])
     assert module.node_unavailable_reason() == (
         "the local node needs containerd: `make node-tools` installs Debian's containerd, runc and "
