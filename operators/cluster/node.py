@@ -569,20 +569,25 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         return True
 
     def _kill_containers(self) -> None:
-        """Every container of the node's Pods: killed, then deleted (their shims exit with them)."""
-        with contextlib.suppress(ControlPlaneError, subprocess.SubprocessError):
-            tasks = self._ctr("tasks", "list", "--quiet").split()
-            for task in tasks:
-                with contextlib.suppress(ControlPlaneError, subprocess.SubprocessError):
-                    self._ctr("tasks", "kill", "--signal", "SIGKILL", task)
-            deadline = time.monotonic() + 10
-            for task in tasks:
-                while time.monotonic() < deadline:
-                    try:
-                        self._ctr("tasks", "delete", "--force", task)
-                        break
-                    except (ControlPlaneError, subprocess.SubprocessError):
-                        time.sleep(0.2)
+        """Every container of the node's Pods, killed (containerd's CRI plugin then deletes the tasks,
+        and their shims exit); what is still listed after a few seconds is deleted by force."""
+        def tasks() -> list[str]:
+            try:
+                return self._ctr("tasks", "list", "--quiet").split()
+            except (ControlPlaneError, subprocess.SubprocessError):
+                return []
+
+        running = tasks()
+        for task in running:
+            with contextlib.suppress(ControlPlaneError, subprocess.SubprocessError):
+                self._ctr("tasks", "kill", "--signal", "SIGKILL", task)
+        deadline = time.monotonic() + 10
+        while running and time.monotonic() < deadline:
+            time.sleep(0.1)
+            running = tasks()
+        for task in running:
+            with contextlib.suppress(ControlPlaneError, subprocess.SubprocessError):
+                self._ctr("tasks", "delete", "--force", task)
 
     def _kill_leftover_shims(self) -> None:
         """A shim outlives containerd by design; ours name our socket in their command line."""
