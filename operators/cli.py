@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from operators.cluster.ports import PORT_SETTINGS, Ports, choose_ports, parse_port, remembered_ports
 
 if TYPE_CHECKING:
-    from operators.cluster import LocalControlPlane, NodeNetwork
+    from operators.cluster import LocalControlPlane, LocalNode, NodeNetwork
     from operators.runtime.engine.addons import Addon
     from operators.runtime.engine.runs import SshOptions
 
@@ -249,13 +249,16 @@ def _cluster_actions(cluster: argparse.ArgumentParser) -> None:
                 action.add_argument(setting.flag, type=_port, dest=setting.argument, metavar="N",
                                     help=f"the {setting.label} port (default: ${setting.variable}, else the port "
                                     f"this home used last, else {setting.default})")
-            action.add_argument("--node", choices=("auto", "always", "never"),
-                                default=os.environ.get("STEAD_NODE", "auto"),
-                                help="a local node (containerd, kubelet, scheduler) where Pods run: where this "
-                                "machine allows it (auto: root, containerd installed), always (fail saying why "
-                                "not), or never (default: $STEAD_NODE, else auto)")
+            _node_argument(action)
         if name == "load-image":
             action.add_argument("image", help="an image reference in buildah's storage, e.g. localhost/stead:dev")
+
+
+def _node_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node", choices=("auto", "always", "never"), default=os.environ.get("STEAD_NODE", "auto"),
+                        help="with the local control plane, a local node (containerd, kubelet, scheduler) where Pods "
+                        "run: where this machine allows it (auto: root, containerd installed), always (fail saying "
+                        "why not), or never (default: $STEAD_NODE, else auto)")
 
 
 def _operator_arguments(run: argparse.ArgumentParser) -> None:
@@ -263,6 +266,7 @@ def _operator_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--kubeconfig", type=Path, help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     run.add_argument("--local", choices=["auto", "always", "never"], default="never",
                      help="start the local control plane: when no cluster is reachable (auto), always, or never")
+    _node_argument(run)
     run.add_argument("--store", type=Path, help="LMDB store directory (default: $STEAD_HOME/store)")
     run.add_argument("--replica-id", "--replica", dest="replica", metavar="ID", default=default_replica_id(),
                      help="this replica's identity: its membership Lease, its user agent, its Events (default: "
@@ -429,35 +433,24 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
         print(tool)
         return 0
     from operators.cluster import ControlPlaneError, LocalNode, PortInUse, ensure_binaries
-    from operators.cluster.node import node_unavailable_reason
-
-    def say(line: str) -> None:
-        print(line, file=sys.stderr)
 
     try:
         if args.action == "build":
             from operators.cluster.build import ensure_node_binaries
             from operators.cluster.images import pause_archive
 
-            ensure_binaries(progress=say)
-            ensure_node_binaries(progress=say)
-            pause_archive(progress=say)
+            ensure_binaries(progress=_say)
+            ensure_node_binaries(progress=_say)
+            pause_archive(progress=_say)
         elif args.action == "up":
             plane = _local_plane({s.argument: getattr(args, s.argument) for s in PORT_SETTINGS})
             info = plane.up()
             print(f"control plane up at {info.server}\nexport KUBECONFIG={info.kubeconfig}")
-            if args.node != "never":
-                reason = node_unavailable_reason()
-                if reason is None or args.node == "always":
-                    node = LocalNode(plane, network=_node_network(), progress=say)
-                    node.up()
-                    print(f"node {node.name} Ready ({node.network.node_ip} on bridge {node.network.bridge})")
-                else:
-                    say(f"no local node: {reason}")
+            node = _start_node(plane, args.node)
+            if node is not None:
+                print(f"node {node.name} Ready ({node.network.node_ip} on bridge {node.network.bridge})")
         elif args.action == "down":
-            plane = _local_plane()
-            LocalNode(plane).down()
-            plane.down()
+            _stop_local(_local_plane())
             print("control plane stopped")
         elif args.action == "load-image":
             LocalNode(_local_plane()).load_image(args.image)
@@ -537,6 +530,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
             except ControlPlaneError as error:
                 print(f"stead run: local control plane: {error}", file=sys.stderr)
                 return 1
+            try:
+                _start_node(plane, args.node)
+            except ControlPlaneError as error:
+                print(f"stead run: local node: {error}", file=sys.stderr)
+                if not was_running:
+                    _stop_local(plane)
+                return 1
             started = None if was_running else plane
             on_local_plane = True
             kubeconfig = info.kubeconfig
@@ -606,8 +606,37 @@ def _cmd_run(args: argparse.Namespace) -> int:
             # may stand between the interrupt and stopping what this command started
             with contextlib.suppress(OSError):
                 print("stopping the local control plane", file=sys.stderr)
-            started.down()
+            _stop_local(started)
     return 0
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def _start_node(plane: LocalControlPlane, policy: str) -> LocalNode | None:
+    """The local node of `plane` as `--node` asks: started (or found running) where the machine allows it;
+    otherwise, with `auto`, None after saying why not (Pods then stay Pending)."""
+    from operators.cluster import LocalNode
+    from operators.cluster.node import node_unavailable_reason
+
+    if policy == "never":
+        return None
+    reason = node_unavailable_reason()
+    if reason is not None and policy == "auto":
+        _say(f"no local node: {reason}")
+        return None
+    node = LocalNode(plane, network=_node_network(), progress=_say)
+    node.up()
+    return node
+
+
+def _stop_local(plane: LocalControlPlane) -> None:
+    """The local node (if one ran) and then the plane of its home."""
+    from operators.cluster import LocalNode
+
+    LocalNode(plane).down()
+    plane.down()
 
 
 def _home() -> Path:

@@ -1,4 +1,5 @@
-"""`make run`: `stead run --local always` starts a control plane, the operators; Ctrl-C stops all it started."""
+"""`make run`: `stead run --local always` starts a control plane (and its local node where the machine allows
+one), the operators; Ctrl-C stops all it started."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 from typing import IO
 
 from operators.cli import PORT_VARIABLES
-from operators.cluster import Binaries, LocalControlPlane
+from operators.cluster import Binaries, LocalControlPlane, LocalNode
+from operators.cluster.node import node_unavailable_reason
 from tests.e2e.conftest import STEAD, free_port, wait_until
 
 
@@ -25,8 +27,10 @@ def _pid_alive(pid: int) -> bool:
 def _start(tmp_path: Path, output: int | IO[bytes]) -> tuple[subprocess.Popen[bytes], Path, dict[str, str], int]:
     home = tmp_path / "home"
     health = free_port()
-    env = {**os.environ, "STEAD_HOME": str(home), **{var: str(free_port()) for var in PORT_VARIABLES.values()}}
+    env = {**os.environ, "STEAD_HOME": str(home), **{var: str(free_port()) for var in PORT_VARIABLES.values()},
+           "STEAD_NODE_BRIDGE": "steadr0", "STEAD_NODE_SUBNET": "10.93.0.0/16"}  # beside the session's node
     env.pop("KUBECONFIG", None)
+    env.pop("STEAD_NODE", None)
     proc = subprocess.Popen(
         [str(STEAD), "run", "--local", "always", "--webhook-port", str(free_port()), "--health-port", str(health),
          "--config-api-port", str(free_port())],
@@ -50,9 +54,14 @@ def _start(tmp_path: Path, output: int | IO[bytes]) -> tuple[subprocess.Popen[by
 
 
 def _plane_pids(home: Path, env: dict[str, str]) -> list[int]:
+    """The plane's processes, and its node's where this machine runs one (then Ready)."""
     plane = LocalControlPlane(home, **{arg: int(env[var]) for arg, var in PORT_VARIABLES.items()})
     pids = list(plane.status().pids.values())
     assert len(pids) == 3 and all(_pid_alive(p) for p in pids)
+    if node_unavailable_reason() is None:
+        node = LocalNode(plane).status()
+        assert node.ready and len(node.pids) == 3, node
+        pids += node.pids.values()
     return pids
 
 
