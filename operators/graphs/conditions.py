@@ -20,7 +20,11 @@ real task files use yaql only; any other legacy expression is refused (at admiss
 Bounds: each expression is parsed once (a bounded cache); the engine limits every collection
 to `LIMIT_ITERATORS` items and the data an expression builds to `MEMORY_QUOTA`, so a hostile
 expression cannot loop over an endless sequence or build huge data; the schema bounds the
-text to 8 KiB.
+text to 8 KiB. The clock is read between yaql's steps only: a single step that runs long is
+ended by the planner process's limits (`operators.graphs.planner`), where every evaluation
+happens; regexes are RE2's (`operators.graphs.regexes`), never `re`'s.
+
+Errors never quote a value of the data (`describe_failure`): the data is the nodes' configuration.
 """
 
 from __future__ import annotations
