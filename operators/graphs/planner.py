@@ -284,9 +284,13 @@ async def _read(process: asyncio.subprocess.Process, limits: PlanLimits) -> dict
 
 
 def _ended(returncode: int | None, limits: PlanLimits) -> str:
-    if returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+    """Why a planner ended without answering (its stderr is not read: a traceback may quote the data)."""
+    if returncode == -signal.SIGXCPU:
         return (f"planning used more than {limits.cpu_seconds}s of CPU (the planner's limit) and was stopped: the "
                 "graphs' conditions or size are too costly")
+    if returncode == -signal.SIGKILL:
+        return (f"the planner was killed: past its CPU limit ({limits.cpu_seconds}s) or out of memory; the graphs' "
+                "conditions or size are too costly")
     return f"the planner failed (exit code {returncode})"
 
 
