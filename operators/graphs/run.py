@@ -17,7 +17,7 @@
   as the environment's last successful run (the base of Fuel's change functions next time).
 
 The status lists every node's task instances with their state, times and attempts, up to
-`STATUS_INSTANCES` of them (a status must stay far below etcd's object size whatever the graph);
+`planner.STATUS_INSTANCES` of them (a status must stay far below etcd's object size whatever the graph);
 the rest are counted in `omitted`, and every one is in the run's records (`stead graph status`).
 Output tails are kept for failed instances only, for the same reason.
 """
@@ -78,7 +78,6 @@ LAST_DATA_DIR = "graph-data"
 """Under the runs' state directory: `<namespace>/<environment>.json`, the nodes' data of the environment's
 last successful run. On this replica's volume: lost with it, after which every change function is true
 (the safe side: tasks run rather than being skipped)."""
-STATUS_INSTANCES = 2000
 KEY_SECRET = "ssh_private_key"
 
 

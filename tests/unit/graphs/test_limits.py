@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from operators.graphs import expansion, plan
-from operators.graphs.conditions import ConditionError, evaluate_expression
+from operators.graphs.conditions import ConditionError, compile_expression, evaluate_expression
 from operators.graphs.models import GraphRunSpec, GraphSelection, Task, check_graph, check_run, check_tasks
 from operators.graphs.plan import PlanError, make_plan, plan_run
 from operators.graphs.planner import PlanFailed, PlanLimits, mask_values, plan_in_process
@@ -28,10 +28,11 @@ def task(task_id: str, **more: Any) -> Task:
 
 
 def test_a_backtracking_regex_in_a_condition_answers_at_once() -> None:
-    started = time.monotonic()
+    evaluate_expression("'a' =~ 'a'", {}, None)  # the engine made, the parser loaded
+    started = time.process_time()
     assert evaluate_expression(EVIL, {}, None) is False
     assert evaluate_expression("regex('(a+)+$').matches('" + "a" * 40 + "!')", {}, None) is False
-    assert time.monotonic() - started < 0.5
+    assert time.process_time() - started < 1  # re: about 2^40 steps
 
 
 def test_yaqls_regex_functions_keep_their_meaning_over_re2() -> None:
@@ -62,10 +63,10 @@ def test_a_runs_subgraph_regex_is_linear_and_checked_at_admission() -> None:
     ids = ["a" * 60 + "-", "deploy"]
     spec = GraphRunSpec.model_validate({"environment": "e", "graphs": [{"type": "default"}],
                                         "subgraphs": [{"start": ["/^(a+)+$/"], "end": ["deploy"]}]})
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(PlanError, match=r"subgraphs\[0\].start"):  # matches nothing, at once
         plan_run(spec, {"default": [task(i) for i in ids]}, NODES)
-    assert time.monotonic() - started < 1
+    assert time.process_time() - started < 1
     assert check_run({"environment": "e", "graphs": [{}], "subgraphs": [{"end": ["/(x)\\1/"]}]}) == [
         "spec.subgraphs[0].end[0]: invalid regex '/(x)\\\\1/': invalid escape sequence: \\1 "
         "(RE2 syntax: no backreferences or lookaround)"]
@@ -73,9 +74,9 @@ def test_a_runs_subgraph_regex_is_linear_and_checked_at_admission() -> None:
 
 def test_admission_parses_a_bounded_amount_of_condition_text() -> None:
     tasks = [task(f"t{i}", condition={"yaqlExp": f"$.x{i} = " + "1 + " * 2000 + "1"}) for i in range(10)]
-    started = time.process_time()
+    parsed = compile_expression.cache_info().misses
     problems = check_tasks(tasks)
-    assert time.process_time() - started < 0.2
+    assert compile_expression.cache_info().misses == parsed  # none of it parsed
     total = sum(len(t.condition.yaql_exp or "") for t in tasks if t.condition)
     assert problems == [f"spec.tasks: the conditions total {total} "
                         "characters (distinct yaqlExp texts), more than 65536: share conditions between tasks (YAML "
