@@ -43,7 +43,9 @@ def compile_pattern(pattern: str) -> Any:
     except re2.error as error:
         why = error.args[0] if error.args else "invalid"
         text = why.decode(errors="replace") if isinstance(why, bytes) else str(why)
-        raise RegexError(f"{text} (RE2 syntax: no backreferences or lookaround)") from None
+        hint = f" (RE2 limits a compiled pattern to {MAX_MEMORY >> 20} MiB)" if "too large" in text else \
+            " (RE2 syntax: no backreferences or lookaround)"
+        raise RegexError(text + hint) from None
 
 
 REGEX_TYPE = type(compile_pattern("."))
