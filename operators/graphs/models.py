@@ -54,6 +54,9 @@ MAX_CONDITION_TEXT = 65536
 """Characters of distinct yaql conditions one graph may hold. Admission parses every condition in the
 operator's event loop (yaql parses about 0.5 MB/s): this keeps one graph's check near 0.1 s. fuel-library's
 conditions total a few KiB (its 21 network tasks: 14 distinct conditions, 3.4 KiB)."""
+MAX_REGEXES = 2000
+"""Distinct /regex/ references one graph (or run) may hold: admission compiles each (RE2, some 20-40 us)
+in the operator's event loop, and a 3 MB object could otherwise carry hundreds of thousands."""
 OUTPUT_TAIL = 2048
 """Characters of a task's output kept in status (the tail); the whole output is in the run's log."""
 
@@ -354,6 +357,14 @@ def check_tasks(tasks: list[Task], path: str = "spec.tasks") -> list[str]:
     if not parse:
         problems.append(f"{path}: the conditions total {total} characters (distinct yaqlExp texts), more than "
                         f"{MAX_CONDITION_TEXT}: share conditions between tasks (YAML anchors) or split the graph")
+    patterns = {ref for t in tasks for ref in _refs(t) if is_regex(ref)}
+    if len(patterns) > MAX_REGEXES:
+        problems.append(f"{path}: {len(patterns)} distinct /regex/ references, more than {MAX_REGEXES}: name tasks "
+                        "and roles, or share patterns")
+
+    def regex_problem(ref: str, where: str) -> list[str]:
+        return check_regex(ref, where, compile=len(patterns) <= MAX_REGEXES)
+
     first: dict[str, int] = {}
     for index, task in enumerate(tasks):
         where = f"{path}[{index}] ({task.id})"
@@ -399,19 +410,32 @@ def check_run(spec: Mapping[str, Any]) -> list[str]:
 
 def subgraph_problems(subgraphs: list[Subgraph], path: str = "subgraphs") -> list[str]:
     """Subgraph references that look like a /regex/ but are not closed, or that RE2 refuses."""
+    patterns = {ref for sub in subgraphs for ref in (*sub.start, *sub.end) if is_regex(ref)}
+    if len(patterns) > MAX_REGEXES:
+        return [f"{path}: {len(patterns)} distinct /regex/ references, more than {MAX_REGEXES}"]
     problems: list[str] = []
     for k, sub in enumerate(subgraphs):
         for side in ("start", "end"):
             for i, ref in enumerate(getattr(sub, side)):
-                problems.extend(regex_problem(ref, f"{path}[{k}].{side}[{i}]"))
+                problems.extend(check_regex(ref, f"{path}[{k}].{side}[{i}]"))
     return problems
 
 
-def regex_problem(ref: str, where: str) -> list[str]:
-    """Why a task or role reference at `where` is not a usable /regex/ (none for a plain name)."""
+def _refs(task: Task) -> list[str]:
+    """Every task and role reference of a task (what may be a /regex/)."""
+    return [*task.requires, *task.required_for, *task.roles, *task.groups, *task.tags,
+            *(d.name for d in (*task.cross_depends, *task.cross_depended_by)),
+            *(r for d in (*task.cross_depends, *task.cross_depended_by) for r in d.role)]
+
+
+def check_regex(ref: str, where: str, *, compile: bool = True) -> list[str]:
+    """Why a task or role reference at `where` is not a usable /regex/ (none for a plain name); with
+    `compile` false, only whether it is closed."""
     if not is_regex(ref):
         if ref.startswith("/") or ref.endswith("/"):
             return [f"{where}: {ref!r} looks like a /regex/ but is not closed on both sides"]
+        return []
+    if not compile:
         return []
     try:
         compile_ref(ref)

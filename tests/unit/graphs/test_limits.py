@@ -83,6 +83,12 @@ def test_admission_parses_a_bounded_amount_of_condition_text() -> None:
                         "anchors) or split the graph"]
 
 
+def test_admission_compiles_a_bounded_number_of_regexes() -> None:
+    tasks = [task(f"t{i}", requires=[f"/^x{i}-{j}$/" for j in range(200)]) for i in range(11)]
+    assert check_tasks(tasks) == ["spec.tasks: 2200 distinct /regex/ references, more than 2000: name tasks and "
+                                  "roles, or share patterns"]
+
+
 def test_a_plan_is_bounded_in_instances_bindings_and_conditions(monkeypatch: pytest.MonkeyPatch) -> None:
     selection = GraphSelection(type="default")
     monkeypatch.setattr(expansion, "MAX_INSTANCES", 3)
