@@ -165,10 +165,15 @@ def mask_values(text: str, node_data: Mapping[str, Mapping[str, Any]]) -> str:
 
 def _limit(limits: PlanLimits) -> None:
     """The child's own limits, set before it reads its input: SIGXCPU at the CPU bound (SIGKILL a
-    second later), MemoryError past the address-space bound."""
+    second later), MemoryError past the address-space bound, no core dump (it would hold the data), and
+    first in line for the kernel's OOM killer."""
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
     resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # In a Pod's memory limit (the chart's: 512 MiB, shared with the operator), the kernel kills a planner
+    # before the operator: raising one's own oom_score_adj needs no privilege.
+    with contextlib.suppress(OSError):
+        Path("/proc/self/oom_score_adj").write_text("1000")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,6 +5,8 @@ that never quote the data (ConfigValues, which `view` may not read)."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -163,3 +165,12 @@ def test_a_planner_past_its_cpu_limit_is_stopped_and_the_plan_fails_saying_so(
         asyncio.run(plan_in_process(_payload(tasks), tmp_path / "plan.json", _no_variables,
                                     PlanLimits(cpu_seconds=30, wall_seconds=1.5)))
 
+
+
+def test_the_planner_limits_itself_and_offers_itself_to_the_oom_killer() -> None:
+    probe = ("import resource; from operators.graphs.planner import _limit, PlanLimits; "
+             "_limit(PlanLimits(cpu_seconds=7, memory_bytes=1 << 30)); "
+             "print(resource.getrlimit(resource.RLIMIT_CPU), resource.getrlimit(resource.RLIMIT_AS), "
+             "open('/proc/self/oom_score_adj').read().strip())")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["(7,", "8)", f"({1 << 30},", f"{1 << 30})", "1000"]
