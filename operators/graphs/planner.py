@@ -113,7 +113,9 @@ def make_plan_document(payload: Mapping[str, Any]) -> tuple[dict[str, Any], dict
         workflow = to_workflow(the_plan, known_hosts="",
                                private_key_ref=str(payload["privateKeyRef"]), name=str(payload.get("name") or ""))
     except (MergeError, GraphError, PlanError, ConditionError) as error:
-        raise PlanFailed(str(error)[:4096]) from None
+        # masked here, in the limited process: masking thousands of values takes seconds (and masked
+        # before it is cut, so that no part of a value is left at the cut)
+        raise PlanFailed(mask_values(str(error), data)[:4096]) from None
     index: dict[str, list[str]] = {}
     planned: dict[str, dict[str, Any]] = {}
     prefix_of = {g.graph_type: g.prefix for g in the_plan.graphs}

@@ -50,7 +50,7 @@ from operators.graphs.models import (
     GraphRunSpec,
 )
 from operators.graphs.output import PLAN_FILE, read_plan
-from operators.graphs.planner import PlanFailed, instances_status, mask_values, plan_in_process
+from operators.graphs.planner import PlanFailed, instances_status, plan_in_process
 from operators.runtime.core.clock import utc_now, utc_seconds
 from operators.runtime.core.kinds import AdmissionRequest, Refusal
 from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, StepContext
@@ -289,8 +289,7 @@ async def plan(ctx: StepContext) -> Mapping[str, Any]:
     try:
         plan_facts = await plan_in_process(payload, paths.run_dir / PLAN_FILE, known_hosts)
     except PlanFailed as error:
-        message = mask_values(error.message, data)
-        raise PermanentError(error.reason, message, facts={**facts, **failed, "reason": message}) from None
+        raise PermanentError(error.reason, error.message, facts={**facts, **failed, "reason": error.message}) from None
     return {**facts, **plan_facts, "state": plan_facts.get("state", "Running")}
 
 

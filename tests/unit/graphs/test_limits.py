@@ -17,7 +17,7 @@ from operators.graphs import expansion, plan
 from operators.graphs.conditions import ConditionError, compile_expression, evaluate_expression
 from operators.graphs.models import GraphRunSpec, GraphSelection, Task, check_graph, check_run, check_tasks
 from operators.graphs.plan import PlanError, make_plan, plan_run
-from operators.graphs.planner import PlanFailed, PlanLimits, mask_values, plan_in_process
+from operators.graphs.planner import PlanFailed, PlanLimits, make_plan_document, mask_values, plan_in_process
 
 EVIL = "'" + "a" * 40 + "!' =~ '(a+)+$'"
 """Python's re needs about 2^40 steps for this; the issue's 29-character version froze the loop 77 s."""
@@ -174,3 +174,12 @@ def test_the_planner_limits_itself_and_offers_itself_to_the_oom_killer() -> None
              "open('/proc/self/oom_score_adj').read().strip())")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["(7,", "8)", f"({1 << 30},", f"{1 << 30})", "1000"]
+
+
+def test_the_planner_masks_a_failed_plans_message_with_the_configuration() -> None:
+    payload = _payload([{"id": "t", "type": "shell", "roles": ["*"]}])
+    payload["spec"]["graphs"] = [{"type": "default", "tasks": [PASSWORD]}]  # a problem that names it
+    payload["nodeData"] = {"n1": SECRET_DATA, "n2": {}}
+    with pytest.raises(PlanFailed) as failed:
+        make_plan_document(payload)
+    assert "graphs[0].tasks: '***" in failed.value.message and PASSWORD not in failed.value.message
