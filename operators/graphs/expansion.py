@@ -187,7 +187,10 @@ class _Resolver:
             elif ref == "master":
                 chosen.update(self.by_label.get("master", ()))
             elif is_regex(ref):
-                pattern = compile_ref(ref)
+                try:
+                    pattern = compile_ref(ref)
+                except RegexError as error:  # admission refuses it; a graph stored before RE2 did not
+                    raise GraphError([f"role or tag {ref!r}: invalid regex: {error}"]) from None
                 for label, names in table.items():
                     if pattern.search(label):
                         chosen.update(names)

@@ -61,6 +61,12 @@ def test_a_pattern_that_needs_backtracking_is_refused_naming_the_field() -> None
     assert any(p.startswith("spec.tasks[0] (t).requires[0]: invalid regex") for p in problems)
 
 
+def test_a_stored_role_regex_re2_refuses_fails_the_plan_naming_it() -> None:
+    stored = Task.model_construct(**{**task("t").__dict__, "roles": ["/(x)\\1/"]})  # stored before RE2 checked
+    with pytest.raises(expansion.GraphError, match=r"role or tag '/\(x\)\\\\1/': invalid regex"):
+        make_plan([(GraphSelection(type="default"), [stored])], NODES)
+
+
 def test_a_runs_subgraph_regex_is_linear_and_checked_at_admission() -> None:
     ids = ["a" * 60 + "-", "deploy"]
     spec = GraphRunSpec.model_validate({"environment": "e", "graphs": [{"type": "default"}],
