@@ -24,7 +24,13 @@ nodes, ~1,000 steps) run by the workflow engine with every step a no-op (the SSH
 graph's shape kept: per-node chains, cross dependencies, anchors), time and CPU per step, printed
 beside `workflow_overhead.py`'s target for an App's workflow (<= 1 ms per step at 5,000 steps).
 
+Then what planning out of the event loop costs (issue 25): the same plan made by the planner
+process the operator starts (`operators.graphs.planner.plan_in_process`: a process under CPU, memory
+and wall limits, the plan file written), per size in `--process` (default 5x3, 200x100): the best
+wall time beside the plan made in-process and written the same way, and the operator's own CPU.
+
     .venv/bin/python bench/graph_plan.py [--sizes 200x100 2000x100] [--repeat 3] [--execute 50x20]
+                                         [--process 5x3 200x100]
 """
 
 from __future__ import annotations
@@ -124,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="TASKSxNODES, e.g. 200x100 (default: 200x100 2000x100)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--execute", default="50x20", help="TASKSxNODES run with no-op steps ('' to skip)")
+    parser.add_argument("--process", nargs="*", default=["5x3", "200x100"],
+                        help="TASKSxNODES planned by the planner process (none to skip)")
     args = parser.parse_args(argv)
 
     print(f"{'tasks x nodes':>14} {'instances':>10} {'edges':>9} {'merge':>9} {'expand':>9} {'plan':>9} "
@@ -151,7 +159,58 @@ def main(argv: list[str] | None = None) -> int:
           f"x{per_instance[last] / per_instance[first]:.2f} (linear growth: about 1)")
     if args.execute:
         execute(args.execute)
+    for size in args.process:
+        planner_process(size, args.repeat)
     return 0
+
+
+def planner_process(size: str, repeat: int) -> None:
+    """A plan made in the planner process against the same plan made in this one (both write the file)."""
+    import asyncio
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from operators.graphs.planner import make_plan_document, plan_in_process
+
+    task_count, node_count = (int(x) for x in size.split("x"))
+    release, plugin, env = tasks(task_count)
+    node_list = nodes(node_count)
+    merged = merge_graphs(release, [("plugin", plugin)], env).tasks
+    payload = {"spec": {"environment": "e", "graphs": [{"type": "default"}], "dryRun": True},
+               "merged": {"default": [t.model_dump(mode="json", by_alias=True, exclude_defaults=True) for t in merged]},
+               "nodes": [{"name": n.name, "roles": list(n.roles), "address": n.address} for n in node_list],
+               "nodeData": {n.name: data(n, last=False) for n in node_list},
+               "lastData": {n.name: data(n, last=True) for n in node_list}, "privateKeyRef": "key", "name": "ns/run"}
+
+    async def variables() -> dict[str, str]:
+        return {"ssh_known_hosts": ""}
+
+    with tempfile.TemporaryDirectory() as tmp:
+        def inside() -> None:
+            document, _ = make_plan_document(payload)
+            (Path(tmp) / "in.json").write_text(json.dumps(document))
+
+        def outside() -> float:
+            cpu = time.process_time()
+            asyncio.run(plan_in_process(payload, Path(tmp) / "out.json", variables))
+            return time.process_time() - cpu
+
+        walls: dict[str, float] = {}
+        operator_cpu = 0.0
+        for name, fn in (("in-process", inside), ("planner process", outside)):
+            fn()
+            times = []
+            for _ in range(repeat):
+                started = time.perf_counter()
+                result = fn()
+                times.append(time.perf_counter() - started)
+                if isinstance(result, float):
+                    operator_cpu = result
+            walls[name] = min(times)
+    print(f"planning out of the event loop, {size}: {walls['planner process']:.2f} s in the planner process, "
+          f"{walls['in-process']:.2f} s in-process (+{walls['planner process'] - walls['in-process']:.2f} s per plan); "
+          f"the operator's CPU {operator_cpu * 1e3:.0f} ms instead of all of it")
 
 
 def execute(size: str) -> None:

@@ -20,13 +20,18 @@ real task files use yaql only; any other legacy expression is refused (at admiss
 Bounds: each expression is parsed once (a bounded cache); the engine limits every collection
 to `LIMIT_ITERATORS` items and the data an expression builds to `MEMORY_QUOTA`, so a hostile
 expression cannot loop over an endless sequence or build huge data; the schema bounds the
-text to 8 KiB.
+text to 8 KiB. The clock is read between yaql's steps only: a single step that runs long is
+ended by the planner process's limits (`operators.graphs.planner`), where every evaluation
+happens; regexes are RE2's (`operators.graphs.regexes`), never `re`'s.
+
+Errors never quote a value of the data (`describe_failure`): the data is the nodes' configuration.
 """
 
 from __future__ import annotations
 
 import collections.abc  # noqa: F401  (before yaql: yaql 3.2 uses collections.abc without importing it)
 import itertools
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -39,6 +44,7 @@ from yaql.language import exceptions as yaql_errors
 from yaql.language import specs, utils, yaqltypes
 
 from operators.graphs.models import TaskCondition
+from operators.graphs.regexes import RegexError, register_yaql
 
 LIMIT_ITERATORS = 10_000
 MEMORY_QUOTA = 4_000_000
@@ -80,7 +86,10 @@ def _get_engine() -> tuple[Any, Any]:
             # mapping is the least intrusive way to give every evaluation a deadline.
             engine._options = _CheckedOptions(engine.options)
             _engine = engine
-            root = yaql.create_context().create_child_context()
+            # yaql's regex library calls `re` (backtracking): RE2's takes its place (`regexes`)
+            base = yaql.create_context(regex=False).create_child_context()
+            register_yaql(base)
+            root = base.create_child_context()
             _register(root)
             _root = root
     return _engine, _root
@@ -150,11 +159,42 @@ def evaluate_expression(text: str, data: Mapping[str, Any], last: Mapping[str, A
     except yaql_errors.MemoryQuotaExceededException as error:
         raise ConditionError("the expression exceeds its memory quota") from error
     except (yaql_errors.YaqlException, ArithmeticError, LookupError, TypeError, ValueError, AttributeError) as error:
-        raise ConditionError(f"{type(error).__name__}: {error}") from error
+        raise ConditionError(describe_failure(error)) from None
     except RecursionError as error:
         raise ConditionError("the expression nests too deeply") from error
     finally:
         _deadline.reset(token)
+
+
+_NAMED = re.compile(r'"([A-Za-z_#][A-Za-z0-9_#=~!<>+*/%.-]{0,63})"')
+"""A function's name in yaql's resolution errors (which go on to quote the receiver's *value*)."""
+
+
+def describe_failure(error: BaseException) -> str:
+    """Why an evaluation failed, without a single value of the data in it.
+
+    Python's and yaql's messages quote the values they were given (`invalid literal for int():
+    's3cret'`, `No method "x" for receiver 's3cret'`); the data is the node's configuration, which
+    `view` may not read and a GraphRun's status shows to `view`. So only the kind of failure and the
+    names the expression itself wrote are said."""
+    if isinstance(error, yaql_errors.WrappedException) and isinstance(error.wrapped, BaseException):
+        return describe_failure(error.wrapped)
+    kind = type(error).__name__
+    if isinstance(error, yaql_errors.ResolutionError):
+        named = _NAMED.search(str(error))
+        what = f"function {named.group(1)!r}" if named else "a function"
+        if isinstance(error, (yaql_errors.NoFunctionRegisteredException, yaql_errors.NoMethodRegisteredException)):
+            return f"{what} does not exist ({kind})"
+        return f"{what} does not accept the arguments it was given ({kind})"
+    if isinstance(error, yaql_errors.ArgumentException):
+        return f"argument {error.parameter_name!r} is missing or invalid ({kind})"
+    if isinstance(error, RegexError):
+        return f"a regular expression RE2 refuses: no backreferences or lookaround ({kind})"
+    if isinstance(error, ArithmeticError):
+        return f"arithmetic fails on the data ({kind})"
+    if isinstance(error, LookupError):
+        return f"a key or index the expression reads is missing ({kind})"
+    return f"a value has the wrong type or form for what the expression does with it ({kind})"
 
 
 class _OutOfTime(Exception):

@@ -38,17 +38,23 @@ and keeps them, so the edges computed here hold whatever the data says.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from operators.graphs.models import CrossDependency, Task, compile_ref, is_regex
+from operators.graphs.regexes import RegexError
 from pipelines.model import find_cycle
 
 ANCHOR = ""
 """The node of an anchor instance."""
 MAX_MESSAGES = 50
+MAX_INSTANCES = 250_000
+"""Task instances (tasks x their nodes) a run may plan, all its graph types together: ten times the
+size planning is measured at (200 tasks over 100 nodes, `bench/graph_plan.py`), 1.2 s there."""
+MAX_BINDINGS = 2_500_000
+"""Dependencies a graph may bind (each `requires` target on each instance, each cross dependency's
+instances times the dependent's): what makes an expansion superlinear, bounded before it is built."""
 
 
 class GraphError(ValueError):
@@ -115,6 +121,8 @@ class Expansion:
     by_task: dict[str, list[int]] = field(default_factory=dict)
     unplaced: list[str] = field(default_factory=list)
     groups: dict[str, tuple[list[str], int]] = field(default_factory=dict)
+    max_instances: int = MAX_INSTANCES
+    bindings: int = 0
 
     def add(self, task: str, node: str) -> int:
         key = (task, node)
@@ -122,11 +130,23 @@ class Expansion:
         if found is not None:
             return found
         i = len(self.instances)
+        if i >= self.max_instances:
+            raise GraphError([f"the run has more than {MAX_INSTANCES} task instances (tasks x their nodes, all its "
+                              "graph types together): run fewer types, tasks (graphs[].tasks) or nodes "
+                              "(graphs[].nodes) at once"])
         self.instances.append(key)
         self.index[key] = i
         self.deps.append(set())
         self.by_task.setdefault(task, []).append(i)
         return i
+
+    def bind(self, count: int, task: str, field: str) -> None:
+        """Count `count` dependencies about to be bound for `task`'s `field`; past `MAX_BINDINGS`, stop."""
+        self.bindings += count
+        if self.bindings > MAX_BINDINGS:
+            raise GraphError([f"task {task!r}: {field}: the graph binds more than {MAX_BINDINGS} dependencies "
+                              "(instances x the instances they wait for): narrow the references (ids rather than "
+                              "/regex/, roles rather than '*')"])
 
     def is_anchor(self, task_id: str) -> bool:
         return task_id in self.by_task and self.instances[self.by_task[task_id][0]][1] == ANCHOR
@@ -167,7 +187,10 @@ class _Resolver:
             elif ref == "master":
                 chosen.update(self.by_label.get("master", ()))
             elif is_regex(ref):
-                pattern = compile_ref(ref)
+                try:
+                    pattern = compile_ref(ref)
+                except RegexError as error:  # admission refuses it; a graph stored before RE2 did not
+                    raise GraphError([f"role or tag {ref!r}: invalid regex: {error}"]) from None
                 for label, names in table.items():
                     if pattern.search(label):
                         chosen.update(names)
@@ -191,8 +214,8 @@ class _Matcher:
         if found is None:
             if is_regex(ref):
                 try:
-                    pattern: re.Pattern[str] | None = compile_ref(ref)
-                except re.error:
+                    pattern: Any = compile_ref(ref)
+                except RegexError:
                     pattern = None
                 found = [i for i in self.ids if pattern is not None and pattern.search(i)]
             else:
@@ -214,14 +237,16 @@ def fault_tolerance(value: str | None, total: int) -> int:
     return min(amount, total)
 
 
-def expand(tasks: Iterable[Task], nodes: Iterable[GraphNode | Mapping[str, Any]]) -> Expansion:
+def expand(tasks: Iterable[Task], nodes: Iterable[GraphNode | Mapping[str, Any]], *,
+           max_instances: int = MAX_INSTANCES) -> Expansion:
     """The instances and edges of a merged graph over the nodes; `GraphError` lists every unknown
-    reference, then (when there are none) a cycle."""
+    reference, then (when there are none) a cycle; past `max_instances` instances or `MAX_BINDINGS`
+    dependencies it stops, saying so."""
     node_list = [GraphNode.of(n) for n in nodes]
     task_map: dict[str, Task] = {}
     for task in tasks:
         task_map[task.id] = task  # merged: ids are unique
-    exp = Expansion(task_map, node_list)
+    exp = Expansion(task_map, node_list, max_instances=max_instances)
     resolver = _Resolver(node_list)
     matcher = _Matcher(list(task_map))
     problems: list[str] = []
@@ -261,18 +286,20 @@ def expand(tasks: Iterable[Task], nodes: Iterable[GraphNode | Mapping[str, Any]]
         mine = exp.by_task.get(task.id, [])
         for ref in task.requires:
             targets = _targets(matcher, ref, task.id, "requires", problems)
+            exp.bind(len(mine) * len(targets), task.id, "requires")
             for i in mine:
                 _bind_same(exp, i, targets, forward=False)
         for ref in task.required_for:
             targets = _targets(matcher, ref, task.id, "requiredFor", problems)
+            exp.bind(len(mine) * len(targets), task.id, "requiredFor")
             for i in mine:
                 _bind_same(exp, i, targets, forward=True)
         for dep in task.cross_depends:
             targets = _targets(matcher, dep.name, task.id, "crossDepends", problems)
-            _bind_cross(exp, resolver, node_pos, mine, targets, dep, forward=False)
+            _bind_cross(exp, resolver, node_pos, mine, targets, dep, forward=False, where=(task.id, "crossDepends"))
         for dep in task.cross_depended_by:
             targets = _targets(matcher, dep.name, task.id, "crossDependedBy", problems)
-            _bind_cross(exp, resolver, node_pos, mine, targets, dep, forward=True)
+            _bind_cross(exp, resolver, node_pos, mine, targets, dep, forward=True, where=(task.id, "crossDependedBy"))
         width = _width(task)
         if width is not None and len(mine) > width:
             ordered = sorted(mine, key=lambda j: node_pos.get(exp.instances[j][1], -1))
@@ -347,12 +374,13 @@ def _bind_same(exp: Expansion, i: int, targets: Sequence[str], *, forward: bool)
 
 def _bind_cross(
     exp: Expansion, resolver: _Resolver, node_pos: Mapping[str, int], mine: Sequence[int],
-    targets: Sequence[str], dep: CrossDependency, *, forward: bool,
+    targets: Sequence[str], dep: CrossDependency, *, forward: bool, where: tuple[str, str],
 ) -> None:
     """crossDepends (forward=False: mine wait for them) / crossDependedBy (forward=True) of a
     task's instances `mine`. The instances bound do not depend on which of `mine` is bound
     (except `self`, and never an instance to itself), so they are found once per dependency."""
     if dep.role == ["self"]:
+        exp.bind(len(mine) * len(targets), *where)
         for i in mine:
             node = exp.instances[i][1]
             for target in targets:
@@ -376,6 +404,7 @@ def _bind_cross(
             first = min(node_pos[exp.instances[j][1]] for j in placed)
             placed = [j for j in placed if node_pos[exp.instances[j][1]] == first]
         bound = anchors + placed
+    exp.bind(len(mine) * len(bound), *where)
     for i in mine:
         for j in bound:
             if j != i:

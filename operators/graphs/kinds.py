@@ -28,6 +28,7 @@ from operators.graphs.models import (
     GraphRunSpec,
     GraphRunStatus,
     check_graph,
+    check_run,
 )
 from operators.runtime.core.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
 from operators.runtime.core.pipeline import KIND_CONDITIONS, PermanentError, Pipeline, StepContext, StepFn
@@ -125,6 +126,7 @@ GRAPH_RUN_KIND = Kind(
         PrinterColumn("Progress", ".status.progress", description="Planned task instances finished / planned."),
         PrinterColumn("Failed", ".status.failedTask", description="The first failed task instance (task@node)."),
     ),
+    problems=check_run,
     admission=run.admission,
 )
 

@@ -23,12 +23,12 @@ yaql that does not parse) is checked by `check_graph`, which the admission webho
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, ValidationError, WithJsonSchema, model_validator
 
+from operators.graphs.regexes import RegexError, compile_pattern
 from operators.runtime.core.kinds import Model, Resource, StatusBase, field_path
 
 DEPLOYMENT_GRAPH = Resource("DeploymentGraph", "deploymentgraphs")
@@ -50,6 +50,13 @@ STAGES: tuple[str, ...] = (
 MAX_TASKS = 5000
 MAX_REFS = 200
 MAX_NODES = 2000
+MAX_CONDITION_TEXT = 65536
+"""Characters of distinct yaql conditions one graph may hold. Admission parses every condition in the
+operator's event loop (yaql parses about 0.5 MB/s): this keeps one graph's check near 0.1 s. fuel-library's
+conditions total a few KiB (its 21 network tasks: 14 distinct conditions, 3.4 KiB)."""
+MAX_REGEXES = 2000
+"""Distinct /regex/ references one graph (or run) may hold: admission compiles each (RE2, some 20-40 us)
+in the operator's event loop, and a 3 MB object could otherwise carry hundreds of thousands."""
 OUTPUT_TAIL = 2048
 """Characters of a task's output kept in status (the tail); the whole output is in the run's log."""
 
@@ -75,11 +82,12 @@ def is_regex(ref: str) -> bool:
     return len(ref) >= 2 and ref.startswith("/") and ref.endswith("/")
 
 
-def compile_ref(ref: str) -> re.Pattern[str]:
-    """The pattern of a `/regex/` reference. Fuel searches the pattern anywhere in the name
-    (nailgun's PatternMatchingPolicy uses `re.search`); Stead does the same, so
-    `/(primary-)?keystone/` also matches `keystone-db`, as in Fuel: anchor it (`^...$`) for whole names."""
-    return re.compile(ref[1:-1])
+def compile_ref(ref: str) -> Any:
+    """The pattern of a `/regex/` reference, compiled by RE2 (linear time: `operators.graphs.regexes`;
+    `RegexError` when RE2 refuses it). Fuel searches the pattern anywhere in the name (nailgun's
+    PatternMatchingPolicy uses `re.search`); Stead does the same, so `/(primary-)?keystone/` also
+    matches `keystone-db`, as in Fuel: anchor it (`^...$`) for whole names."""
+    return compile_pattern(ref[1:-1])
 
 
 class CrossDependency(Model):
@@ -343,6 +351,20 @@ def check_tasks(tasks: list[Task], path: str = "spec.tasks") -> list[str]:
     from operators.graphs.conditions import condition_problem
 
     problems: list[str] = []
+    distinct = {t.condition.yaql_exp for t in tasks if t.condition is not None and t.condition.yaql_exp is not None}
+    total = sum(len(text) for text in distinct)
+    parse = total <= MAX_CONDITION_TEXT
+    if not parse:
+        problems.append(f"{path}: the conditions total {total} characters (distinct yaqlExp texts), more than "
+                        f"{MAX_CONDITION_TEXT}: share conditions between tasks (YAML anchors) or split the graph")
+    patterns = {ref for t in tasks for ref in _refs(t) if is_regex(ref)}
+    if len(patterns) > MAX_REGEXES:
+        problems.append(f"{path}: {len(patterns)} distinct /regex/ references, more than {MAX_REGEXES}: name tasks "
+                        "and roles, or share patterns")
+
+    def regex_problem(ref: str, where: str) -> list[str]:
+        return check_regex(ref, where, compile=len(patterns) <= MAX_REGEXES)
+
     first: dict[str, int] = {}
     for index, task in enumerate(tasks):
         where = f"{path}[{index}] ({task.id})"
@@ -352,16 +374,16 @@ def check_tasks(tasks: list[Task], path: str = "spec.tasks") -> list[str]:
             first[task.id] = index
         for field in ("requires", "required_for"):
             for i, ref in enumerate(getattr(task, field)):
-                problems.extend(_regex_problem(ref, f"{where}.{_camel(field)}[{i}]"))
+                problems.extend(regex_problem(ref, f"{where}.{_camel(field)}[{i}]"))
         for field in ("roles", "groups", "tags"):
             for i, ref in enumerate(getattr(task, field)):
-                problems.extend(_regex_problem(ref, f"{where}.{field}[{i}]"))
+                problems.extend(regex_problem(ref, f"{where}.{field}[{i}]"))
         for field in ("cross_depends", "cross_depended_by"):
             for i, dep in enumerate(getattr(task, field)):
-                problems.extend(_regex_problem(dep.name, f"{where}.{_camel(field)}[{i}].name"))
+                problems.extend(regex_problem(dep.name, f"{where}.{_camel(field)}[{i}].name"))
                 for j, role in enumerate(dep.role):
-                    problems.extend(_regex_problem(role, f"{where}.{_camel(field)}[{i}].role[{j}]"))
-        if task.condition is not None:
+                    problems.extend(regex_problem(role, f"{where}.{_camel(field)}[{i}].role[{j}]"))
+        if task.condition is not None and parse:
             problem = condition_problem(task.condition)
             if problem:
                 problems.append(f"{where}.condition: {problem}")
@@ -377,14 +399,47 @@ def check_tasks(tasks: list[Task], path: str = "spec.tasks") -> list[str]:
     return problems
 
 
-def _regex_problem(ref: str, where: str) -> list[str]:
+def check_run(spec: Mapping[str, Any]) -> list[str]:
+    """The problems of a GraphRun spec the schema cannot express: subgraph /regex/ references RE2 refuses."""
+    try:
+        run = GraphRunSpec.model_validate(dict(spec))
+    except ValidationError as error:
+        return [f"spec.{field_path(e['loc'])}: {e['msg']}" for e in error.errors()]
+    return subgraph_problems(run.subgraphs, "spec.subgraphs")
+
+
+def subgraph_problems(subgraphs: list[Subgraph], path: str = "subgraphs") -> list[str]:
+    """Subgraph references that look like a /regex/ but are not closed, or that RE2 refuses."""
+    patterns = {ref for sub in subgraphs for ref in (*sub.start, *sub.end) if is_regex(ref)}
+    if len(patterns) > MAX_REGEXES:
+        return [f"{path}: {len(patterns)} distinct /regex/ references, more than {MAX_REGEXES}"]
+    problems: list[str] = []
+    for k, sub in enumerate(subgraphs):
+        for side in ("start", "end"):
+            for i, ref in enumerate(getattr(sub, side)):
+                problems.extend(check_regex(ref, f"{path}[{k}].{side}[{i}]"))
+    return problems
+
+
+def _refs(task: Task) -> list[str]:
+    """Every task and role reference of a task (what may be a /regex/)."""
+    return [*task.requires, *task.required_for, *task.roles, *task.groups, *task.tags,
+            *(d.name for d in (*task.cross_depends, *task.cross_depended_by)),
+            *(r for d in (*task.cross_depends, *task.cross_depended_by) for r in d.role)]
+
+
+def check_regex(ref: str, where: str, *, compile: bool = True) -> list[str]:
+    """Why a task or role reference at `where` is not a usable /regex/ (none for a plain name); with
+    `compile` false, only whether it is closed."""
     if not is_regex(ref):
         if ref.startswith("/") or ref.endswith("/"):
             return [f"{where}: {ref!r} looks like a /regex/ but is not closed on both sides"]
         return []
+    if not compile:
+        return []
     try:
         compile_ref(ref)
-    except re.error as error:
+    except RegexError as error:
         return [f"{where}: invalid regex {ref!r}: {error}"]
     return []
 

@@ -26,13 +26,23 @@ them hold (a false condition never reorders the rest).
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from operators.graphs.conditions import ConditionError, evaluate
-from operators.graphs.expansion import ANCHOR, Expansion, GraphNode, expand, fault_tolerance
-from operators.graphs.models import STRUCTURE_TYPES, GraphRunSpec, GraphSelection, Subgraph, Task, compile_ref, is_regex
+from operators.graphs.expansion import ANCHOR, MAX_INSTANCES, Expansion, GraphNode, expand, fault_tolerance
+from operators.graphs.models import (
+    STRUCTURE_TYPES,
+    GraphRunSpec,
+    GraphSelection,
+    Subgraph,
+    Task,
+    compile_ref,
+    is_regex,
+    subgraph_problems,
+)
 from pipelines.model import Dependency, Step, Tolerance, Workflow, check_name
 
 InstanceState = Literal["planned", "skipped", "noop"]
@@ -48,6 +58,9 @@ STEP_TYPES: dict[str, str] = {
 """Fuel task type -> the executor's step type (the SSH executor's contract)."""
 NOOP_STEP = "noop"
 MAX_STEP_ID = 253
+MAX_CONDITION_EVALUATIONS = 100_000
+CONDITIONS_SECONDS = 15.0
+"""Time all the conditions of a run may take together (each one is bounded to a second as well)."""
 
 
 class PlanError(ValueError):
@@ -215,12 +228,17 @@ def make_plan(
     node_list = [GraphNode.of(n) for n in nodes]
     names = [n.name for n in node_list]
     known = set(names)
-    problems: list[str] = []
+    problems: list[str] = subgraph_problems(list(subgraphs))
+    if problems:
+        raise PlanError(problems)
     plans: list[GraphPlan] = []
     prefixes: set[str] = set()
     sub_hits: list[bool] = [False] * (2 * len(subgraphs))
+    budget = ConditionBudget()
+    instances = 0
     for index, (selection, tasks) in enumerate(graphs):
-        exp = expand(tasks, node_list)
+        exp = expand(tasks, node_list, max_instances=MAX_INSTANCES - instances)
+        instances += len(exp.instances)
         if selection.nodes is not None:
             unknown = [n for n in selection.nodes if n not in known]
             problems.extend(f"graphs[{index}].nodes: {n!r} is not a node of the environment" for n in unknown)
@@ -240,7 +258,7 @@ def make_plan(
         prefix = _prefix(selection.type, prefixes)
         states, step_types = _states(
             exp, selected, chosen_tasks, in_subgraph, noop=noop, force=force,
-            node_data=node_data or {}, last_data=last_data, problems=problems,
+            node_data=node_data or {}, last_data=last_data, problems=problems, budget=budget,
         )
         plan = GraphPlan(selection.type, prefix, exp, selected, states, step_types)
         for i, deps in enumerate(exp.deps):
@@ -274,7 +292,7 @@ def _prefix(graph_type: str, taken: set[str]) -> str:
 
 def _matches(ref: str, ids: Sequence[str]) -> list[str]:
     if is_regex(ref):
-        pattern = compile_ref(ref)
+        pattern = compile_ref(ref)  # RE2: checked by `subgraph_problems` first
         return [i for i in ids if pattern.search(i)]
     return [ref] if ref in ids else []
 
@@ -325,6 +343,7 @@ def _states(
     node_data: Mapping[str, Mapping[str, Any]],
     last_data: Mapping[str, Mapping[str, Any]] | None,
     problems: list[str],
+    budget: ConditionBudget,
 ) -> tuple[list[tuple[InstanceState, str | None]], list[str]]:
     states: list[tuple[InstanceState, str | None]] = []
     step_types: list[str] = []
@@ -341,7 +360,8 @@ def _states(
             state, reason = "skipped", "not selected (tasks filter)"
         elif in_subgraph is not None and i not in in_subgraph:
             state, reason = "skipped", "outside subgraph"
-        elif task.condition is not None and not _condition(task, node, memo, node_data, last_data, force, problems):
+        elif task.condition is not None and not _condition(task, node, memo, node_data, last_data, force, problems,
+                                                           budget):
             state, reason = "skipped", "condition false"
         elif noop and task.type != "puppet":
             state, reason = "noop", f"noop run: {task.type} tasks do not run"
@@ -354,7 +374,7 @@ def _states(
 
 def _condition(
     task: Task, node: str, memo: dict[tuple[str, str], bool], node_data: Mapping[str, Mapping[str, Any]],
-    last_data: Mapping[str, Mapping[str, Any]] | None, force: bool, problems: list[str],
+    last_data: Mapping[str, Mapping[str, Any]] | None, force: bool, problems: list[str], budget: ConditionBudget,
 ) -> bool:
     """A task's condition on a node; the same expression on the same node is evaluated once
     (task files repeat conditions through YAML anchors)."""
@@ -367,13 +387,43 @@ def _condition(
         return found
     data = node_data.get(node, {})
     last = None if last_data is None else last_data.get(node)
-    try:
-        value = evaluate(condition, data, last, force=force)
-    except ConditionError as error:
-        problems.append(f"task {task.id!r} on {node or 'the anchors'}: condition: {error}")
+    exhausted = budget.spend()
+    if exhausted:
+        if not budget.reported:
+            problems.append(f"task {task.id!r} on {node or 'the anchors'}: condition: {exhausted}")
+            budget.reported = True
         value = False
+    else:
+        try:
+            value = evaluate(condition, data, last, force=force)
+        except ConditionError as error:
+            problems.append(f"task {task.id!r} on {node or 'the anchors'}: condition: {error}")
+            value = False
     memo[key] = value
     return value
+
+
+@dataclass
+class ConditionBudget:
+    """What a plan's conditions may cost together: `MAX_CONDITION_EVALUATIONS` evaluations (distinct
+    conditions x nodes; a condition repeated through YAML anchors counts once per node) and
+    `CONDITIONS_SECONDS` of time, each evaluation being bounded by itself as well
+    (`conditions.TIME_BUDGET_SECONDS`). Past either, the plan fails saying which."""
+
+    evaluations: int = 0
+    deadline: float = field(default_factory=lambda: time.monotonic() + CONDITIONS_SECONDS)
+    reported: bool = False
+
+    def spend(self) -> str | None:
+        """Count one evaluation; why no more may be made, or None."""
+        self.evaluations += 1
+        if self.evaluations > MAX_CONDITION_EVALUATIONS:
+            return (f"the run evaluates more than {MAX_CONDITION_EVALUATIONS} conditions (distinct conditions x "
+                    "nodes): fewer distinct conditions, or fewer nodes at once (graphs[].nodes)")
+        if time.monotonic() > self.deadline:
+            return (f"the run's conditions take longer than {CONDITIONS_SECONDS:g}s together: simpler conditions, "
+                    "or fewer nodes at once (graphs[].nodes)")
+        return None
 
 
 # --- the workflow ----------------------------------------------------------------------------------

@@ -6,8 +6,10 @@
 - Planning: the merged graph of each type the run names (release < the environment's plugins < the
   environment: the Environment's kept merge while it is current, else merged from the current graphs;
   `operators.graphs.kept`) is expanded over the environment's nodes and planned (conditions evaluated over
-  each node's effective configuration, from the configuration store). The plan, the workflow and
-  the data the conditions read are written to the run's directory, so that an operator restart
+  each node's effective configuration, from the configuration store) by a planner process under
+  CPU, memory and wall limits (`operators.graphs.planner`: tenants' expressions never run in the
+  operator's event loop). The plan, the workflow and the data the conditions read are written to the
+  run's directory, so that an operator restart
   follows the same plan rather than a new one. A dry run ends here.
 - Running: the workflow runs under the shared supervision (`operators.runtime.engine.runs`): a
   runner process of its own, restarted from its finished steps when it dies, aborted on
@@ -15,7 +17,7 @@
   as the environment's last successful run (the base of Fuel's change functions next time).
 
 The status lists every node's task instances with their state, times and attempts, up to
-`STATUS_INSTANCES` of them (a status must stay far below etcd's object size whatever the graph);
+`planner.STATUS_INSTANCES` of them (a status must stay far below etcd's object size whatever the graph);
 the rest are counted in `omitted`, and every one is in the run's records (`stead graph status`).
 Output tails are kept for failed instances only, for the same reason.
 """
@@ -38,8 +40,6 @@ from operators.config.levels import NODE_LEVEL, ROLE_LEVEL, node_ident
 from operators.config.merge import effective
 from operators.config.repository import KubeConfigRepository
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec, SshAccess
-from operators.graphs.conditions import ConditionError
-from operators.graphs.expansion import GraphError
 from operators.graphs.kept import MergedGraphStore, SourceGraph, plan_input
 from operators.graphs.merge import MergeError
 from operators.graphs.models import (
@@ -50,7 +50,7 @@ from operators.graphs.models import (
     GraphRunSpec,
 )
 from operators.graphs.output import PLAN_FILE, read_plan
-from operators.graphs.plan import PlanError, plan_run, step_id, to_workflow
+from operators.graphs.planner import PlanFailed, instances_status, plan_in_process
 from operators.runtime.core.clock import utc_now, utc_seconds
 from operators.runtime.core.kinds import AdmissionRequest, Refusal
 from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, StepContext
@@ -78,7 +78,6 @@ LAST_DATA_DIR = "graph-data"
 """Under the runs' state directory: `<namespace>/<environment>.json`, the nodes' data of the environment's
 last successful run. On this replica's volume: lost with it, after which every change function is true
 (the safe side: tasks run rather than being skipped)."""
-STATUS_INSTANCES = 2000
 KEY_SECRET = "ssh_private_key"
 
 
@@ -232,28 +231,7 @@ async def _read_secret(ctx: StepContext, ref: SecretKeyRef, what: str) -> str:
 def _instances_status(index: Mapping[str, Sequence[str]], records: Mapping[str, Mapping[str, Any]],
                       planned: Mapping[str, Mapping[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     """Per node, per task: the plan's state, then the run's record over it; bounded (see the module)."""
-    nodes: dict[str, list[dict[str, Any]]] = {}
-    shown = omitted = 0
-    for sid, (task, node) in index.items():
-        if shown >= STATUS_INSTANCES:
-            omitted += 1
-            continue
-        item = dict(planned.get(sid) or {"task": task, "state": "planned"})
-        record = records.get(sid)
-        if record is not None and item["state"] == "planned":
-            item["state"] = record.get("state") or "pending"
-            for src, dst in (("startedAt", "started"), ("finishedAt", "finished")):
-                if record.get(src):
-                    item[dst] = utc_seconds(str(record[src]))
-            item["attempts"] = int(record.get("attempts") or 0)
-            if item["state"] == "failure":
-                item["reason"] = str(record.get("message") or "failed")[:4096]
-                output = str(record.get("output") or "")
-                if output:
-                    item["output"] = output[-OUTPUT_TAIL:]
-        nodes.setdefault(node, []).append(item)
-        shown += 1
-    return [{"name": name, "tasks": tasks} for name, tasks in sorted(nodes.items())], omitted
+    return instances_status(index, records, planned, OUTPUT_TAIL)
 
 
 def _records(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -292,33 +270,26 @@ async def plan(ctx: StepContext) -> Mapping[str, Any]:
                                                       "knownHosts": {"name": "x", "key": "x"}})
         nodes = [{**node.model_dump(by_alias=True, exclude_none=True), "sshPort": str(access.port),
                   "sshUser": access.user} for node in env.nodes]
-        the_plan = plan_run(spec, merged, nodes, node_data=data, last_data=last)
-        known_hosts = "" if spec.dry_run or env.ssh is None else \
-            await _read_secret(ctx, env.ssh.known_hosts, "spec.ssh.knownHosts of the environment")
-        workflow = to_workflow(the_plan, known_hosts=known_hosts, private_key_ref=KEY_SECRET,
-                               name=f"{ctx.obj.namespace}/{ctx.obj.name}")
-    except (MergeError, GraphError, PlanError, ConditionError) as error:
+    except MergeError as error:
         message = str(error)[:4096]
         raise PermanentError("PlanFailed", message, facts={**facts, **failed, "reason": message}) from None
-    index: dict[str, list[str]] = {}
-    planned: dict[str, dict[str, Any]] = {}
-    prefix_of = {g.graph_type: g.prefix for g in the_plan.graphs}
-    for inst in the_plan.instances():
-        sid = step_id(prefix_of[inst.graph_type], inst.task, inst.node)
-        index[sid] = [inst.task, inst.node]
-        item: dict[str, Any] = {"task": inst.task, "state": inst.state}
-        if inst.reason:
-            item["reason"] = inst.reason
-        planned[sid] = item
-    summary = the_plan.summary()
-    nodes_status, omitted = _instances_status(index, {}, planned)
-    runs = sum(1 for item in planned.values() if item["state"] == "planned")
-    plan_facts = {"plan": summary, "nodes": nodes_status, "omitted": omitted or None, "progress": f"0/{runs}"}
-    if spec.dry_run:
-        plan_facts.update({"state": "Succeeded", "endTime": utc_now(), "reason": None})
-    write_json(paths.run_dir / PLAN_FILE, {
-        "facts": plan_facts, "index": index, "planned": planned, "nodeData": data,
-        "workflow": workflow.model_dump(by_alias=True, mode="json")})
+    payload = {"spec": dict(ctx.obj.spec), "nodes": nodes, "nodeData": data, "lastData": last,
+               "merged": {t: [task.model_dump(mode="json", by_alias=True, exclude_defaults=True) for task in tasks]
+                          for t, tasks in merged.items()},
+               "privateKeyRef": KEY_SECRET, "name": f"{ctx.obj.namespace}/{ctx.obj.name}"}
+    paths.run_dir.mkdir(parents=True, exist_ok=True)
+
+    async def known_hosts() -> dict[str, str]:
+        """Read once the plan holds (a plan that fails reads no Secret)."""
+        if spec.dry_run or env.ssh is None:
+            return {"ssh_known_hosts": ""}
+        return {"ssh_known_hosts": await _read_secret(ctx, env.ssh.known_hosts,
+                                                      "spec.ssh.knownHosts of the environment")}
+
+    try:
+        plan_facts = await plan_in_process(payload, paths.run_dir / PLAN_FILE, known_hosts)
+    except PlanFailed as error:
+        raise PermanentError(error.reason, error.message, facts={**facts, **failed, "reason": error.message}) from None
     return {**facts, **plan_facts, "state": plan_facts.get("state", "Running")}
 
 

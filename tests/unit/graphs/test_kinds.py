@@ -12,6 +12,7 @@ import pytest
 from operators.environment.models import EnvironmentSpec
 from operators.graphs import kinds, run
 from operators.graphs.output import read_plan
+from operators.graphs.planner import STATUS_INSTANCES
 from operators.runtime.core.kinds import AdmissionRequest, Refusal
 from operators.runtime.core.pipeline import Observed, PermanentError, StepContext
 from operators.runtime.engine.runs import RunSettings, paths_for
@@ -115,11 +116,11 @@ def test_planning_problems_stall_the_run_naming_them(tmp_path: Path) -> None:
 
 
 def test_the_status_lists_a_bounded_number_of_instances_and_counts_the_rest() -> None:
-    index = {f"d:t{i}:n": [f"t{i}", "n"] for i in range(run.STATUS_INSTANCES + 5)}
+    index = {f"d:t{i}:n": [f"t{i}", "n"] for i in range(STATUS_INSTANCES + 5)}
     planned = {sid: {"task": task, "state": "planned"} for sid, (task, _) in index.items()}
     records = {"d:t0:n": {"state": "failure", "message": "exit 3", "output": "x" * 10000, "attempts": 2}}
     nodes, omitted = run._instances_status(index, records, planned)
-    assert omitted == 5 and sum(len(n["tasks"]) for n in nodes) == run.STATUS_INSTANCES
+    assert omitted == 5 and sum(len(n["tasks"]) for n in nodes) == STATUS_INSTANCES
     first = nodes[0]["tasks"][0]
     assert first["state"] == "failure" and first["reason"] == "exit 3" and len(first["output"]) == 2048
 

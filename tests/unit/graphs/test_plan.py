@@ -71,7 +71,7 @@ def test_a_false_condition_skips_the_instance_and_keeps_its_edges() -> None:
 
 
 def test_a_failing_condition_names_task_and_node() -> None:
-    with pytest.raises(PlanError, match=r"task 'cfg' on k1: condition: KeyError"):
+    with pytest.raises(PlanError, match=r"task 'cfg' on k1: condition: a key or index .* is missing \(KeyError\)"):
         plan(node_data={"k1": {}})
 
 
