@@ -28,7 +28,9 @@ What is bounded, and where:
 
 With a client CA (`start(client_ca=...)`), TLS is terminated by `operators.runtime.serving.relay`
 in this process instead, and granian listens without TLS on a loopback port of its own: granian
-does not tell the application which certificate a client presented, the relay does (see there).
+does not tell the application which certificate a client presented, the relay does (see there). That port is
+bound by this process and handed to granian (`_HeldSocketServer`), never chosen and released first:
+another local user cannot take it and receive the requests the relay decrypts.
 Every bound above holds behind the relay, which adds its own (connections, handshake, idleness).
 A request then carries the client's real address and, when it presented one, what its verified
 certificate says (`Request.certificate`).
@@ -39,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable, Coroutine, Mapping
@@ -46,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from granian._granian import SocketHolder
 from granian.constants import HTTPModes, Interfaces, SSLProtocols
 from granian.http import HTTP1Settings
 from granian.server.embed import Server
@@ -86,11 +90,53 @@ def plain_error(status: int, message: str) -> Response:
 
 
 def free_port(host: str) -> int:
-    """A port free on `host` now (granian binds by number: it cannot report a port 0 chose)."""
+    """A port free on `host` now, for a caller that must name one before it binds (tests, a worker
+    pool's port). Never for a socket of this module: a port released after the probe can be taken
+    by any local user before it is bound again (`listener`)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family) as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
+
+
+def listener(host: str, port: int, backlog: int = 1024, reuse_port: bool = False) -> socket.socket:
+    """A listening TCP socket on `host:port` (0: a port the kernel chooses), bound and kept from the
+    start, so that no other process can take the address between a choice and a bind."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class _HeldSocketServer(Server):
+    """granian's embedded server on a socket this process bound already (`listener`), instead of one
+    granian binds from an address.
+
+    granian binds by number, so a port had to be chosen (probed and released) before it bound it: in
+    between, any local user could bind that port on loopback and receive what the TLS relay forwards,
+    decrypted, bearer tokens included. granian's worker takes a `SocketHolder` of a file descriptor
+    (what its multiprocess server hands its workers); this overrides the one method that makes it.
+    granian closes the descriptor it is given when it stops, so it gets a duplicate and the socket
+    stays this process's until `HttpServer.stop`. Should a granian release rename that method, granian
+    would bind the address itself and fail (the port is taken, by this process, without SO_REUSEPORT
+    behind the relay): closed, not open."""
+
+    def __init__(self, *args: Any, sock: socket.socket, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._held = sock
+
+    def _init_shared_socket(self) -> None:
+        self._ssp = None
+        # granian's stub lacks the constructor its Rust class has (fd, is_uds, backlog)
+        self._shd = SocketHolder(os.dup(self._held.fileno()), False, self.backlog)  # type: ignore[call-arg,assignment]
 
 
 class _TooLarge(Exception):
@@ -120,23 +166,50 @@ class HttpServer:
     _port: int = field(default=0, init=False, repr=False)
     _relay: TlsRelay | None = field(default=None, init=False, repr=False)
     _tls: tuple[Path, Path] | None = field(default=None, init=False, repr=False)
+    _socket: socket.socket | None = field(default=None, init=False, repr=False)
+    _inner: tuple[str, int] = field(default=("", 0), init=False, repr=False)
 
     async def start(self, host: str, port: int, tls: tuple[Path, Path] | None = None,
                     ready_within: float = 10.0, client_ca: ClientCa | None = None) -> None:
         """Listen on `host:port` (0: a free port), with TLS from (certificate, key) files; with
         `client_ca`, also asking clients for a certificate (through the relay: see the module).
 
-        Several processes may listen on the same port (SO_REUSEPORT, set by granian and by the
-        relay): the kernel spreads connections between them.
+        Several processes may listen on the same port (SO_REUSEPORT, set on the socket bound here
+        and by the relay): the kernel spreads connections between them. The socket granian serves is
+        bound here and held until `stop` (see `_HeldSocketServer`): no port is chosen, released and
+        bound again.
         """
         if client_ca is not None and tls is None:
             raise ValueError("client certificates need TLS: give the server's certificate and key")
         self._tls = tls
         relayed = client_ca is not None
         inner_host = "127.0.0.1" if relayed else host
-        inner_port = free_port(inner_host) if relayed else port or free_port(host)
-        self._server = Server(
-            self._rsgi, address=inner_host, port=inner_port, interface=Interfaces.RSGI, http=HTTPModes.http1,
+        # Bound here and kept (see `_HeldSocketServer`); behind the relay, on a port of this process alone.
+        self._socket = listener(inner_host, 0 if relayed else port, backlog=1024, reuse_port=not relayed)
+        try:
+            await self._serve(tls, relayed, ready_within)
+        except BaseException:
+            await self.stop(grace=1)
+            raise
+        if client_ca is not None and tls is not None:
+            self._relay = TlsRelay(
+                (self._inner[0], self._inner[1]), client_ca.context(*tls), client_ca,
+                max_connections=self.max_connections, handshake_timeout=self.handshake_timeout,
+                idle_timeout=self.idle_timeout)
+            try:
+                self._port = await self._relay.start(host, port)
+            except BaseException:
+                await self.stop(grace=1)
+                raise
+
+    async def _serve(self, tls: tuple[Path, Path] | None, relayed: bool, ready_within: float) -> None:
+        """granian on the socket bound in `start`."""
+        assert self._socket is not None
+        inner_host, inner_port = self._socket.getsockname()[:2]
+        self._inner = (str(inner_host), int(inner_port))
+        self._server = _HeldSocketServer(
+            self._rsgi, sock=self._socket, address=inner_host, port=inner_port, interface=Interfaces.RSGI,
+            http=HTTPModes.http1,
             websockets=False, backlog=1024, backpressure=self.concurrency, runtime_threads=1,
             http1_settings=HTTP1Settings(header_read_timeout=int(self.header_timeout * 1000), keep_alive=True,
                                          max_buffer_size=self.max_head, pipeline_flush=False),
@@ -146,15 +219,6 @@ class HttpServer:
         self._port = inner_port
         self._task = asyncio.create_task(self._server.serve(), name=f"http-{inner_host}:{inner_port}")
         await self._listening(inner_host, inner_port, ready_within)
-        if client_ca is not None and tls is not None:
-            self._relay = TlsRelay(
-                (inner_host, inner_port), client_ca.context(*tls), client_ca, max_connections=self.max_connections,
-                handshake_timeout=self.handshake_timeout, idle_timeout=self.idle_timeout)
-            try:
-                self._port = await self._relay.start(host, port)
-            except BaseException:
-                await self.stop(grace=1)
-                raise
 
     async def _listening(self, host: str, port: int, within: float) -> None:
         deadline = time.monotonic() + within
@@ -209,6 +273,9 @@ class HttpServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._server = self._task = None
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
         if relay is not None:
             await relay.stop()
 
