@@ -15,14 +15,25 @@ What is bounded, and where:
 
 - request line and headers: `max_head` bytes (granian's HTTP/1 buffer; 431 and the connection
   closed beyond it), and they must arrive within `header_timeout` seconds (slow clients, slow-loris);
-- bodies: `max_body` bytes, checked here as they arrive (413 without reading further; at once when
-  a Content-Length announces more);
+- bodies: only with a Content-Length of at most `max_body` bytes (413 at once beyond), and only once
+  the `gate` (the API's authentication) let the head through: an anonymous client never makes the
+  process read a body. granian then reads the body whole, in Rust (one Python call per body, not
+  per chunk: a body in 2-byte writes cost ~9 CPU-seconds per MiB when Python took it chunk by
+  chunk). A body cut short (the client closes before Content-Length bytes) is no request: the
+  handler never sees it;
 - requests in progress: at most `concurrency` at a time (granian's backpressure; the others wait
   in the kernel's accept queue, unread, costing no memory here);
 - pipelined requests from a client that never reads its answers: one is answered at a time per
   connection, and writing waits for the client, so at most one answer is held per connection;
-- `Transfer-Encoding` other than exactly `chunked` is refused (400): no smuggling through
-  `identity, chunked`; trailers never become headers (granian hands them to no one).
+- `Transfer-Encoding` is refused (411, and the connection closed): no chunked bodies, whose size
+  is unknown until they end, and no smuggling through `identity, chunked` or through a
+  Content-Length sent with it (granian drops the Content-Length then; RFC 9112 6.3 allows the
+  refusal). A refusal made before the body is read always closes the connection after the answer,
+  so the unread body is never taken for the next request.
+
+Not refused: a bare LF as line ending (instead of CRLF) in the request line and headers. granian's
+parser (httparse, under hyper) accepts it and has no setting to refuse it, and the head never
+reaches Python as bytes; it only matters behind a proxy that frames the same bytes otherwise.
 
 `Request` and `Response` are what a handler sees: plain values, no framework types.
 
@@ -45,11 +56,11 @@ import os
 import socket
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from granian._granian import SocketHolder
+from granian._granian import RSGIProtocolClosed, SocketHolder
 from granian.constants import HTTPModes, Interfaces, SSLProtocols
 from granian.http import HTTP1Settings
 from granian.server.embed import Server
@@ -82,6 +93,7 @@ class Response:
 
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+Gate = Callable[[Request], Coroutine[Any, Any, Response | None]]
 ErrorResponder = Callable[[int, str], Response]
 
 
@@ -139,16 +151,17 @@ class _HeldSocketServer(Server):
         self._shd = SocketHolder(os.dup(self._held.fileno()), False, self.backlog)  # type: ignore[call-arg,assignment]
 
 
-class _TooLarge(Exception):
-    pass
-
-
 @dataclass
 class HttpServer:
     """Serves `handler` on one address; see the module's docstring for what it guarantees."""
 
     handler: Handler
     errors: ErrorResponder = plain_error
+    gate: Gate | None = None
+    """Called with a request whose body is announced but not read yet (its `body` empty): an answer
+    refuses it before a byte of the body is read (and the connection closes after it); None lets it
+    through, and `handler` gets it with its body. The APIs authenticate there, so an anonymous
+    client cannot make the process read a body."""
     max_head: int = 64 * 1024
     max_body: int = 1 << 20
     header_timeout: float = 10.0
@@ -289,6 +302,11 @@ class HttpServer:
         without a body is not asked for one; on this machine that is ~35% more requests per second
         per core (bench/config_lookup.py). RSGI gives the path decoded only, which is what routing
         needs.
+
+        Everything is decided on the head before a byte of body is read: the framing (a body only
+        with Content-Length, at most `max_body`), then the `gate` (the API's authentication). The
+        body is then read whole by granian (`await protocol()`, in Rust: no Python step per chunk
+        however small the client's writes), and a body cut short is no request at all.
         """
         if scope.proto != "http":
             return
@@ -296,30 +314,57 @@ class HttpServer:
         headers: dict[str, str] = {}
         for name, value in scope.headers.items():  # names arrive in lower case
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        coding = headers.get("transfer-encoding")
-        if coding is not None and coding.strip().lower() != "chunked":
-            refusal = self.errors(400, f"Transfer-Encoding {coding!r} is not supported")
-            self._reply(protocol, scope.method, started, refusal)
+        method: str = scope.method
+        if "transfer-encoding" in headers:
+            # granian (hyper) drops a Content-Length sent with Transfer-Encoding: both arrive as this.
+            self._refuse(protocol, method, started, 411, "Transfer-Encoding is not accepted: send the body "
+                                                         "with a Content-Length")
             return
-        try:
-            body = await self._body(headers, coding, protocol)
-        except _TooLarge:
-            refusal = self.errors(413, f"the request body is over {self.max_body} bytes")
-            self._reply(protocol, scope.method, started, refusal)
+        announced = headers.get("content-length", "0")
+        if not announced.isdigit():  # hyper refuses these itself; kept as a guard
+            self._refuse(protocol, method, started, 400, "Content-Length is not a number")
+            return
+        length = int(announced)
+        if length > self.max_body:
+            self._refuse(protocol, method, started, 413, f"the request body is over {self.max_body} bytes")
             return
         client: str = scope.client
         relayed = self._relay.peer(client) if self._relay is not None else None
         if relayed is None:
-            request = Request(scope.method, scope.path, scope.query_string, headers, body,
+            request = Request(method, scope.path, scope.query_string, headers, b"",
                               client.rpartition(":")[0].strip("[]"))
         else:
-            request = Request(scope.method, scope.path, scope.query_string, headers, body, *relayed)
+            request = Request(method, scope.path, scope.query_string, headers, b"", *relayed)
+        if length:
+            if self.gate is not None:
+                try:
+                    refusal = await self.gate(request)
+                except Exception:
+                    log.exception("%s %s: the gate failed", method, request.path)
+                    refusal = self.errors(500, "internal error")
+                if refusal is not None:  # the body is never read: the connection cannot be reused
+                    self._refuse(protocol, method, started, refusal)
+                    return
+            try:
+                body = await protocol()
+            except RSGIProtocolClosed:
+                return  # the client left before its body was whole: no request, no answer
+            if len(body) != length:
+                return
+            request = replace(request, body=bytes(body))
         try:
             response = await self.handler(request)
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
             response = self.errors(500, "internal error")
         self._reply(protocol, request.method, started, response)
+
+    def _refuse(self, protocol: Any, method: str, started: float, status: int | Response, message: str = "") -> None:
+        """Answer without reading the body, and close the connection after the answer: what is left of
+        the body must never be read as the next request."""
+        refusal = self.errors(status, message) if isinstance(status, int) else status
+        headers = {**(refusal.headers or {}), "Connection": "close"}
+        self._reply(protocol, method, started, Response(refusal.status, refusal.body, refusal.content_type, headers))
 
     def _reply(self, protocol: Any, method: str, started: float, response: Response) -> None:
         """Answer, then tell `observe` (whose failure must not fail serving)."""
@@ -329,19 +374,6 @@ class HttpServer:
                 self.observe(method, response.status, time.perf_counter() - started)
             except Exception:
                 log.exception("the request observer failed")
-
-    async def _body(self, headers: Mapping[str, str], coding: str | None, protocol: Any) -> bytes:
-        announced = headers.get("content-length", "")
-        if coding is None and announced in ("", "0"):
-            return b""  # nothing to read: asking granian for it costs a round trip per request
-        if announced.isdigit() and int(announced) > self.max_body:
-            raise _TooLarge
-        body = bytearray()  # one buffer: a body in 2-byte chunks must not cost an object per chunk
-        async for chunk in protocol:
-            body += chunk
-            if len(body) > self.max_body:
-                raise _TooLarge
-        return bytes(body)
 
     @staticmethod
     def _answer(protocol: Any, response: Response) -> None:
