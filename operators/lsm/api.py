@@ -14,7 +14,8 @@ or 422, its reason as `error`), and nothing is written; a refusal of the webhook
 changed meanwhile) comes back from the API server and is passed on with its message. Patches carry
 the `resourceVersion` the checks saw, so a write never lands on an object they did not judge.
 
-Authorization: a SubjectAccessReview of the caller for `serviceinstances.stead.dev` with the verb
+Writes impersonate the caller (`ExtensionBase.caller`): the API server authorizes, admits and audits them as the
+caller's. Authorization: a SubjectAccessReview of the caller for `serviceinstances.stead.dev` with the verb
 (get, list, create, update, delete) in the namespace (`?namespace=`, default the server's), before the
 entity or the instance is looked up: on the instance `<id>` names when it can be a name, else on all of the
 namespace's. A caller without it gets 403 whether the entity exists or not; a 404 for an unknown entity
@@ -356,7 +357,7 @@ class InventoryApi(ExtensionBase):
                "metadata": {"name": name, "namespace": namespace},
                "spec": spec.model_dump(by_alias=True, mode="json", exclude_none=True)}
         try:
-            created = await self.kube.request("POST", custom_path(SERVICE_INSTANCE.plural, namespace), obj)
+            created = await self.caller(call).request("POST", custom_path(SERVICE_INSTANCE.plural, namespace), obj)
         except ApiError as error:
             if error.status == 409:
                 raise ApiProblem(409, "AlreadyExists", f'service instance "{name}" exists already in namespace '
@@ -386,7 +387,7 @@ class InventoryApi(ExtensionBase):
         patch = {"metadata": {"resourceVersion": _meta(found).get("resourceVersion")},
                  "spec": {"attributes": merge_ready(old_spec.attributes, attributes),
                           "currentVersion": current_version}}
-        return await self._patch(namespace, found, patch, entity.config, "updating")
+        return await self._patch(call, namespace, found, patch, entity.config, "updating")
 
     async def set_state(self, call: Call) -> Response:
         namespace = self._namespace(call)
@@ -416,7 +417,7 @@ class InventoryApi(ExtensionBase):
         await self._check(await self._world(namespace, _name(found), entity_name), spec, status, old_spec)
         patch = {"metadata": {"resourceVersion": _meta(found).get("resourceVersion")},
                  "spec": {"stateRequest": request.model_dump(by_alias=True, mode="json")}}
-        return await self._patch(namespace, found, patch, entity.config, "setting the state of")
+        return await self._patch(call, namespace, found, patch, entity.config, "setting the state of")
 
     async def delete(self, call: Call) -> Response:
         namespace = self._namespace(call)
@@ -438,19 +439,19 @@ class InventoryApi(ExtensionBase):
         options = {"apiVersion": "v1", "kind": "DeleteOptions",
                    "preconditions": {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}}
         try:
-            deleted = await self.kube.request("DELETE", custom_path(SERVICE_INSTANCE.plural, namespace, _name(found)),
-                                              options)
+            deleted = await self.caller(call).request(
+                "DELETE", custom_path(SERVICE_INSTANCE.plural, namespace, _name(found)), options)
         except ApiError as error:
             passed_on(error, f"deleting service instance {_name(found)}", "service_instance")
         shown = deleted if isinstance(deleted, dict) and deleted.get("kind") == SERVICE_INSTANCE.kind else found
         return _data(view(shown, entity.config))
 
-    async def _patch(self, namespace: str, found: Mapping[str, Any], patch: Mapping[str, Any],
+    async def _patch(self, call: Call, namespace: str, found: Mapping[str, Any], patch: Mapping[str, Any],
                      config: Mapping[str, Any], doing: str) -> Response:
         name = _name(found)
         try:
-            patched = await self.kube.request("PATCH", custom_path(SERVICE_INSTANCE.plural, namespace, name), patch,
-                                              content_type=MERGE_PATCH)
+            patched = await self.caller(call).request(
+                "PATCH", custom_path(SERVICE_INSTANCE.plural, namespace, name), patch, content_type=MERGE_PATCH)
         except ApiError as error:
             if error.status == 409:
                 raise ApiProblem(409, "Conflict", f"service instance {name} changed while {doing} it (the operator "

@@ -144,3 +144,44 @@ def test_a_tenant_learns_nothing_about_another_namespaces_service_entities(
         assert status == 404 and answer["notFound"] == "service_entity", answer
     finally:
         kubectl("delete", "namespace", tenant, "--wait=false")
+
+
+def test_writes_through_the_api_are_admitted_as_the_caller_not_as_the_operator(
+        operator: OperatorProcess, kubectl: Kubectl, namespace: str) -> None:
+    """Issue 25, finding 12: the API wrote as the operator after a SubjectAccessReview, so a
+    ValidatingAdmissionPolicy that holds a tenant back was bypassed through it. Writes now impersonate the
+    caller: the policy refuses the tenant through the API as through kubectl, three times, and nothing is
+    written."""
+    catalog(kubectl, namespace)
+    token = tenant_token(kubectl, namespace)
+    tenant = f"system:serviceaccount:{namespace}:tenant"
+    name = f"tenant-{namespace}"[:63]
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": [{
+            "apiGroups": ["stead.dev"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"],
+            "resources": ["serviceinstances"]}]},
+            "validations": [{"expression": f"request.userInfo.username != '{tenant}'",
+                             "message": "tenants may not write service instances here"}]}}
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"], "matchResources": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}}}
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [policy, binding]}))
+    probe = {"apiVersion": "stead.dev/v1alpha1", "kind": "ServiceInstance",
+             "metadata": {"name": "probe", "namespace": namespace},
+             "spec": {"entity": "greeter", "attributes": {"name": "probe", "who": "p", "region": "eu"}}}
+    try:
+        wait_until(lambda: "tenants may not" in kubectl("create", "--dry-run=server", f"--as={tenant}", "-f", "-",
+                                                        input=json.dumps(probe), check=False).stderr,
+                   30, "the policy in force")
+        for i in range(3):
+            status, answer = token_call(operator, token, "POST", INV, f"namespace={namespace}",
+                                        {"attributes": {"name": f"db-{i}", "who": "t", "region": "eu"}})
+            assert 400 <= status < 500 and "tenants may not write service instances here" in answer["message"], (
+                status, answer)
+        assert kubectl("get", "si", "-n", namespace, "-o", "name").stdout.strip() == ""
+    finally:
+        kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, check=False)
