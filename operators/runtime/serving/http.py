@@ -101,16 +101,6 @@ def plain_error(status: int, message: str) -> Response:
     return Response(status, message.encode() + b"\n", "text/plain; charset=utf-8")
 
 
-def free_port(host: str) -> int:
-    """A port free on `host` now, for a caller that must name one before it binds (tests, a worker
-    pool's port). Never for a socket of this module: a port released after the probe can be taken
-    by any local user before it is bound again (`listener`)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
-
-
 def listener(host: str, port: int, backlog: int = 1024, reuse_port: bool = False) -> socket.socket:
     """A listening TCP socket on `host:port` (0: a port the kernel chooses), bound and kept from the
     start, so that no other process can take the address between a choice and a bind."""
