@@ -21,7 +21,6 @@ from typing import Any, Protocol, cast
 import aiohttp
 from kubernetes import client as kclient
 from kubernetes import config as kconfig
-from multidict import CIMultiDict
 
 from operators import GROUP, VERSION
 
@@ -220,7 +219,7 @@ class KubeClient:
         sent: list[tuple[str, str]] = [("Content-Type", content_type)] if data is not None else []
         sent += headers
         try:
-            async with self._session.request(method, path, data=data, headers=CIMultiDict(sent),
+            async with self._session.request(method, path, data=data, headers=sent,
                                              params=params) as resp:
                 text = await resp.text()
         except TimeoutError:
