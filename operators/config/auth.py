@@ -70,30 +70,43 @@ class AuthUnavailable(Exception):
 
 
 class TooManyAttempts(Exception):
-    """A peer presented more unknown credentials than it may have reviewed: HTTP 429."""
+    """A peer (or all peers together) presented more unknown credentials than may be reviewed: HTTP 429."""
 
 
 class PeerBudget:
-    """A token bucket per peer address for reviews of credentials not seen before.
+    """Token buckets for reviews of credentials not seen before: one per peer address, and one for
+    all peers together.
 
     A client that sends junk tokens would otherwise make the operator send a TokenReview per
     token under its own identity. Known tokens (cached) never spend the budget, so a flood from
     one peer neither slows others nor evicts their cache entries. At most `max_peers` buckets
     are kept (the least recently used go first).
+
+    The bucket per peer alone is no bound: a client with many addresses (an IPv6 prefix, 127/8 on
+    the node, or enough addresses to push its own buckets out of the `max_peers` kept, which come
+    back full) gets a budget per address. The shared bucket (`total_rate`, `total_burst`) caps the
+    reviews of unknown credentials the process sends whatever the number of addresses; a review
+    is spent from both, and only when both allow it.
     """
 
     def __init__(self, rate: float = 5.0, burst: float = 20.0, max_peers: int = 10_000,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, total_rate: float = 100.0,
+                 total_burst: float = 500.0) -> None:
         self.rate, self.burst, self.max_peers = rate, burst, max_peers
+        self.total_rate, self.total_burst = total_rate, total_burst
         self._clock = clock
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._total = (total_burst, clock())
 
     def take(self, peer: str) -> bool:
         now = self._clock()
         tokens, last = self._buckets.pop(peer, (self.burst, now))
         tokens = min(self.burst, tokens + (now - last) * self.rate)
-        allowed = tokens >= 1.0
+        total, total_last = self._total
+        total = min(self.total_burst, total + (now - total_last) * self.total_rate)
+        allowed = tokens >= 1.0 and total >= 1.0
         self._buckets[peer] = (tokens - 1.0 if allowed else tokens, now)
+        self._total = (total - 1.0 if allowed else total, now)
         while len(self._buckets) > self.max_peers:
             self._buckets.popitem(last=False)
         return allowed
@@ -171,7 +184,8 @@ class TokenReviewAuthenticator:
         if refused is not None and self._clock() - refused <= self._ttl:
             return None  # refused a moment ago: not worth another review
         if not self._tokens.holds(digest) and not self._budget.take(peer):
-            raise TooManyAttempts("too many unknown credentials from this client; retry later")
+            raise TooManyAttempts("too many unknown credentials from this client or from all clients together; "
+                                  "retry later")
         try:
             return await self._tokens.get(digest, lambda: self._review_token(token))
         except _Rejected:

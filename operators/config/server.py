@@ -135,7 +135,7 @@ class ConfigApiServer:
         extensions = [load_extension(reference)(kube, authenticator, self.default_namespace, settings)
                       for reference in self.extensions]
         api = ConfigApi(repository, authenticator, self.default_namespace, extensions)
-        server = HttpServer(api, errors=api.problem, observe=observe)
+        server = HttpServer(api, errors=api.problem, observe=observe, gate=api.gate)
         await server.start(self.listen, self.port, (cert, key), client_ca=client_ca)
         stack.push_async_callback(server.stop)
         if self.mounted:  # cert-manager renews them in place: serve the renewal without a restart

@@ -19,7 +19,8 @@ Kubernetes stays the source of truth: every write is a DeploymentGraph or a Grap
 admission webhook judges it (a second graph of an owner and type is its 409, passed on) and GitOps sees
 the same data.
 
-Authorization: a SubjectAccessReview of the caller for `deploymentgraphs.stead.dev` with the verb (get,
+Writes impersonate the caller (`ExtensionBase.caller`): the API server authorizes, admits and audits them as the
+caller's. Authorization: a SubjectAccessReview of the caller for `deploymentgraphs.stead.dev` with the verb (get,
 list, create, update, delete), `graphruns.stead.dev` (create) for an execution, in the namespace
 (`?namespace=`, default the server's).
 
@@ -283,10 +284,13 @@ class GraphsApi(ExtensionBase):
 
     # --- plumbing -----------------------------------------------------------------------------
 
-    async def _request(self, method: str, path: str, body: Any = None, **options: Any) -> Any:
-        """A read (None for a 404) or a write, its refusal passed on."""
+    async def _request(self, method: str, path: str, body: Any = None, call: Call | None = None,
+                       **options: Any) -> Any:
+        """A read (None for a 404) or a write, its refusal passed on; a write gives its `call`, whose caller
+        it is made as (`caller`)."""
+        kube = self.kube if call is None else self.caller(call)
         try:
-            return await self.kube.request(method, path, body, **options)
+            return await kube.request(method, path, body, **options)
         except ApiError as error:
             if error.status == 404 and method == "GET":
                 return None
@@ -375,10 +379,11 @@ class GraphsApi(ExtensionBase):
         await self._authorize(call, verb, namespace, name)
         return dict(found)
 
-    async def _write(self, namespace: str, kind: str, owner: str, graph_type: str, tasks: list[Task] | None,
-                     name: str | None, items: Sequence[Mapping[str, Any]] | None = None) -> tuple[dict[str, Any], bool]:
+    async def _write(self, call: Call, namespace: str, kind: str, owner: str, graph_type: str,
+                     tasks: list[Task] | None, name: str | None, items: Sequence[Mapping[str, Any]] | None = None
+                     ) -> tuple[dict[str, Any], bool]:
         try:
-            return await save_graph(self.kube, namespace, kind, owner, graph_type, tasks, name, items)
+            return await save_graph(self.caller(call), namespace, kind, owner, graph_type, tasks, name, items)
         except ApiError as error:
             passed_on(error, f"writing the {graph_type!r} graph of {MODEL_OF[kind]} {owner}", "graph")
 
@@ -404,7 +409,7 @@ class GraphsApi(ExtensionBase):
             raise ApiProblem(409, "Conflict", f"deployment graph {existing['metadata']['name']} is the "
                                               f"{graph_type!r} graph of {MODEL_OF[kind]} {owner} already: one graph "
                                               "per owner and type (PUT or PATCH that one)")
-        created, _ = await self._write(namespace, kind, owner, graph_type, tasks or [], name, items)
+        created, _ = await self._write(call, namespace, kind, owner, graph_type, tasks or [], name, items)
         return _json(graph_view(created), status=201)
 
     async def get(self, call: Call) -> Response:
@@ -439,7 +444,7 @@ class GraphsApi(ExtensionBase):
         if name is not None:
             patch["spec"]["name"] = name or None
         updated = await self._request("PATCH", custom_path(DEPLOYMENT_GRAPH.plural, namespace, str(meta["name"])),
-                                      patch, content_type=MERGE_PATCH)
+                                      patch, call, content_type=MERGE_PATCH)
         return _json(graph_view(updated))
 
     async def delete(self, call: Call) -> Response:
@@ -447,7 +452,8 @@ class GraphsApi(ExtensionBase):
         found = await self._named(call, "delete", namespace)
         meta = found["metadata"]
         options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": meta.get("uid")}}
-        await self._request("DELETE", custom_path(DEPLOYMENT_GRAPH.plural, namespace, str(meta["name"])), options)
+        await self._request("DELETE", custom_path(DEPLOYMENT_GRAPH.plural, namespace, str(meta["name"])), options,
+                            call)
         return Response(204, b"")
 
     # --- /<model>/<owner>/deployment_graphs/<type> ------------------------------------------------
@@ -480,7 +486,7 @@ class GraphsApi(ExtensionBase):
         existed = find_graph(items, kind, owner, graph_type) is not None
         if not existed:
             await self._authorize(call, "create", namespace)
-        written, created = await self._write(namespace, kind, owner, graph_type, tasks, name or "", items)
+        written, created = await self._write(call, namespace, kind, owner, graph_type, tasks, name or "", items)
         return _json(graph_view(written), status=201 if created else 200)
 
     async def patch_owned(self, call: Call) -> Response:
@@ -491,7 +497,7 @@ class GraphsApi(ExtensionBase):
             types = sorted(type_of(i) for i in items if owner_of(i) == (kind, owner))
             not_found("graph", f"{MODEL_OF[kind]} {owner} has no {graph_type!r} graph in namespace \"{namespace}\" "
                                 f"to patch (its graph types: {', '.join(types) or 'none'}; PUT creates one)")
-        written, _ = await self._write(namespace, kind, owner, graph_type, tasks, name, items)
+        written, _ = await self._write(call, namespace, kind, owner, graph_type, tasks, name, items)
         return _json(graph_view(written))
 
     # --- merged tasks and execution -----------------------------------------------------------------
@@ -569,7 +575,7 @@ class GraphsApi(ExtensionBase):
             metadata["generateName"] = re.sub(r"[^a-z0-9-]", "-", f"{environment}-{types}")[:50].strip("-") + "-"
         obj = {"apiVersion": API_VERSION, "kind": GRAPH_RUN.kind, "metadata": metadata,
                "spec": run.model_dump(by_alias=True, mode="json", exclude_none=True)}
-        created = await self._request("POST", custom_path(GRAPH_RUN.plural, namespace), obj)
+        created = await self._request("POST", custom_path(GRAPH_RUN.plural, namespace), obj, call)
         meta = created["metadata"]
         return _json({"name": meta["name"], "namespace": meta.get("namespace", namespace), "cluster": environment,
                       "uid": meta.get("uid"), "graphs": [g.type for g in run.graphs], "dry_run": run.dry_run},

@@ -14,8 +14,12 @@ or 422, its reason as `error`), and nothing is written; a refusal of the webhook
 changed meanwhile) comes back from the API server and is passed on with its message. Patches carry
 the `resourceVersion` the checks saw, so a write never lands on an object they did not judge.
 
-Authorization: a SubjectAccessReview of the caller for `serviceinstances.stead.dev` with the verb
-(get, list, create, update, delete) in the namespace (`?namespace=`, default the server's).
+Writes impersonate the caller (`ExtensionBase.caller`): the API server authorizes, admits and audits them as the
+caller's. Authorization: a SubjectAccessReview of the caller for `serviceinstances.stead.dev` with the verb
+(get, list, create, update, delete) in the namespace (`?namespace=`, default the server's), before the
+entity or the instance is looked up: on the instance `<id>` names when it can be a name, else on all of the
+namespace's. A caller without it gets 403 whether the entity exists or not; a 404 for an unknown entity
+lists the entities there only to a caller who may list `serviceentities`.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pydantic import ValidationError
 from operators import API_VERSION
 from operators.config.api.calls import ApiProblem, Call, _json, _json_body, bad_request, not_found, object_name_ok
 from operators.config.api.extension import ExtensionBase, ExtensionSettings, Handler, RouteDoc, passed_on
-from operators.config.auth import Authenticator
+from operators.config.auth import Access, Authenticator
 from operators.lsm.attributes import identity_value
 from operators.lsm.instance import check_delete, check_request
 from operators.lsm.lifecycle import model_state
@@ -212,20 +216,31 @@ class InventoryApi(ExtensionBase):
                 return None
             passed_on(error, f"{method} {path}", "service_instance")
 
-    async def _entity(self, namespace: str, name: str) -> ServiceEntitySpec:
-        """The entity of the path, or 404 naming what exists."""
+    async def _entity(self, call: Call, namespace: str, name: str) -> ServiceEntitySpec:
+        """The entity of the path, or 404; the 404 names the entities there are only to a caller who may list
+        them. Called once the caller's permission on the instances is checked (`_admit`): before that, a 404
+        here would tell anyone which entities exist in any namespace."""
         body = await self._request("GET", custom_path(SERVICE_ENTITY.plural, namespace, name)) \
             if object_name_ok(name) else None
         if body is None:
-            listed = await self._request("GET", custom_path(SERVICE_ENTITY.plural, namespace)) or {}
-            names = sorted(str(_meta(i).get("name")) for i in listed.get("items") or [])
-            not_found("service_entity", f'service entity "{name}" not found in namespace "{namespace}" '
-                                         f"(service entities here: {', '.join(names) or 'none'})")
+            known = ""
+            if await self.authenticator.authorize(call.identity, Access("list", SERVICE_ENTITY.plural, namespace)):
+                listed = await self._request("GET", custom_path(SERVICE_ENTITY.plural, namespace)) or {}
+                names = sorted(str(_meta(i).get("name")) for i in listed.get("items") or [])
+                known = f" (service entities here: {', '.join(names) or 'none'})"
+            not_found("service_entity", f'service entity "{name}" not found in namespace "{namespace}"{known}')
         try:
             return ServiceEntitySpec.model_validate(dict(body.get("spec") or {}))
         except ValidationError:
             raise ApiProblem(409, "EntityInvalid", f'service entity "{name}" has an invalid spec: see its status '
                                                    "(kubectl describe se)") from None
+
+    async def _admit(self, call: Call, verb: str, namespace: str) -> None:
+        """The caller may `verb` service instances in the namespace, before anything is looked up: on the
+        instance the path names when `<id>` can be its name (a Role limited by `resourceNames` is honoured),
+        else on all of them. `_find` checks again on the instance found."""
+        ident = call.params["id"]
+        await self._authorize(call, verb, namespace, ident if "=" not in ident and object_name_ok(ident) else "")
 
     async def _instances(self, namespace: str, entity: str) -> list[dict[str, Any]]:
         listed = await self._request("GET", custom_path(SERVICE_INSTANCE.plural, namespace)) or {}
@@ -301,7 +316,7 @@ class InventoryApi(ExtensionBase):
         namespace = self._namespace(call)
         await self._authorize(call, "list", namespace)
         name = call.params["entity"]
-        entity = await self._entity(namespace, name)
+        entity = await self._entity(call, namespace, name)
         query: dict[str, list[str]] = {}
         for key, value in urllib.parse.parse_qsl(call.request.query, keep_blank_values=True):
             query.setdefault(key, []).append(value)
@@ -317,7 +332,8 @@ class InventoryApi(ExtensionBase):
     async def get(self, call: Call) -> Response:
         namespace = self._namespace(call)
         name = call.params["entity"]
-        entity = await self._entity(namespace, name)
+        await self._admit(call, "get", namespace)
+        entity = await self._entity(call, namespace, name)
         found = await self._find(call, "get", namespace, name, entity)
         _stale(_current_version(call), found)
         return _data(view(found, entity.config, await self._lifecycle(namespace, entity, [found])))
@@ -332,7 +348,7 @@ class InventoryApi(ExtensionBase):
         attributes = body.get("attributes", {})
         if not isinstance(attributes, dict):
             bad_request("body.attributes: expected a JSON object")
-        entity = await self._entity(namespace, entity_name)
+        entity = await self._entity(call, namespace, entity_name)
         name = _instance_name(body, entity, entity_name, attributes)
         spec = ServiceInstanceSpec(entity=entity_name, attributes=attributes)
         world = await self._world(namespace, name, entity_name)
@@ -341,7 +357,7 @@ class InventoryApi(ExtensionBase):
                "metadata": {"name": name, "namespace": namespace},
                "spec": spec.model_dump(by_alias=True, mode="json", exclude_none=True)}
         try:
-            created = await self.kube.request("POST", custom_path(SERVICE_INSTANCE.plural, namespace), obj)
+            created = await self.caller(call).request("POST", custom_path(SERVICE_INSTANCE.plural, namespace), obj)
         except ApiError as error:
             if error.status == 409:
                 raise ApiProblem(409, "AlreadyExists", f'service instance "{name}" exists already in namespace '
@@ -359,7 +375,8 @@ class InventoryApi(ExtensionBase):
         if not isinstance(edits, dict):
             bad_request("body.attributes: required, a JSON object of the attributes to change (null removes one)")
         current_version = _current_version(call, body, required=True)
-        entity = await self._entity(namespace, entity_name)
+        await self._admit(call, "update", namespace)
+        entity = await self._entity(call, namespace, entity_name)
         found = await self._find(call, "update", namespace, entity_name, entity)
         _stale(current_version, found)
         old_spec = _spec(found)
@@ -370,7 +387,7 @@ class InventoryApi(ExtensionBase):
         patch = {"metadata": {"resourceVersion": _meta(found).get("resourceVersion")},
                  "spec": {"attributes": merge_ready(old_spec.attributes, attributes),
                           "currentVersion": current_version}}
-        return await self._patch(namespace, found, patch, entity.config, "updating")
+        return await self._patch(call, namespace, found, patch, entity.config, "updating")
 
     async def set_state(self, call: Call) -> Response:
         namespace = self._namespace(call)
@@ -386,7 +403,8 @@ class InventoryApi(ExtensionBase):
             bad_request("body.message: expected a string")
         current_version = _current_version(call, body, required=True)
         assert current_version is not None
-        entity = await self._entity(namespace, entity_name)
+        await self._admit(call, "update", namespace)
+        entity = await self._entity(call, namespace, entity_name)
         found = await self._find(call, "update", namespace, entity_name, entity)
         _stale(current_version, found)
         old_spec = _spec(found)
@@ -399,13 +417,14 @@ class InventoryApi(ExtensionBase):
         await self._check(await self._world(namespace, _name(found), entity_name), spec, status, old_spec)
         patch = {"metadata": {"resourceVersion": _meta(found).get("resourceVersion")},
                  "spec": {"stateRequest": request.model_dump(by_alias=True, mode="json")}}
-        return await self._patch(namespace, found, patch, entity.config, "setting the state of")
+        return await self._patch(call, namespace, found, patch, entity.config, "setting the state of")
 
     async def delete(self, call: Call) -> Response:
         namespace = self._namespace(call)
         entity_name = call.params["entity"]
         current_version = _current_version(call)
-        entity = await self._entity(namespace, entity_name)
+        await self._admit(call, "delete", namespace)
+        entity = await self._entity(call, namespace, entity_name)
         found = await self._find(call, "delete", namespace, entity_name, entity)
         _stale(current_version, found)
         world = await self._world(namespace, _name(found), entity_name)
@@ -420,19 +439,19 @@ class InventoryApi(ExtensionBase):
         options = {"apiVersion": "v1", "kind": "DeleteOptions",
                    "preconditions": {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}}
         try:
-            deleted = await self.kube.request("DELETE", custom_path(SERVICE_INSTANCE.plural, namespace, _name(found)),
-                                              options)
+            deleted = await self.caller(call).request(
+                "DELETE", custom_path(SERVICE_INSTANCE.plural, namespace, _name(found)), options)
         except ApiError as error:
             passed_on(error, f"deleting service instance {_name(found)}", "service_instance")
         shown = deleted if isinstance(deleted, dict) and deleted.get("kind") == SERVICE_INSTANCE.kind else found
         return _data(view(shown, entity.config))
 
-    async def _patch(self, namespace: str, found: Mapping[str, Any], patch: Mapping[str, Any],
+    async def _patch(self, call: Call, namespace: str, found: Mapping[str, Any], patch: Mapping[str, Any],
                      config: Mapping[str, Any], doing: str) -> Response:
         name = _name(found)
         try:
-            patched = await self.kube.request("PATCH", custom_path(SERVICE_INSTANCE.plural, namespace, name), patch,
-                                              content_type=MERGE_PATCH)
+            patched = await self.caller(call).request(
+                "PATCH", custom_path(SERVICE_INSTANCE.plural, namespace, name), patch, content_type=MERGE_PATCH)
         except ApiError as error:
             if error.status == 409:
                 raise ApiProblem(409, "Conflict", f"service instance {name} changed while {doing} it (the operator "

@@ -548,3 +548,26 @@ def test_api_workers_write_through_survive_a_crash_and_stop_with_the_operator(
     workers_operator.process.send_signal(signal.SIGTERM)
     assert workers_operator.process.wait(timeout=60) == 0
     assert not [pid for pid in now if Path(f"/proc/{pid}").exists()]
+
+
+def test_an_anonymous_body_is_refused_on_its_head_before_a_byte_of_it_is_read(store: Store) -> None:
+    """Issue 25, finding 3, against the operator's own server: a write's head without credentials is answered
+    401 (and the connection closed) with no byte of its announced body sent, 20 times; so is a chunked one
+    (411), credentials or not."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(store.url)
+    context = ssl.create_default_context(cafile=str(store.cacert))
+    heads = [(b"Content-Length: 60000\r\n", b"401"), (b"Transfer-Encoding: chunked\r\n", b"411"),
+             (f"Authorization: Bearer {store.writer}\r\nTransfer-Encoding: chunked\r\n".encode(), b"411")]
+    for extra, status in heads:
+        for _ in range(20 if status == b"401" else 5):
+            with socket.create_connection((url.hostname, url.port), timeout=10) as raw, \
+                    context.wrap_socket(raw, server_hostname=url.hostname) as sock:
+                sock.sendall(b"PUT " + url.path.encode() + b"/environments/env-1/resources/astute/values?namespace="
+                             + store.namespace.encode() + b" HTTP/1.1\r\nHost: t\r\n" + extra + b"\r\n")
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            assert answer.startswith(b"HTTP/1.1 " + status), answer

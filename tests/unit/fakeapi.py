@@ -6,7 +6,7 @@ import asyncio
 import copy
 import functools
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -153,6 +153,7 @@ class FakeApi:
     def __init__(self, objects: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
         self.received: list[Request] = []
+        self.headers: list[tuple[tuple[str, str], ...]] = []  # what each request added (impersonation), as received
         self._revision = 0
         self._uids = 0
         self._failures: dict[tuple[str | None, str | None], ApiError] = {}
@@ -213,11 +214,12 @@ class FakeApi:
 
     async def request(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-        params: dict[str, str] | None = None,
+        params: dict[str, str] | None = None, headers: Sequence[tuple[str, str]] = (),
     ) -> dict[str, Any]:
         method = method.upper()
         received = Request(method, path, body)
         self.received.append(received)
+        self.headers.append(tuple(headers))
         await asyncio.sleep(0)  # a real request yields to the event loop: let concurrent callers interleave
         for (fail_method, suffix), error in self._failures.items():
             if (fail_method is None or fail_method == method) and (suffix is None or path.endswith(suffix)):

@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
 from operators.config.api.calls import NAMESPACE_PATTERN, ApiProblem, Call, bad_request, not_found
-from operators.config.auth import Access, Authenticator
-from operators.runtime.kube.client import ApiError, Requester
+from operators.config.auth import CERTIFICATE_SCHEME, Access, Authenticator
+from operators.runtime.kube.client import ApiError, Impersonating, Requester
 from operators.runtime.serving.http import Response
 
 Handler = Callable[[Call], Awaitable[Response]]
+IMPERSONATED_SCHEMES = frozenset({"Bearer", CERTIFICATE_SCHEME})
+"""The identities that are Kubernetes users (a token's, a client certificate's): writes impersonate them."""
 RouteDoc = tuple[str, str, str]
 """(method, path template, what it does), as the root lists it."""
 
@@ -79,6 +81,15 @@ class ExtensionBase:
         if not NAMESPACE_PATTERN.match(namespace) or len(namespace) > 63:
             bad_request(f"query parameter namespace: {namespace!r} is not a valid namespace name")
         return namespace
+
+    def caller(self, call: Call) -> Requester:
+        """The API server's client for the writes `call` makes: impersonating its caller, so that the API
+        server's own authorization, admission (webhooks, ValidatingAdmissionPolicies) and audit see the real
+        user rather than the operator. A Basic identity is no Kubernetes user: its writes stay the operator's."""
+        identity = call.identity
+        if identity.scheme not in IMPERSONATED_SCHEMES:
+            return self.kube
+        return Impersonating(self.kube, identity.user, identity.groups, identity.uid)
 
     async def _authorize(self, call: Call, verb: str, namespace: str, name: str = "",
                          resource: str | None = None) -> None:

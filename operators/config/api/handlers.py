@@ -171,8 +171,8 @@ class ConfigApi:
                 return handler, match.groupdict()
         not_found("route", f"no such route: {request.method} {request.path}")
 
-    async def __call__(self, request: Request) -> Response:
-        """Authenticate every request before routing can tell anything, then map errors to JSON.
+    async def _identify(self, request: Request) -> Identity | Response:
+        """Who sends the request, or the answer refusing it (401, 429, 503).
 
         A client certificate comes first, as in Kubernetes: a verified one is the identity (any
         `Authorization` header is then not looked at), a refused one (expired, say) is 401 with the
@@ -182,17 +182,29 @@ class ConfigApi:
             if certificate.problem:
                 return ApiProblem(401, "Unauthorized", f"client certificate refused: {certificate.problem}"
                                   ).response(UNAUTHORIZED_HEADERS)
-            identity: Identity | None = certificate_identity(certificate.user, certificate.groups)
-        else:
-            try:
-                identity = await self.authenticator.authenticate(request.headers.get("authorization", ""),
-                                                                 request.peer)
-            except AuthUnavailable:
-                return ApiProblem(503, "ServiceUnavailable", "credentials cannot be checked now; retry").response()
-            except TooManyAttempts as error:
-                return ApiProblem(429, "TooManyRequests", str(error)).response({"Retry-After": "1"})
+            return certificate_identity(certificate.user, certificate.groups)
+        try:
+            identity = await self.authenticator.authenticate(request.headers.get("authorization", ""), request.peer)
+        except AuthUnavailable:
+            return ApiProblem(503, "ServiceUnavailable", "credentials cannot be checked now; retry").response()
+        except TooManyAttempts as error:
+            return ApiProblem(429, "TooManyRequests", str(error)).response({"Retry-After": "1"})
         if identity is None:
             return ApiProblem(401, "Unauthorized", "valid credentials are required").response(UNAUTHORIZED_HEADERS)
+        return identity
+
+    async def gate(self, request: Request) -> Response | None:
+        """The HTTP server's gate (`HttpServer.gate`): a request with a body is authenticated on its head,
+        before the body is read. The handler authenticates it again, from the review cache."""
+        found = await self._identify(request)
+        return found if isinstance(found, Response) else None
+
+    async def __call__(self, request: Request) -> Response:
+        """Authenticate every request before routing can tell anything, then map errors to JSON."""
+        found = await self._identify(request)
+        if isinstance(found, Response):
+            return found
+        identity = found
         try:
             handler, params = self._route(request)
             return await handler(Call(request, params, identity))

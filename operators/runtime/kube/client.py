@@ -13,10 +13,10 @@ import json
 import os
 import ssl
 import urllib.parse
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import aiohttp
 from kubernetes import client as kclient
@@ -152,6 +152,34 @@ class Requester(Protocol):
     ) -> dict[str, Any]: ...
 
 
+class HeaderRequester(Protocol):
+    """A `Requester` that also sends headers of the caller's choosing (`KubeClient`, the tests' fake)."""
+
+    async def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+        params: dict[str, str] | None = None, headers: Sequence[tuple[str, str]] = (),
+    ) -> dict[str, Any]: ...
+
+
+class Impersonating:
+    """The API server's client acting as another user: Kubernetes impersonation (`Impersonate-User`,
+    `-Group`, `-Uid`), so that the API server's own authorization, admission and audit see that user, not
+    the client's. The client's account needs the verb `impersonate` on `users`, `groups`,
+    `serviceaccounts` (and `uids` in `authentication.k8s.io` when a uid is given)."""
+
+    def __init__(self, kube: Requester, user: str, groups: Sequence[str] = (), uid: str = "") -> None:
+        self._kube = cast(HeaderRequester, kube)  # a KubeClient: it takes headers
+        self.headers: tuple[tuple[str, str], ...] = (
+            ("Impersonate-User", user), *(("Impersonate-Group", group) for group in groups),
+            *((("Impersonate-Uid", uid),) if uid else ()))
+
+    async def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+        params: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        return await self._kube.request(method, path, body, content_type, params, headers=self.headers)
+
+
 class KubeClient:
     """Asynchronous calls to the API server over one pooled connection set."""
 
@@ -181,15 +209,18 @@ class KubeClient:
 
     async def request(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-        params: dict[str, str] | None = None,
+        params: dict[str, str] | None = None, headers: Sequence[tuple[str, str]] = (),
     ) -> dict[str, Any]:
+        """One call; `headers` are added to the request's (a name may repeat: `Impersonate-Group`)."""
         if self._session is None:
             raise RuntimeError("KubeClient used outside `async with`")
         self.requests[method] = self.requests.get(method, 0) + 1
         data = None if body is None else json.dumps(body, separators=(",", ":"))
-        headers = {"Content-Type": content_type} if data is not None else {}
+        sent: list[tuple[str, str]] = [("Content-Type", content_type)] if data is not None else []
+        sent += headers
         try:
-            async with self._session.request(method, path, data=data, headers=headers, params=params) as resp:
+            async with self._session.request(method, path, data=data, headers=sent,
+                                             params=params) as resp:
                 text = await resp.text()
         except TimeoutError:
             raise ApiUnreachable(f"{method} {path}: no answer from the API server within "

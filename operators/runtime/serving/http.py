@@ -15,20 +15,33 @@ What is bounded, and where:
 
 - request line and headers: `max_head` bytes (granian's HTTP/1 buffer; 431 and the connection
   closed beyond it), and they must arrive within `header_timeout` seconds (slow clients, slow-loris);
-- bodies: `max_body` bytes, checked here as they arrive (413 without reading further; at once when
-  a Content-Length announces more);
+- bodies: only with a Content-Length of at most `max_body` bytes (413 at once beyond), and only once
+  the `gate` (the API's authentication) let the head through: an anonymous client never makes the
+  process read a body. granian then reads the body whole, in Rust (one Python call per body, not
+  per chunk: a body in 2-byte writes cost ~9 CPU-seconds per MiB when Python took it chunk by
+  chunk). A body cut short (the client closes before Content-Length bytes) is no request: the
+  handler never sees it;
 - requests in progress: at most `concurrency` at a time (granian's backpressure; the others wait
   in the kernel's accept queue, unread, costing no memory here);
 - pipelined requests from a client that never reads its answers: one is answered at a time per
   connection, and writing waits for the client, so at most one answer is held per connection;
-- `Transfer-Encoding` other than exactly `chunked` is refused (400): no smuggling through
-  `identity, chunked`; trailers never become headers (granian hands them to no one).
+- `Transfer-Encoding` is refused (411, and the connection closed): no chunked bodies, whose size
+  is unknown until they end, and no smuggling through `identity, chunked` or through a
+  Content-Length sent with it (granian drops the Content-Length then; RFC 9112 6.3 allows the
+  refusal). A refusal made before the body is read always closes the connection after the answer,
+  so the unread body is never taken for the next request.
+
+Not refused: a bare LF as line ending (instead of CRLF) in the request line and headers. granian's
+parser (httparse, under hyper) accepts it and has no setting to refuse it, and the head never
+reaches Python as bytes; it only matters behind a proxy that frames the same bytes otherwise.
 
 `Request` and `Response` are what a handler sees: plain values, no framework types.
 
 With a client CA (`start(client_ca=...)`), TLS is terminated by `operators.runtime.serving.relay`
 in this process instead, and granian listens without TLS on a loopback port of its own: granian
-does not tell the application which certificate a client presented, the relay does (see there).
+does not tell the application which certificate a client presented, the relay does (see there). That port is
+bound by this process and handed to granian (`_HeldSocketServer`), never chosen and released first:
+another local user cannot take it and receive the requests the relay decrypts.
 Every bound above holds behind the relay, which adds its own (connections, handshake, idleness).
 A request then carries the client's real address and, when it presented one, what its verified
 certificate says (`Request.certificate`).
@@ -39,13 +52,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from granian._granian import RSGIProtocolClosed, SocketHolder
 from granian.constants import HTTPModes, Interfaces, SSLProtocols
 from granian.http import HTTP1Settings
 from granian.server.embed import Server
@@ -78,6 +93,7 @@ class Response:
 
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+Gate = Callable[[Request], Coroutine[Any, Any, Response | None]]
 ErrorResponder = Callable[[int, str], Response]
 
 
@@ -85,16 +101,44 @@ def plain_error(status: int, message: str) -> Response:
     return Response(status, message.encode() + b"\n", "text/plain; charset=utf-8")
 
 
-def free_port(host: str) -> int:
-    """A port free on `host` now (granian binds by number: it cannot report a port 0 chose)."""
+def listener(host: str, port: int, backlog: int = 1024, reuse_port: bool = False) -> socket.socket:
+    """A listening TCP socket on `host:port` (0: a port the kernel chooses), bound and kept from the
+    start, so that no other process can take the address between a choice and a bind."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
-class _TooLarge(Exception):
-    pass
+class _HeldSocketServer(Server):
+    """granian's embedded server on a socket this process bound already (`listener`), instead of one
+    granian binds from an address.
+
+    granian binds by number, so a port had to be chosen (probed and released) before it bound it: in
+    between, any local user could bind that port on loopback and receive what the TLS relay forwards,
+    decrypted, bearer tokens included. granian's worker takes a `SocketHolder` of a file descriptor
+    (what its multiprocess server hands its workers); this overrides the one method that makes it.
+    granian closes the descriptor it is given when it stops, so it gets a duplicate and the socket
+    stays this process's until `HttpServer.stop`. Should a granian release rename that method, granian
+    would bind the address itself and fail (the port is taken, by this process, without SO_REUSEPORT
+    behind the relay): closed, not open."""
+
+    def __init__(self, *args: Any, sock: socket.socket, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._held = sock
+
+    def _init_shared_socket(self) -> None:
+        self._ssp = None
+        # granian's stub lacks the constructor its Rust class has (fd, is_uds, backlog)
+        self._shd = SocketHolder(os.dup(self._held.fileno()), False, self.backlog)  # type: ignore[call-arg,assignment]
 
 
 @dataclass
@@ -103,6 +147,11 @@ class HttpServer:
 
     handler: Handler
     errors: ErrorResponder = plain_error
+    gate: Gate | None = None
+    """Called with a request whose body is announced but not read yet (its `body` empty): an answer
+    refuses it before a byte of the body is read (and the connection closes after it); None lets it
+    through, and `handler` gets it with its body. The APIs authenticate there, so an anonymous
+    client cannot make the process read a body."""
     max_head: int = 64 * 1024
     max_body: int = 1 << 20
     header_timeout: float = 10.0
@@ -120,23 +169,50 @@ class HttpServer:
     _port: int = field(default=0, init=False, repr=False)
     _relay: TlsRelay | None = field(default=None, init=False, repr=False)
     _tls: tuple[Path, Path] | None = field(default=None, init=False, repr=False)
+    _socket: socket.socket | None = field(default=None, init=False, repr=False)
+    _inner: tuple[str, int] = field(default=("", 0), init=False, repr=False)
 
     async def start(self, host: str, port: int, tls: tuple[Path, Path] | None = None,
                     ready_within: float = 10.0, client_ca: ClientCa | None = None) -> None:
         """Listen on `host:port` (0: a free port), with TLS from (certificate, key) files; with
         `client_ca`, also asking clients for a certificate (through the relay: see the module).
 
-        Several processes may listen on the same port (SO_REUSEPORT, set by granian and by the
-        relay): the kernel spreads connections between them.
+        Several processes may listen on the same port (SO_REUSEPORT, set on the socket bound here
+        and by the relay): the kernel spreads connections between them. The socket granian serves is
+        bound here and held until `stop` (see `_HeldSocketServer`): no port is chosen, released and
+        bound again.
         """
         if client_ca is not None and tls is None:
             raise ValueError("client certificates need TLS: give the server's certificate and key")
         self._tls = tls
         relayed = client_ca is not None
         inner_host = "127.0.0.1" if relayed else host
-        inner_port = free_port(inner_host) if relayed else port or free_port(host)
-        self._server = Server(
-            self._rsgi, address=inner_host, port=inner_port, interface=Interfaces.RSGI, http=HTTPModes.http1,
+        # Bound here and kept (see `_HeldSocketServer`); behind the relay, on a port of this process alone.
+        self._socket = listener(inner_host, 0 if relayed else port, backlog=1024, reuse_port=not relayed)
+        try:
+            await self._serve(tls, relayed, ready_within)
+        except BaseException:
+            await self.stop(grace=1)
+            raise
+        if client_ca is not None and tls is not None:
+            self._relay = TlsRelay(
+                (self._inner[0], self._inner[1]), client_ca.context(*tls), client_ca,
+                max_connections=self.max_connections, handshake_timeout=self.handshake_timeout,
+                idle_timeout=self.idle_timeout)
+            try:
+                self._port = await self._relay.start(host, port)
+            except BaseException:
+                await self.stop(grace=1)
+                raise
+
+    async def _serve(self, tls: tuple[Path, Path] | None, relayed: bool, ready_within: float) -> None:
+        """granian on the socket bound in `start`."""
+        assert self._socket is not None
+        inner_host, inner_port = self._socket.getsockname()[:2]
+        self._inner = (str(inner_host), int(inner_port))
+        self._server = _HeldSocketServer(
+            self._rsgi, sock=self._socket, address=inner_host, port=inner_port, interface=Interfaces.RSGI,
+            http=HTTPModes.http1,
             websockets=False, backlog=1024, backpressure=self.concurrency, runtime_threads=1,
             http1_settings=HTTP1Settings(header_read_timeout=int(self.header_timeout * 1000), keep_alive=True,
                                          max_buffer_size=self.max_head, pipeline_flush=False),
@@ -146,15 +222,6 @@ class HttpServer:
         self._port = inner_port
         self._task = asyncio.create_task(self._server.serve(), name=f"http-{inner_host}:{inner_port}")
         await self._listening(inner_host, inner_port, ready_within)
-        if client_ca is not None and tls is not None:
-            self._relay = TlsRelay(
-                (inner_host, inner_port), client_ca.context(*tls), client_ca, max_connections=self.max_connections,
-                handshake_timeout=self.handshake_timeout, idle_timeout=self.idle_timeout)
-            try:
-                self._port = await self._relay.start(host, port)
-            except BaseException:
-                await self.stop(grace=1)
-                raise
 
     async def _listening(self, host: str, port: int, within: float) -> None:
         deadline = time.monotonic() + within
@@ -209,6 +276,9 @@ class HttpServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._server = self._task = None
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
         if relay is not None:
             await relay.stop()
 
@@ -222,6 +292,11 @@ class HttpServer:
         without a body is not asked for one; on this machine that is ~35% more requests per second
         per core (bench/config_lookup.py). RSGI gives the path decoded only, which is what routing
         needs.
+
+        Everything is decided on the head before a byte of body is read: the framing (a body only
+        with Content-Length, at most `max_body`), then the `gate` (the API's authentication). The
+        body is then read whole by granian (`await protocol()`, in Rust: no Python step per chunk
+        however small the client's writes), and a body cut short is no request at all.
         """
         if scope.proto != "http":
             return
@@ -229,30 +304,57 @@ class HttpServer:
         headers: dict[str, str] = {}
         for name, value in scope.headers.items():  # names arrive in lower case
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        coding = headers.get("transfer-encoding")
-        if coding is not None and coding.strip().lower() != "chunked":
-            refusal = self.errors(400, f"Transfer-Encoding {coding!r} is not supported")
-            self._reply(protocol, scope.method, started, refusal)
+        method: str = scope.method
+        if "transfer-encoding" in headers:
+            # granian (hyper) drops a Content-Length sent with Transfer-Encoding: both arrive as this.
+            self._refuse(protocol, method, started, 411, "Transfer-Encoding is not accepted: send the body "
+                                                         "with a Content-Length")
             return
-        try:
-            body = await self._body(headers, coding, protocol)
-        except _TooLarge:
-            refusal = self.errors(413, f"the request body is over {self.max_body} bytes")
-            self._reply(protocol, scope.method, started, refusal)
+        announced = headers.get("content-length", "0")
+        if not announced.isdigit():  # hyper refuses these itself; kept as a guard
+            self._refuse(protocol, method, started, 400, "Content-Length is not a number")
+            return
+        length = int(announced)
+        if length > self.max_body:
+            self._refuse(protocol, method, started, 413, f"the request body is over {self.max_body} bytes")
             return
         client: str = scope.client
         relayed = self._relay.peer(client) if self._relay is not None else None
         if relayed is None:
-            request = Request(scope.method, scope.path, scope.query_string, headers, body,
+            request = Request(method, scope.path, scope.query_string, headers, b"",
                               client.rpartition(":")[0].strip("[]"))
         else:
-            request = Request(scope.method, scope.path, scope.query_string, headers, body, *relayed)
+            request = Request(method, scope.path, scope.query_string, headers, b"", *relayed)
+        if length:
+            if self.gate is not None:
+                try:
+                    refusal = await self.gate(request)
+                except Exception:
+                    log.exception("%s %s: the gate failed", method, request.path)
+                    refusal = self.errors(500, "internal error")
+                if refusal is not None:  # the body is never read: the connection cannot be reused
+                    self._refuse(protocol, method, started, refusal)
+                    return
+            try:
+                body = await protocol()
+            except RSGIProtocolClosed:
+                return  # the client left before its body was whole: no request, no answer
+            if len(body) != length:
+                return
+            request = replace(request, body=bytes(body))
         try:
             response = await self.handler(request)
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
             response = self.errors(500, "internal error")
         self._reply(protocol, request.method, started, response)
+
+    def _refuse(self, protocol: Any, method: str, started: float, status: int | Response, message: str = "") -> None:
+        """Answer without reading the body, and close the connection after the answer: what is left of
+        the body must never be read as the next request."""
+        refusal = self.errors(status, message) if isinstance(status, int) else status
+        headers = {**(refusal.headers or {}), "Connection": "close"}
+        self._reply(protocol, method, started, Response(refusal.status, refusal.body, refusal.content_type, headers))
 
     def _reply(self, protocol: Any, method: str, started: float, response: Response) -> None:
         """Answer, then tell `observe` (whose failure must not fail serving)."""
@@ -262,19 +364,6 @@ class HttpServer:
                 self.observe(method, response.status, time.perf_counter() - started)
             except Exception:
                 log.exception("the request observer failed")
-
-    async def _body(self, headers: Mapping[str, str], coding: str | None, protocol: Any) -> bytes:
-        announced = headers.get("content-length", "")
-        if coding is None and announced in ("", "0"):
-            return b""  # nothing to read: asking granian for it costs a round trip per request
-        if announced.isdigit() and int(announced) > self.max_body:
-            raise _TooLarge
-        body = bytearray()  # one buffer: a body in 2-byte chunks must not cost an object per chunk
-        async for chunk in protocol:
-            body += chunk
-            if len(body) > self.max_body:
-                raise _TooLarge
-        return bytes(body)
 
     @staticmethod
     def _answer(protocol: Any, response: Response) -> None:

@@ -16,7 +16,7 @@ gone; a run's progress write is skipped and shown at the next one, by the new ow
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from operators.runtime.kube.client import ApiError, KubeClient
@@ -88,7 +88,7 @@ class FencedKube(KubeClient):
 
     async def request(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-        params: dict[str, str] | None = None,
+        params: dict[str, str] | None = None, headers: Sequence[tuple[str, str]] = (),
     ) -> dict[str, Any]:
         if method not in READS:
             namespace = namespace_of(path)
@@ -96,6 +96,8 @@ class FencedKube(KubeClient):
                 self.guard.check(None)
             else:
                 self.guard.check_any(self._projects_in(namespace))
+        if headers:  # impersonation (the API extensions' writes)
+            return await self._inner.request(method, path, body, content_type, params, headers=headers)
         return await self._inner.request(method, path, body, content_type, params)
 
     async def __aenter__(self) -> FencedKube:

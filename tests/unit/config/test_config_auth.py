@@ -189,7 +189,8 @@ def test_the_negative_cache_is_bounded() -> None:
     from operators.config.auth import PeerBudget
 
     kube, clock = api(), Clock()
-    auth = TokenReviewAuthenticator(kube, clock=clock, budget=PeerBudget(rate=1e9, burst=1e9, clock=clock),
+    unlimited = PeerBudget(rate=1e9, burst=1e9, clock=clock, total_rate=1e9, total_burst=1e9)
+    auth = TokenReviewAuthenticator(kube, clock=clock, budget=unlimited,
                                     max_rejected=100)
     for i in range(1000):
         assert run(auth.authenticate(f"Bearer junk-{i}", f"10.0.{i // 250}.{i % 250}")) is None
@@ -240,3 +241,50 @@ def test_certificate_users_are_authorized_by_subject_access_review_with_their_gr
     assert run(chain.authenticate("x509 alice")) is None
     assert run(CertificateAuthenticator(tokens).authorize(Identity("alice", "Bearer"), ACCESS)) is False
     assert not any(path.endswith("/tokenreviews") for _, path, _ in kube.received)  # nothing to review
+
+
+def test_junk_tokens_from_many_loopback_addresses_cost_at_most_the_shared_budget_of_reviews() -> None:
+    """An attacker with many addresses (here 127.0.0.2-61, each a connection of its own) gets a budget
+    per address; the shared bucket caps the TokenReviews all of them together cost."""
+    import socket
+
+    from operators.config.api import ConfigApi
+    from operators.config.auth import PeerBudget
+    from operators.runtime.serving.http import HttpServer
+    from tests.unit.config.test_config_api import make_repo
+
+    kube, clock = api(), Clock()  # a frozen clock: no bucket refills during the attack
+    budget = PeerBudget(rate=5, burst=20, clock=clock, total_rate=100, total_burst=50)
+    authenticator = TokenReviewAuthenticator(kube, clock=clock, budget=budget)
+
+    def attack(port: int) -> list[int]:
+        statuses = []
+        for address in range(2, 62):  # 60 addresses x 25 junk tokens, one keep-alive connection each
+            with socket.create_connection(("127.0.0.1", port), timeout=10,
+                                          source_address=(f"127.0.0.{address}", 0)) as sock:
+                stream = sock.makefile("rb")
+                for i in range(25):
+                    sock.sendall(f"GET /api/v1/config/environments HTTP/1.1\r\nHost: t\r\n"
+                                 f"Authorization: Bearer junk-{address}-{i}\r\n\r\n".encode())
+                    status = int(stream.readline().split()[1])
+                    length = 0
+                    while (line := stream.readline()) not in (b"\r\n", b""):
+                        if line.lower().startswith(b"content-length:"):
+                            length = int(line.split(b":")[1])
+                    stream.read(length)
+                    statuses.append(status)
+        return statuses
+
+    async def main() -> list[int]:
+        config = ConfigApi(make_repo(), authenticator)
+        server = HttpServer(config, errors=config.problem)
+        await server.start("127.0.0.1", 0)
+        try:
+            return await asyncio.to_thread(attack, server.port)
+        finally:
+            await server.stop()
+
+    statuses = asyncio.run(main())
+    assert set(statuses) <= {401, 429} and len(statuses) == 60 * 25
+    assert kube.count(path_suffix="/tokenreviews") <= 50  # 60 x 20 = 1200 with a budget per address only
+    assert statuses.count(401) <= 50

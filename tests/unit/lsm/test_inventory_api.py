@@ -349,3 +349,16 @@ def test_the_routes_are_listed_and_in_the_openapi_document(client: Client) -> No
     assert set(paths["/lsm/v1/service_inventory/{entity}/{id}"]) >= {"get", "patch", "delete"}
     assert "ServiceInstance" in document["components"]["schemas"]
     assert client.call("PUT", f"{INV}/db-1", {})[0] == 405
+
+
+def test_writes_impersonate_the_caller_and_reads_are_the_operators(client: Client) -> None:
+    """Issue 25, finding 12: the API server's admission and audit must see the caller, not the operator."""
+    instance(client.kube)
+    first = len(client.kube.received)
+    assert client.call("POST", INV, {"attributes": {"name": "db-2", "who": "two", "region": "eu"}})[0] == 201
+    assert client.call("PATCH", f"{INV}/db-1", {"current_version": 4, "attributes": {"who": "x"}})[0] == 200
+    assert client.call("DELETE", f"{INV}/db-1")[0] == 200
+    sent = list(zip(client.kube.received, client.kube.headers, strict=True))[first:]
+    assert [r.method for r, _ in sent if r.method != "GET"] == ["POST", "PATCH", "DELETE"]
+    assert all(headers == (("Impersonate-User", "good"),) for r, headers in sent if r.method != "GET"), sent
+    assert all(headers == () for r, headers in sent if r.method == "GET")

@@ -10,6 +10,7 @@ in a bounded loop; after each one a well-behaved client must still be answered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import os
@@ -211,6 +212,93 @@ def test_a_connection_the_relay_did_not_make_has_no_identity_and_records_go_with
         assert relay._peers == {} and relay.connections == 0
 
     serve(pki, scenario)
+
+
+class PortThief:
+    """A local user who binds a loopback port the moment this process releases it (a tight loop over the
+    ports does the same, given time), listens there, and keeps what it receives."""
+
+    def __init__(self) -> None:
+        self.listeners: list[socket.socket] = []
+
+    def take(self, address: tuple[str, int]) -> None:
+        stolen = socket.socket()
+        try:
+            stolen.bind(address)
+            stolen.listen(16)
+            stolen.setblocking(False)
+        except OSError:
+            stolen.detach()  # nothing to take: closed without the hook below (its fd goes with the object)
+            return
+        self.listeners.append(stolen)
+
+    def received(self) -> bytes:
+        """What was sent to the stolen ports so far."""
+        got = b""
+        for stolen in self.listeners:
+            while True:
+                try:
+                    connection, _ = stolen.accept()
+                except BlockingIOError:
+                    break
+                connection.settimeout(2)
+                with contextlib.suppress(OSError):
+                    got += connection.recv(65536)
+                connection.detach()
+        return got
+
+
+def test_a_local_user_who_takes_a_released_loopback_port_receives_no_decrypted_request(
+        pki: Pki, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25, finding 9: granian's plaintext port behind the relay was probed, released, then bound; a
+    thief that took it in between got the requests the relay decrypted, bearer tokens included. Every
+    loopback TCP socket this process closes unconnected (a listener, a probe) is taken by the thief at once;
+    ten starts in a row must each answer through the handler, and the thief must get nothing."""
+    thief = PortThief()
+    close = socket.socket.close
+
+    def closing(sock: socket.socket) -> None:
+        address = None
+        if sock.family == socket.AF_INET and sock.type == socket.SOCK_STREAM and sock.fileno() >= 0:
+            with contextlib.suppress(OSError):
+                name = sock.getsockname()
+                try:
+                    sock.getpeername()
+                except OSError:  # not connected: a listener or a probe
+                    address = name if name[1] and name[0].startswith("127.") else None
+        close(sock)
+        if address is not None:
+            thief.take(address)
+
+    secret = "Bearer s3cret-token-of-a-user"
+
+    async def main() -> int:
+        server = HttpServer(echo)
+        await server.start("127.0.0.1", 0, pki.tls, client_ca=ClientCa(pki.client_ca.cert_pem))
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port, ssl=pki.client())
+            writer.write(f"GET / HTTP/1.1\r\nHost: t\r\nAuthorization: {secret}\r\n"
+                         "Connection: close\r\n\r\n".encode())
+            try:
+                answer = await asyncio.wait_for(reader.read(), 5)
+            except TimeoutError:
+                answer = b""
+            writer.close()
+            assert secret.encode() not in thief.received(), "the relay forwarded a decrypted request to the thief"
+            return int(answer.split()[1]) if answer else 0
+        finally:
+            await server.stop(grace=1)
+
+    monkeypatch.setattr(socket.socket, "close", closing)
+    try:
+        statuses = []
+        for _ in range(10):
+            statuses.append(asyncio.run(main()))
+    finally:
+        monkeypatch.undo()
+        for stolen in thief.listeners:
+            stolen.close()
+    assert statuses == [200] * 10
 
 
 def test_the_check_refuses_paths_outside_the_bundle_and_expired_cas_and_maps_subjects() -> None:

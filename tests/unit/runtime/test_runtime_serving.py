@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,13 +28,24 @@ SERVER = """
 import asyncio, json, sys
 from operators.runtime.serving.http import HttpServer, Response
 
+bodies = []  # the bodies of the requests the handler was given
+
 async def handler(request):
+    if request.path == "/bodies":
+        return Response(200, json.dumps(bodies).encode())
+    if request.body:
+        bodies.append(len(request.body))
     seen = {"method": request.method, "path": request.path, "query": request.query,
             "authorization": request.headers.get("authorization"), "body": len(request.body)}
     return Response(200, json.dumps(seen).encode())
 
+async def gate(request):  # what the APIs do: authenticate on the head, before any body is read
+    if request.headers.get("authorization") != "Bearer ok":
+        return Response(401, b"who are you?")
+    return None
+
 async def main():
-    server = HttpServer(handler, max_body=64 << 10, header_timeout=1.0, concurrency=64)
+    server = HttpServer(handler, max_body=64 << 10, header_timeout=1.0, concurrency=64, gate=gate)
     await server.start("127.0.0.1", int(sys.argv[1]))
     print("ready", flush=True)
     await asyncio.Event().wait()
@@ -56,14 +68,18 @@ class Served:
     def connect(self) -> socket.socket:
         return socket.create_connection(("127.0.0.1", self.port), timeout=10)
 
-    def get(self, path: str = "/ok") -> dict[str, object]:
+    def bodies(self) -> list[int]:
+        """The sizes of the bodies the handler was given so far."""
+        return list(self.get("/bodies"))  # type: ignore[call-overload]
+
+    def get(self, path: str = "/ok") -> Any:
         """A well-behaved client: one request, the whole answer."""
         with self.connect() as sock:
             sock.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
             answer = _read_all(sock)
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200"), head
-        return dict(json.loads(body))
+        return json.loads(body)
 
 
 def _read_all(sock: socket.socket) -> bytes:
@@ -104,24 +120,66 @@ def test_a_64_mib_header_is_refused_early_and_costs_no_memory(served: Served) ->
     assert served.get()["path"] == "/ok"
 
 
-def test_a_body_over_the_limit_is_refused_whether_announced_or_in_tiny_chunks(served: Served) -> None:
+def test_a_body_over_the_limit_or_of_unknown_length_is_refused_before_it_is_read(served: Served) -> None:
     with served.connect() as sock:
-        sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 2097152\r\n\r\n")
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ok\r\nContent-Length: 2097152\r\n\r\n")
         assert _read_all(sock).startswith(b"HTTP/1.1 413")
-    before = served.rss()
-    with served.connect() as sock:
-        sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
-        chunk = b"2\r\nab\r\n" * 4096
-        try:
-            for _ in range(12):  # 96 KiB of body in 2-byte chunks, over the 64 KiB limit
-                sock.sendall(chunk)
-        except OSError:
-            pass
-        sock.settimeout(10)
-        answer = sock.recv(65536)  # answered as soon as the limit was passed
-    assert answer.startswith(b"HTTP/1.1 413")
-    assert served.rss() - before < 16 * MiB
+    with served.connect() as sock:  # chunked: its size is known only at its end
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ok\r\nTransfer-Encoding: chunked\r\n\r\n")
+        assert _read_all(sock).startswith(b"HTTP/1.1 411")  # answered and closed with no chunk sent
     assert served.get()["body"] == 0
+
+
+def _answer_before_any_body(served: Served, head: bytes) -> bytes:
+    """Send a request's head alone and read the answer the server gives without its body, until it closes."""
+    with served.connect() as sock:
+        sock.sendall(head)
+        return _read_all(sock)
+
+
+def test_an_anonymous_body_is_never_read_and_a_body_in_tiny_writes_costs_no_python_per_chunk(
+        served: Served) -> None:
+    """Issue 25, finding 3: a body sent 2 bytes at a time cost ~9 CPU-seconds per MiB, read chunk by chunk in
+    Python, before authentication. Now the head decides: an anonymous body is refused unread (50 of them, each
+    answered and closed with no body byte sent); chunked bodies are refused unread; and an authenticated body
+    in 2-byte writes is read by granian whole (bench/http_body.py measures the CPU it costs)."""
+    for _ in range(50):
+        answer = _answer_before_any_body(served, b"POST /w HTTP/1.1\r\nHost: t\r\nContent-Length: 60000\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 401"), answer
+    for _ in range(10):
+        answer = _answer_before_any_body(
+            served, b"POST /w HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 411"), answer
+    with served.connect() as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(b"POST /w HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ok\r\nContent-Length: 4096\r\n"
+                     b"Connection: close\r\n\r\n")
+        for _ in range(2048):
+            sock.sendall(b"ab")
+        head, _, body = _read_all(sock).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and json.loads(body)["body"] == 4096
+    assert served.bodies() == [4096]
+
+
+def test_bodies_cut_short_and_content_length_with_transfer_encoding_never_reach_the_handler(
+        served: Served) -> None:
+    """Issue 25, finding 13: a body shorter than its Content-Length (the client ends its side early) was
+    handled as complete, and Content-Length with Transfer-Encoding was accepted. 20 of each, authenticated."""
+    for i in range(20):
+        with served.connect() as sock:
+            sock.sendall(b"POST /cut HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ok\r\nContent-Length: 100\r\n\r\n"
+                         + b"x" * (i + 1))
+            sock.shutdown(socket.SHUT_WR)
+            assert not _read_all(sock).startswith(b"HTTP/1.1 2")
+    for body in (b"3\r\nabc\r\n0\r\n\r\n", b"abc"):
+        for _ in range(10):
+            with served.connect() as sock:
+                sock.sendall(b"POST /both HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ok\r\nContent-Length: 3\r\n"
+                             b"Transfer-Encoding: chunked\r\n\r\n" + body)
+                answer = _read_all(sock)
+            assert answer.startswith(b"HTTP/1.1 4"), answer
+    assert served.bodies() == []
+    assert served.get()["path"] == "/ok"
 
 
 def test_pipelined_requests_from_a_client_that_never_reads_hold_no_memory(served: Served) -> None:
@@ -178,18 +236,15 @@ def _closed(sock: socket.socket) -> bool:
     return data == b"" or data.startswith(b"HTTP/1.1 4")
 
 
-def test_trailers_never_become_headers_and_smuggling_codings_are_refused(served: Served) -> None:
-    with served.connect() as sock:
-        sock.sendall(b"POST /t HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-                     b"2\r\nab\r\n0\r\nAuthorization: Bearer smuggled\r\n\r\n")
-        answer = _read_all(sock)
-    head, _, body = answer.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200") and json.loads(body)["authorization"] is None
-    with served.connect() as sock:
-        sock.sendall(b"POST /t HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: identity, chunked\r\nConnection: close\r\n"
-                     b"\r\n2\r\nab\r\n0\r\n\r\n")
-        answer = _read_all(sock)
-    assert answer.startswith(b"HTTP/1.1 400") or answer == b""
+def test_smuggling_codings_are_refused_and_the_connection_closed(served: Served) -> None:
+    for coding in (b"identity, chunked", b"chunked", b"gzip"):
+        with served.connect() as sock:  # kept alive: the rest must not be read as a second request
+            sock.sendall(b"POST /t HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ok\r\nTransfer-Encoding: " + coding
+                         + b"\r\n\r\n2\r\nab\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: t\r\n\r\n")
+            answer = _read_all(sock)
+        # 411 here; 400 from granian itself for a coding that does not end with chunked
+        assert answer[:12] in (b"HTTP/1.1 411", b"HTTP/1.1 400"), answer
+        assert b"smuggled" not in answer and answer.count(b"HTTP/1.1") == 1
 
 
 def test_the_path_is_decoded_and_the_query_kept_as_sent(served: Served) -> None:
