@@ -285,6 +285,11 @@ def _operator_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--webhook-listen", default="127.0.0.1")
     run.add_argument("--webhook-port", type=int, default=9443)
     run.add_argument("--webhook-cert-dir", type=Path, default=Path("/etc/stead/webhook"))
+    run.add_argument("--webhook-client-ca", default="auto", metavar="auto|off|PATH",
+                     help="serve admission reviews only to clients with a certificate of this CA (the API "
+                     "server's webhook client certificate): a CA bundle file; auto (the default): the local "
+                     "control plane's (ConfigMap kube-system/stead-webhook-client-ca), else off with a warning; "
+                     "off: any client that reaches the port")
     run.add_argument("--config-api-port", type=int, default=8443, help="the configuration HTTP API's port (0: off)")
     run.add_argument("--config-api-listen", default="127.0.0.1")
     run.add_argument("--config-api-cert-dir", type=Path,
@@ -556,10 +561,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     webhook = None
     if args.webhook == "local":
         webhook = WebhookOptions(listen=args.webhook_listen, port=args.webhook_port,
-                                 register_url=f"https://{args.webhook_listen}:{args.webhook_port}")
+                                 register_url=f"https://{args.webhook_listen}:{args.webhook_port}",
+                                 client_ca=args.webhook_client_ca)
     elif args.webhook == "mounted":
         webhook = WebhookOptions(listen=args.webhook_listen, port=args.webhook_port,
-                                 certfile=args.webhook_cert_dir / "tls.crt", keyfile=args.webhook_cert_dir / "tls.key")
+                                 certfile=args.webhook_cert_dir / "tls.crt", keyfile=args.webhook_cert_dir / "tls.key",
+                                 client_ca=args.webhook_client_ca)
     store_path = args.store or home / "store"
     runs = dict(trusted_local_namespaces=trusted, script_user=run_scripts_as, exec_in_jobs=args.exec_in_jobs,
                 job_image=args.job_image, job_service_account=args.job_service_account,
