@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from operators.runtime.engine.runs import SshOptions
 
 CRD_DIRS = (Path("crds"), Path("charts/stead/files/crds"))  # checked in, and the chart's copy
+POLICIES_DIR = Path("charts/stead/files/policies")  # the shard-label ValidatingAdmissionPolicy, for the chart
 OBJECTS_DIR = Path("charts/stead/files/objects")  # the objects Stead ships (built-in ClusterLifecycles), for the chart
 
 SCHEME = """\
@@ -395,6 +396,7 @@ def _non_negative(text: str) -> int:
 def _cmd_crds(args: argparse.Namespace) -> int:
     from operators.catalog import KINDS
     from operators.runtime.kube import crds as crdgen
+    from operators.runtime.shard.policy import shard_label_policy
 
     stale = []
     files = [(directory / f"{kind.plural}.yaml", crdgen.render(kind)) for directory in args.dir or CRD_DIRS
@@ -402,6 +404,7 @@ def _cmd_crds(args: argparse.Namespace) -> int:
     if not args.dir:
         files += [(OBJECTS_DIR / f"{kind.plural}-{obj['metadata']['name']}.yaml", crdgen.render_object(obj))
                   for kind in KINDS for obj in crdgen.shipped_objects(kind)]
+        files += [(POLICIES_DIR / "shard-labels.yaml", crdgen.render_object(shard_label_policy()[0]))]
     for path, text in files:
         if args.check:
             if not path.exists() or path.read_text() != text:
