@@ -40,7 +40,7 @@ from operators.runtime.kube.admission import (
     validated_operations,
     validating_configuration,
 )
-from operators.runtime.kube.client import ApiError, KubeClient, bearer_token, load_configuration
+from operators.runtime.kube.client import ApiError, KubeClient, Requester, bearer_token, load_configuration
 from operators.runtime.serving.certs import KeyPair, make_ca, make_leaf
 from operators.runtime.serving.tls import reload_certificate, server_context, write_private
 from operators.runtime.shard import BUCKET_LABEL, bucket_label
@@ -200,7 +200,7 @@ WEBHOOK_CLIENT_CA_CONFIGMAP = "stead-webhook-client-ca"
 """Where the local control plane publishes its API server's webhook client CA (kube-system, `ca.crt`)."""
 
 
-async def webhook_client_ca(kube: KubeClient, setting: str, tmp: Path) -> Path | None:
+async def webhook_client_ca(kube: Requester, setting: str, tmp: Path) -> Path | None:
     """The CA bundle that signs the API server's webhook client certificate, as a file; None: off.
 
     "auto" reads the local control plane's ConfigMap; a cluster without it (or one where the
