@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from operators.runtime.engine.runs import SshOptions
 
 CRD_DIRS = (Path("crds"), Path("charts/stead/files/crds"))  # checked in, and the chart's copy
+POLICIES_DIR = Path("charts/stead/files/policies")  # the shard-label ValidatingAdmissionPolicy, for the chart
 OBJECTS_DIR = Path("charts/stead/files/objects")  # the objects Stead ships (built-in ClusterLifecycles), for the chart
 
 SCHEME = """\
@@ -289,6 +290,11 @@ def _operator_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--webhook-listen", default="127.0.0.1")
     run.add_argument("--webhook-port", type=int, default=9443)
     run.add_argument("--webhook-cert-dir", type=Path, default=Path("/etc/stead/webhook"))
+    run.add_argument("--webhook-client-ca", default="auto", metavar="auto|off|PATH",
+                     help="serve admission reviews only to clients with a certificate of this CA (the API "
+                     "server's webhook client certificate): a CA bundle file; auto (the default): the local "
+                     "control plane's (ConfigMap kube-system/stead-webhook-client-ca), else off with a warning; "
+                     "off: any client that reaches the port")
     run.add_argument("--config-api-port", type=int, default=8443, help="the configuration HTTP API's port (0: off)")
     run.add_argument("--config-api-listen", default="127.0.0.1")
     run.add_argument("--config-api-cert-dir", type=Path,
@@ -394,6 +400,7 @@ def _non_negative(text: str) -> int:
 def _cmd_crds(args: argparse.Namespace) -> int:
     from operators.catalog import KINDS
     from operators.runtime.kube import crds as crdgen
+    from operators.runtime.shard.policy import shard_label_policy
 
     stale = []
     files = [(directory / f"{kind.plural}.yaml", crdgen.render(kind)) for directory in args.dir or CRD_DIRS
@@ -401,6 +408,7 @@ def _cmd_crds(args: argparse.Namespace) -> int:
     if not args.dir:
         files += [(OBJECTS_DIR / f"{kind.plural}-{obj['metadata']['name']}.yaml", crdgen.render_object(obj))
                   for kind in KINDS for obj in crdgen.shipped_objects(kind)]
+        files += [(POLICIES_DIR / "shard-labels.yaml", crdgen.render_object(shard_label_policy()[0]))]
     for path, text in files:
         if args.check:
             if not path.exists() or path.read_text() != text:
@@ -556,10 +564,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     webhook = None
     if args.webhook == "local":
         webhook = WebhookOptions(listen=args.webhook_listen, port=args.webhook_port,
-                                 register_url=f"https://{args.webhook_listen}:{args.webhook_port}")
+                                 register_url=f"https://{args.webhook_listen}:{args.webhook_port}",
+                                 client_ca=args.webhook_client_ca)
     elif args.webhook == "mounted":
         webhook = WebhookOptions(listen=args.webhook_listen, port=args.webhook_port,
-                                 certfile=args.webhook_cert_dir / "tls.crt", keyfile=args.webhook_cert_dir / "tls.key")
+                                 certfile=args.webhook_cert_dir / "tls.crt", keyfile=args.webhook_cert_dir / "tls.key",
+                                 client_ca=args.webhook_client_ca)
     store_path = args.store or home / "store"
     runs = dict(trusted_local_namespaces=trusted, script_user=run_scripts_as, exec_in_jobs=args.exec_in_jobs,
                 job_image=args.job_image, job_service_account=args.job_service_account,

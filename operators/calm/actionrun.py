@@ -244,7 +244,9 @@ async def _secret_value(
     """
     if source.vault_ref is not None:
         try:
-            return str(ctx.services.vault.get(ctx.obj.namespace, source.vault_ref, owner=secret_owner(blueprint)))
+            # `refreshed`: stored by the replica that served the admission request, maybe not this one
+            return str(await ctx.services.vault.refreshed(ctx.obj.namespace, source.vault_ref,
+                                                          owner=secret_owner(blueprint)))
         except VaultError as error:  # names the uuid and the owner, never a value
             raise PermanentError("SecretNotFound", str(error)) from None
     if source.secret_ref is not None:

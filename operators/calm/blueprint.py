@@ -7,7 +7,9 @@ no secret value is ever stored in the object.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import hmac
 import json
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
@@ -31,6 +33,8 @@ async def validate(ctx: StepContext) -> Mapping[str, Any]:
     if problems:
         raise PermanentError("InvalidSpec", "; ".join(problems), facts={"state": "Error", "errors": problems})
     services: Services | None = ctx.services
+    if services is not None:
+        await services.vault.fetch(ctx.obj.namespace, [ref for _, ref in vault_refs(ctx.obj.spec)])
     foreign = [] if services is None else foreign_refs(services.vault, ctx.obj.namespace, ctx.obj.name, ctx.obj.spec)
     if foreign:
         raise PermanentError("ForeignSecret", "; ".join(foreign), facts={"state": "Error", "errors": foreign})
@@ -119,6 +123,10 @@ async def check_vault_refs(request: AdmissionRequest) -> None:
     """Validating webhook: every vaultRef must be a secret this blueprint stored itself."""
     services: Services = request.services
     already = {ref for _, ref in vault_refs((request.old or {}).get("spec") or {})}
+    # the mutating call may have been served by another replica: its new entries are in the cluster copy
+    with contextlib.suppress(VaultError):  # the cluster copy unreadable: judged on what this store has
+        await services.vault.fetch(request.namespace,
+                                   [ref for _, ref in vault_refs(request.spec) if ref not in already])
     problems = foreign_refs(services.vault, request.namespace, request.name, request.spec, request.dry_run, already)
     if problems:
         raise Refusal("; ".join(problems), code=403)
@@ -147,7 +155,8 @@ async def move_inline_secrets(request: AdmissionRequest) -> dict[str, Any] | Non
     The value is accepted once and is never stored in the object, nor in the copy of the manifest
     that `kubectl apply` keeps in an annotation. Mutating webhooks run before validating ones, so
     the spec is checked here first: a refused object writes nothing to the vault. A dry run gets
-    the same answer with a placeholder uuid and writes nothing.
+    the same answer with a placeholder uuid and writes nothing. A value is never looked up among
+    the namespace's entries (that would be a guessing oracle): see `_same_entry`.
     """
     spec = copy.deepcopy(dict(request.spec))
     found = list(_inline_secrets(spec, "spec"))
@@ -172,10 +181,12 @@ async def move_inline_secrets(request: AdmissionRequest) -> dict[str, Any] | Non
                           "the vault records which blueprint owns it")
         services: Services = request.services
         owner = secret_owner(request.name)
+        stored = dict(vault_refs((request.old or {}).get("spec") or {})) if request.authenticated else {}
         for (path, secret), value in zip(found, values, strict=True):
             try:
-                # The same value applied again (a GitOps tool's every sync) reuses its entry.
-                ref = services.vault.find(request.namespace, owner, value)
+                # The same value applied again (a GitOps tool's every sync) keeps the entry the
+                # stored object already has at this field; anything else is a new entry.
+                ref = await _same_entry(services.vault, request.namespace, owner, stored.get(f"{path}.vaultRef"), value)
                 if ref is None:
                     ref = await services.vault.put(request.namespace, value, owner=owner)
             except VaultError as error:  # its message names no value
@@ -186,6 +197,26 @@ async def move_inline_secrets(request: AdmissionRequest) -> dict[str, Any] | Non
     if last_applied is not None:
         patch["metadata"] = {"annotations": {LAST_APPLIED: _scrub_last_applied(last_applied, refs)}}
     return patch
+
+
+async def _same_entry(vault: Vault, namespace: str, owner: str, ref: str | None, value: str) -> str | None:
+    """`ref` when it is `owner`'s entry holding exactly `value`, else None.
+
+    The only entry ever compared is the one the stored object (the API server's `old`, which only
+    an authenticated review carries) names at the same field: the answer never depends on any
+    other entry of the namespace, so a review cannot probe the vault for a value. (Before issue
+    25 every entry of the blueprint was searched, and a forged review for another namespace
+    answered with the victim's uuid when its guess was right.) The entry may have been written
+    by another replica: `refreshed` reads it from the cluster copy.
+    """
+    if ref is None:
+        return None
+    try:
+        current = await vault.refreshed(namespace, ref, owner)
+    except VaultError:
+        return None
+    same = hmac.compare_digest(current.encode("utf-8", "surrogatepass"), value.encode("utf-8", "surrogatepass"))
+    return ref if same else None
 
 
 def _scrub_last_applied(text: str, refs: Mapping[str, str]) -> str | None:

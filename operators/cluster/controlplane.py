@@ -20,6 +20,7 @@ still behave as in a real cluster, and Pods stay Pending.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import logging
 import ssl
@@ -122,6 +123,8 @@ class ClusterInfo:
     ca_cert: Path
     """The serving CA: verifies the apiserver's certificate."""
     audit_log: Path
+    webhook_client_ca: Path | None = None
+    """The CA of the client certificate the API server presents to admission webhooks."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,58 @@ def render_kubeconfig(
         "preferences": {},
     }
     return yaml.safe_dump(document, sort_keys=False)
+
+
+def render_webhook_client_kubeconfig(cert_pem: bytes, key_pem: bytes) -> str:
+    """The kubeconfig the API server reads for the credentials it presents to admission webhooks:
+    one user, `*` (every webhook, whatever its host), with the webhook client certificate."""
+    def encode(pem: bytes) -> str:
+        return base64.b64encode(pem).decode("ascii")
+
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "users": [{"name": "*", "user": {"client-certificate-data": encode(cert_pem),
+                                          "client-key-data": encode(key_pem)}}],
+    }
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+def render_admission_config(webhook_client_kubeconfig: Path) -> str:
+    """An AdmissionConfiguration naming that kubeconfig for both webhook admission plugins."""
+    plugins = [
+        {"name": name, "configuration": {
+            "apiVersion": "apiserver.config.k8s.io/v1", "kind": "WebhookAdmissionConfiguration",
+            "kubeConfigFile": str(webhook_client_kubeconfig)}}
+        for name in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")
+    ]
+    document = {"apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration", "plugins": plugins}
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+WEBHOOK_CLIENT_CA_CONFIGMAP: Final = "stead-webhook-client-ca"
+"""ConfigMap in kube-system (key `ca.crt`) where the plane publishes the CA of the certificate its
+API server presents to webhooks: `stead operator --webhook-client-ca auto` reads it."""
+
+
+def publish_webhook_client_ca(port: int, admin: ssl.SSLContext, ca_pem: bytes) -> bool:
+    """Server-side apply of the webhook client CA's ConfigMap; True once the API server took it."""
+    body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": WEBHOOK_CLIENT_CA_CONFIGMAP, "namespace": "kube-system",
+                                    "labels": {"app.kubernetes.io/part-of": "stead"}},
+                       "data": {"ca.crt": ca_pem.decode("ascii")}})
+    path = (f"/api/v1/namespaces/kube-system/configmaps/{WEBHOOK_CLIENT_CA_CONFIGMAP}"
+            "?fieldManager=stead-cluster&force=true")
+    connection = http.client.HTTPSConnection(LOOPBACK, port, timeout=5, context=admin)
+    try:
+        connection.request("PATCH", path, body, {"Content-Type": "application/apply-patch+yaml"})
+        response = connection.getresponse()
+        response.read()
+        return response.status in (200, 201)
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        connection.close()
 
 
 # --- the control plane -----------------------------------------------------------------------
@@ -271,6 +326,7 @@ class LocalControlPlane:
             home=self.home,
             ca_cert=pki.serving_ca_cert,
             audit_log=self.audit_log_path,
+            webhook_client_ca=pki.webhook_client_ca_cert,
         )
 
     # -- public operations --
@@ -399,6 +455,14 @@ class LocalControlPlane:
             0o600,
         )
         write_file_atomically(self._audit_policy, AUDIT_POLICY.encode())
+        write_file_atomically(
+            self._webhook_client_kubeconfig,
+            render_webhook_client_kubeconfig(pki.apiserver_webhook_client_cert.read_bytes(),
+                                             pki.apiserver_webhook_client_key.read_bytes()).encode(),
+            0o600,
+        )
+        write_file_atomically(self._admission_config,
+                              render_admission_config(self._webhook_client_kubeconfig).encode())
 
     @property
     def _controller_manager_kubeconfig(self) -> Path:
@@ -407,6 +471,14 @@ class LocalControlPlane:
     @property
     def _audit_policy(self) -> Path:
         return self._config_dir / "audit-policy.yaml"
+
+    @property
+    def _webhook_client_kubeconfig(self) -> Path:
+        return self._config_dir / "webhook-client.kubeconfig"
+
+    @property
+    def _admission_config(self) -> Path:
+        return self._config_dir / "admission.yaml"
 
     def _start_all(self, binaries: Binaries, deadline: float, keep: frozenset[str] = frozenset()) -> None:
         """Start etcd, the apiserver and the controller-manager in that order, but those in `keep`
@@ -438,6 +510,10 @@ class LocalControlPlane:
         default_sa = "/api/v1/namespaces/default/serviceaccounts/default"
         self._wait(lambda: http_status(ports.apiserver, default_sa, admin) == 200,
                    "the controller-manager to create the default ServiceAccount",
+                   started, deadline)
+        self._wait(lambda: publish_webhook_client_ca(ports.apiserver, admin,
+                                                     pki.webhook_client_ca_cert.read_bytes()),
+                   f"the webhook client CA in ConfigMap kube-system/{WEBHOOK_CLIENT_CA_CONFIGMAP}",
                    started, deadline)
 
     def _etcd_argv(self, etcd: Path) -> list[str]:
@@ -494,6 +570,9 @@ class LocalControlPlane:
             # A kubelet may only touch its own Node and the Pods bound to it, as in any cluster.
             "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=NodeRestriction",
+            # Admission webhooks get the API server's webhook client certificate, so that they can
+            # refuse reviews that do not come from it (a forged review is an attack, issue 25).
+            f"--admission-control-config-file={self._admission_config}",
         ]
 
     def _controller_manager_argv(self, binaries: Binaries, pki: PkiFiles) -> list[str]:

@@ -6,8 +6,11 @@ pair (RSA, no certificate) is made here.
 Kubernetes authenticates everything with X.509 here, as envtest does: a *serving* CA signs the
 kube-apiserver's (and controller-manager's) TLS certificates, a separate *client* CA signs the
 certificates users present (the admin's ``O=system:masters`` one, the controller-manager's), and
-an RSA key pair signs and verifies service-account tokens. (The operator makes its own webhook CA
-each time it starts in local mode: nothing here is needed for that.)
+an RSA key pair signs and verifies service-account tokens. A third CA, *webhook client*, signs only
+the certificate the API server presents to admission webhooks (``--admission-control-config-file``),
+so that a webhook that trusts this CA knows a review came from the API server and not from
+anything else that reaches its port. (The operator makes its own webhook *serving* CA each time it
+starts in local mode.)
 
 The files persist in ``<home>/pki``: CAs and the service-account key are made once (replacing
 them would invalidate the kubeconfig, tokens and caBundles handed out), leaf certificates are
@@ -55,6 +58,8 @@ APISERVER_HOSTS: Final = (
     SERVICE_IP,
 )
 LOOPBACK_HOSTS: Final = ("localhost", "127.0.0.1")
+WEBHOOK_CLIENT_USER: Final = "kube-apiserver-webhook-client"
+"""Who the API server is to an admission webhook (the CN of the certificate it presents)."""
 
 
 def make_rsa_key_pair(bits: int = 2048) -> tuple[bytes, bytes]:
@@ -133,6 +138,22 @@ class PkiFiles:
     @property
     def apiserver_kubelet_client_key(self) -> Path:
         return self._path("apiserver-kubelet-client.key")
+
+    @property
+    def webhook_client_ca_cert(self) -> Path:
+        return self._path("webhook-client-ca.crt")
+
+    @property
+    def webhook_client_ca_key(self) -> Path:
+        return self._path("webhook-client-ca.key")
+
+    @property
+    def apiserver_webhook_client_cert(self) -> Path:
+        return self._path("apiserver-webhook-client.crt")
+
+    @property
+    def apiserver_webhook_client_key(self) -> Path:
+        return self._path("apiserver-webhook-client.key")
 
     @property
     def service_account_key(self) -> Path:
@@ -226,6 +247,10 @@ def ensure_pki(directory: Path) -> PkiFiles:
                  client_ca, CONTROLLER_MANAGER_USER, client=True)
     _ensure_leaf(files.apiserver_kubelet_client_cert, files.apiserver_kubelet_client_key,
                  client_ca, KUBELET_CLIENT_USER, client=True)
+    webhook_client_ca = _ensure_ca(files.webhook_client_ca_cert, files.webhook_client_ca_key,
+                                   "stead-webhook-client-ca")
+    _ensure_leaf(files.apiserver_webhook_client_cert, files.apiserver_webhook_client_key,
+                 webhook_client_ca, WEBHOOK_CLIENT_USER, client=True)
 
     if not (files.service_account_key.exists() and files.service_account_public_key.exists()):
         private, public = make_rsa_key_pair()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import tempfile
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from operators.runtime.kube.admission import (
     validated_operations,
     validating_configuration,
 )
-from operators.runtime.kube.client import KubeClient, bearer_token, load_configuration
+from operators.runtime.kube.client import ApiError, KubeClient, Requester, bearer_token, load_configuration
 from operators.runtime.serving.certs import KeyPair, make_ca, make_leaf
 from operators.runtime.serving.tls import reload_certificate, server_context, write_private
 from operators.runtime.shard import BUCKET_LABEL, bucket_label
@@ -57,6 +58,13 @@ class WebhookOptions:
     `register_url` set: local mode, Stead registers a ValidatingWebhookConfiguration pointing at
     that URL with a CA it generates. Unset: the configuration comes from the Helm chart and the
     certificate from `certfile`/`keyfile` (a Secret mounted into the pod).
+
+    `client_ca`: who may send reviews. A path: a CA bundle; the server then requires a client
+    certificate it signed (the API server's, from its admission configuration), and refuses the
+    TLS handshake of anything else that reaches the port. "auto": the bundle the local control
+    plane publishes in ConfigMap kube-system/stead-webhook-client-ca, when there is one. "off" (or
+    "auto" finding none): any client is served, with a warning at start-up: whoever reaches the
+    port can then send forged reviews.
     """
 
     listen: str = "127.0.0.1"
@@ -64,6 +72,7 @@ class WebhookOptions:
     register_url: str | None = None
     certfile: Path | None = None
     keyfile: Path | None = None
+    client_ca: str = "auto"
 
 
 async def prepare_kopf(
@@ -78,15 +87,18 @@ async def prepare_kopf(
     logging.getLogger("kopf.objects").addFilter(_RefusalsAreNotErrors())
     registry = kopf.OperatorRegistry()
     kopf.on.login(registry=registry)(_login_with(kubeconfig))
-    if webhook is not None:
-        for kind in kinds:
-            _register(registry, kind, admission_services, label_buckets)
     settings = kopf.OperatorSettings()
+    client_ca: Path | None = None
+    if webhook is not None:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stead-webhook-")))
+        client_ca = await webhook_client_ca(kube, webhook.client_ca, tmp)
+        for kind in kinds:
+            _register(registry, kind, admission_services, label_buckets, authenticated=client_ca is not None)
     settings.posting.enabled = False  # Stead posts its own Events, one per transition
     settings.peering.standalone = True
     if webhook is not None:
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stead-webhook-")))
-        settings.admission.server, reloader = await _webhook_server(kube, kinds, webhook, tmp, label_buckets)
+        settings.admission.server, reloader = await _webhook_server(kube, kinds, webhook, tmp, label_buckets,
+                                                                    client_ca)
         if reloader is not None:
             task = asyncio.create_task(reloader)
             stack.callback(task.cancel)
@@ -129,7 +141,8 @@ def labels_buckets(kind: Kind, label_buckets: bool) -> bool:
     return label_buckets and not kind.cluster_scoped
 
 
-def _register(registry: kopf.OperatorRegistry, kind: Kind, services: Services, label_buckets: bool) -> None:
+def _register(registry: kopf.OperatorRegistry, kind: Kind, services: Services, label_buckets: bool,
+              authenticated: bool) -> None:
     labelled = labels_buckets(kind, label_buckets)
 
     def request(body: kopf.Body, dryrun: bool, extra: dict[str, Any]) -> AdmissionRequest:
@@ -141,7 +154,7 @@ def _register(registry: kopf.OperatorRegistry, kind: Kind, services: Services, l
             annotations=dict(meta.get("annotations") or {}),
             spec=dict(body.get("spec") or {}),
             old=dict(old) if old else None, dry_run=dryrun, services=services,
-            generated_name=not meta.get("name"),
+            generated_name=not meta.get("name"), authenticated=authenticated,
         )
 
     if kind.validates:
@@ -183,14 +196,56 @@ def _register(registry: kopf.OperatorRegistry, kind: Kind, services: Services, l
                 patch[key] = value
 
 
+WEBHOOK_CLIENT_CA_CONFIGMAP = "stead-webhook-client-ca"
+"""Where the local control plane publishes its API server's webhook client CA (kube-system, `ca.crt`)."""
+
+
+async def webhook_client_ca(kube: Requester, setting: str, tmp: Path) -> Path | None:
+    """The CA bundle that signs the API server's webhook client certificate, as a file; None: off.
+
+    "auto" reads the local control plane's ConfigMap; a cluster without it (or one where the
+    operator may not read kube-system) gets None, with a warning, like "off".
+    """
+    if setting == "off":
+        log.warning("admission webhooks: client certificates are not checked (--webhook-client-ca off): "
+                    "anything that reaches the webhook port can send forged admission reviews")
+        return None
+    if setting != "auto":
+        return Path(setting)  # a missing or unreadable file fails the start-up, naming it
+    try:
+        found = await kube.request("GET", f"/api/v1/namespaces/kube-system/configmaps/{WEBHOOK_CLIENT_CA_CONFIGMAP}")
+    except ApiError as error:
+        if error.status not in (403, 404):
+            raise
+        log.warning("admission webhooks: no webhook client CA found (ConfigMap kube-system/%s: %s), client "
+                    "certificates are not checked: anything that reaches the webhook port can send forged "
+                    "admission reviews; set --webhook-client-ca", WEBHOOK_CLIENT_CA_CONFIGMAP, error.status)
+        return None
+    pem = str((found.get("data") or {}).get("ca.crt") or "")
+    if "BEGIN CERTIFICATE" not in pem:
+        raise ValueError(f"ConfigMap kube-system/{WEBHOOK_CLIENT_CA_CONFIGMAP}: data.ca.crt holds no certificate")
+    path = tmp / "client-ca.crt"
+    path.write_text(pem)
+    return path
+
+
+def _require_client_certificates(context: ssl.SSLContext, client_ca: Path | None) -> None:
+    """Only a client with a certificate of `client_ca` completes the handshake (None: any client)."""
+    if client_ca is not None:
+        context.load_verify_locations(cafile=str(client_ca))
+        context.verify_mode = ssl.CERT_REQUIRED
+
+
 async def _webhook_server(
-    kube: KubeClient, kinds: Sequence[Kind], opts: WebhookOptions, tmp: Path, label_buckets: bool
+    kube: KubeClient, kinds: Sequence[Kind], opts: WebhookOptions, tmp: Path, label_buckets: bool,
+    client_ca: Path | None,
 ) -> tuple[kopf.WebhookServer, Coroutine[Any, Any, None] | None]:
     """The webhook server, and for mounted certificates the coroutine that reloads them."""
     if opts.register_url is None:
         if opts.certfile is None or opts.keyfile is None:
             raise ValueError("a mounted webhook certificate needs certfile and keyfile")
         context = server_context(opts.certfile, opts.keyfile)
+        _require_client_certificates(context, client_ca)
         # the files too: without them Kopf would try to make a self-signed certificate of its own
         # (and fail: its `certbuilder` is not installed), whatever the context holds
         server = kopf.WebhookServer(addr=opts.listen, port=opts.port, context=context, certfile=opts.certfile,
@@ -208,5 +263,8 @@ async def _webhook_server(
                                       also=lambda kind: labels_buckets(kind, label_buckets))
     if mutating is not None:
         await kube.apply(f"{api}/mutatingwebhookconfigurations/{MUTATING_CONFIGURATION}", mutating)
-    server = kopf.WebhookServer(addr=opts.listen, port=opts.port, certfile=tmp / "tls.crt", pkeyfile=tmp / "tls.key")
+    context = server_context(tmp / "tls.crt", tmp / "tls.key")
+    _require_client_certificates(context, client_ca)
+    server = kopf.WebhookServer(addr=opts.listen, port=opts.port, context=context, certfile=tmp / "tls.crt",
+                                pkeyfile=tmp / "tls.key")
     return server, None

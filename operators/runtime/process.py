@@ -31,6 +31,7 @@ from operators.runtime.secrets import open_vault
 from operators.runtime.serving.eventloop import freeze_startup_objects
 from operators.runtime.serving.metrics import HealthServer, Metrics
 from operators.runtime.shard import DEFAULT_DURATION, Sharding
+from operators.runtime.shard.policy import install_shard_label_policy
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,7 @@ async def run_operator(
                           lambda: len(member.owned()))
         if options.install_crds:
             await install_crds(kube, kinds)
+            await install_shard_label_policy(kube)  # the API server's own check of the sharding labels
         recorder = EventRecorder(writes, metrics, options.replica)
         vault = await open_vault(admission_kube, store, options.namespace)
         runs = options.runs or RunSettings.beside(options.store_path)

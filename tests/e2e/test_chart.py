@@ -33,6 +33,7 @@ from operators.runtime.kube.crds import (
     VALIDATING_ANNOTATION,
     shipped_objects,
 )
+from operators.runtime.shard.policy import shard_label_policy
 from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -497,6 +498,32 @@ def test_config_api_client_certificates_are_opt_in_with_the_role_to_read_the_cli
                                   "name": "extension-apiserver-authentication-reader"}
 
 
+def test_webhook_client_ca_is_required_when_given_and_off_saying_so_when_not(helm: Helm) -> None:
+    """Issue 25, finding 2: with webhook.clientCA the operator requires the API server's client
+    certificate (a ConfigMap of the CA, mounted); without it, it is told `off` (and warns)."""
+    default = _objects(_template(helm))
+    assert "--webhook-client-ca=off" in _operator(default)["args"]
+    assert not [o for o in default if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-client-ca")]
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    objects = _objects(_template(helm, "--set-string", f"webhook.clientCA={pem}"))
+    operator = _operator(objects)
+    assert "--webhook-client-ca=/etc/stead/webhook-client-ca/ca.crt" in operator["args"]
+    assert {"name": "webhook-client-ca", "mountPath": "/etc/stead/webhook-client-ca", "readOnly": True} in \
+        operator["volumeMounts"]
+    assert _named(objects, "ConfigMap", f"{RELEASE}-webhook-client-ca")["data"] == {"ca.crt": pem}
+
+
+def test_shard_label_policy_is_the_codes(helm: Helm) -> None:
+    """Issue 25, finding 16: the chart renders the same ValidatingAdmissionPolicy as the operator's
+    --install-crds, under the release's name, bound with Deny."""
+    objects = _objects(_template(helm))
+    policy = _named(objects, "ValidatingAdmissionPolicy", f"{RELEASE}-shard-labels")
+    expected, _ = shard_label_policy()
+    assert policy["spec"] == expected["spec"]
+    binding = _named(objects, "ValidatingAdmissionPolicyBinding", f"{RELEASE}-shard-labels")
+    assert binding["spec"] == {"policyName": f"{RELEASE}-shard-labels", "validationActions": ["Deny"]}
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize("values", [[], CERT_MANAGER], ids=["generated", "cert-manager"])
 def test_config_api_disabled_renders_none_of_it(helm: Helm, values: list[str]) -> None:
@@ -714,8 +741,10 @@ def test_the_operator_identity_cannot_change_or_delete_a_users_configmap(
     (impersonated) may change its own ConfigMaps, never a user's, whatever RBAC grants it."""
     release = f"{chart_namespace}-stead"
     objects = _objects(_template(helm, namespace=chart_namespace, release=release))
-    policy = _one(objects, "ValidatingAdmissionPolicy")
-    binding = _one(objects, "ValidatingAdmissionPolicyBinding")
+    [policy] = [o for o in _of_kind(objects, "ValidatingAdmissionPolicy")
+                if o["metadata"]["name"].endswith("-own-configmaps")]
+    [binding] = [o for o in _of_kind(objects, "ValidatingAdmissionPolicyBinding")
+                 if o["metadata"]["name"].endswith("-own-configmaps")]
     account = _one(objects, "ServiceAccount")["metadata"]["name"]
     as_operator = f"--as=system:serviceaccount:{chart_namespace}:{account}"
     kubectl("apply", "-f", "-", input=yaml.safe_dump_all([policy, binding]))

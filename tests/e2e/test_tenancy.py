@@ -86,16 +86,17 @@ def test_another_namespace_can_neither_read_nor_delete_a_teams_secret(
 
     attacks = {
         # eve names the team's uuid (uuids are in specs, which `view` can read)
-        "vaultRef": (eve, "steal", {}),
-        # ... and labels her object with the team's project
-        "label": (eve, "steal-labelled", {"labels": {"stead.dev/project": namespace}}),
+        "vaultRef": (eve, "steal", {}, f"spec.credentials[0].secret.vaultRef: {ref} {REFUSED} steal"),
+        # ... and labels her object with the team's project: the shard-label policy refuses the label
+        "label": (eve, "steal-labelled", {"labels": {"stead.dev/project": namespace}},
+                  f"metadata.labels[stead.dev/project]: {namespace} is not a project of namespace {eve}"),
         # another blueprint of the same namespace: a secret is its own object's, not the namespace's
-        "other object": (namespace, "thief", {}),
+        "other object": (namespace, "thief", {}, f"spec.credentials[0].secret.vaultRef: {ref} {REFUSED} thief"),
     }
-    for what, (ns, name, metadata) in attacks.items():
+    for what, (ns, name, metadata, refusal) in attacks.items():
         result = kubectl("create", "-f", "-", input=bp_manifest(name, ns, stolen(ref), **metadata), check=False)
         assert result.returncode != 0, what
-        assert f"spec.credentials[0].secret.vaultRef: {ref} {REFUSED} {name}" in result.stderr, (what, result.stderr)
+        assert refusal in result.stderr, (what, result.stderr)
     assert team_values(kubectl, namespace) == before
 
     # With the webhooks gone, the API server still refuses a value in plain text...
@@ -105,9 +106,12 @@ def test_another_namespace_can_neither_read_nor_delete_a_teams_secret(
         assert result.returncode != 0
         assert "spec.credentials[0].secret.value" in result.stderr
         assert "accepted only through Stead's admission webhook" in result.stderr
-        # ...and a foreign reference it cannot judge gets in, but goes no further than Error,
-        kubectl("create", "-f", "-", input=bp_manifest("sneak", eve, stolen(ref),
-                                                       labels={"stead.dev/project": namespace}))
+        # ...and so does the team's project label (the shard-label policy is the API server's own)...
+        result = kubectl("create", "-f", "-", input=bp_manifest("sneak", eve, stolen(ref),
+                                                                labels={"stead.dev/project": namespace}), check=False)
+        assert result.returncode != 0 and "is not a project of namespace" in result.stderr, result.stderr
+        # ...while a foreign reference it cannot judge gets in, but goes no further than Error,
+        kubectl("create", "-f", "-", input=bp_manifest("sneak", eve, stolen(ref)))
     status = wait_until(lambda: get_bp(kubectl, eve, "sneak").get("status", {}).get("state") == "Error"
                         and get_bp(kubectl, eve, "sneak")["status"], 30, "the foreign reference to be refused")
     stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")

@@ -85,6 +85,9 @@ class AdmissionRequest:
     services: Any = None
     annotations: Mapping[str, str] = field(default_factory=dict)
     generated_name: bool = False  # `name` is a generateName prefix: the final name is not known yet
+    authenticated: bool = False
+    """The webhook server requires the API server's client certificate: the request (its namespace,
+    its `old`) is the API server's, not whatever a client that reached the port wrote."""
 
 
 class Refusal(Exception):

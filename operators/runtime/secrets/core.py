@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import uuid as uuidlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from operators.runtime.core.store import LocalStore
@@ -114,6 +113,33 @@ class Vault:
                              "(if the project moved here, recover it from its cluster copy)")
         return self._decrypt_str(project, uuid, blob)
 
+    async def fetch(self, project: str, uuids: Collection[str]) -> int:
+        """Copy into LMDB the entries among `uuids` that LMDB lacks and the cluster copy holds (and
+        that decrypt there, for this project and uuid); how many came. Reads the cluster copy only.
+
+        With several replicas an entry is written by whichever replica served the admission
+        request (into its LMDB and the cluster copy), so another replica's LMDB may lack it: its
+        validating webhook, and the project's holder when a run opens it, read it from the cluster
+        copy here (issue 25, finding 7). Nothing is written back, so a replica that does not hold
+        the project changes nothing of it.
+        """
+        _check(project)
+        missing = {uuid for uuid in uuids if _is_uuid(uuid) and self._blob(project, uuid) is None}
+        if not missing:
+            return 0
+        async with self._lock(project):
+            remote = await self._cluster.load(project)
+            found = {uuid: remote[uuid] for uuid in missing if uuid in remote
+                     and self._blob(project, uuid) is None and self._opens(project, uuid, remote[uuid])}
+            self._write(project, found)
+        return len(found)
+
+    async def refreshed(self, project: str, uuid: str, owner: str | None = None) -> str:
+        """`get`, after `fetch`ing the entry when this store lacks it."""
+        _check(project, uuid)
+        await self.fetch(project, [uuid])
+        return self.get(project, uuid, owner)
+
     def owner_of(self, project: str, uuid: str) -> str | None:
         """Who stored a secret ("" for a version 1 blob), or None when the project has no such uuid."""
         _check(project, uuid)
@@ -125,26 +151,6 @@ class Vault:
         _check(project)
         return [Entry(uuid, header.owner, header.created)
                 for uuid, header in ((u, blob_header(b)) for u, b in self._items(project))]
-
-    def find(self, project: str, owner: str, value: str) -> str | None:
-        """The uuid of a secret of `owner` holding exactly `value`, if there is one.
-
-        So that a GitOps tool applying the same inline value again reuses the entry instead of
-        adding one per apply. Every candidate is compared in constant time.
-        """
-        _check(project)
-        wanted = value.encode("utf-8", "surrogatepass")
-        found: str | None = None
-        for uuid, blob in self._items(project):
-            if blob_header(blob).owner != owner:
-                continue
-            try:
-                plaintext = decrypt(self._keys, project, uuid, blob)
-            except VaultError:
-                continue
-            if hmac.compare_digest(plaintext, wanted) and found is None:
-                found = uuid
-        return found
 
     def uuids(self, project: str) -> list[str]:
         """The uuids of a project's secrets, sorted."""

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from operators.cluster import pki
-from operators.cluster.controlplane import render_kubeconfig
+from operators.cluster.controlplane import render_admission_config, render_kubeconfig, render_webhook_client_kubeconfig
 from operators.runtime.serving.certs import KeyPair, make_ca, make_leaf
 
 
@@ -87,6 +87,26 @@ def test_the_two_cas_are_distinct(files: pki.PkiFiles) -> None:
     cas = [files.serving_ca_cert, files.client_ca_cert]
     subjects = {_cert(path.read_bytes()).subject.rfc4514_string() for path in cas}
     assert subjects == {"CN=stead-serving-ca", "CN=stead-client-ca"}
+
+
+def test_the_api_servers_webhook_certificate_has_a_ca_of_its_own_named_in_the_admission_config(
+    files: pki.PkiFiles, tmp_path: Path,
+) -> None:
+    """Issue 25, finding 2: a webhook that trusts this CA trusts the API server alone, not the
+    users whose certificates the client CA signs; the API server presents it to every webhook."""
+    cert = _cert(files.apiserver_webhook_client_cert.read_bytes())
+    cert.verify_directly_issued_by(_cert(files.webhook_client_ca_cert.read_bytes()))
+    assert _subject(cert, NameOID.COMMON_NAME) == [pki.WEBHOOK_CLIENT_USER]
+    assert _usages(cert) == {ExtendedKeyUsageOID.CLIENT_AUTH}
+    cas = {_cert(p.read_bytes()).subject for p in (files.client_ca_cert, files.webhook_client_ca_cert)}
+    assert len(cas) == 2
+    kubeconfig = yaml.safe_load(render_webhook_client_kubeconfig(b"CERT", b"KEY"))
+    assert kubeconfig["users"] == [{"name": "*", "user": {"client-certificate-data": base64.b64encode(b"CERT").decode(),
+                                                          "client-key-data": base64.b64encode(b"KEY").decode()}}]
+    config = yaml.safe_load(render_admission_config(tmp_path / "webhook.kubeconfig"))
+    assert {p["name"]: p["configuration"]["kubeConfigFile"] for p in config["plugins"]} == {
+        "ValidatingAdmissionWebhook": str(tmp_path / "webhook.kubeconfig"),
+        "MutatingAdmissionWebhook": str(tmp_path / "webhook.kubeconfig")}
 
 
 def test_the_service_account_key_pair_signs_and_verifies() -> None:

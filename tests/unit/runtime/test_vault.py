@@ -510,13 +510,26 @@ def test_delete_by_another_owner_removes_nothing(vault: Vault, copy: MemoryClust
     assert vault.owner_of(PROJECT, ref) is None and ref not in copy.projects.get(PROJECT, {})
 
 
-def test_find_returns_the_owners_entry_with_that_value_only(vault: Vault) -> None:
-    mine = run(vault.put(PROJECT, SECRET, owner=OWNER))
-    run(vault.put(PROJECT, SECRET, owner="Blueprint/other"))
-    run(vault.put(PROJECT, "something-else", owner=OWNER))
-    assert vault.find(PROJECT, OWNER, SECRET) == mine
-    assert vault.find(PROJECT, OWNER, SECRET + "x") is None
-    assert vault.find("eve", OWNER, SECRET) is None
+def test_another_replica_fetches_a_new_entry_from_the_cluster_copy_and_writes_nothing(
+    vault: Vault, keys: MasterKey, copy: MemoryClusterCopy, tmp_path: Path,
+) -> None:
+    """Issue 25, finding 7: the entry written by the replica that served the mutating webhook is
+    read from the cluster copy by the replica that serves the validating one, or holds the project."""
+    other_store = LocalStore(tmp_path / "other")
+    try:
+        other = Vault(other_store, keys, copy)
+        ref = run(vault.put(PROJECT, SECRET, owner=OWNER))
+        assert other.owner_of(PROJECT, ref) is None  # its own store has not seen it
+        before = {project: dict(blobs) for project, blobs in copy.projects.items()}
+        assert run(other.refreshed(PROJECT, ref, owner=OWNER)) == SECRET
+        assert other.owner_of(PROJECT, ref) == OWNER
+        assert run(other.fetch(PROJECT, [ref, "not-a-uuid", "00000000-0000-4000-8000-00000000dead"])) == 0
+        assert run(other.fetch("eve", [ref])) == 0  # another project's entry stays where it is
+        with pytest.raises(VaultError):
+            run(other.refreshed("eve", ref, owner=OWNER))
+        assert copy.projects == before  # reading is all it did
+    finally:
+        other_store.close()
 
 
 def test_entries_list_owner_and_age_and_rotation_keeps_both(vault: Vault) -> None:

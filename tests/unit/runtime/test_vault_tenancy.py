@@ -4,6 +4,7 @@ run-time check and the collector of unreferenced entries, without a cluster."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Coroutine, Iterator, Mapping
 from pathlib import Path
 from types import SimpleNamespace
@@ -120,12 +121,39 @@ def test_inline_secrets_need_a_fixed_name(vault: Vault) -> None:
     assert vault.projects() == []
 
 
+def reapplied_ref(vault: Vault, name: str, value: str, old_ref: str, namespace: str = TEAM,
+                  authenticated: bool = True) -> str:
+    """The vaultRef an UPDATE gets whose stored object (`old`) holds `old_ref` at the same field."""
+    request = admission(vault, namespace, name, spec_with({"value": value}),
+                        old={"spec": spec_with({"vaultRef": old_ref})})
+    request = dataclasses.replace(request, authenticated=authenticated)
+    patch = run(move_inline_secrets(request))
+    assert patch is not None
+    ref: str = patch["spec"]["credentials"][0]["secret"]["vaultRef"]
+    return ref
+
+
 def test_the_same_value_applied_again_reuses_its_entry(vault: Vault) -> None:
     first = stored_ref(vault, TEAM, "web")
-    assert stored_ref(vault, TEAM, "web") == first
-    assert stored_ref(vault, TEAM, "other") != first  # another blueprint's own entry
-    assert stored_ref(vault, TEAM, "web", "a-new-value-9") != first
+    assert reapplied_ref(vault, "web", VALUE, first) == first
+    assert reapplied_ref(vault, "other", VALUE, first) != first  # another blueprint's own entry
+    assert reapplied_ref(vault, "web", "a-new-value-9", first) != first
     assert len(vault.entries(TEAM)) == 3
+
+
+def test_no_review_learns_whether_it_guessed_a_stored_value(vault: Vault) -> None:
+    """Issue 25, finding 2: a review naming the victim's namespace and blueprint once answered
+    with the victim's uuid when its value was right. Now a value is compared with nothing but the
+    entry the API server's stored object names, and only in an authenticated review: right and
+    wrong guesses get the same kind of answer, a fresh uuid."""
+    victim = stored_ref(vault, TEAM, "web")
+    guesses = ("wrong-1", VALUE, "wrong-2", VALUE)  # bounded: a right guess among wrong ones
+    for guess in guesses:
+        assert stored_ref(vault, TEAM, "web", guess) != victim  # no `old`: nothing compared
+    for guess in guesses:
+        # a forged `old` naming the victim's uuid, sent where the sender is not authenticated
+        assert reapplied_ref(vault, "web", guess, victim, authenticated=False) != victim
+    assert len({e.uuid for e in vault.entries(TEAM)}) == 9
 
 
 def obj(namespace: str, name: str, spec: dict[str, Any], labels: Mapping[str, str] | None = None) -> Observed:
