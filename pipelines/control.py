@@ -37,7 +37,7 @@ from typing import Any
 
 from pipelines.model import Workflow
 from pipelines.paths import RunPaths
-from pipelines.store import open_store
+from pipelines.store import borrowed_store
 
 SAFE_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "TMPDIR")
 """The only variables a runner inherits. Everything else (KUBECONFIG, KUBERNETES_SERVICE_HOST,
@@ -196,11 +196,11 @@ def read_status(paths: RunPaths) -> dict[str, Any] | None:
     """The whole run from the store: the run record plus every step record (masked, bounded output)."""
     if not paths.store.exists():
         return None
-    store = open_store(paths.store)
-    run = store.run(paths.uid)
-    if run is None:
-        return None
-    run["steps"] = [record for _, record in store.steps(paths.uid)]
+    with borrowed_store(paths.store) as store:
+        run = store.run(paths.uid)
+        if run is None:
+            return None
+        run["steps"] = [record for _, record in store.steps(paths.uid)]
     counts: dict[str, int] = {}
     for record in run["steps"]:
         counts[record["state"]] = counts.get(record["state"], 0) + 1
@@ -222,4 +222,7 @@ def forget_run(paths: RunPaths) -> int:
     """Delete a finished run's records and Targets (its files are the caller's to remove)."""
     if is_running(paths):
         raise RuntimeError(f"run {paths.uid} is running")
-    return open_store(paths.store).delete_run(paths.uid)
+    if not paths.store.exists():
+        return 0
+    with borrowed_store(paths.store) as store:
+        return store.delete_run(paths.uid)

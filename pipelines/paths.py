@@ -1,6 +1,6 @@
 """Where a run keeps its files under the state directory (shared by the runner and its callers).
 
-    <state>/store/                      the LMDB run store (all runs, keyed by uid)
+    <state>/runs/<uid>/store/           the run's LMDB store (see pipelines.store: one per run)
     <state>/runs/<uid>/workflow.json    the workflow, as the caller wrote it
     <state>/runs/<uid>/status.json      progress summary, rewritten atomically while the run goes
     <state>/runs/<uid>/lock             flock-ed by the live runner (one runner per uid; liveness)
@@ -27,7 +27,7 @@ class RunPaths:
 
     @property
     def store(self) -> Path:
-        return self.state_dir / "store"
+        return self.run_dir / "store"
 
     @property
     def run_dir(self) -> Path:

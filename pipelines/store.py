@@ -1,4 +1,10 @@
-"""The run store: one LMDB environment under the state directory, keyed by run uid.
+"""The run store: one LMDB environment per run, in the run's directory, keyed by run uid.
+
+One environment per run rather than one for all: LMDB tells its readers apart by pid, and the
+operator's replicas, each in a Pod of its own, are all pid 1 (their runners have small pids too)
+on the runs volume they share with sharding; in one environment they took each other for the same
+process and all but the first failed every transaction. A run is handled by one replica at a time
+(its project's holder), so an environment is only ever used from one pid namespace.
 
 Three named databases, every key prefixed with ``<uid>/`` so that runs never collide and one
 run's keys are a contiguous range:
@@ -17,12 +23,15 @@ Commits do not fsync by default: a killed runner loses nothing (the pages are in
 only a machine crash can lose the last commits, and then the worst case is that an instance whose
 effect had happened runs again. `durable=True` trades a disk flush per commit for that case.
 
-LMDB must not be opened twice in one process, so environments are shared per path (`open_store`);
-the operator's process and the runner's process may each hold one on the same directory.
+LMDB must not be opened twice in one process, so environments are shared per path (`open_store`
+keeps one for the process's life: the runner's), and a reader of many runs (the operator) borrows
+one only while it reads (`borrowed_store`); the operator's process and the runner's process may
+each hold one on the same directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -51,7 +60,39 @@ def open_store(path: Path, durable: bool = False) -> RunStore:
         if store is None or store.closed:
             store = RunStore(path, durable=durable)
             _OPEN[resolved] = store
+        _KEPT.add(resolved)
         return store
+
+
+_BORROWED: dict[str, int] = {}
+"""Readers of a borrowed environment, by path: the last one closes it (unless `open_store` kept it)."""
+_KEPT: set[str] = set()
+
+
+@contextlib.contextmanager
+def borrowed_store(path: Path) -> Iterator[RunStore]:
+    """The store of `path` for one read: the process's own handle when it has one, else one opened
+    here and closed when its last borrower is done, so that a process reading many runs does not hold
+    an environment (two descriptors and a map) for each run it ever read."""
+    resolved = str(path.resolve())
+    with _OPEN_LOCK:
+        store = _OPEN.get(resolved)
+        if store is None or store.closed:
+            store = RunStore(path)
+            _OPEN[resolved] = store
+        _BORROWED[resolved] = _BORROWED.get(resolved, 0) + 1
+    try:
+        yield store
+    finally:
+        with _OPEN_LOCK:
+            _BORROWED[resolved] -= 1
+            last = not _BORROWED[resolved] and resolved not in _KEPT
+            if not _BORROWED[resolved]:
+                del _BORROWED[resolved]
+            if last:
+                del _OPEN[resolved]
+        if last:
+            store.close()
 
 
 def _dumps(data: Any) -> bytes:
@@ -79,6 +120,7 @@ class RunStore:
             for key, store in list(_OPEN.items()):
                 if store is self:
                     del _OPEN[key]
+                    _KEPT.discard(key)
         if not self.readonly:
             self._env.sync(True)
         self._env.close()

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -15,7 +19,7 @@ from cryptography.exceptions import InvalidTag
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.control import is_running, read_output, read_progress, read_status
+from pipelines.control import forget_run, is_running, read_output, read_progress, read_status
 from pipelines.executors import StepContext, StepFailed, StepResult, default_executors
 from pipelines.hooks import MASK, SUBSTITUTE, Hooks, SealedSecrets, new_run_key, seal, substitute
 from pipelines.model import Instance, Workflow
@@ -348,15 +352,50 @@ def test_output_in_status_is_bounded_and_whole_in_the_file(tmp_path: Path) -> No
     assert read_output(RunPaths(tmp_path, "r1"), "chatty").splitlines() == [str(i) for i in range(1, 5001)]
 
 
-def test_runs_are_keyed_by_uid_in_one_store(tmp_path: Path) -> None:
+def test_each_run_has_a_store_of_its_own(tmp_path: Path) -> None:
     workflow = wf({"id": "a", "type": "noop"})
     run_workflow(workflow, "one", tmp_path)
     run_workflow(workflow, "two", tmp_path)
-    store = open_store(RunPaths(tmp_path, "one").store)
-    assert {"one", "two"} <= set(store.run_ids())
-    assert store.is_done("one", "a") and store.is_done("two", "a")
-    assert store.delete_run("one") == 4  # step record, its Target, the run's Target, the run record
-    assert not store.is_done("one", "a") and store.is_done("two", "a")
+    one, two = (open_store(RunPaths(tmp_path, uid).store) for uid in ("one", "two"))
+    assert one.path != two.path and one.run_ids() == ["one"] and two.run_ids() == ["two"]
+    assert one.is_done("one", "a") and two.is_done("two", "a")
+    assert forget_run(RunPaths(tmp_path, "one")) == 4  # step record, its Target, the run's Target, the run record
+    assert not one.is_done("one", "a") and two.is_done("two", "a")
+
+
+HOLDER = """
+import sys
+from pathlib import Path
+from pipelines.paths import RunPaths
+from pipelines.store import open_store
+state, uid = Path(sys.argv[1]), sys.argv[2]
+store = open_store(RunPaths(state, uid).store)
+store.put_run(uid, {"phase": "running"})
+print("open", flush=True)
+sys.stdin.readline()  # the store stays open (a runner in its run) until told
+store.put_step(uid, "a", {"state": "success"}, done=True)
+print("done", flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="PID namespaces need root")
+def test_runs_of_processes_in_other_pid_namespaces_on_one_state_volume(tmp_path: Path) -> None:
+    """Sharded replicas share the runs volume, each in a Pod of its own: same pids (1, and small ones
+    for runners) in different PID namespaces. LMDB tells readers apart by pid: one store for all runs
+    failed every transaction of the second replica (`mdb_txn_begin: Resource temporarily unavailable`)."""
+    def holder(uid: str) -> subprocess.Popen[str]:
+        process = subprocess.Popen(["unshare", "--pid", "--fork", sys.executable, "-c", HOLDER, str(tmp_path), uid],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])})
+        assert process.stdout is not None
+        assert process.stdout.readline() == "open\n", process.communicate(timeout=30)[1]
+        return process
+
+    first = holder("replica-a-run")
+    second = holder("replica-b-run")  # while the first holds its store open
+    for process in (second, first):
+        out, err = process.communicate("\n", timeout=30)
+        assert (process.returncode, out) == (0, "done\n"), err
 
 
 # -- the scheduler on its own ----------------------------------------------------------------------
