@@ -41,6 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from operators.runtime.kube.admission import MUTATING_CONFIGURATION, WEBHOOK_CONFIGURATION
 from operators.runtime.kube.client import USER_AGENT
 from tests.e2e.conftest import (
+    IMAGE_BUILD_SECONDS,
     ROOT,
     AuditEntry,
     AuditLog,
@@ -186,6 +187,27 @@ class ChartRelease:
         self.kubectl("wait", "--for=condition=Ready", "-n", self.namespace, f"--timeout={seconds}s",
                      f"pod/{self.pod_name(ordinal)}")
         return self.pod(ordinal)
+
+
+def diagnose(release: ChartRelease, projects: list[str]) -> None:
+    """After a failure, what explains it: the projects' Stead objects and Jobs, the claims, and the end of
+    every operator Pod's log (also written whole beside the values files)."""
+    kubectl = release.kubectl
+    parts = []
+    for project in projects:
+        found = kubectl("get", "stead,jobs,pods", "-n", project, "-o", "wide", check=False)
+        parts.append(f"--- {project}\n{found.stdout}{found.stderr}")
+        found = kubectl("get", "apps,actionruns", "-n", project, "-o", "yaml", check=False)
+        parts.append(found.stdout[-6000:])
+    found = kubectl("get", "leases,pods", "-n", release.namespace, "-o", "wide", check=False)
+    parts.append(f"--- {release.namespace}\n{found.stdout}{found.stderr}")
+    for pod in release.pods():
+        name = pod["metadata"]["name"]
+        for previous in ((), ("--previous",)):
+            log = kubectl("logs", name, "-n", release.namespace, "-c", "operator", *previous, check=False)
+            (release.work / f"{name}{''.join(previous)}.log").write_text(log.stdout + log.stderr)
+            parts.append(f"--- log of {name} {' '.join(previous)}\n" + "\n".join(log.stdout.splitlines()[-60:]))
+    print(f"\n=== diagnostics (logs in {release.work})\n" + "\n".join(parts))
 
 
 @contextlib.contextmanager
@@ -368,11 +390,13 @@ class Single:
 
 @pytest.fixture(scope="module")
 def single(node_image: str, helm_cli: Helm, kubectl: Kubectl, operator: OperatorProcess, audit: AuditLog,
-           host_volumes: HostVolumes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Single]:
+           host_volumes: HostVolumes, tmp_path_factory: pytest.TempPathFactory,
+           request: pytest.FixtureRequest) -> Iterator[Single]:
     suffix = uuid.uuid4().hex[:6]
     release = ChartRelease(helm_cli, kubectl, "nodeop", f"stead-node-{suffix}", chart_values(node_image),
                            tmp_path_factory.mktemp("node-chart"))
     project = f"t-node-chart-{suffix}"
+    failed = request.session.testsfailed
     with session_operator_stopped(operator, kubectl):
         try:
             kubectl("create", "namespace", release.namespace)
@@ -383,6 +407,8 @@ def single(node_image: str, helm_cli: Helm, kubectl: Kubectl, operator: Operator
             release.install()
             yield Single(release, project, store, mark)
         finally:
+            if request.session.testsfailed > failed and release.installed:
+                diagnose(release, [project])
             if release.installed:
                 release.uninstall(check=False)
             kubectl("delete", "namespace", project, release.namespace, "--wait=false", check=False)
@@ -392,7 +418,7 @@ def single(node_image: str, helm_cli: Helm, kubectl: Kubectl, operator: Operator
 # --- the tests, in order -------------------------------------------------------------------------------------
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(IMAGE_BUILD_SECONDS + 600)  # its setup may build the image and start the node
 def test_the_operator_in_its_pod_makes_every_kind_ready_with_its_service_account_only(
         single: Single, node: LocalNode, kubectl: Kubectl, audit: AuditLog) -> None:
     release, ns = single.release, single.project
@@ -432,7 +458,7 @@ def test_the_operator_in_its_pod_makes_every_kind_ready_with_its_service_account
     # The create action's script ran as a Job, in a Pod on the node, under the namespace's account.
     create = get(kubectl, "actionrun", "demo-create", ns)["status"]
     assert create["state"] == "Succeeded", create
-    hello = task(create, "hello")
+    hello = task(create, "S/hello")  # a service action's task: <service>/<task>
     assert "created S in " in hello["replicas"][0]["output"] and "as 65532" in hello["replicas"][0]["output"], hello
     [job] = jobs_of(kubectl, ns, hello)
     pods = json.loads(kubectl("get", "pods", "-n", ns, "-l", f"job-name={job['metadata']['name']}", "-o",
