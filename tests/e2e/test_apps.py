@@ -27,6 +27,7 @@ from operators.cluster import Binaries, LocalControlPlane
 from operators.runtime.kube.client import USER_AGENT
 from pipelines.control import read_status, run_paths
 from tests.e2e.conftest import ROOT, STEAD, AuditLog, Kubectl, OperatorProcess, wait_until
+from tests.e2e.tenant_accounts import grant_secret
 
 SECRET = "pw-Zq81-never-shown"
 
@@ -113,6 +114,7 @@ def test_app_three_tier_launches_in_dependency_order_and_hides_its_secret(
 ) -> None:
     mark = audit.mark()
     kubectl("create", "secret", "generic", "three-tier-db", "-n", namespace, f"--from-literal=password={SECRET}")
+    grant_secret(kubectl, namespace, "three-tier-db")  # runs read it as the namespace's service account
     body = yaml.safe_load((ROOT / "examples" / "blueprint-three-tier.yaml").read_text())
     body["metadata"]["namespace"] = namespace
     apply(kubectl, body)
@@ -301,6 +303,7 @@ def test_app_delete_runs_its_delete_action_dependents_first(
     operator: OperatorProcess, kubectl: Kubectl, namespace: str, audit: AuditLog
 ) -> None:
     kubectl("create", "secret", "generic", "three-tier-db", "-n", namespace, f"--from-literal=password={SECRET}")
+    grant_secret(kubectl, namespace, "three-tier-db")  # runs read it as the namespace's service account
     body = yaml.safe_load((ROOT / "examples" / "blueprint-three-tier.yaml").read_text())
     body["metadata"]["namespace"] = namespace
     for service in body["spec"]["services"]:  # each service removes itself: the order shows in the run log
@@ -418,6 +421,7 @@ def stead(operator: OperatorProcess, *args: str) -> subprocess.CompletedProcess[
 
 def test_app_cli_launch_run_logs_and_abort(operator: OperatorProcess, kubectl: Kubectl, namespace: str) -> None:
     kubectl("create", "secret", "generic", "cli-cred", "-n", namespace, f"--from-literal=password={SECRET}")
+    grant_secret(kubectl, namespace, "cli-cred")
     spec = small_spec()
     spec["credentials"] = [{"name": "cred", "type": "password", "username": "ops",
                             "secret": {"secretRef": {"name": "cli-cred", "key": "password"}}}]

@@ -17,7 +17,8 @@ Where scripts run is decided here, from the operator's settings: on this host (n
 trusts; as `script_user` when the operator is root) or as Jobs in the object's namespace, with a
 short-lived token of that namespace's service account (`runner_credentials`), never the
 operator's own rights. A run with `kubernetes` steps (`RunRequest.kube_api`) gets that token
-wherever its scripts run. Every runner gets the operator's ssh settings (`SshOptions`: the
+wherever its scripts run, and the Secrets a run names are read with it in every case
+(`SecretReader`). Every runner gets the operator's ssh settings (`SshOptions`: the
 networks ssh steps may reach although they are this host's, the files root, the reboot command).
 """
 
@@ -68,9 +69,13 @@ CONCLUSION = "stead-conclusion.json"
 """Written in the run's directory once the run's outcome reached the kind's objects: supervising
 it again (after an operator restart, or for an event that waited behind the run) repeats nothing."""
 
-SecretReader = Callable[[Path | None], Awaitable[str]]
-"""Reads one secret's value when a runner starts; given the runner's credentials file when the run
-executes in Jobs (read with the namespace's rights), None when it runs on this host."""
+AccountCredentials = Callable[[], Awaitable[Path]]
+"""The credentials file of the namespace's service account (a short-lived token, `runner_credentials`),
+minted on the first call of a runner start and reused after."""
+SecretReader = Callable[[AccountCredentials], Awaitable[str]]
+"""Reads one secret's value when a runner starts. A Secret reference is read with the namespace's
+service account (the credentials it is given), wherever the run's scripts run: the operator's own
+rights never read a tenant's Secret, so a namespace reads only what its account may."""
 
 
 @dataclass(frozen=True)
@@ -258,8 +263,22 @@ async def start_runner(ctx: StepContext, request: RunRequest, jobs: bool) -> Run
     """Seal the secrets for this runner, write the workflow and start the runner (it skips what finished)."""
     paths = request.paths
     key = new_run_key()
-    credentials = paths.run_dir / RUNNER_CREDENTIALS if jobs else None
-    sealed = {name: seal(await read(credentials), key, name) for name, read in request.secrets.items()}
+    credentials = paths.run_dir / RUNNER_CREDENTIALS
+    runner_needs = jobs or request.kube_api  # then `_follow` minted it and keeps it fresh for the runner
+    minted = runner_needs
+
+    async def account() -> Path:
+        nonlocal minted
+        if not minted:
+            await runner_credentials(ctx, paths)
+            minted = True
+        return credentials
+
+    try:
+        sealed = {name: seal(await read(account), key, name) for name, read in request.secrets.items()}
+    finally:
+        if minted and not runner_needs:  # read for the secrets only: the runner (and its scripts) never see it
+            credentials.unlink(missing_ok=True)
     prepare_run(paths.state_dir, paths.uid, Workflow.model_validate({**request.workflow, "secrets": sealed}))
     settings: RunSettings = ctx.services.runs
     command: dict[str, Any]
