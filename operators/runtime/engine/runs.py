@@ -37,6 +37,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+import xxhash
+
 from operators.runtime.core.pipeline import StepContext, TemporaryError
 from operators.runtime.engine.slots import RunSlots
 from operators.runtime.kube.client import ApiError, core_path, load_configuration
@@ -53,7 +55,7 @@ from pipelines.control import (
 from pipelines.hooks import new_run_key, seal
 from pipelines.kubeapi import CREDENTIALS_ENV, write_credentials
 from pipelines.model import FINAL_STEP_STATES, Workflow
-from pipelines.paths import RunPaths
+from pipelines.paths import RunPaths, private_dir, write_private
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +115,9 @@ class RunSettings:
     state_dir: Path  # where runs keep their state (one directory per run)
     trusted_local_namespaces: tuple[str, ...] = ()  # shell patterns: their scripts may run on this host
     script_user: str | None = None  # UID:GID local scripts run as (None: the operator's own user)
+    script_uids: tuple[int, int] | None = None
+    """FIRST, LAST: local scripts of each namespace run as a uid of their own from this range
+    (`script_uid`), instead of `script_user`; None: all as `script_user`."""
     exec_in_jobs: bool = False  # other namespaces' scripts run as Jobs in their namespace (else refused)
     job_image: str = "python:3.11-slim"
     job_service_account: str = "default"  # in each namespace: what script Jobs and the runner act as
@@ -125,6 +130,45 @@ class RunSettings:
     def beside(cls, store_path: Path, **given: Any) -> RunSettings:
         """Settings whose runs keep their state next to the operator's store."""
         return cls(state_dir=store_path.with_name(store_path.name + "-runs"), **given)
+
+
+DEFAULT_SCRIPT_UIDS = (1 << 30, (1 << 31) - 2)
+"""`--script-uid-range auto` (the operator is root): 2^30 uids, far above any a distribution or a
+container runtime allocates, below 2^31 (some tools read uids as signed)."""
+
+
+def script_uid(namespace: str, first: int, last: int) -> int:
+    """The uid (and gid) the local scripts of `namespace` run as: a stable function of its name into
+    ``[first, last]``, so that a restarted operator, or another replica, picks the same one.
+
+    Scripts of two namespaces with different uids cannot read each other's processes (their
+    environment in /proc), working files or signals. Two namespaces share a uid only if their hashes
+    collide: with N trusted namespaces in a range of R uids, a chance of about N^2 / 2R (1,000
+    namespaces in the default range: 0.05%); `RunSettings.script_uids` is validated so that the range
+    never holds root or the operator's own uid.
+    """
+    return first + xxhash.xxh3_64_intdigest(namespace.encode()) % (last - first + 1)
+
+
+def parse_uid_range(text: str, operator_uid: int) -> tuple[int, int]:
+    """``FIRST-LAST`` into a range of uids scripts may run as; `ValueError` naming what is wrong."""
+    first_text, dash, last_text = text.partition("-")
+    if not dash or not first_text.isdigit() or not last_text.isdigit():
+        raise ValueError(f"--script-uid-range {text}: expected FIRST-LAST, two uids")
+    first, last = int(first_text), int(last_text)
+    if not 0 < first <= last < (1 << 32) - 1:
+        raise ValueError(f"--script-uid-range {text}: need 0 < FIRST <= LAST < 4294967295")
+    if first <= operator_uid <= last:
+        raise ValueError(f"--script-uid-range {text}: holds the operator's own uid {operator_uid}")
+    return first, last
+
+
+def local_script_user(settings: RunSettings, namespace: str) -> str | None:
+    """Who a namespace's scripts run as on this host (UID:GID; None: the operator's own user)."""
+    if settings.script_uids is None:
+        return settings.script_user
+    uid = script_uid(namespace, *settings.script_uids)
+    return f"{uid}:{uid}"
 
 
 class UntrustedNamespace(Exception):
@@ -223,10 +267,9 @@ def read_conclusion(paths: RunPaths) -> dict[str, Any] | None:
 
 
 def write_conclusion(paths: RunPaths, result: Mapping[str, Any]) -> None:
-    paths.run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = paths.run_dir / (CONCLUSION + ".tmp")
-    tmp.write_text(json.dumps(dict(result)))
-    tmp.replace(paths.run_dir / CONCLUSION)
+    paths.state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(paths.run_dir, upto=paths.state_dir)
+    write_private(paths.run_dir / CONCLUSION, json.dumps(dict(result)))
 
 
 @functools.cache
@@ -289,7 +332,7 @@ async def start_runner(ctx: StepContext, request: RunRequest, jobs: bool) -> Run
                    "job_image": settings.job_image}
         env = {CREDENTIALS_ENV: str(credentials)}
     else:
-        command = {"script_user": settings.script_user}
+        command = {"script_user": local_script_user(settings, ctx.obj.namespace)}
         if request.kube_api:
             command["kube_api"] = "pipelines.kubeapi:from_environment"
             env = {CREDENTIALS_ENV: str(paths.run_dir / RUNNER_CREDENTIALS)}
