@@ -14,7 +14,8 @@ conclusion (`write_conclusion`): a restarted operator finds the run, follows a r
 alive or starts it again, and a concluded run is never concluded twice.
 
 Where scripts run is decided here, from the operator's settings: on this host (namespaces it
-trusts; as `script_user` when the operator is root) or as Jobs in the object's namespace, with a
+trusts; when the operator is root, as a uid of the namespace's own, `script_uid`, or as
+`script_user`) or as Jobs in the object's namespace, with a
 short-lived token of that namespace's service account (`runner_credentials`), never the
 operator's own rights. A run with `kubernetes` steps (`RunRequest.kube_api`) gets that token
 wherever its scripts run, and the Secrets a run names are read with it in every case
