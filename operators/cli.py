@@ -320,6 +320,11 @@ def _operator_arguments(run: argparse.ArgumentParser) -> None:
                      "read the operator's keys, credentials or other runs' files: auto (the default) is "
                      "65534:65534 (nobody) when the operator runs as root, its own user otherwise; 'none' keeps "
                      "the operator's user")
+    run.add_argument("--script-uid-range", default="auto", metavar="FIRST-LAST",
+                     help="run the scripts of each trusted namespace as a uid of its own from this range (a "
+                     "stable hash of the namespace), so that one namespace's scripts cannot read another's "
+                     "processes or files: auto (the default) is 1073741824-2147483646 when the operator runs as "
+                     "root and --script-user is auto, off otherwise; 'none' runs all as --script-user")
     run.add_argument("--exec-in-jobs", action="store_true",
                      help="run the scripts of namespaces not trusted with --trust-local-namespaces as Jobs in "
                      "their namespace, under its service account (the runner gets a short-lived token of that "
@@ -500,6 +505,19 @@ def script_user(given: str, euid: int) -> str | None:
     return str(ScriptUser.parse(given))
 
 
+def script_uids(given: str, user: str, euid: int) -> tuple[int, int] | None:
+    """The range of per-namespace script uids (None: every namespace's scripts run as --script-user)."""
+    from operators.runtime.engine.runs import DEFAULT_SCRIPT_UIDS, parse_uid_range
+
+    if given == "none":
+        return None
+    if given == "auto":
+        return DEFAULT_SCRIPT_UIDS if euid == 0 and user == "auto" else None
+    if euid != 0:
+        raise ValueError(f"--script-uid-range {given}: the operator must run as root to run scripts as other users")
+    return parse_uid_range(given, euid)
+
+
 def ssh_options(args: argparse.Namespace) -> SshOptions:
     """The runners' ssh settings from `stead operator`'s --ssh-* flags."""
     from operators.runtime.engine.runs import SshOptions
@@ -553,6 +571,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         os.environ["KUBECONFIG"] = str(kubeconfig)  # Kopf's login reads it too
     try:
         run_scripts_as = script_user(args.script_user, os.geteuid())
+        uid_range = script_uids(args.script_uid_range, args.script_user, os.geteuid())
     except ValueError as error:
         print(f"stead run: {error}", file=sys.stderr)
         return 2
@@ -571,7 +590,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                                  certfile=args.webhook_cert_dir / "tls.crt", keyfile=args.webhook_cert_dir / "tls.key",
                                  client_ca=args.webhook_client_ca)
     store_path = args.store or home / "store"
-    runs = dict(trusted_local_namespaces=trusted, script_user=run_scripts_as, exec_in_jobs=args.exec_in_jobs,
+    runs = dict(trusted_local_namespaces=trusted, script_user=run_scripts_as, script_uids=uid_range,
+                exec_in_jobs=args.exec_in_jobs,
                 job_image=args.job_image, job_service_account=args.job_service_account,
                 http_allow=tuple(args.http_allow_networks), max_concurrent=args.max_concurrent_runs,
                 ssh=ssh_options(args))

@@ -126,6 +126,7 @@ def _load_workflow(path: Path) -> Workflow:
 
 
 def _command_run(args: argparse.Namespace) -> int:
+    os.umask(0o077)  # the run's files are the runner's alone (pipelines.paths); scripts get 022 back
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

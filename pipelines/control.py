@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.model import Workflow
-from pipelines.paths import RunPaths
+from pipelines.paths import RunPaths, private_dir, write_private
 from pipelines.store import borrowed_store
 
 SAFE_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "TMPDIR")
@@ -51,10 +51,9 @@ def run_paths(state_dir: Path, uid: str) -> RunPaths:
 def prepare_run(state_dir: Path, uid: str, workflow: Workflow) -> RunPaths:
     """Write the workflow where the runner will read it; returns the run's paths."""
     paths = RunPaths(state_dir, uid)
-    paths.run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = paths.workflow_file.with_suffix(".tmp")
-    tmp.write_text(workflow.model_dump_json(by_alias=True, exclude_defaults=True))
-    os.replace(tmp, paths.workflow_file)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(paths.run_dir, upto=state_dir)
+    write_private(paths.workflow_file, workflow.model_dump_json(by_alias=True, exclude_defaults=True))
     return paths
 
 

@@ -55,6 +55,10 @@ class KubeApi(Protocol):
     def logs(self, namespace: str, pod: str, limit_bytes: int | None = None) -> str:
         """A pod's (first container's) log; at most `limit_bytes` of it when given (``limitBytes``)."""
 
+    def namespaced(self, api_version: str, kind: str) -> bool:
+        """Whether the API server serves `kind` of `api_version` as a namespaced resource (API
+        discovery); `KubeApiError` when it serves no such kind."""
+
 
 def load_kube_api(spec: str) -> KubeApi:
     """Import ``module:factory`` and call the factory for a client."""
@@ -186,6 +190,10 @@ class RestKubeApi:
             if error.status in (400, 404):  # no container started (yet), or the pod is gone
                 return ""
             raise
+
+    def namespaced(self, api_version: str, kind: str) -> bool:
+        base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        return self._resource(api_version, kind, base)[1]
 
     # plumbing ----------------------------------------------------------------------------------
 

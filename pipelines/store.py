@@ -40,6 +40,8 @@ from typing import Any
 
 import lmdb
 
+from pipelines.paths import PRIVATE_FILE, private_lmdb
+
 RUNS_DB = b"runs"
 STEPS_DB = b"steps"
 DONE_DB = b"done"
@@ -102,13 +104,14 @@ def _dumps(data: Any) -> bytes:
 class RunStore:
     def __init__(self, path: Path, readonly: bool = False, durable: bool = False, map_size: int = 4 << 30) -> None:
         if not readonly:
-            path.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            private_lmdb(path)
         self.path = path
         self.readonly = readonly
         self.closed = False
         self._env = lmdb.open(
             str(path), map_size=map_size, max_dbs=8, subdir=True, readonly=readonly,
-            sync=durable, metasync=durable, lock=True,
+            sync=durable, metasync=durable, lock=True, mode=PRIVATE_FILE,
         )
         create = not readonly
         self._runs = self._env.open_db(RUNS_DB, create=create)

@@ -22,7 +22,6 @@ import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
@@ -54,6 +53,7 @@ from operators.runtime.core.ring import project_key
 from operators.runtime.engine.runs import (
     FINAL_RUN_STATES,
     Abort,
+    AccountCredentials,
     Followed,
     RunRequest,
     SecretReader,
@@ -63,7 +63,7 @@ from operators.runtime.engine.runs import (
     read_conclusion,
     write_conclusion,
 )
-from operators.runtime.kube.client import ApiError, core_path, custom_path
+from operators.runtime.kube.client import ApiError, custom_path
 from operators.runtime.secrets import VaultError
 from pipelines.control import read_progress
 from pipelines.kubeapi import KubeApiError, RestKubeApi
@@ -232,12 +232,14 @@ async def take_lock(ctx: StepContext) -> Mapping[str, Any]:
     return {"state": "Running", "startTime": started}
 
 
-async def _secret_value(
-    ctx: StepContext, blueprint: str, source: SecretSource, as_namespace: Path | None = None
-) -> str:
-    """A secret's value, at the moment a runner starts. A Secret reference is read with the rights of
-    the namespace's service account when the run executes in Jobs (`as_namespace`: its credentials
-    file), so that the operator needs no right to read Secrets in other namespaces.
+async def _secret_value(ctx: StepContext, blueprint: str, source: SecretSource, account: AccountCredentials) -> str:
+    """A secret's value, at the moment a runner starts.
+
+    A Secret reference is read with the rights of the namespace's service account (`account`: a
+    short-lived token of it), wherever the run's scripts run: with the operator's own rights a
+    tenant who may not read a Secret of its namespace could name it in a blueprint and have a run
+    reveal it. So a namespace reads only what its account may, and the operator needs no right to
+    read Secrets at all.
 
     A vault reference opens only in the run's own namespace and only if the blueprint the app
     was launched from stored it: the `stead.dev/project` label plays no part (anyone may set it).
@@ -251,19 +253,16 @@ async def _secret_value(
             raise PermanentError("SecretNotFound", str(error)) from None
     if source.secret_ref is not None:
         ref = source.secret_ref
+        who = f"service account {ctx.obj.namespace}/{ctx.services.runs.job_service_account}"
         try:
-            if as_namespace is not None:
-                api = RestKubeApi.from_credentials_file(as_namespace)
-                found = await asyncio.to_thread(api.get, "v1", "Secret", ctx.obj.namespace, ref.name)
-                if found is None:
-                    raise ApiError(404, f'secrets "{ref.name}" not found')
-                secret: Mapping[str, Any] = found
-            else:
-                path = core_path("secrets", ctx.obj.namespace, ref.name)
-                secret = await ctx.services.kube.request("GET", path)
-        except (ApiError, KubeApiError, OSError) as error:
-            reason = error.message if isinstance(error, ApiError) else str(error)
-            raise PermanentError("SecretNotFound", f"Secret {ref.name}: {reason}") from None
+            api = RestKubeApi.from_credentials_file(await account())
+            secret = await asyncio.to_thread(api.get, "v1", "Secret", ctx.obj.namespace, ref.name)
+        except (KubeApiError, OSError, ValueError) as error:
+            why = (f"{who} may not read it (grant it get on Secret {ref.name}: see docs/calm.md#secrets)"
+                   if getattr(error, "status", None) == 403 else str(error))
+            raise PermanentError("SecretNotFound", f"Secret {ref.name}: {why}") from None
+        if secret is None:
+            raise PermanentError("SecretNotFound", f"Secret {ref.name}: not found in namespace {ctx.obj.namespace}")
         data = secret.get("data") or {}
         if ref.key not in data:
             raise PermanentError("SecretNotFound", f"Secret {ref.name} has no key {ref.key}")
@@ -272,7 +271,7 @@ async def _secret_value(
 
 
 async def _known_hosts(
-    ctx: StepContext, blueprint: str, sources: Sequence[KnownHosts], as_namespace: Path | None = None
+    ctx: StepContext, blueprint: str, sources: Sequence[KnownHosts], account: AccountCredentials
 ) -> str:
     """The known_hosts text of the run's Existing substrates (each line names its host), joined."""
     texts = []
@@ -280,7 +279,7 @@ async def _known_hosts(
         if source.value is not None:
             texts.append(source.value)
         elif source.secret_ref is not None:
-            texts.append(await _secret_value(ctx, blueprint, SecretSource(secret_ref=source.secret_ref), as_namespace))
+            texts.append(await _secret_value(ctx, blueprint, SecretSource(secret_ref=source.secret_ref), account))
     return "".join(text if text.endswith("\n") else text + "\n" for text in texts)
 
 
@@ -377,6 +376,8 @@ async def supervise(ctx: StepContext) -> Mapping[str, Any]:
                                     writes=int(facts.get("statusWrites") or 0))
     except UntrustedNamespace as error:
         return await _fail_early(ctx, facts, "UntrustedNamespace", str(error))
+    except PermanentError as error:  # a secret the run needs cannot be read: the run fails, the app unlocks
+        return await _fail_early(ctx, facts, error.reason, error.message)
     return await _conclude(ctx, run, paths, facts, followed)
 
 

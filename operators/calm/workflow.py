@@ -23,9 +23,10 @@ How an action becomes a workflow (as Calm turns a runbook into a workflow; docs/
   `ssh_private_key` and the substrates' known hosts the secret `ssh_known_hosts` (the caller reads
   both when the runner starts; a host key not listed fails the step). On a `Kubernetes` substrate,
   the generated `apply` and `remove` steps are `kubernetes` steps that apply or delete the rendered
-  manifest in the App's namespace (objects of other namespaces and cluster-scoped kinds are refused
-  here when the manifest says so before the run; the runner acts with the namespace's service
-  account, whose rights are the boundary at run time).
+  manifest in the App's namespace. Objects of other namespaces and well-known cluster-scoped kinds
+  are refused here when the manifest says so before the run; the runner checks the objects again
+  as rendered, right before it sends them, by API discovery (`namespaceOnly`), and acts with the
+  namespace's service account, whose rights are a second boundary.
 """
 
 from __future__ import annotations
@@ -419,7 +420,8 @@ def _kubernetes_parameters(task: CompiledTask, manifest: str, ctx: macros.MacroC
     problem = manifest_problem(text, namespace)
     if problem is not None:
         raise WorkflowError(f"{task.source}: {problem}")
-    params = {"action": "delete" if task.name == "remove" else "apply", "manifest": text, "namespace": namespace}
+    params = {"action": "delete" if task.name == "remove" else "apply", "manifest": text, "namespace": namespace,
+              "namespaceOnly": True}
     return params, [text]
 
 
@@ -427,9 +429,10 @@ def manifest_problem(text: str, namespace: str) -> str | None:
     """Why a Kubernetes substrate's (rendered) manifest may not be applied in `namespace`: an object
     of a cluster-scoped kind, or of another namespace; None when every object is the App's own.
 
-    Macros kept for run time are read as placeholders: a kind or namespace that one decides is
-    refused (it must be known before the run); a manifest that is YAML only once rendered is left
-    to the runner (and to the namespace's service account's rights)."""
+    An early check, for a clear message before the run: macros kept for run time are read as
+    placeholders (a kind or namespace that one decides is refused), and a manifest that is YAML
+    only once rendered, or a cluster-scoped kind not in `CLUSTER_SCOPED`, is left to the runner,
+    whose `namespaceOnly` check of the rendered objects (API discovery) is the guard."""
     probe = re.sub(r"@@\{.*?\}@@", _PLACEHOLDER, text, flags=re.S)
     try:
         docs = [d for d in yaml.safe_load_all(probe) if d is not None]

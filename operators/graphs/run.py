@@ -59,6 +59,7 @@ from operators.runtime.engine.runs import (
     FINAL_RUN_STATES,
     RUNNER_CREDENTIALS,
     Abort,
+    AccountCredentials,
     Followed,
     RunRequest,
     follow_run,
@@ -203,15 +204,17 @@ def write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-async def _read_secret(ctx: StepContext, ref: SecretKeyRef, what: str) -> str:
+async def _read_secret(ctx: StepContext, ref: SecretKeyRef, what: str, credentials: Path | None = None) -> str:
     """A key of a Secret of the run's own namespace, read as the namespace's service account (a token of it
-    minted for the run, as script Jobs get): the operator needs no right to read tenants' Secrets, and a
-    namespace reads only what its own account may."""
-    paths = paths_for(ctx)
-    await runner_credentials(ctx, paths)
+    minted for the run, as script Jobs get; `credentials` when the runner's start minted one): the operator
+    needs no right to read tenants' Secrets, and a namespace reads only what its own account may."""
+    if credentials is None:
+        paths = paths_for(ctx)
+        await runner_credentials(ctx, paths)
+        credentials = paths.run_dir / RUNNER_CREDENTIALS
     account = f"{ctx.obj.namespace}/{ctx.services.runs.job_service_account}"
     try:
-        api = RestKubeApi.from_credentials_file(paths.run_dir / RUNNER_CREDENTIALS)
+        api = RestKubeApi.from_credentials_file(credentials)
         secret = await asyncio.to_thread(api.get, "v1", "Secret", ctx.obj.namespace, ref.name)
     except (KubeApiError, OSError) as error:
         why = f"service account {account} may not read it (grant it get on Secret {ref.name})" \
@@ -352,8 +355,8 @@ async def supervise(ctx: StepContext) -> Mapping[str, Any]:
     return await _conclude(ctx, spec, saved, paths, facts, followed)
 
 
-async def _key_reader(ctx: StepContext, ref: SecretKeyRef, _credentials: Path | None) -> str:
-    return await _read_secret(ctx, ref, "spec.ssh.privateKey of the environment")
+async def _key_reader(ctx: StepContext, ref: SecretKeyRef, account: AccountCredentials) -> str:
+    return await _read_secret(ctx, ref, "spec.ssh.privateKey of the environment", await account())
 
 
 async def _conclude(ctx: StepContext, spec: GraphRunSpec, saved: Mapping[str, Any], paths: RunPaths,

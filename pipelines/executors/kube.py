@@ -2,8 +2,15 @@
 
 Parameters: ``action`` (``apply``, the default, or ``delete``), ``manifest`` (YAML text with one
 or more documents, a mapping, or a list of mappings; rendered at step start like every parameter),
-``namespace`` (for namespaced objects that name none), ``wait`` (default true),
-``pollIntervalSeconds`` (default 1). The step's ``timeoutSeconds`` bounds the wait.
+``namespace`` (for namespaced objects that name none), ``namespaceOnly`` (default false: true
+refuses the whole manifest, before anything is applied or deleted, unless every object is of a kind
+the API server serves as namespaced, by API discovery, and in ``namespace``), ``wait`` (default
+true), ``pollIntervalSeconds`` (default 1). The step's ``timeoutSeconds`` bounds the wait.
+
+``namespaceOnly`` judges the objects as rendered, right before they are sent, by what the API
+server says of their kinds: a manifest that is YAML only once rendered, a kind decided by a
+variable, or a cluster-scoped kind no list foresaw (a ValidatingAdmissionPolicy, a
+CertificateSigningRequest, a custom resource) is refused all the same.
 
 Readiness is judged per kind the way ``kubectl rollout status`` and Helm's ``--wait`` do:
 workloads when their updated replicas are available, Jobs when complete (failed is a failure),
@@ -13,15 +20,15 @@ true (a ``Stalled=True`` condition is a failure), and anything else as soon as i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import yaml
 
 from pipelines.executors.base import ParameterError, StepContext, StepFailed, StepResult, number, parameter
-from pipelines.kubeapi import KubeApi
+from pipelines.kubeapi import KubeApi, KubeApiError
 
-CLUSTER_SCOPED = frozenset({
+CLUSTER_SCOPED = frozenset({  # well-known ones, for early messages; `namespaceOnly` asks API discovery
     "Namespace", "Node", "PersistentVolume", "ClusterRole", "ClusterRoleBinding", "StorageClass",
     "CustomResourceDefinition", "PriorityClass", "ValidatingWebhookConfiguration",
     "MutatingWebhookConfiguration", "APIService", "IngressClass", "RuntimeClass",
@@ -50,6 +57,20 @@ def manifests(ctx: StepContext) -> list[dict[str, Any]]:
             meta["namespace"] = namespace
         out.append(doc)
     return out
+
+
+def scope_problem(objs: list[dict[str, Any]], namespace: str, namespaced: Callable[[str, str], bool]) -> str | None:
+    """Why `objs` may not all be applied (or deleted) by a step confined to `namespace`: an object
+    of a kind `namespaced` (API discovery) says is cluster-scoped, or of another namespace; None
+    when every one is a namespaced object of `namespace`."""
+    for index, obj in enumerate(objs):
+        api_version, kind, other, name = _ident(obj)
+        what = f"document {index} ({kind} {name})"
+        if not namespaced(api_version, kind):
+            return f"{what}: {kind} is cluster-scoped; this step may only touch objects in namespace {namespace}"
+        if other not in (None, "", namespace):
+            return f"{what}: names namespace {other}; this step may only touch objects in namespace {namespace}"
+    return None
 
 
 def readiness(obj: Mapping[str, Any]) -> tuple[bool, str]:
@@ -125,6 +146,8 @@ class KubernetesExecutor:
         objs = manifests(ctx)
         wait = parameter(ctx, "wait", bool, True)
         poll = number(ctx, "pollIntervalSeconds", 1.0)
+        if parameter(ctx, "namespaceOnly", bool, False):
+            self._confine(ctx, objs)
         ctx.check()
         for obj in objs if action == "apply" else reversed(objs):
             if action == "apply":
@@ -163,3 +186,27 @@ class KubernetesExecutor:
                 raise StepFailed(f"timed out after {ctx.timeout:g}s waiting: {why}")
             ctx.wait(poll)
         return StepResult(message=f"{action} {len(objs)} object(s): {'ready' if action == 'apply' else 'gone'}")
+
+    def _confine(self, ctx: StepContext, objs: list[dict[str, Any]]) -> None:
+        """Refuse the manifest unless every rendered object is a namespaced one of ``namespace``."""
+        assert self.api is not None
+        api = self.api
+        namespace = parameter(ctx, "namespace", str, "")
+        if not namespace:
+            raise ParameterError(f"kubernetes step {ctx.step_id!r}: namespaceOnly needs the parameter 'namespace'")
+
+        def namespaced(api_version: str, kind: str) -> bool:
+            try:
+                return api.namespaced(api_version, kind)
+            except KubeApiError as error:
+                raise ParameterError(f"kubernetes step {ctx.step_id!r}: {kind} of {api_version}: "
+                                     f"{error}") from None
+
+        # a namespaced object that names no namespace goes to `namespace` (manifests() knew a list only)
+        for obj in objs:
+            meta = obj["metadata"]
+            if not meta.get("namespace") and namespaced(obj["apiVersion"], obj["kind"]):
+                meta["namespace"] = namespace
+        problem = scope_problem(objs, namespace, namespaced)
+        if problem is not None:
+            raise ParameterError(f"kubernetes step {ctx.step_id!r}: {problem}")

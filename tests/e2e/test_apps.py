@@ -24,9 +24,11 @@ import pytest
 import yaml
 
 from operators.cluster import Binaries, LocalControlPlane
+from operators.runtime.engine.runs import DEFAULT_SCRIPT_UIDS, script_uid
 from operators.runtime.kube.client import USER_AGENT
 from pipelines.control import read_status, run_paths
 from tests.e2e.conftest import ROOT, STEAD, AuditLog, Kubectl, OperatorProcess, wait_until
+from tests.e2e.tenant_accounts import grant_secret
 
 SECRET = "pw-Zq81-never-shown"
 
@@ -113,6 +115,7 @@ def test_app_three_tier_launches_in_dependency_order_and_hides_its_secret(
 ) -> None:
     mark = audit.mark()
     kubectl("create", "secret", "generic", "three-tier-db", "-n", namespace, f"--from-literal=password={SECRET}")
+    grant_secret(kubectl, namespace, "three-tier-db")  # runs read it as the namespace's service account
     body = yaml.safe_load((ROOT / "examples" / "blueprint-three-tier.yaml").read_text())
     body["metadata"]["namespace"] = namespace
     apply(kubectl, body)
@@ -159,7 +162,7 @@ def test_app_three_tier_launches_in_dependency_order_and_hides_its_secret(
         report = stead(operator, "app", "run", name, "scale-report", "-f", "-n", namespace)
         assert report.returncode == 0, report.stdout + report.stderr
         uid = get(kubectl, "app", name, namespace)["metadata"]["uid"]
-        assert f"{name} (staging), files in /tmp/three-tier/{uid}" in report.stdout
+        assert f"{name} (staging), files in /tmp/three-tier-{uid}" in report.stdout
         assert "app replicas configured: 2" in report.stdout, report.stdout
 
 
@@ -208,8 +211,9 @@ def test_app_user_actions_setvar_lock_abort_and_failure(
 def test_app_scripts_run_as_an_unprivileged_user_out_of_reach_of_the_operator(
     operator: OperatorProcess, kubectl: Kubectl, namespace: str
 ) -> None:
-    """The session's operator runs as root: a trusted namespace's scripts run as 65534, and what the
-    operator holds (its API key, the cluster's admin kubeconfig, its environment) is not theirs to read."""
+    """The session's operator runs as root: a trusted namespace's scripts run as a uid of its own (from
+    --script-uid-range, by default 2^30 and up), and what the operator holds (its API key, the cluster's
+    admin kubeconfig, its environment) is not theirs to read."""
     assert operator.process is not None
     launch_small(kubectl, namespace)
     held = [operator.store.parent / "config-api" / "tls.key", operator.cluster.kubeconfig,
@@ -227,7 +231,8 @@ def test_app_scripts_run_as_an_unprivileged_user_out_of_reach_of_the_operator(
     status = run_state(kubectl, namespace, "probe-1", "Succeeded", "Failed")
     assert status["state"] == "Succeeded", status
     (task,) = [t for t in status["runLog"] if t["task"] == "probe"]
-    assert task["replicas"][0]["output"].split() == ["65534", "refused", "refused", "refused"]
+    uid = script_uid(namespace, *DEFAULT_SCRIPT_UIDS)
+    assert task["replicas"][0]["output"].split() == [str(uid), "refused", "refused", "refused"]
 
 
 @pytest.fixture
@@ -301,6 +306,7 @@ def test_app_delete_runs_its_delete_action_dependents_first(
     operator: OperatorProcess, kubectl: Kubectl, namespace: str, audit: AuditLog
 ) -> None:
     kubectl("create", "secret", "generic", "three-tier-db", "-n", namespace, f"--from-literal=password={SECRET}")
+    grant_secret(kubectl, namespace, "three-tier-db")  # runs read it as the namespace's service account
     body = yaml.safe_load((ROOT / "examples" / "blueprint-three-tier.yaml").read_text())
     body["metadata"]["namespace"] = namespace
     for service in body["spec"]["services"]:  # each service removes itself: the order shows in the run log
@@ -418,6 +424,7 @@ def stead(operator: OperatorProcess, *args: str) -> subprocess.CompletedProcess[
 
 def test_app_cli_launch_run_logs_and_abort(operator: OperatorProcess, kubectl: Kubectl, namespace: str) -> None:
     kubectl("create", "secret", "generic", "cli-cred", "-n", namespace, f"--from-literal=password={SECRET}")
+    grant_secret(kubectl, namespace, "cli-cred")
     spec = small_spec()
     spec["credentials"] = [{"name": "cred", "type": "password", "username": "ops",
                             "secret": {"secretRef": {"name": "cli-cred", "key": "password"}}}]

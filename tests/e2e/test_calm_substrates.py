@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from tests.e2e.conftest import Kubectl, OperatorProcess, wait_until
+from tests.e2e.tenant_accounts import grant_secret
 from tests.e2e.test_apps import app, apply, blueprint, get, run_state
 from tests.sshd import SshNodes, ssh_nodes  # noqa: F401  (the module-scoped fixture)
 
@@ -24,6 +25,7 @@ def key_secret(kubectl: Kubectl, namespace: str, nodes: SshNodes, known_hosts: s
     body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vm", "namespace": namespace},
             "type": "Opaque", "stringData": {"id_ed25519": nodes.private_key, "known_hosts": known_hosts}}
     apply(kubectl, body)
+    grant_secret(kubectl, namespace, "vm")  # runs read it as the namespace's service account
 
 
 def existing_spec(nodes: SshNodes, marker: str) -> dict[str, Any]:

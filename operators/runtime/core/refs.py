@@ -9,7 +9,8 @@ from operators.runtime.core.kinds import Model
 
 class SecretKeyRef(Model):
     """A key of a Kubernetes Secret in the object's own namespace (never another: the namespace is the
-    tenant boundary, and the operator reads the Secret with its own rights)."""
+    tenant boundary). It is read with a token of the namespace's service account, so that account
+    needs get on the Secret."""
 
     name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
                       description="The Secret's name (a Kubernetes object name).")

@@ -21,6 +21,7 @@ from typing import Any
 import lmdb
 
 from operators.runtime.core.pipeline import StoredRecord
+from pipelines.paths import PRIVATE_FILE, private_lmdb
 
 OBJECTS_DB = b"objects"
 
@@ -34,13 +35,14 @@ class LocalStore:
 
     def __init__(self, path: Path, map_size: int = 1 << 30, max_dbs: int = 16, readonly: bool = False) -> None:
         """Open (or create) the store; `readonly` lets another process (a test, a debug tool) look in."""
-        if not readonly:
-            path.mkdir(parents=True, exist_ok=True)
+        if not readonly:  # the operator's alone (0700, files 0600): it holds every project's objects
+            path.parent.mkdir(parents=True, exist_ok=True)
+            private_lmdb(path)
         self.path = path
         self._readonly = readonly
         self._env = lmdb.open(
             str(path), map_size=map_size, max_dbs=max_dbs, sync=False, metasync=False, subdir=True,
-            readonly=readonly,
+            readonly=readonly, mode=PRIVATE_FILE,
         )
         self._objects = self._env.open_db(OBJECTS_DB, create=not readonly)
 

@@ -14,10 +14,12 @@ conclusion (`write_conclusion`): a restarted operator finds the run, follows a r
 alive or starts it again, and a concluded run is never concluded twice.
 
 Where scripts run is decided here, from the operator's settings: on this host (namespaces it
-trusts; as `script_user` when the operator is root) or as Jobs in the object's namespace, with a
+trusts; when the operator is root, as a uid of the namespace's own, `script_uid`, or as
+`script_user`) or as Jobs in the object's namespace, with a
 short-lived token of that namespace's service account (`runner_credentials`), never the
 operator's own rights. A run with `kubernetes` steps (`RunRequest.kube_api`) gets that token
-wherever its scripts run. Every runner gets the operator's ssh settings (`SshOptions`: the
+wherever its scripts run, and the Secrets a run names are read with it in every case
+(`SecretReader`). Every runner gets the operator's ssh settings (`SshOptions`: the
 networks ssh steps may reach although they are this host's, the files root, the reboot command).
 """
 
@@ -36,6 +38,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+import xxhash
+
 from operators.runtime.core.pipeline import StepContext, TemporaryError
 from operators.runtime.engine.slots import RunSlots
 from operators.runtime.kube.client import ApiError, core_path, load_configuration
@@ -52,7 +56,7 @@ from pipelines.control import (
 from pipelines.hooks import new_run_key, seal
 from pipelines.kubeapi import CREDENTIALS_ENV, write_credentials
 from pipelines.model import FINAL_STEP_STATES, Workflow
-from pipelines.paths import RunPaths
+from pipelines.paths import RunPaths, private_dir, write_private
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +72,13 @@ CONCLUSION = "stead-conclusion.json"
 """Written in the run's directory once the run's outcome reached the kind's objects: supervising
 it again (after an operator restart, or for an event that waited behind the run) repeats nothing."""
 
-SecretReader = Callable[[Path | None], Awaitable[str]]
-"""Reads one secret's value when a runner starts; given the runner's credentials file when the run
-executes in Jobs (read with the namespace's rights), None when it runs on this host."""
+AccountCredentials = Callable[[], Awaitable[Path]]
+"""The credentials file of the namespace's service account (a short-lived token, `runner_credentials`),
+minted on the first call of a runner start and reused after."""
+SecretReader = Callable[[AccountCredentials], Awaitable[str]]
+"""Reads one secret's value when a runner starts. A Secret reference is read with the namespace's
+service account (the credentials it is given), wherever the run's scripts run: the operator's own
+rights never read a tenant's Secret, so a namespace reads only what its account may."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,9 @@ class RunSettings:
     state_dir: Path  # where runs keep their state (one directory per run)
     trusted_local_namespaces: tuple[str, ...] = ()  # shell patterns: their scripts may run on this host
     script_user: str | None = None  # UID:GID local scripts run as (None: the operator's own user)
+    script_uids: tuple[int, int] | None = None
+    """FIRST, LAST: local scripts of each namespace run as a uid of their own from this range
+    (`script_uid`), instead of `script_user`; None: all as `script_user`."""
     exec_in_jobs: bool = False  # other namespaces' scripts run as Jobs in their namespace (else refused)
     job_image: str = "python:3.11-slim"
     job_service_account: str = "default"  # in each namespace: what script Jobs and the runner act as
@@ -120,6 +131,45 @@ class RunSettings:
     def beside(cls, store_path: Path, **given: Any) -> RunSettings:
         """Settings whose runs keep their state next to the operator's store."""
         return cls(state_dir=store_path.with_name(store_path.name + "-runs"), **given)
+
+
+DEFAULT_SCRIPT_UIDS = (1 << 30, (1 << 31) - 2)
+"""`--script-uid-range auto` (the operator is root): 2^30 uids, far above any a distribution or a
+container runtime allocates, below 2^31 (some tools read uids as signed)."""
+
+
+def script_uid(namespace: str, first: int, last: int) -> int:
+    """The uid (and gid) the local scripts of `namespace` run as: a stable function of its name into
+    ``[first, last]``, so that a restarted operator, or another replica, picks the same one.
+
+    Scripts of two namespaces with different uids cannot read each other's processes (their
+    environment in /proc), working files or signals. Two namespaces share a uid only if their hashes
+    collide: with N trusted namespaces in a range of R uids, a chance of about N^2 / 2R (1,000
+    namespaces in the default range: 0.05%); `RunSettings.script_uids` is validated so that the range
+    never holds root or the operator's own uid.
+    """
+    return first + xxhash.xxh3_64_intdigest(namespace.encode()) % (last - first + 1)
+
+
+def parse_uid_range(text: str, operator_uid: int) -> tuple[int, int]:
+    """``FIRST-LAST`` into a range of uids scripts may run as; `ValueError` naming what is wrong."""
+    first_text, dash, last_text = text.partition("-")
+    if not dash or not first_text.isdigit() or not last_text.isdigit():
+        raise ValueError(f"--script-uid-range {text}: expected FIRST-LAST, two uids")
+    first, last = int(first_text), int(last_text)
+    if not 0 < first <= last < (1 << 32) - 1:
+        raise ValueError(f"--script-uid-range {text}: need 0 < FIRST <= LAST < 4294967295")
+    if first <= operator_uid <= last:
+        raise ValueError(f"--script-uid-range {text}: holds the operator's own uid {operator_uid}")
+    return first, last
+
+
+def local_script_user(settings: RunSettings, namespace: str) -> str | None:
+    """Who a namespace's scripts run as on this host (UID:GID; None: the operator's own user)."""
+    if settings.script_uids is None:
+        return settings.script_user
+    uid = script_uid(namespace, *settings.script_uids)
+    return f"{uid}:{uid}"
 
 
 class UntrustedNamespace(Exception):
@@ -218,10 +268,9 @@ def read_conclusion(paths: RunPaths) -> dict[str, Any] | None:
 
 
 def write_conclusion(paths: RunPaths, result: Mapping[str, Any]) -> None:
-    paths.run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = paths.run_dir / (CONCLUSION + ".tmp")
-    tmp.write_text(json.dumps(dict(result)))
-    tmp.replace(paths.run_dir / CONCLUSION)
+    paths.state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(paths.run_dir, upto=paths.state_dir)
+    write_private(paths.run_dir / CONCLUSION, json.dumps(dict(result)))
 
 
 @functools.cache
@@ -258,8 +307,22 @@ async def start_runner(ctx: StepContext, request: RunRequest, jobs: bool) -> Run
     """Seal the secrets for this runner, write the workflow and start the runner (it skips what finished)."""
     paths = request.paths
     key = new_run_key()
-    credentials = paths.run_dir / RUNNER_CREDENTIALS if jobs else None
-    sealed = {name: seal(await read(credentials), key, name) for name, read in request.secrets.items()}
+    credentials = paths.run_dir / RUNNER_CREDENTIALS
+    runner_needs = jobs or request.kube_api  # then `_follow` minted it and keeps it fresh for the runner
+    minted = runner_needs
+
+    async def account() -> Path:
+        nonlocal minted
+        if not minted:
+            await runner_credentials(ctx, paths)
+            minted = True
+        return credentials
+
+    try:
+        sealed = {name: seal(await read(account), key, name) for name, read in request.secrets.items()}
+    finally:
+        if minted and not runner_needs:  # read for the secrets only: the runner (and its scripts) never see it
+            credentials.unlink(missing_ok=True)
     prepare_run(paths.state_dir, paths.uid, Workflow.model_validate({**request.workflow, "secrets": sealed}))
     settings: RunSettings = ctx.services.runs
     command: dict[str, Any]
@@ -270,7 +333,7 @@ async def start_runner(ctx: StepContext, request: RunRequest, jobs: bool) -> Run
                    "job_image": settings.job_image}
         env = {CREDENTIALS_ENV: str(credentials)}
     else:
-        command = {"script_user": settings.script_user}
+        command = {"script_user": local_script_user(settings, ctx.obj.namespace)}
         if request.kube_api:
             command["kube_api"] = "pipelines.kubeapi:from_environment"
             env = {CREDENTIALS_ENV: str(paths.run_dir / RUNNER_CREDENTIALS)}

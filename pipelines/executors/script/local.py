@@ -24,6 +24,7 @@ from pipelines.executors.base import (
     StepContext,
     StepFailed,
 )
+from pipelines.executors.script.cgroup import StepCgroup
 from pipelines.executors.script.steps import INTERPRETERS, LineSink
 
 _MAX_LINE = 64 * 1024
@@ -77,8 +78,11 @@ class LocalProcess:
     step's variables), never inherited: whatever the runner's own environment holds stays there.
     A timeout or an abort sends SIGTERM to the whole group, then SIGKILL after `kill_grace`.
     When a step ends, however it ends, nothing it started outlives it: its process group is
-    killed, and so is every process that still carries the step's marker in its environment
-    (a daemon that called setsid() left the group, not the environment it inherited).
+    killed, and so is everything in the step's own cgroup (`StepCgroup`: a process can leave its
+    group with setsid() and drop any environment variable, not its cgroup). Where cgroups cannot
+    be used (a runner that is not root, no cgroup v1 freezer) the fallback is every process that
+    still carries the step's marker in its environment, which a script that means to escape can
+    drop (``setsid env -u STEAD_MARKER ...``).
 
     With a `user`, scripts run as that user (see `ScriptUser`), each attempt in a fresh working
     directory of its own under a private root (mode 0711: enterable, not listable), removed when
@@ -103,18 +107,28 @@ class LocalProcess:
         if self.user is not None:
             os.fchown(read_fd, self.user.uid, self.user.gid)  # the script opens it by /dev/fd: it must be its own
             as_user = {"user": self.user.uid, "group": self.user.gid, "extra_groups": []}
+        group = StepCgroup.create(ctx.marker) if ctx.marker else None
         try:
             proc = subprocess.Popen(
                 [*INTERPRETERS[interpreter], f"/dev/fd/{read_fd}"],
                 cwd=workdir, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, pass_fds=(read_fd,), start_new_session=True, close_fds=True, **as_user,
+                stderr=subprocess.PIPE, pass_fds=(read_fd,), start_new_session=True, close_fds=True, umask=0o022,
+                **as_user,
             )
         except OSError as exc:
             os.close(read_fd)
             os.close(write_fd)
             self._drop(workdir)
+            if group is not None:
+                group.kill()
             raise StepFailed(f"cannot start {interpreter}: {exc}") from exc
         os.close(read_fd)
+        if group is not None:
+            try:  # before the script is fed: the interpreter waits for it, so nothing has forked yet
+                group.add(proc.pid)
+            except OSError:
+                group.kill()
+                group = None
         ctx.note_process(proc.pid)
         feeder = threading.Thread(target=_feed, args=(write_fd, script.encode()), daemon=True)
         feeder.start()
@@ -122,7 +136,9 @@ class LocalProcess:
             return self._watch(ctx, proc, on_line)
         finally:
             _kill_group(proc, 0.0)  # the script's background children, even when the script itself is done
-            if ctx.marker:
+            if group is not None:
+                group.kill()  # and whatever left the group and dropped the marker (setsid env -u ...)
+            elif ctx.marker:
                 kill_marked(ctx.marker)
             feeder.join(timeout=1.0)
             self._drop(workdir)
@@ -279,9 +295,12 @@ def kill_leftover(pgid: int, marker: str) -> bool:
     """Kill the process group `pgid` if its processes carry ``STEAD_MARKER=marker``.
 
     A runner killed with SIGKILL leaves its scripts running; the restarted run calls this for the
-    steps that were running, before running them again. The marker check makes a recycled pgid
-    that now belongs to someone else safe.
+    steps that were running, before running them again. The step's cgroup, when it had one, holds
+    exactly its processes; otherwise the marker check makes a recycled pgid that now belongs to
+    someone else safe.
     """
+    if sum(cgroup.kill() for cgroup in StepCgroup.existing(marker)):
+        return True
     found = any(group == pgid for _, group in _marked(marker))
     if found:
         with contextlib.suppress(ProcessLookupError, PermissionError):

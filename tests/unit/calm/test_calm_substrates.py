@@ -20,7 +20,15 @@ from operators.calm.compiler import compile_blueprint
 from operators.calm.models import BlueprintSpec, SecretSource
 from operators.calm.validation import spec_problems
 from operators.runtime.core.pipeline import Observed, StepContext
-from operators.runtime.engine.runs import Abort, RunRequest, RunSettings, SshOptions, follow_run, paths_for
+from operators.runtime.engine.runs import (
+    Abort,
+    AccountCredentials,
+    RunRequest,
+    RunSettings,
+    SshOptions,
+    follow_run,
+    paths_for,
+)
 from operators.runtime.engine.slots import RunSlots
 from operators.runtime.serving.metrics import Metrics
 from pipelines.control import read_output
@@ -313,20 +321,20 @@ def run_create(tmp_path: Path, nodes: SshNodes, known_hosts: str, uid: str,
     obj = Observed(kind="ActionRun", namespace="team-a", name="r", uid=uid, generation=1, labels={}, spec={},
                    status={})
     ctx = StepContext(obj=obj, facts={}, services=Services(RunSettings.beside(tmp_path / "store", ssh=ssh)))
-    asked: list[Path | None] = []
+    asked: list[str] = []
 
-    async def key(credentials: Path | None) -> str:
-        asked.append(credentials)
+    async def key(account: AccountCredentials) -> str:  # stands for a vault value: no token needed
+        asked.append("key")
         return nodes.private_key
 
-    async def hosts(credentials: Path | None) -> str:
+    async def hosts(account: AccountCredentials) -> str:
         return known_hosts
 
     paths = paths_for(ctx)
     request = RunRequest(paths, built.data, hooks=HOOKS, scripts_on_runner=built.scripts_on_runner,
                          secrets={wf.SSH_PRIVATE_KEY: key, wf.SSH_KNOWN_HOSTS: hosts})
     followed = asyncio.run(follow_run(ctx, request, Observer()))
-    assert asked == [None]
+    assert asked == ["key"]
     return followed, built, paths
 
 

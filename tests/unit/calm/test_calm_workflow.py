@@ -67,7 +67,7 @@ def test_render_hook_reads_replica_properties_secrets_and_builtins() -> None:
     assert hooks.render is render
 
 
-APP_DIR = "/tmp/three-tier/@@{calm_application_uuid}@@"  # where the example writes, per app
+APP_DIR = "/tmp/three-tier-@@{calm_application_uuid}@@"  # where the example writes, per app
 
 
 def test_a_run_of_create_sets_entity_properties_and_masks_the_secret(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import contextlib
 import copy
 import ipaddress
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -470,6 +471,13 @@ class FakeKube:
         self.reads[key] = 0
         return True
 
+    def namespaced(self, api_version: str, kind: str) -> bool:
+        """Discovery of a cluster serving a cluster-scoped custom kind and the CSR, VAP (no fixed list knows)."""
+        self.calls.append(f"discover {kind}")
+        if kind == "Nonesuch":
+            raise KubeApiError(400, f"the API server serves no {kind} in {api_version}")
+        return kind not in ("CertificateSigningRequest", "ValidatingAdmissionPolicy", "ClusterWidget", "Namespace")
+
     def list(self, api_version: str, kind: str, namespace: str | None, label_selector: str) -> list[dict[str, Any]]:
         name, _, value = label_selector.partition("=")
         return [copy.deepcopy(o) for (k, ns, _), o in self.objects.items()
@@ -546,6 +554,50 @@ def test_kubernetes_without_client_and_with_bad_manifest(tmp_path: Path) -> None
     ctx, _ = make_ctx(tmp_path, {"manifest": "kind: X\nmetadata: {name: a}"}, step_type="kubernetes")
     with pytest.raises(ParameterError, match="document 0 has no apiVersion/kind"):
         KubernetesExecutor(FakeKube()).run(ctx)
+
+
+CSR = """
+apiVersion: certificates.k8s.io/v1
+kind: CertificateSigningRequest
+metadata: {name: mine}
+spec: {signerName: kubernetes.io/kube-apiserver-client, usages: [client auth], request: eA==}
+"""
+
+
+@pytest.mark.parametrize(("manifest", "problem"), [
+    (DEPLOYMENT + "---\n" + CSR, "document 2 (CertificateSigningRequest mine): CertificateSigningRequest is "
+     "cluster-scoped; this step may only touch objects in namespace apps"),
+    ("apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {name: p}",
+     "document 0 (ValidatingAdmissionPolicy p): ValidatingAdmissionPolicy is cluster-scoped"),
+    ("apiVersion: example.com/v1\nkind: ClusterWidget\nmetadata: {name: w}", "ClusterWidget is cluster-scoped"),
+    ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: kube-system}",
+     "document 0 (ConfigMap c): names namespace kube-system; this step may only touch objects in namespace apps"),
+    ("apiVersion: example.com/v1\nkind: Nonesuch\nmetadata: {name: n}",
+     "Nonesuch of example.com/v1: 400: the API server serves no Nonesuch"),
+])
+@pytest.mark.parametrize("action", ["apply", "delete"])
+def test_kubernetes_confined_to_a_namespace_refuses_the_whole_manifest_before_sending_anything(
+    tmp_path: Path, manifest: str, problem: str, action: str,
+) -> None:
+    kube = FakeKube()
+    ctx, _ = make_ctx(tmp_path, {"manifest": manifest, "namespace": "apps", "namespaceOnly": True,
+                                 "action": action}, step_type="kubernetes")
+    with pytest.raises(ParameterError, match=re.escape(problem)):
+        KubernetesExecutor(kube).run(ctx)
+    assert [c for c in kube.calls if not c.startswith("discover ")] == [] and not kube.objects
+
+
+def test_kubernetes_confined_to_a_namespace_applies_namespaced_objects_there(tmp_path: Path) -> None:
+    kube = FakeKube(ready_after=1)
+    custom = "---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n"
+    ctx, _ = make_ctx(tmp_path, {"manifest": DEPLOYMENT + custom, "namespace": "apps", "namespaceOnly": True,
+                                 "pollIntervalSeconds": 0.01}, timeout=10, step_type="kubernetes")
+    KubernetesExecutor(kube).run(ctx)
+    assert set(kube.objects) == {("Deployment", "apps", "web"), ("ConfigMap", "apps", "web-config"),
+                                 ("Widget", "apps", "w")}
+    ctx, _ = make_ctx(tmp_path, {"manifest": DEPLOYMENT, "namespaceOnly": True}, step_type="kubernetes")
+    with pytest.raises(ParameterError, match="namespaceOnly needs the parameter 'namespace'"):
+        KubernetesExecutor(kube).run(ctx)
 
 
 @pytest.mark.parametrize(

@@ -6,15 +6,26 @@ Without root there is no other user to switch to: those tests are skipped, the p
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import stat
+import time
 from pathlib import Path
 
 import pytest
 
-from operators.cli import script_user
+from operators.cli import script_uids, script_user
+from operators.runtime.engine.runs import (
+    DEFAULT_SCRIPT_UIDS,
+    RunSettings,
+    local_script_user,
+    parse_uid_range,
+    script_uid,
+)
 from pipelines.executors import LocalProcess, ScriptUser, StepFailed
 from pipelines.executors.script import INTERPRETERS, ScriptExecutor
+from pipelines.executors.script.cgroup import StepCgroup
 from tests.unit.pipelines.test_pipelines_executors import make_ctx
 
 NOBODY = ScriptUser(65534, 65534)
@@ -101,3 +112,70 @@ def test_a_script_that_cannot_start_fails_the_step_and_leaves_no_directory(
         ScriptExecutor(local).run(ctx)
     assert local._homes is not None and not any(local._homes.iterdir())
     local.close()
+
+
+def test_each_namespace_gets_a_stable_uid_of_its_own_from_the_range_never_the_operators() -> None:
+    first, last = DEFAULT_SCRIPT_UIDS
+    uids = {ns: script_uid(ns, first, last) for ns in (f"team-{i}" for i in range(200))}
+    assert all(first <= uid <= last for uid in uids.values())
+    assert len(set(uids.values())) == len(uids), "200 namespaces, 200 uids"
+    assert script_uid("team-7", first, last) == uids["team-7"], "stable: a restart or a replica picks the same"
+    assert script_uid("team-7", 5000, 5000) == 5000
+    assert parse_uid_range("200000-265535", 0) == (200000, 265535)
+    for given, why in (("0-10", "0 < FIRST"), ("10-5", "FIRST <= LAST"), ("x-5", "FIRST-LAST"), ("7", "FIRST-LAST"),
+                       ("900-1100", "operator's own uid 1000")):
+        with pytest.raises(ValueError, match=re.escape(why)):
+            parse_uid_range(given, 1000)
+    assert script_uids("auto", "auto", 0) == DEFAULT_SCRIPT_UIDS
+    assert script_uids("auto", "4242", 0) is None, "an explicit --script-user keeps one user for all"
+    assert script_uids("auto", "auto", 1000) is None and script_uids("none", "auto", 0) is None
+    with pytest.raises(ValueError, match="must run as root"):
+        script_uids("200000-265535", "auto", 1000)
+    settings = RunSettings(Path("/x"), script_user="65534:65534", script_uids=(200000, 265535))
+    uid = script_uid("team-7", 200000, 265535)
+    assert local_script_user(settings, "team-7") == f"{uid}:{uid}"
+    assert local_script_user(RunSettings(Path("/x"), script_user="65534:65534"), "team-7") == "65534:65534"
+
+
+@as_root
+def test_a_step_that_leaves_its_group_and_drops_the_marker_is_still_ended_with_it(tmp_path: Path) -> None:
+    """`setsid env -u STEAD_MARKER`: out of the process group, no marker; the step's cgroup still holds it."""
+    probe = StepCgroup.create(f"probe/{os.getpid()}")
+    if probe is None:
+        pytest.skip("no writable cgroup v1 freezer hierarchy")
+    probe.kill()
+    tag = f"escaped-{os.getpid()}-{time.monotonic_ns()}"
+    ctx, _ = make_ctx(tmp_path, {"script": f"setsid env -u STEAD_MARKER sh -c 'while :; do sleep 1; done # {tag}' "
+                                           "</dev/null >/dev/null 2>&1 & echo started"})
+    ScriptExecutor(LocalProcess(user=NOBODY)).run(ctx)
+    assert _running(tag) == [], "a process of the step outlived it"
+
+
+def _running(tag: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and tag.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+    return found
+
+
+def test_the_run_files_and_stores_are_the_owners_alone(tmp_path: Path) -> None:
+    """Directories 0700 and files 0600, also where an older version had left them readable."""
+    from operators.runtime.core.store import LocalStore
+    from pipelines.control import prepare_run
+    from pipelines.model import Workflow
+    from pipelines.store import RunStore
+
+    old = tmp_path / "store"
+    old.mkdir(mode=0o755)
+    (old / "data.mdb").touch(mode=0o644)
+    store = LocalStore(old)
+    store.close()
+    runs = RunStore(tmp_path / "runs" / "store")
+    runs.close()
+    paths = prepare_run(tmp_path / "runs", "u1", Workflow.model_validate({"name": "w", "steps": []}))
+    for path in (old, tmp_path / "runs", tmp_path / "runs" / "store", paths.run_dir.parent, paths.run_dir):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
+    for path in (old / "data.mdb", old / "lock.mdb", tmp_path / "runs" / "store" / "data.mdb", paths.workflow_file):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path

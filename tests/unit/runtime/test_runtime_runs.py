@@ -7,6 +7,7 @@ the observer stands for a kind's object (what it shows, when it asks to abort).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 from collections.abc import Mapping
@@ -17,8 +18,10 @@ from typing import Any
 import pytest
 
 from operators.runtime.core.pipeline import Observed, StepContext
+from operators.runtime.engine import runs
 from operators.runtime.engine.runs import (
     Abort,
+    AccountCredentials,
     RunRequest,
     RunSettings,
     UntrustedNamespace,
@@ -82,10 +85,10 @@ def test_a_run_is_followed_to_its_end_and_its_secrets_reach_it_sealed(tmp_path: 
     ctx = context(tmp_path)
     paths = paths_for(ctx)
     assert paths.state_dir == tmp_path / "store-runs"
-    asked: list[Path | None] = []
+    asked: list[str] = []
 
-    async def password(credentials: Path | None) -> str:
-        asked.append(credentials)
+    async def password(account: AccountCredentials) -> str:  # a vault value: no need of the account's token
+        asked.append("pw")
         return "pw-93f1"
 
     run = workflow("test \"$PW\" = \"$(printf pw-%s 93f1)\" && echo fine", "sleep 1.5", "echo third")
@@ -95,7 +98,7 @@ def test_a_run_is_followed_to_its_end_and_its_secrets_reach_it_sealed(tmp_path: 
     followed = asyncio.run(follow_run(ctx, request, observer))
     assert followed.status["phase"] == "Succeeded", followed.status
     assert followed.starts == 1 and followed.aborted_for is None
-    assert asked == [None], "read once, for a runner on this host (no namespace credentials)"
+    assert asked == ["pw"], "read once, for the one runner start"
     assert observer.patches and followed.writes == len(observer.patches)
     assert observer.patches[-1]["statusWrites"] == followed.writes  # the supervision's counters ride along
     assert len({(p["done"], tuple(p["states"])) for p in observer.patches}) == len(observer.patches)
@@ -105,6 +108,45 @@ def test_a_run_is_followed_to_its_end_and_its_secrets_reach_it_sealed(tmp_path: 
     assert durations == 3  # every step instance, once
     write_conclusion(paths, {"state": "Succeeded"})
     assert read_conclusion(paths) == {"state": "Succeeded"}
+
+
+@dataclass
+class TokenApi:
+    """The API server's TokenRequest, as far as `runner_credentials` uses it."""
+
+    asked: list[str] = field(default_factory=list)
+
+    async def request(self, method: str, path: str, body: Any = None) -> Any:
+        self.asked.append(f"{method} {path}")
+        return {"status": {"token": "sa-token-of-team-a"}}
+
+
+def test_a_secret_reference_is_read_as_the_namespaces_account_even_for_scripts_on_this_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The account's token is minted for the reader alone and gone before the runner (and its scripts)
+    start: a run on this host never gets it unless it has kubernetes steps."""
+    monkeypatch.setattr(runs, "_api_server", lambda: ("https://127.0.0.1:6443", None))
+    ctx = context(tmp_path)
+    api = TokenApi()
+    ctx.services.kube = api
+    paths = paths_for(ctx)
+    seen: list[str] = []
+
+    async def from_secret(account: AccountCredentials) -> str:
+        credentials = await account()
+        assert await account() == credentials  # minted once per runner start
+        seen.append(json.loads(credentials.read_text())["token"])
+        return "pw-from-secret"
+
+    request = RunRequest(paths, workflow("ls -a .. > /dev/null; echo ok"), secrets={"pw": from_secret})
+    followed = asyncio.run(follow_run(ctx, request, Observer()))
+    assert followed.status["phase"] == "Succeeded", followed.status
+    assert seen == ["sa-token-of-team-a"]
+    assert api.asked == ["POST /api/v1/namespaces/team-a/serviceaccounts/default/token"]
+    assert not (paths.run_dir / runs.RUNNER_CREDENTIALS).exists()
+    assert "sa-token-of-team-a" not in "".join(f.read_text(errors="replace") for f in paths.run_dir.rglob("*")
+                                               if f.is_file())
 
 
 @pytest.mark.parametrize("reason", [None, "the lock expired"])

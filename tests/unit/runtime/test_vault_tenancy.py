@@ -181,6 +181,10 @@ def test_deleting_a_blueprint_that_names_anothers_uuid_deletes_nothing(vault: Va
     assert vault.owner_of(TEAM, ref) is None
 
 
+async def no_account() -> Path:
+    raise AssertionError("a vault reference needs no service-account token")
+
+
 def test_a_run_opens_only_its_blueprints_secret_in_its_own_namespace_and_says_nothing_of_others(
     vault: Vault,
 ) -> None:
@@ -192,10 +196,10 @@ def test_a_run_opens_only_its_blueprints_secret_in_its_own_namespace_and_says_no
                            labels={"stead.dev/project": TEAM}, spec={}, status={})
         return StepContext(obj=run_obj, facts={}, services=services(vault))
 
-    assert run(_secret_value(ctx(TEAM), "web", source)) == VALUE
+    assert run(_secret_value(ctx(TEAM), "web", source, no_account)) == VALUE
     for namespace, blueprint in ((EVE, "web"), (TEAM, "thief")):
         with pytest.raises(PermanentError) as failed:
-            run(_secret_value(ctx(namespace), blueprint, source))
+            run(_secret_value(ctx(namespace), blueprint, source, no_account))
         assert failed.value.reason == "SecretNotFound" and VALUE not in str(failed.value)
 
 
