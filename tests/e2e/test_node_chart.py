@@ -26,6 +26,8 @@ import copy
 import json
 import os
 import signal
+import socket
+import ssl
 import time
 import urllib.request
 import uuid
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
 CHART = ROOT / "charts" / "stead"
 CRD_NAMES = sorted(yaml.safe_load(path.read_text())["metadata"]["name"] for path in (ROOT / "crds").glob("*.yaml"))
 WRITES = frozenset({"create", "update", "patch", "delete"})
+WEBHOOK_PORT = 9443  # the container's webhook port (charts/stead/templates/statefulset.yaml)
 DELAY = 15  # the pause between a staged action's two scripts: long enough for a restart to fall into it
 
 pytestmark = [
@@ -81,12 +84,14 @@ def merged(base: Manifest, changes: Manifest) -> Manifest:
     return out
 
 
-def chart_values(image: str, **changes: Any) -> Manifest:
+def chart_values(image: str, node: LocalNode, **changes: Any) -> Manifest:
     """The chart's values for the image built here: imported into the node, never pulled; the store's
-    claim matched by a PersistentVolume without a class; probes quick, so that tests wait little."""
+    claim matched by a PersistentVolume without a class; probes quick, so that tests wait little; the
+    webhook taking reviews only from the API server (its webhook client certificate's CA)."""
     repository, _, tag = image.rpartition(":")
     values: Manifest = {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "webhook": {"clientCA": node.plane.pki.webhook_client_ca_cert.read_text()},
         "persistence": {"storageClass": "-", "size": "1Gi"},
         "actions": {"jobs": {"image": image}},  # the same image: it has sh and python
         "startupProbe": {"periodSeconds": 1, "timeoutSeconds": 2, "failureThreshold": 120},
@@ -389,11 +394,11 @@ class Single:
 
 
 @pytest.fixture(scope="module")
-def single(node_image: str, helm_cli: Helm, kubectl: Kubectl, operator: OperatorProcess, audit: AuditLog,
-           host_volumes: HostVolumes, tmp_path_factory: pytest.TempPathFactory,
+def single(node: LocalNode, node_image: str, helm_cli: Helm, kubectl: Kubectl, operator: OperatorProcess,
+           audit: AuditLog, host_volumes: HostVolumes, tmp_path_factory: pytest.TempPathFactory,
            request: pytest.FixtureRequest) -> Iterator[Single]:
     suffix = uuid.uuid4().hex[:6]
-    release = ChartRelease(helm_cli, kubectl, "nodeop", f"stead-node-{suffix}", chart_values(node_image),
+    release = ChartRelease(helm_cli, kubectl, "nodeop", f"stead-node-{suffix}", chart_values(node_image, node),
                            tmp_path_factory.mktemp("node-chart"))
     project = f"t-node-chart-{suffix}"
     failed = request.session.testsfailed
@@ -415,6 +420,24 @@ def single(node_image: str, helm_cli: Helm, kubectl: Kubectl, operator: Operator
             print("\nnode chart timings: " + ", ".join(f"{k} {v:.1f}" for k, v in release.timings.items()))
 
 
+def review_answer(address: str, certificate: tuple[Path, Path] | None) -> bytes:
+    """The first bytes the operator's webhook port answers an AdmissionReview with, sent over TLS with
+    `certificate` (or none)."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    if certificate is not None:
+        context.load_cert_chain(*certificate)
+    review = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                         "request": {"uid": "forged"}}).encode()
+    with socket.create_connection((address, WEBHOOK_PORT), timeout=10) as raw, context.wrap_socket(raw) as tls:
+        tls.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(review), review))
+        answer = tls.recv(64)  # TLS 1.3: a refused certificate shows at the first read
+    if not answer:
+        raise ConnectionResetError("closed without an answer")
+    return answer
+
+
 # --- the tests, in order -------------------------------------------------------------------------------------
 
 
@@ -434,8 +457,17 @@ def test_the_operator_in_its_pod_makes_every_kind_ready_with_its_service_account
                                                  .get("sources") or [])]
     assert len(tokens) == 1, volumes
     assert {n for n, v in volumes.items() if "secret" in v} == {"webhook-tls"}
-    assert not [v for v in volumes.values() if "hostPath" in v or "configMap" in v]
+    assert not [v for v in volumes.values() if "hostPath" in v]
+    # The one ConfigMap: the CA of the API server's webhook client certificate, nothing else is let in.
+    assert [n for n, v in volumes.items() if "configMap" in v] == ["webhook-client-ca"]
+    assert "--webhook-client-ca=/etc/stead/webhook-client-ca/ca.crt" in spec["args"]
     assert volumes["store"]["persistentVolumeClaim"]["claimName"] == release.store_claim(0)
+    # A review sent to the Pod by anyone but the API server ends at the TLS handshake (issue 25, finding 2);
+    # with the API server's webhook client certificate, the same bytes get an HTTP answer.
+    pki = node.plane.pki
+    assert review_answer(pod["status"]["podIP"], (pki.apiserver_webhook_client_cert, pki.apiserver_webhook_client_key))
+    with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+        review_answer(pod["status"]["podIP"], None)
 
     started = time.monotonic()
     kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "environment.yaml"))

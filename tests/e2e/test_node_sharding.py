@@ -155,11 +155,11 @@ def environments_ready(kubectl: Kubectl, namespace: str, *names: str, seconds: i
 
 
 @pytest.fixture(scope="module")
-def sharded(node_image: str, helm_cli: Helm, kubectl: Kubectl, operator: OperatorProcess, audit: AuditLog,
-            host_volumes: HostVolumes, tmp_path_factory: pytest.TempPathFactory,
+def sharded(node: LocalNode, node_image: str, helm_cli: Helm, kubectl: Kubectl, operator: OperatorProcess,
+            audit: AuditLog, host_volumes: HostVolumes, tmp_path_factory: pytest.TempPathFactory,
             request: pytest.FixtureRequest) -> Iterator[Sharded]:
     suffix = uuid.uuid4().hex[:6]
-    values = chart_values(node_image, replicas=REPLICAS,
+    values = chart_values(node_image, node, replicas=REPLICAS,
                           sharding={"enabled": True, "leaseSeconds": LEASE, "runsClaim": RUNS_CLAIM})
     release = ChartRelease(helm_cli, kubectl, "nodeshard", f"stead-shard-{suffix}", values,
                            tmp_path_factory.mktemp("node-sharding"))
