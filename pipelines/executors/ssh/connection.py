@@ -321,6 +321,11 @@ async def _open_socket(target: Target, policy: EgressPolicy, seconds: float) -> 
         raise Unreachable(f"cannot resolve {target.address}: {exc or 'timed out'}") from None
     errors: list[str] = []
     for family, kind, proto, _, address in infos:
+        why = policy.refusal(str(address[0]))
+        if why is not None:  # never a packet to a refused address (no probing of its ports)
+            raise StepFailed(f"refused to connect to {target.address}: {why}, which ssh steps may not reach "
+                             "(the operator's own ports, cloud metadata, the cluster's private networks); an "
+                             "operator can allow a network with --ssh-allow")
         sock = socket.socket(family, kind, proto)
         sock.setblocking(False)
         try:
@@ -334,8 +339,8 @@ async def _open_socket(target: Target, policy: EgressPolicy, seconds: float) -> 
         if why is not None:
             sock.close()
             raise StepFailed(f"refused to connect to {target.address}: {why}, which ssh steps may not reach "
-                             "(the operator's own ports, cloud metadata); an operator can allow a network "
-                             "with the runner's --ssh-allow")
+                             "(the operator's own ports, cloud metadata, the cluster's private networks); an "
+                             "operator can allow a network with --ssh-allow")
         return sock
     raise Unreachable(f"cannot connect to {target.address} port {target.port}: {'; '.join(errors)}")
 

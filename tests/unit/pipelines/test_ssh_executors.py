@@ -278,6 +278,16 @@ def test_egress_to_loopback_is_refused_unless_allowed(tmp_path: Path, nodes: Ssh
     assert not marker.exists()
 
 
+def test_a_service_network_is_refused_inside_an_allowed_one_before_any_packet(tmp_path: Path, nodes: SshNodes) -> None:
+    marker = nodes.node(A).dir / "egress-ran"
+    denied = SshSettings(allow=LOOPBACK, deny=("127.0.0.2/32",))  # 127.0.0.2 stands for a ClusterIP
+    for port in (nodes.variables(A)["ssh_port"], "1"):  # an open port and a closed one: told apart by nothing
+        failure, _ = fails(tmp_path, nodes, "ssh.shell", {"cmd": f"touch {marker}"}, A, settings=denied,
+                           variables={"ssh_port": port})
+        assert "127.0.0.2 is in the cluster's Service network" in failure.message, failure.message
+    assert not marker.exists()
+
+
 def test_unreachable_node_fails_quickly(tmp_path: Path, nodes: SshNodes) -> None:
     failure, _ = fails(tmp_path, nodes, "ssh.shell", {"cmd": "true"}, A, variables={"ssh_port": "1"})
     assert "cannot connect to 127.0.0.2 port 1" in failure.message
