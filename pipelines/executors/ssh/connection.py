@@ -219,11 +219,14 @@ class Remote:
                 *lines, pending = pending.split(b"\n")
                 for raw in lines:
                     emit(raw.decode("utf-8", errors="replace").rstrip("\r"), stream)
-                while len(pending) > _MAX_LINE:
-                    text = pending.decode("utf-8", errors="replace")
-                    cut = ctx.safe_cut(text, _MAX_LINE)
-                    emit(text[:cut], stream)
-                    pending = text[cut:].encode()
+                # A piece of a long line is cut only with the masker's reach of text after the cut
+                # (as local processes do): a secret straddling it would be split in two halves.
+                while len(pending) > _MAX_LINE + ctx.mask_reach:
+                    text = pending.decode("utf-8", errors="surrogateescape")  # round-trips any bytes
+                    at = len(pending[:_MAX_LINE].decode("utf-8", errors="surrogateescape"))
+                    cut = ctx.safe_cut(text, at) or at
+                    emit(text[:cut].encode("utf-8", "surrogateescape").decode("utf-8", errors="replace"), stream)
+                    pending = text[cut:].encode("utf-8", "surrogateescape")
             if pending:
                 emit(pending.decode("utf-8", errors="replace").rstrip("\r"), stream)
 
