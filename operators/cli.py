@@ -334,13 +334,16 @@ def _operator_arguments(run: argparse.ArgumentParser) -> None:
                      help="the service account, in each namespace, that script Jobs and the runner act as")
     run.add_argument("--pipelines-state", type=Path, help="where workflow runs keep their state "
                      "(default: next to the store)")
-    run.add_argument("--http-allow-networks", nargs="*", default=[], metavar="CIDR",
-                     help="networks that http tasks may reach although they are the operator's own host "
-                          "(loopback, its pod addresses) or link-local; default: none")
+    run.add_argument("--http-allow-networks", nargs="*", default=[], metavar="CIDR", type=_network,
+                     help="networks that http tasks may reach although they are not public (private, "
+                          "loopback, link-local, the operator's own addresses); default: none")
+    run.add_argument("--service-cidr", action="append", default=[], metavar="CIDR", type=_network,
+                     help="the cluster's Service network, which http and ssh tasks never reach even inside an "
+                     "allowed network; repeatable; default: read from the cluster's ServiceCIDR objects")
     run.add_argument("--ssh-allow", action="append", default=[], metavar="CIDR", type=_network,
                      help="a network that ssh tasks (Calm's Existing substrates, deployment graphs' nodes) may "
-                     "reach although it is loopback, link-local or the operator's own host; repeatable; default: "
-                     "none")
+                     "reach although it is not public (private, loopback, link-local, the operator's own "
+                     "addresses); repeatable; default: none")
     run.add_argument("--ssh-files-root", type=_directory, metavar="DIR",
                      help="the only directory whose files ssh.copy_files and ssh.sync tasks may send to nodes "
                      "(default: none, those tasks fail)")
@@ -593,7 +596,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     runs = dict(trusted_local_namespaces=trusted, script_user=run_scripts_as, script_uids=uid_range,
                 exec_in_jobs=args.exec_in_jobs,
                 job_image=args.job_image, job_service_account=args.job_service_account,
-                http_allow=tuple(args.http_allow_networks), max_concurrent=args.max_concurrent_runs,
+                http_allow=tuple(args.http_allow_networks), service_cidrs=tuple(args.service_cidr),
+                max_concurrent=args.max_concurrent_runs,
                 ssh=ssh_options(args))
     options = OperatorOptions(
         store_path=store_path,

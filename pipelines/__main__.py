@@ -3,7 +3,7 @@
     python -m pipelines run --workflow FILE --run-id UID --state DIR [--scheduler-url URL]
                             [--abort-file PATH] [--hooks MODULE:ATTR] [--secret-key-stdin]
                             [--exec-backend local|job --kube-api MODULE:FACTORY --job-namespace NS ...]
-                            [--http-allow CIDR] [--ssh-allow CIDR] [--ssh-files-root DIR]
+                            [--http-allow CIDR] [--ssh-allow CIDR] [--deny CIDR] [--ssh-files-root DIR]
                             [--ssh-reboot-command CMD]
     python -m pipelines status --state DIR --run-id UID [--json | --progress | --output STEP[@TARGET]]
     python -m pipelines abort  --state DIR --run-id UID
@@ -93,9 +93,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--job-service-account", default="default")
     run.add_argument("--job-image", default="python:3.11-slim")
     run.add_argument("--http-allow", action="append", default=[], metavar="CIDR",
-                     help="a network http steps may reach although it is this host's own (repeatable)")
+                     help="a network http steps may reach although it is not public (repeatable)")
+    run.add_argument("--deny", action="append", default=[], metavar="CIDR",
+                     help="a network http and ssh steps never reach, even when allowed: the cluster's Service "
+                     "CIDRs (repeatable)")
     run.add_argument("--ssh-allow", action="append", default=[], metavar="CIDR",
-                     help="a network ssh steps may reach although it is loopback, link-local or this host's own "
+                     help="a network ssh steps may reach although it is not public "
                      "(repeatable; tests: 127.0.0.0/8)")
     run.add_argument("--ssh-files-root", type=Path, metavar="DIR",
                      help="the only directory whose files ssh.copy_files and ssh.sync may send to nodes "
@@ -140,14 +143,14 @@ def _command_run(args: argparse.Namespace) -> int:
         hooks = Hooks(render=hooks.render, mask=hooks.mask, secret=SealedSecrets(key, fallback=hooks.secret))
     kube: KubeApi | None = load_kube_api(args.kube_api) if args.kube_api else None
     try:
-        EgressPolicy([*args.ssh_allow, *args.http_allow])
+        EgressPolicy([*args.ssh_allow, *args.http_allow], deny=args.deny)
     except ValueError as exc:
-        print(f"--ssh-allow/--http-allow: {exc}", file=sys.stderr)
+        print(f"--ssh-allow/--http-allow/--deny: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.ssh_files_root is not None and not args.ssh_files_root.is_dir():
         print(f"--ssh-files-root {args.ssh_files_root}: not a directory", file=sys.stderr)
         return EXIT_BAD_INPUT
-    ssh = SshSettings(allow=tuple(args.ssh_allow), files_root=args.ssh_files_root,
+    ssh = SshSettings(allow=tuple(args.ssh_allow), deny=tuple(args.deny), files_root=args.ssh_files_root,
                       reboot_command=args.ssh_reboot_command, connect_timeout=args.ssh_connect_timeout)
     local = LocalProcess()
     if args.script_user:
@@ -166,7 +169,7 @@ def _command_run(args: argparse.Namespace) -> int:
             print("--exec-backend job needs --kube-api and --job-namespace", file=sys.stderr)
             return EXIT_BAD_INPUT
         backend = KubernetesJob(kube, args.job_namespace, args.job_service_account, args.job_image)
-    executors = default_executors(backend, kube, args.http_allow, ssh=ssh)
+    executors = default_executors(backend, kube, args.http_allow, ssh=ssh, http_deny=args.deny)
     runner = Runner(
         workflow, args.run_id, args.state, hooks=hooks, executors=executors,
         scheduler_url=args.scheduler_url, abort_file=args.abort_file, durable=args.durable,

@@ -70,14 +70,22 @@ class Masker:
         self._masker = masking.Masker()
 
     def add(self, value: str) -> None:
+        """Mask `value` from now on. A value is listed only once the masker that hides it is in
+        place: a step that finds it listed (another step revealed it concurrently) never masks
+        with the masker from before."""
         if value in self._values:
             return
         with self._lock:
-            self._values[value] = None
-            self._masker = masking.Masker(self._values)
+            if value in self._values:
+                return
+            values = {**self._values, value: None}
+            self._masker = masking.Masker(values)
+            self._values = values
 
-    def __call__(self, text: str) -> str:
-        return self._extra(self._masker.mask(text) if text else text)
+    def __call__(self, text: str, carry: masking.Carry | None = None) -> str:
+        """`text` masked; with its stream's `carry` (a line of output), also what continues a value
+        begun in the lines before (`masking.Masker.mask`)."""
+        return self._extra(self._masker.mask(text, carry) if text else text)
 
     def safe_cut(self, text: str, at: int) -> int:
         """Where to cut a long line near `at` without splitting a secret (`masking.Masker.safe_cut`)."""

@@ -20,7 +20,7 @@ from operators.runtime.engine.addons import Addon
 from operators.runtime.engine.events import EventRecorder
 from operators.runtime.engine.outage import ApiHealth
 from operators.runtime.engine.reconciler import Reconciler
-from operators.runtime.engine.runs import RunSettings
+from operators.runtime.engine.runs import RunSettings, discover_service_cidrs
 from operators.runtime.engine.services import Services
 from operators.runtime.engine.slots import RunSlots, default_limit
 from operators.runtime.kopfwiring import WebhookOptions, prepare_kopf
@@ -91,6 +91,8 @@ async def run_operator(
         recorder = EventRecorder(writes, metrics, options.replica)
         vault = await open_vault(admission_kube, store, options.namespace)
         runs = options.runs or RunSettings.beside(options.store_path)
+        if not runs.service_cidrs:
+            runs = replace(runs, service_cidrs=await discover_service_cidrs(kube))
         slots = RunSlots(runs.max_concurrent or default_limit())
         metrics.gauge("stead_runs_running", "Workflow runs in progress in this operator.", lambda: slots.running)
         metrics.gauge("stead_runs_queued", "Workflow runs waiting for a slot (see --max-concurrent-runs).",

@@ -40,17 +40,18 @@ __all__ = [
 
 def default_executors(
     script_backend: ScriptBackend | None = None, kube_api: KubeApi | None = None,
-    http_allow: Sequence[str] = (), *, ssh: SshSettings | None = None,
+    http_allow: Sequence[str] = (), *, ssh: SshSettings | None = None, http_deny: Sequence[str] = (),
 ) -> dict[str, Executor]:
     """The built-in step types. Without a `kube_api`, `kubernetes` steps fail with a clear message.
-    `http_allow`: networks `http` steps may reach although they are this host's own (see `egress`).
+    `http_allow`: networks `http` steps may reach although not public, `http_deny` networks they never
+    reach, allowed or not (the cluster's Service CIDRs; see `egress`).
     `ssh`: the ssh step types' settings (networks they may reach although loopback or this host's,
     the files root of copy_files and sync...); by default none of those and no files root."""
     backend = script_backend or LocalProcess()
     registry: Mapping[str, Executor] = {
         "exec": ScriptExecutor(backend),
         "setvar": SetVarExecutor(backend),
-        "http": HttpExecutor(EgressPolicy(http_allow)),
+        "http": HttpExecutor(EgressPolicy(http_allow, deny=http_deny)),
         "delay": DelayExecutor(),
         "noop": NoopExecutor(),
         "kubernetes": KubernetesExecutor(kube_api),

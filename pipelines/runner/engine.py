@@ -39,6 +39,7 @@ from pipelines.executors import default_executors
 from pipelines.executors.base import Executor, ParameterError, StepAborted, StepContext, StepFailed, StepResult
 from pipelines.executors.script import kill_leftover
 from pipelines.hooks import Hooks, Masker
+from pipelines.masking import Carry
 from pipelines.model import FINAL_STEP_STATES, Instance, RunPhase, Step, Workflow, check_name
 from pipelines.paths import RunPaths
 from pipelines.runner.scheduler import FastScheduler
@@ -74,8 +75,9 @@ class RunOutcome:
 class _Output:
     """One attempt's output: masked lines appended to the instance's log file, and a bounded tail."""
 
-    def __init__(self, directory: Path, key: str, mask: Callable[[str], str], limit: int, attempt: int) -> None:
+    def __init__(self, directory: Path, key: str, mask: Masker, limit: int, attempt: int) -> None:
         self.directory, self.key, self.mask, self.limit, self.attempt = directory, key, mask, limit, attempt
+        self.carries: dict[str, Carry] = {}  # per stream: a value split over lines is masked on both
         self.tail: deque[str] = deque()
         self.size = 0
         self.dropped = 0
@@ -83,8 +85,8 @@ class _Output:
         self._file: Any = None
 
     def __call__(self, line: str, stream: str) -> str:
-        masked = self.mask(line.rstrip("\r\n"))
         with self.lock:
+            masked = self.mask(line.rstrip("\r\n"), self.carries.setdefault(stream, Carry()))
             if self._file is None:
                 self._file = open(self.directory / f"{self.key}.log", "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - line-buffered: live
                 if self.attempt > 1:

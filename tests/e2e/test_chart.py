@@ -589,6 +589,26 @@ def test_actions_jobs_disabled_passes_no_job_flags_and_grants_no_tokens(helm: He
 
 
 @pytest.mark.e2e
+def test_egress_allows_nothing_private_by_default_and_reads_the_service_cidrs(helm: Helm) -> None:
+    objects = _objects(_template(helm))
+    args = _operator(objects)["args"]
+    assert not [arg for arg in args if arg.startswith(("--http-allow-networks", "--ssh-allow", "--service-cidr"))]
+    role = _named(objects, "ClusterRole", RELEASE)
+    assert ("networking.k8s.io", "servicecidrs", "list") in _grants(role)  # read at start-up: ClusterIPs refused
+
+    args = _operator(_objects(_template(
+        helm, "--set", "actions.http.allowNetworks={10.20.0.0/16,fd00:20::/64}",
+        "--set", "actions.serviceCIDRs={10.96.0.0/12}", "--set", "actions.ssh.allow={10.30.0.0/16}")))["args"]
+    at = args.index("--http-allow-networks")
+    assert args[at + 1:at + 3] == ["10.20.0.0/16", "fd00:20::/64"]
+    assert {"--service-cidr=10.96.0.0/12", "--ssh-allow=10.30.0.0/16"} <= set(args)
+    for setting, named in (("actions.http.allowNetworks={everything}", "/actions/http/allowNetworks"),
+                           ("actions.serviceCIDRs={cluster}", "/actions/serviceCIDRs")):
+        result = helm("template", RELEASE, str(CHART), *KUBE_VERSION, "--set", setting, check=False)
+        assert result.returncode != 0 and named in result.stderr, result.stderr
+
+
+@pytest.mark.e2e
 def test_finalizer_and_actionrun_rbac_follow_the_crd_files(helm: Helm, tmp_path: Path) -> None:
     """`patch` follows the stead.dev/finalizer annotation; without the ActionRun kind there are no
     writes on runs and no token rule, even with actions.jobs.enabled."""

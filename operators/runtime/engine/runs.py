@@ -123,9 +123,14 @@ class RunSettings:
     job_image: str = "python:3.11-slim"
     job_service_account: str = "default"  # in each namespace: what script Jobs and the runner act as
     runner_token_seconds: int = TOKEN_SECONDS
-    http_allow: tuple[str, ...] = ()  # networks http steps may reach although they are this host's own
+    http_allow: tuple[str, ...] = ()  # networks http steps may reach although not public (`egress`)
+    service_cidrs: tuple[str, ...] = ()  # networks http and ssh steps never reach, allowed or not
     max_concurrent: int = 0  # runs at once (the others are queued); 0: from the memory (`slots.default_limit`)
     ssh: SshOptions = field(default_factory=SshOptions)  # every runner's ssh steps (`SshOptions`)
+
+    def runner_deny_args(self) -> list[str]:
+        """The runner's ``--deny`` flags: the Service CIDRs, refused to http and ssh steps alike."""
+        return [arg for cidr in self.service_cidrs for arg in ("--deny", cidr)]
 
     @classmethod
     def beside(cls, store_path: Path, **given: Any) -> RunSettings:
@@ -234,6 +239,27 @@ class Followed:
     progress: Mapping[str, Any] = field(default_factory=dict)
 
 
+SERVICE_CIDRS_PATH = "/apis/networking.k8s.io/v1/servicecidrs"
+
+
+def cidrs_of(listing: Mapping[str, Any]) -> tuple[str, ...]:
+    """The networks of a ServiceCIDR list (every object's ``spec.cidrs``), in order, once each."""
+    found = [str(cidr) for item in listing.get("items") or [] for cidr in (item.get("spec") or {}).get("cidrs") or []]
+    return tuple(dict.fromkeys(found))
+
+
+async def discover_service_cidrs(kube: Any) -> tuple[str, ...]:
+    """The cluster's Service CIDRs, from its ServiceCIDR objects (networking.k8s.io/v1, Kubernetes
+    1.33+), so that no ClusterIP is reachable from http and ssh steps even when an allowed network
+    covers it. Unreadable (an older cluster, no RBAC): none, and a warning naming the flag."""
+    try:
+        return cidrs_of(await kube.request("GET", SERVICE_CIDRS_PATH))
+    except Exception as error:  # ApiError, ApiUnreachable: start anyway, the private ranges stay refused
+        log.warning("cannot read the cluster's Service CIDRs (%s); ClusterIPs are refused only as private "
+                    "addresses: pass --service-cidr to refuse them even inside an allowed network", error)
+        return ()
+
+
 def paths_for(ctx: StepContext) -> RunPaths:
     """The run directory of the object this step handles (one run per object uid)."""
     settings: RunSettings = ctx.services.runs
@@ -338,7 +364,7 @@ async def start_runner(ctx: StepContext, request: RunRequest, jobs: bool) -> Run
             command["kube_api"] = "pipelines.kubeapi:from_environment"
             env = {CREDENTIALS_ENV: str(paths.run_dir / RUNNER_CREDENTIALS)}
     return await start_run(paths, secret_key=key, hooks=request.hooks,
-                           extra=["--events", "none", *settings.ssh.runner_args()],
+                           extra=["--events", "none", *settings.ssh.runner_args(), *settings.runner_deny_args()],
                            stderr=asyncio.subprocess.DEVNULL, env=env, http_allow=settings.http_allow, **command)
 
 

@@ -219,11 +219,14 @@ class Remote:
                 *lines, pending = pending.split(b"\n")
                 for raw in lines:
                     emit(raw.decode("utf-8", errors="replace").rstrip("\r"), stream)
-                while len(pending) > _MAX_LINE:
-                    text = pending.decode("utf-8", errors="replace")
-                    cut = ctx.safe_cut(text, _MAX_LINE)
-                    emit(text[:cut], stream)
-                    pending = text[cut:].encode()
+                # A piece of a long line is cut only with the masker's reach of text after the cut
+                # (as local processes do): a secret straddling it would be split in two halves.
+                while len(pending) > _MAX_LINE + ctx.mask_reach:
+                    text = pending.decode("utf-8", errors="surrogateescape")  # round-trips any bytes
+                    at = len(pending[:_MAX_LINE].decode("utf-8", errors="surrogateescape"))
+                    cut = ctx.safe_cut(text, at) or at
+                    emit(text[:cut].encode("utf-8", "surrogateescape").decode("utf-8", errors="replace"), stream)
+                    pending = text[cut:].encode("utf-8", "surrogateescape")
             if pending:
                 emit(pending.decode("utf-8", errors="replace").rstrip("\r"), stream)
 
@@ -321,6 +324,11 @@ async def _open_socket(target: Target, policy: EgressPolicy, seconds: float) -> 
         raise Unreachable(f"cannot resolve {target.address}: {exc or 'timed out'}") from None
     errors: list[str] = []
     for family, kind, proto, _, address in infos:
+        why = policy.refusal(str(address[0]))
+        if why is not None:  # never a packet to a refused address (no probing of its ports)
+            raise StepFailed(f"refused to connect to {target.address}: {why}, which ssh steps may not reach "
+                             "(the operator's own ports, cloud metadata, the cluster's private networks); an "
+                             "operator can allow a network with --ssh-allow")
         sock = socket.socket(family, kind, proto)
         sock.setblocking(False)
         try:
@@ -334,8 +342,8 @@ async def _open_socket(target: Target, policy: EgressPolicy, seconds: float) -> 
         if why is not None:
             sock.close()
             raise StepFailed(f"refused to connect to {target.address}: {why}, which ssh steps may not reach "
-                             "(the operator's own ports, cloud metadata); an operator can allow a network "
-                             "with the runner's --ssh-allow")
+                             "(the operator's own ports, cloud metadata, the cluster's private networks); an "
+                             "operator can allow a network with --ssh-allow")
         return sock
     raise Unreachable(f"cannot connect to {target.address} port {target.port}: {'; '.join(errors)}")
 

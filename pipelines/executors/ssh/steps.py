@@ -43,7 +43,9 @@ class SshSettings:
     """The runner's options for every ssh step (``python -m pipelines run --ssh-...``)."""
 
     allow: tuple[str, ...] = ()
-    """Networks ssh steps may reach although loopback, link-local or this host's own (tests: 127.0.0.0/8)."""
+    """Networks ssh steps may reach although not public (tests: 127.0.0.0/8); see `egress`."""
+    deny: tuple[str, ...] = ()
+    """Networks ssh steps never reach, allowed or not: the cluster's Service CIDRs."""
     files_root: Path | None = None
     """Where copy_files and sync may read on the runner's host; None: those steps fail."""
     connect_timeout: float = 20.0
@@ -149,7 +151,7 @@ class SshStep(Generic[P]):
 
     def __init__(self, settings: SshSettings | None = None) -> None:
         self.settings = settings or SshSettings()
-        self.policy = EgressPolicy(self.settings.allow)
+        self.policy = EgressPolicy(self.settings.allow, deny=self.settings.deny)
 
     def run(self, ctx: StepContext) -> StepResult:
         return asyncio.run(self._run(ctx))

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import base64
+import contextlib
+import gzip
 import json
+import os
+import subprocess
 import textwrap
+import zlib
 from urllib.parse import quote, quote_plus
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -221,3 +227,100 @@ def test_safe_cut_never_splits_a_form() -> None:
         cut = masker.safe_cut(text, at)
         assert "0123456789-secret" in (text[:cut] + "|" + text[cut:]).replace("|", "") and (
             cut <= 100 or cut >= 117), at
+
+
+# --- issue 25: the encodings a tenant's script printed beside the mask ------------------------------
+
+ATTACKED = ["s3cr3t-Pass", "pa ss'wo\"rd$!", "clé-ünïcødé-42", "tok/en+=&<x>;"]
+"""Secrets a tenant's script prints: plain, with shell and markup specials, non-ASCII."""
+
+
+def _printed(secret: str, script: str) -> list[str]:
+    """What a real shell prints for `script`, with the secret in $S (stdout and stderr, as lines)."""
+    done = subprocess.run(["bash", "-c", script], env={"S": secret, "PATH": os.environ["PATH"], "LC_ALL": "C.UTF-8"},
+                          capture_output=True, text=True, timeout=30, check=True)
+    return (done.stdout + done.stderr).splitlines()
+
+
+def _python(code: str) -> str:
+    """A shell line running Python `code`, with the secret in `s`."""
+    return "python3 -c '" + "import base64, html, os, shlex, zlib; s = os.environ[\"S\"]; " + code + "'"
+
+
+SCRIPTS = {
+    "base32": 'printf %s "$S" | base32; printf "user:%s" "$S" | base32 -w0; echo; printf %s "$S" | basenc --base32hex',
+    "gzip+base64": 'printf %s "$S" | gzip | base64; printf "PASSWORD=%s\\n" "$S" | gzip -n | base64 -w0; echo',
+    "zlib+base64": _python("print(base64.b64encode(zlib.compress(s.encode())).decode())"),
+    "json-all-escaped": _python("print(\"\".join(\"\\\\u%04x\" % ord(c) for c in s))"),
+    "html": _python("print(html.escape(s)); print(\"\".join(\"&#%d;\" % ord(c) for c in s)); "
+                    "print(\"\".join(\"&#x%x;\" % ord(c) for c in s))"),
+    "xml": _python("from xml.sax.saxutils import escape; "
+                   "print(escape(s, {chr(39): \"&apos;\", chr(34): \"&quot;\"}))"),
+    "bash -x": 'set -x; echo "$S" >/dev/null; : "$S"',
+    "printf %q": 'printf "%q\\n" "$S"',
+    "shlex.quote": _python("print(shlex.quote(s))"),
+    "python repr": _python("print(repr(s)); print(ascii(s)); print([s], {\"k\": s})"),
+}
+
+
+@pytest.mark.parametrize("encoding", SCRIPTS)
+def test_a_secret_a_script_prints_in_another_encoding_is_masked(encoding: str) -> None:
+    for secret in ATTACKED:
+        masker = Masker([secret])
+        carry = masker.carry()
+        lines = _printed(secret, SCRIPTS[encoding])
+        masked = [masker.mask(line, carry) for line in lines]
+        assert all(MASK in line for line in masked), (encoding, secret, lines, masked)
+        for line in masked:
+            for part in line.split(MASK):
+                assert secret[:4] not in part and secret[-4:] not in part, (encoding, secret, line)
+
+
+def test_a_secret_split_across_two_lines_is_masked_on_both_at_every_cut() -> None:
+    """`echo ${S:0:k}; echo ${S:k}` for every k: the first line may keep fewer characters than the
+    edge threshold, never more; the rest is masked however short."""
+    for secret in ["0123456789abcdef-secret", "s3cr3t-Pass", "pw-Zq81x"]:
+        masker = Masker([secret])
+        edge = min(8, -(-len(secret) // 2))
+        for k in range(1, len(secret)):
+            carry = masker.carry()
+            first, second = masker.mask(secret[:k], carry), masker.mask("  " + secret[k:] + " done", carry)
+            assert second == f"  {MASK} done", (secret, k, second)
+            assert first == (secret[:k] if k < edge else MASK), (secret, k, first)
+
+
+def test_a_value_over_three_lines_is_followed_through_the_middle_one() -> None:
+    secret = "0123456789abcdef-a-long-secret-0123456789"
+    masker = Masker([secret])
+    carry = masker.carry()
+    out = [masker.mask(part, carry) for part in (secret[:12], secret[12:30], secret[30:])]
+    assert out == [MASK, MASK, MASK]
+
+
+def test_gzip_base64_wrapped_over_lines_is_inflated_line_by_line() -> None:
+    secret = "gz-" + "0123456789abcdef" * 3
+    text = "".join(os.urandom(150).hex() + secret + "\n" for _ in range(3))
+    payload = base64.b64encode(gzip.compress(text.encode(), mtime=0)).decode()
+    lines = textwrap.wrap(payload, 76)
+    assert len(lines) > 1
+    masker = Masker([secret])
+    carry = masker.carry()
+    masked = [masker.mask(line, carry) for line in lines]
+    assert MASK in "".join(masked)
+    kept = "".join(line for line in masked if line != MASK)
+    with contextlib.suppress(Exception):  # what is left must not inflate to the secret
+        assert secret not in zlib.decompressobj(wbits=47).decompress(base64.b64decode(kept + "==")).decode()
+
+
+def test_a_compressed_bomb_is_inflated_only_up_to_the_limit() -> None:
+    bomb = base64.b64encode(gzip.compress(b"\0" * (64 << 20) + b"s3cr3t-Pass", mtime=0)).decode()
+    masker = Masker(["s3cr3t-Pass"])
+    assert masker.mask(bomb) == bomb  # 64 MiB of zeros first: the secret is beyond INFLATE_LIMIT, nothing hangs
+
+
+def test_the_start_of_a_starred_value_at_the_end_of_a_mask_does_not_grow_the_mask() -> None:
+    """"*****a" starts with stars: the end of a mask is the start of that form, and masking it again
+    would add a mask to a mask for ever."""
+    masker = Masker(["*****a", "a*b*c*d"])
+    assert masker.mask("x *****a y") == f"x {MASK} y"
+    assert masker.mask("a*b*") == MASK and masker.mask("before ********") == "before ********"

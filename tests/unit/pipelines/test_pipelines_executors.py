@@ -349,8 +349,48 @@ def test_http_redirects_are_judged_where_they_lead(tmp_path: Path, http_server: 
 def test_egress_policy_names_the_class_of_a_refused_address(address: str, why: str) -> None:
     policy = EgressPolicy(own=lambda: {ipaddress.ip_address("192.0.2.77")})
     assert why in (policy.refusal(address) or "")
-    assert policy.refusal("10.1.2.3") is None and policy.refusal("8.8.8.8") is None
+    assert policy.refusal("8.8.8.8") is None and EgressPolicy(["10.0.0.0/8"]).refusal("10.1.2.3") is None
     assert EgressPolicy(["169.254.0.0/16"]).refusal("169.254.169.254") is None
+
+
+@pytest.mark.parametrize(("address", "why"), [
+    ("fd00:ec2::254", "not a public address"),  # AWS IMDS over IPv6
+    ("100.100.100.200", "not a public address"),  # Alibaba Cloud's metadata service (shared 100.64/10)
+    ("64:ff9b::a9fe:a9fe", "169.254.169.254 (in 64:ff9b::a9fe:a9fe) is a link-local"),  # NAT64
+    ("64:ff9b:1::7f00:1", "127.0.0.1 (in 64:ff9b:1::7f00:1) is a loopback"),  # local-use NAT64
+    ("2002:a9fe:a9fe::1", "169.254.169.254 (in 2002:a9fe:a9fe::1) is a link-local"),  # 6to4
+    ("2002:c000:24d::", "192.0.2.77 (in 2002:c000:24d::) is an address of the runner's own host"),
+    ("::127.0.0.1", "127.0.0.1 (in ::7f00:1) is a loopback"),  # IPv4-compatible
+    ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "not a public address"),  # Teredo
+    ("10.96.0.1", "not a public address"), ("172.16.0.1", "not a public address"),
+    ("192.168.1.1", "not a public address"), ("fc00::1", "not a public address"),
+])
+def test_egress_is_denied_by_default_to_every_address_that_is_not_public(address: str, why: str) -> None:
+    policy = EgressPolicy(own=lambda: {ipaddress.ip_address("192.0.2.77")})
+    assert why in (policy.refusal(address) or "")
+    for public in ("8.8.8.8", "2606:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808", "2002:808:808::1"):
+        assert policy.refusal(public) is None, public
+
+
+def test_service_cidrs_are_refused_even_inside_an_allowed_network() -> None:
+    policy = EgressPolicy(["10.0.0.0/8", "fd00::/8"], deny=["10.96.0.0/12", "fd00:10:96::/112"], own=set)
+    assert policy.refusal("10.1.2.3") is None and policy.refusal("fd00:1::1") is None
+    for cluster_ip in ("10.96.0.1", "10.111.2.3", "::ffff:10.96.0.10", "fd00:10:96::1", "64:ff9b::a60:1"):
+        assert "is in the cluster's Service network" in (policy.refusal(cluster_ip) or ""), cluster_ip
+
+
+def test_a_refused_address_is_never_sent_a_packet(tmp_path: Path, http_server: Server) -> None:
+    """Refused before the connect, not after: a tenant cannot tell an open port behind a refused
+    address from a closed one."""
+    port = int(http_server.url.rsplit(":", 1)[1])
+    for host in ("127.0.0.1", "localhost", "[::ffff:127.0.0.1]", "[::127.0.0.1]"):
+        ctx, _ = make_ctx(tmp_path, {"url": f"http://{host}:{port}/doc"}, step_type="http")
+        with pytest.raises(StepFailed, match="which http steps may not reach"):
+            HttpExecutor(EgressPolicy(deny=["127.0.0.0/8"])).run(ctx)
+        closed = make_ctx(tmp_path, {"url": f"http://{host}:1/doc"}, step_type="http")[0]
+        with pytest.raises(StepFailed, match="which http steps may not reach"):
+            HttpExecutor(EgressPolicy(deny=["127.0.0.0/8"])).run(closed)
+    assert http_server.hits == {}
 
 
 def test_http_timeout_and_abort(tmp_path: Path, http_server: Server) -> None:

@@ -28,7 +28,7 @@ from pipelines.control import read_output, read_status
 from pipelines.executors import StepAborted, StepContext, StepFailed, default_executors
 from pipelines.executors.base import ParameterError
 from pipelines.executors.ssh import SshSettings, ssh_executors
-from pipelines.hooks import Hooks, SealedSecrets, new_run_key, seal, substitute
+from pipelines.hooks import MASK, Hooks, SealedSecrets, new_run_key, seal, substitute
 from pipelines.model import Workflow
 from pipelines.paths import RunPaths
 from pipelines.runner import run_workflow
@@ -275,6 +275,16 @@ def test_egress_to_loopback_is_refused_unless_allowed(tmp_path: Path, nodes: Ssh
     ctx, _ = make_ctx(tmp_path, "ssh.shell", {"cmd": f"touch {marker}"}, nodes.variables(A))
     with pytest.raises(StepFailed, match="loopback"):
         executor.run(ctx)
+    assert not marker.exists()
+
+
+def test_a_service_network_is_refused_inside_an_allowed_one_before_any_packet(tmp_path: Path, nodes: SshNodes) -> None:
+    marker = nodes.node(A).dir / "egress-ran"
+    denied = SshSettings(allow=LOOPBACK, deny=("127.0.0.2/32",))  # 127.0.0.2 stands for a ClusterIP
+    for port in (nodes.variables(A)["ssh_port"], "1"):  # an open port and a closed one: told apart by nothing
+        failure, _ = fails(tmp_path, nodes, "ssh.shell", {"cmd": f"touch {marker}"}, A, settings=denied,
+                           variables={"ssh_port": port})
+        assert "127.0.0.2 is in the cluster's Service network" in failure.message, failure.message
     assert not marker.exists()
 
 
@@ -549,3 +559,29 @@ def test_runner_process_runs_ssh_steps_with_its_options(tmp_path: Path, nodes: S
     assert nodes.private_key.splitlines()[1] not in done.stdout + done.stderr + refused.stdout + refused.stderr
     bad = run("bad", "--ssh-allow", "not-a-network")
     assert bad.returncode == 2 and "--ssh-allow" in bad.stderr
+
+
+def test_a_secret_across_the_64_kib_cut_of_a_long_line_is_masked_whole(tmp_path: Path, nodes: SshNodes) -> None:
+    """The ssh pump cuts a long line into 64 KiB pieces only with the masker's reach of text after
+    the cut (as local processes do): the node prints part of the secret, pauses, prints the rest,
+    so that without the look-ahead the cut falls inside the secret and its head is left in clear."""
+    key = new_run_key()
+    token = "tok-Zq81-0123456789abcdef"
+    targets = {"node-2": {k: v for k, v in nodes.variables(A).items() if k != "ssh_private_key"}}
+    steps = []
+    for before in (1, 3, 7):  # characters of the token before the 64 KiB cut
+        cmd = (f"head -c {65536 - before} /dev/zero | tr '\\0' x; printf %s '@@{{token}}@@' | head -c {before + 2}; "
+               f"sleep 0.5; printf '%s done\\n' \"$(printf %s '@@{{token}}@@' | tail -c +{before + 3})\"")
+        steps.append({"id": f"cut{before}", "type": "ssh.shell", "target": ["node-2"], "parameters": {"cmd": cmd}})
+    workflow = Workflow.model_validate({
+        "targets": targets, "steps": steps, "continue_on_failure": True,
+        "secrets": {"ssh_private_key": seal(nodes.private_key, key, "ssh_private_key"),
+                    "token": seal(token, key, "token")},
+    })
+    state = tmp_path / "state"
+    outcome = run_workflow(workflow, "r1", state, hooks=Hooks(render=substitute, secret=SealedSecrets(key)),
+                           executors=default_executors(ssh=SshSettings(allow=LOOPBACK)))
+    assert outcome.phase == "Succeeded"
+    for before in (1, 3, 7):
+        output = read_output(RunPaths(state, "r1"), f"cut{before}", "node-2")
+        assert output.replace("\n", "") == "x" * (65536 - before) + MASK + " done", (before, output[-80:])

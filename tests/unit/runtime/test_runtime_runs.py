@@ -25,6 +25,8 @@ from operators.runtime.engine.runs import (
     RunRequest,
     RunSettings,
     UntrustedNamespace,
+    cidrs_of,
+    discover_service_cidrs,
     follow_run,
     in_jobs,
     paths_for,
@@ -216,3 +218,36 @@ def test_runs_beyond_the_bound_are_queued_visibly_then_run(tmp_path: Path) -> No
                                             "0 queued before this one"}
     assert waiting.patches[1] == {"queued": None}  # running: shown before its progress
     assert slots.running == slots.queued == 0
+
+
+# --- the cluster's Service CIDRs (never reachable from http and ssh steps) ---------------------------
+
+
+class _ServiceCidrApi:
+    def __init__(self, answer: dict[str, Any] | Exception) -> None:
+        self.answer = answer
+        self.paths: list[str] = []
+
+    async def request(self, method: str, path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.paths.append(path)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def test_service_cidrs_are_read_from_the_clusters_servicecidr_objects(caplog: pytest.LogCaptureFixture) -> None:
+    listing = {"items": [{"metadata": {"name": "kubernetes"}, "spec": {"cidrs": ["10.96.0.0/12", "fd00:10:96::/112"]}},
+                         {"metadata": {"name": "extra"}, "spec": {"cidrs": ["10.200.0.0/16", "10.96.0.0/12"]}},
+                         {"metadata": {"name": "empty"}}]}
+    assert cidrs_of(listing) == ("10.96.0.0/12", "fd00:10:96::/112", "10.200.0.0/16")
+    api = _ServiceCidrApi(listing)
+    assert asyncio.run(discover_service_cidrs(api)) == cidrs_of(listing)
+    assert api.paths == ["/apis/networking.k8s.io/v1/servicecidrs"]
+    # An older cluster or no RBAC: the operator starts, says which flag to use, and refuses only private ranges.
+    assert asyncio.run(discover_service_cidrs(_ServiceCidrApi(RuntimeError("404 Not Found")))) == ()
+    assert "--service-cidr" in caplog.text
+
+
+def test_service_cidrs_become_the_runners_deny_flags() -> None:
+    settings = RunSettings(state_dir=Path("/x"), service_cidrs=("10.96.0.0/12", "fd00:10:96::/112"))
+    assert settings.runner_deny_args() == ["--deny", "10.96.0.0/12", "--deny", "fd00:10:96::/112"]
