@@ -246,6 +246,33 @@ def publish_webhook_client_ca(port: int, admin: ssl.SSLContext, ca_pem: bytes) -
         connection.close()
 
 
+def wait_for_start(
+    condition: Callable[[], bool],
+    what: str,
+    started: Mapping[str, subprocess.Popen[bytes]],
+    deadline: float,
+    timeout: float,
+    log_path: Callable[[str], Path],
+) -> None:
+    """Poll ``condition`` until true; fail early, with the tail of its log, if a process just
+    started exits, or at ``deadline`` (``timeout`` seconds after the start) with the last one's.
+    The local node's start waits the same way (node.py)."""
+    interval = 0.05
+    while True:
+        for name, process in started.items():
+            code = process.poll()
+            if code is not None:
+                log = log_path(name)
+                raise ControlPlaneError(f"{name} exited with code {code} while starting; log: {log}", log_tail(log))
+        if condition():
+            return
+        if time.monotonic() > deadline:
+            log = log_path(list(started)[-1])
+            raise ControlPlaneError(f"timed out after {timeout:.0f} s waiting for {what}; log: {log}", log_tail(log))
+        time.sleep(interval)
+        interval = min(interval * 2, 0.5)
+
+
 # --- the control plane -----------------------------------------------------------------------
 
 
@@ -615,28 +642,7 @@ class LocalControlPlane:
         started: Mapping[str, subprocess.Popen[bytes]],
         deadline: float,
     ) -> None:
-        """Poll ``condition`` until true; fail early if a started process exits, or at deadline."""
-        interval = 0.05
-        while True:
-            for name, process in started.items():
-                code = process.poll()
-                if code is not None:
-                    raise ControlPlaneError(
-                        f"{name} exited with code {code} while starting; "
-                        f"log: {self.log_path(name)}",
-                        log_tail(self.log_path(name)),
-                    )
-            if condition():
-                return
-            if time.monotonic() > deadline:
-                last = list(started)[-1]
-                raise ControlPlaneError(
-                    f"timed out after {self.start_timeout:.0f} s waiting for {what}; "
-                    f"log: {self.log_path(last)}",
-                    log_tail(self.log_path(last)),
-                )
-            time.sleep(interval)
-            interval = min(interval * 2, 0.5)
+        wait_for_start(condition, what, started, deadline, self.start_timeout, self.log_path)
 
     # -- recorded state --
 

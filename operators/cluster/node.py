@@ -40,7 +40,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -54,9 +54,8 @@ from operators.cluster.build import (
     Progress,
     cached_kubectl,
     ensure_node_binaries,
-    log_tail,
 )
-from operators.cluster.controlplane import LocalControlPlane, render_kubeconfig
+from operators.cluster.controlplane import LocalControlPlane, render_kubeconfig, wait_for_start
 from operators.cluster.images import PAUSE_IMAGE, image_base_name, pause_archive
 from operators.cluster.pki import KUBELET_CLIENT_USER, SERVICE_IP, ensure_client_certificate
 from operators.cluster.processes import LOOPBACK, ProcessTable, process_cmdline
@@ -483,7 +482,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         started: dict[str, subprocess.Popen[bytes]] = {}
         self._progress("starting containerd in the node's mount namespace")
         started[CONTAINERD] = self._launch(CONTAINERD, self._containerd_argv())
-        self._wait(self._ctr_answers, "containerd's socket", started, deadline)
+        wait_for_start(self._ctr_answers, "containerd's socket", started, deadline, self.ready_timeout,
+                       self.log_path)
         self.import_archive(pause)
         self._progress("starting kube-scheduler")
         started[SCHEDULER] = self._launch(SCHEDULER, [
@@ -504,7 +504,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             f"--node-ip={self.network.node_ip}",
             "--v=1",
         ])
-        self._wait(self._ready, f"node {self.name} to be Ready", started, deadline)
+        wait_for_start(self._ready, f"node {self.name} to be Ready", started, deadline, self.ready_timeout,
+                       self.log_path)
 
     def _containerd_argv(self) -> list[str]:
         """containerd in a new mount namespace whose binds redirect what it and the kubelet write."""
@@ -523,26 +524,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     def _launch(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         self.plane.logs_dir.mkdir(parents=True, exist_ok=True)
         return self._processes.launch(name, argv, log=self.log_path(name), cwd=self.home)
-
-    def _wait(
-        self, condition: Callable[[], bool], what: str, started: Mapping[str, subprocess.Popen[bytes]], deadline: float
-    ) -> None:
-        interval = 0.1
-        while True:
-            for name, process in started.items():
-                code = process.poll()
-                if code is not None:
-                    log = self.log_path(name)
-                    raise ControlPlaneError(f"{name} exited with code {code} while starting; log: {log}",
-                                            log_tail(log))
-            if condition():
-                return
-            if time.monotonic() > deadline:
-                last = list(started)[-1]
-                raise ControlPlaneError(f"timed out after {self.ready_timeout:.0f} s waiting for {what}; "
-                                        f"log: {self.log_path(last)}", log_tail(self.log_path(last)))
-            time.sleep(interval)
-            interval = min(interval * 2, 0.5)
 
     def _ready(self) -> bool:
         try:
