@@ -75,13 +75,18 @@ PRIVATE_FILE = 0o600
 
 def private_dir(path: Path, *, upto: Path | None = None) -> Path:
     """Make `path` (and its parents below `upto`) a directory only its owner may enter (0700), also
-    when it already existed with a wider mode (made by an older version)."""
+    when it already existed with a wider mode (made by an older version).
+
+    A directory this process does not own is left as it is: a volume's mount point (in a Pod, owned
+    by root with the Pod's fsGroup) whose mode its owner decides, and which this process may not
+    change; what is made inside it is private all the same."""
     chain = [path]
     if upto is not None:
         chain += [parent for parent in path.parents if parent.is_relative_to(upto)]
     for directory in reversed(chain):
         directory.mkdir(mode=PRIVATE_DIR, exist_ok=True)
-        if directory.stat().st_mode & 0o777 != PRIVATE_DIR:
+        found = directory.stat()
+        if found.st_mode & 0o777 != PRIVATE_DIR and found.st_uid == os.geteuid():
             directory.chmod(PRIVATE_DIR)
     return path
 
