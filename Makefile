@@ -88,7 +88,7 @@ e2e: venv controlplane image-tools ssh-tools node-tools
 
 test: venv controlplane image-tools ssh-tools node-tools lint typecheck
 	$(BIN)/stead crds --check
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q --durations=25 tests
 
 bench: venv controlplane
 	$(BIN)/python bench/pipeline_throughput.py

@@ -238,7 +238,10 @@ def test_a_runner_killed_mid_run_resumes_without_repeating_finished_tasks(
     status = finished(kubectl, namespace, "resumed")
     assert status["state"] == "Succeeded" and status["runnerStarts"] == 2, status
     runs = [line.split()[1] for line in order.read_text().splitlines() if line.split()[1] in ("first", "last")]
-    assert runs == ["first", "last"]  # the first task was not run again
+    # The first task was not run again. `last` may be twice: the killed runner's copy of it can outlive
+    # its ssh session and finish too (no pty, no hang-up): that a task never runs twice at once on a
+    # node is issue 26, whose test holds a slow task across a runner's restart.
+    assert runs[0] == "first" and runs.count("first") == 1 and "last" in runs, runs
 
 
 def test_the_example_plans_as_a_dry_run(kubectl: Kubectl, namespace: str, operator: OperatorProcess) -> None:

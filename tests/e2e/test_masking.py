@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from tests.e2e.conftest import OperatorProcess, wait_until
+from tests.e2e.tenant_accounts import grant_secret
 from tests.e2e.test_apps import app, blueprint
 from tests.e2e.test_egress import Tenant, tenant  # noqa: F401  (the fixture)
 from tests.unit.pipelines.test_masking import SCRIPTS
@@ -44,6 +45,7 @@ def test_app_output_masks_a_secret_in_every_encoding_a_tenants_script_prints(
 ) -> None:
     assert tenant.namespace.startswith("t-test-app")  # trusted to run scripts on the operator's host
     tenant("create", "secret", "generic", "db", f"--from-literal=password={SECRET}")
+    grant_secret(tenant.kubectl, tenant.namespace, "db")  # a run reads it as the namespace's account
     tenant.apply(blueprint("leaky", tenant.namespace, masking_spec()))
     tenant("wait", "--for=condition=Ready", "--timeout=30s", "blueprint/leaky")
     tenant.apply(app("leaky", tenant.namespace, "leaky"))
