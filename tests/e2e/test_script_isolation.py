@@ -12,7 +12,6 @@ to find a step's processes by).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import tempfile
@@ -27,6 +26,7 @@ from operators.runtime.engine.runs import DEFAULT_SCRIPT_UIDS, script_uid
 from tests.e2e.conftest import Kubectl, OperatorProcess, wait_until
 from tests.e2e.tenant_accounts import tenant_kubectl
 from tests.e2e.test_apps import app, apply, blueprint, run_state
+from tests.unit.pipelines.test_script_user import running
 
 
 def one_task(script: str, **spec: object) -> dict[str, object]:
@@ -47,16 +47,6 @@ def attack(store: Path, runs: Path, tag: str) -> str:
         "echo uid $(id -u)",
         "echo done",
     ])
-
-
-def running(tag: str) -> list[int]:
-    """Processes whose command line holds `tag`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        with contextlib.suppress(OSError):
-            if entry.name.isdigit() and tag.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-    return found
 
 
 @pytest.fixture

@@ -148,10 +148,11 @@ def test_a_step_that_leaves_its_group_and_drops_the_marker_is_still_ended_with_i
     ctx, _ = make_ctx(tmp_path, {"script": f"setsid env -u STEAD_MARKER sh -c 'while :; do sleep 1; done # {tag}' "
                                            "</dev/null >/dev/null 2>&1 & echo started"})
     ScriptExecutor(LocalProcess(user=NOBODY)).run(ctx)
-    assert _running(tag) == [], "a process of the step outlived it"
+    assert running(tag) == [], "a process of the step outlived it"
 
 
-def _running(tag: str) -> list[int]:
+def running(tag: str) -> list[int]:
+    """Processes whose command line holds `tag` (also the e2e isolation test's)."""
     found = []
     for entry in Path("/proc").iterdir():
         with contextlib.suppress(OSError):
