@@ -140,6 +140,8 @@ class Expansion:
     unplaced: list[str] = field(default_factory=list)
     groups: dict[str, tuple[list[str], int]] = field(default_factory=dict)
     starts: dict[str, int] = field(default_factory=dict)
+    entry: dict[int, int] = field(default_factory=dict)
+    """A group's end -> its start: where what the group waits for is bound."""
     members: dict[str, list[int]] = field(default_factory=dict)
     max_instances: int = MAX_INSTANCES
     bindings: int = 0
@@ -184,9 +186,7 @@ class Expansion:
     def wait(self, waiter: int, waited: int) -> None:
         """`waiter` waits for `waited`. A group waits through its start anchor, so that what the
         group waits for comes before every task of it (its end only waits for its start and members)."""
-        group = self.instances[waiter][0]
-        start = self.starts.get(group) if self.instances[waiter][1] == ANCHOR else None
-        self.deps[waiter if start is None else start].add(waited)
+        self.deps[self.entry.get(waiter, waiter)].add(waited)
 
     def is_anchor(self, task_id: str) -> bool:
         return task_id in self.by_task and self.instances[self.by_task[task_id][0]][1] == ANCHOR
@@ -310,7 +310,9 @@ def expand(tasks: Iterable[Task], nodes: Iterable[GraphNode | Mapping[str, Any]]
         if task.type == "group":
             start = exp.add(task.id + GROUP_START, ANCHOR)
             exp.starts[task.id] = start
-            exp.deps[exp.add(task.id, ANCHOR)].add(start)
+            end = exp.add(task.id, ANCHOR)
+            exp.entry[end] = start
+            exp.deps[end].add(start)
             continue
         if task.type == "stage":
             exp.add(task.id, ANCHOR)
@@ -366,9 +368,9 @@ def expand(tasks: Iterable[Task], nodes: Iterable[GraphNode | Mapping[str, Any]]
         for group_id, members in exp.members.items():
             _order_members(exp, group_id, members)
 
-    cycle = find_cycle({exp.key(i): [exp.key(d) for d in deps] for i, deps in enumerate(exp.deps)})
+    cycle = find_cycle(dict(enumerate(exp.deps)))
     if cycle:
-        raise GraphError(["dependency cycle (each waits for the next): " + " -> ".join(cycle)])
+        raise GraphError(["dependency cycle (each waits for the next): " + " -> ".join(map(exp.key, cycle))])
     return exp
 
 
@@ -424,10 +426,10 @@ def _bind_same(exp: Expansion, i: int, targets: Sequence[str], *, forward: bool)
             j = exp.index.get((target, ANCHOR))
         if j is None:
             continue
-        if forward:
-            exp.wait(j, i)
+        if forward:  # exp.wait, inlined: this is the hot loop of an expansion
+            exp.deps[exp.entry.get(j, j)].add(i)
         else:
-            exp.wait(i, j)
+            exp.deps[exp.entry.get(i, i)].add(j)
 
 
 def _bind_cross(
