@@ -285,3 +285,13 @@ def test_a_member_that_requires_its_own_group_is_a_cycle_naming_it() -> None:
     with pytest.raises(GraphError, match=r"dependency cycle .*a@k1.*computes"):
         expand([t("computes", "group", roles=["compute"]), t("a", groups=["computes"], requires=["computes"])],
                NODES)
+
+
+def test_groups_ordered_through_stages_take_a_shared_instance_in_the_earlier_one() -> None:
+    nodes = [GraphNode("both", ("controller", "compute"))]
+    exp = expand([*stage_tasks(),
+                  t("early", "group", roles=["controller"], required_for=["deploy_end"]),
+                  t("late", "group", roles=["compute"], requires=["post_deployment_start"]),
+                  t("hiera", groups=["late", "early"])], nodes)  # the order written does not matter
+    assert [exp.key(i) for i in exp.members["early"]] == ["hiera@both"] and exp.members["late"] == []
+    assert "hiera@both" in ancestors(exp, "late")
