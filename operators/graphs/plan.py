@@ -114,10 +114,17 @@ class GraphPlan:
         node = self.expansion.instances[i][1]
         return node == ANCHOR or node in self.selected_nodes
 
-    def instances(self) -> Iterator[PlannedInstance]:
+    def shown(self, i: int) -> bool:
+        """Whether instance i is one of the plan's task instances: not a group's start anchor (the
+        group's own instance stands for it: the start is order only, a step of the workflow)."""
+        return not self.expansion.is_group_start(i)
+
+    def instances(self) -> Iterator[tuple[int, PlannedInstance]]:
+        """(index, instance) of every instance but the groups' start anchors."""
         for i, (task, node) in enumerate(self.expansion.instances):
-            state, reason = self.states[i]
-            yield PlannedInstance(self.graph_type, task, node, state, reason, self.step_types[i])
+            if self.shown(i):
+                state, reason = self.states[i]
+                yield i, PlannedInstance(self.graph_type, task, node, state, reason, self.step_types[i])
 
 
 @dataclass
@@ -131,7 +138,7 @@ class Plan:
 
     def instances(self, *, include_outside: bool = True) -> Iterator[PlannedInstance]:
         for graph in self.graphs:
-            for i, inst in enumerate(graph.instances()):
+            for i, inst in graph.instances():
                 if include_outside or graph.included(i):
                     yield inst
 
@@ -154,9 +161,10 @@ class Plan:
             for i, (state, _) in enumerate(graph.states):
                 if not graph.included(i):
                     continue
-                counts["instances"] += 1
-                counts[state] += 1
                 counts["edges"] += sum(1 for d in graph.expansion.deps[i] if graph.included(d))
+                if graph.shown(i):
+                    counts["instances"] += 1
+                    counts[state] += 1
         return counts
 
     def unplaced(self) -> dict[str, list[str]]:
@@ -349,7 +357,7 @@ def _states(
     step_types: list[str] = []
     memo: dict[tuple[str, str], bool] = {}
     for i, (task_id, node) in enumerate(exp.instances):
-        task = exp.tasks[task_id]
+        task = exp.task(task_id)
         state: InstanceState
         reason: str | None
         if node != ANCHOR and node not in selected:
@@ -476,7 +484,7 @@ def to_workflow(
         for i, (task_id, node) in enumerate(exp.instances):
             if not graph.included(i):
                 continue
-            task = exp.tasks[task_id]
+            task = exp.task(task_id)
             state, reason = graph.states[i]
             if node and node not in targets:
                 try:

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,63 @@ def test_a_tasks_whole_output_is_read_through_the_api_and_the_cli(
     code, refused = api_call(operator, admin, namespace, "GET", "/api/v1/graphruns/talking/output/talk/",
                              query="node=..%2F..%2Fkube-credentials")
     assert code == 400 and "node" in refused["message"]
+
+
+TRACE = """\
+import os, sys, time
+line = f"{os.path.basename(os.environ['NODE_DIR'])} {sys.argv[2]} {sys.argv[3]} {time.monotonic_ns()}\\n"
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
+os.write(fd, line.encode())
+"""
+
+
+def test_groups_order_their_tasks_on_every_node(kubectl: Kubectl, environment: tuple[str, Path],
+                                                tmp_path: Path) -> None:
+    """Fuel's group semantics (issue 26): with compute requiring controller, no task of the compute group
+    starts on any compute node before every task of the controller group has ended; a group required for
+    deploy_end has all its tasks ended before what follows deploy_end starts. Ordered traces: each task
+    appends `<node> <task> start|end <monotonic ns>` (one clock: the nodes are processes of this machine)."""
+    namespace, _ = environment
+    script, trace = tmp_path / "trace.py", tmp_path / "trace.log"
+    script.write_text(TRACE)
+    trace.touch()
+    trace.chmod(0o666)
+
+    def traced(task_id: str, seconds: float, **more: Any) -> dict[str, Any]:
+        mark = f"{sys.executable} -I -S {script} {trace} {task_id}"
+        return {"id": task_id, "type": "shell", "version": "2.1.0",
+                "parameters": {"cmd": f"{mark} start; sleep {seconds}; {mark} end"}, **more}
+
+    stage = {"type": "stage"}
+    apply(kubectl, graph("r1-grouped", namespace, [
+        {"id": "deploy_start", **stage}, {"id": "deploy_end", "requires": ["deploy_start"], **stage},
+        {"id": "post_deployment_start", "requires": ["deploy_end"], **stage},
+        {"id": "controller", "type": "group", "roles": ["controller"], "requires": ["deploy_start"],
+         "requiredFor": ["deploy_end"]},
+        {"id": "compute", "type": "group", "roles": ["compute"], "requires": ["controller"],
+         "requiredFor": ["deploy_end"]},
+        traced("hiera", 0.2, groups=["controller", "compute"]),
+        traced("db", 0.8, groups=["controller"], requires=["hiera"]),
+        traced("nova", 0.8, groups=["compute"]),  # no order of its own: only its group's
+        traced("smoke", 0, roles=["*"], requires=["post_deployment_start"]),
+    ], release="r1", type="grouped"))
+    apply(kubectl, graph_run("grouped", namespace, {"type": "grouped"}))
+    status = finished(kubectl, namespace, "grouped")
+    assert status["state"] == "Succeeded", status
+    assert "controller@" in states(status) and not any("::" in key for key in states(status))
+
+    name = {address: node for node, address in NODES.items()}
+    at: dict[tuple[str, str, str], int] = {}
+    for line in trace.read_text().splitlines():
+        address, task, event, ns = line.split()
+        at[(name[address], task, event)] = int(ns)
+    assert len(at) == 2 * (2 + 2 * 2 + 3), sorted(at)  # hiera, db on ctl; hiera, nova on 2 computes; smoke x3
+    controller_ended = max(at[("ctl", task, "end")] for task in ("hiera", "db"))
+    compute_started = min(at[(node, task, "start")] for node in ("cmp-1", "cmp-2") for task in ("hiera", "nova"))
+    assert compute_started > controller_ended, (compute_started - controller_ended) / 1e9
+    grouped_ended = max(ns for (_, task, event), ns in at.items() if task != "smoke" and event == "end")
+    smoke_started = min(at[(node, "smoke", "start")] for node in NODES)
+    assert smoke_started > grouped_ended, (smoke_started - grouped_ended) / 1e9
 
 
 def test_a_runner_killed_mid_run_resumes_without_repeating_finished_tasks(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -21,10 +20,9 @@ from operators.graphs.api import GraphsApi
 from operators.runtime.kube.client import ApiError, custom_path
 from operators.runtime.serving.http import Request
 from tests.unit.fakeapi import FakeApi, FakeAuth
+from tests.unit.graphs.support import FUEL_LIBRARY
 
 NS = "ns"
-ROOT = Path(__file__).resolve().parents[3]
-FUEL_LIBRARY = ROOT.parent / "shared" / "data" / "fuel-library" / "openstack-network-tasks.yaml"
 GRAPHS = custom_path(DEPLOYMENT_GRAPH.plural, NS)
 RUNS = custom_path(GRAPH_RUN.plural, NS)
 API = "/api/v1"

@@ -20,10 +20,10 @@ from operators.graphs import DEPLOYMENT_GRAPH, GRAPH_RUN, load_file, load_tasks,
 from operators.graphs import cli as graph_cli
 from operators.runtime.kube.client import ApiError, custom_path
 from tests.unit.fakeapi import FakeApi, Request
+from tests.unit.graphs.support import FUEL_LIBRARY
 
 NS = "demo"
 ROOT = Path(__file__).resolve().parents[3]
-FUEL_LIBRARY = ROOT.parent / "shared" / "data" / "fuel-library" / "openstack-network-tasks.yaml"
 GRAPHS = custom_path(DEPLOYMENT_GRAPH.plural, NS)
 RUNS = custom_path(GRAPH_RUN.plural, NS)
 

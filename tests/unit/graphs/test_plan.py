@@ -240,3 +240,57 @@ def test_the_fuel_library_file_merges_expands_and_plans() -> None:
     assert "openstack-network-routers-ha" in planned and "openstack-network-routers" not in planned
     assert "openstack-network-agents-l3" in planned  # neutron_advanced_configuration changed
     assert "openstack-network-networks" not in planned  # access, quantum_settings, quantum unchanged
+
+
+def grouped() -> list[Task]:
+    """controllers -> computes, both required for deploy_end; smoke after it."""
+    return [
+        *stage_tasks(),
+        t("controllers", "group", roles=["controller"], requires=["deploy_start"], required_for=["deploy_end"]),
+        t("computes", "group", roles=["compute"], requires=["controllers"], required_for=["deploy_end"]),
+        t("hiera", groups=["controllers", "computes"]),
+        t("db", groups=["controllers"], requires=["hiera"]),
+        t("nova", groups=["computes"]),
+        t("smoke", roles=["*"], requires=["post_deployment_start"]),
+    ]
+
+
+def closure(requirements: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Each workflow instance with everything it waits for, directly or not."""
+    out: dict[str, set[str]] = {}
+    for key in requirements:
+        seen: set[str] = set()
+        stack = [key]
+        while stack:
+            for d in requirements[stack.pop()]:
+                if d not in seen:
+                    seen.add(d)
+                    stack.append(d)
+        out[key] = seen
+    return out
+
+
+def test_a_groups_order_holds_in_the_workflow_and_its_start_is_a_step_not_a_task_instance() -> None:
+    p = plan(grouped())
+    before = closure(requirements(p))
+    controller_steps = {f"default:{task}:{n}@{n}" for task in ("hiera", "db") for n in ("c1", "c2")}
+    for task in ("hiera", "nova"):
+        assert controller_steps <= before[f"default:{task}:k1@k1"], task
+    assert not any(s.endswith("@k1") for s in before["default:db:c1@c1"] | before["default:hiera:c2@c2"])
+    assert {*controller_steps, "default:hiera:k1@k1", "default:nova:k1@k1"} <= before["default:smoke:c1@c1"]
+    # the start anchor is order only: a noop step of the workflow, not an instance of the plan or its status
+    assert "controllers::start" not in states(p) and states(p)["controllers"] == ("noop", "group (structure, "
+                                                                                 "nothing runs)")
+    step = to_workflow(p, known_hosts="", private_key_ref="k").step("default:controllers::start")
+    assert step.type == "noop" and [d.step for d in step.depends_on] == ["default:deploy_start"]
+    assert p.summary()["instances"] == len(states(p)) == 6 + 2 + 3 + 2 + 1 + 3  # stages, groups, hiera, db, nova, smoke
+
+
+def test_a_node_subset_keeps_the_groups_order_through_the_nodes_left_out() -> None:
+    p = plan(grouped(), selection=GraphSelection(type="default", nodes=["k1"]))
+    before = closure(requirements(p))
+    assert {"default:controllers", "default:controllers::start", "default:deploy_start"} <= \
+        before["default:hiera:k1@k1"]
+    assert not any(s.endswith(("@c1", "@c2")) for s in before["default:smoke:k1@k1"])
+    assert ("controllers", "db@c1", "satisfied-outside-subset") in {
+        (e.dependent, e.dependency, e.rule) for e in p.outside_edges}
