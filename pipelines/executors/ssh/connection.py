@@ -58,31 +58,46 @@ _LOCK_CHARS = re.compile(r"[^A-Za-z0-9_.@-]")
 # Every wrapper starts with the guard. $1: the attempt's lock (`attempt_lock`: RUN/NAME.lock).
 # `printf` first tells the runner the process group (the shell's pid: sshd's setsid). Then, where the
 # node has flock(1) and the user a private directory under $TMPDIR (/tmp: gone with a reboot, as are
-# the processes it guards), the shell opens the lock on fd 9 and holds it until it exits. If an
-# earlier attempt holds it, the process group recorded in the file is stopped as an abort stops one
-# (TERM, KILL_GRACE seconds, KILL), and the lock waited for (STOP_WAIT more seconds, else
-# `stead-busy` and exit BUSY_EXIT: never a second copy). `stead-go` ends the guard's lines. The command
-# runs as a child with fd 9 closed (what it leaves running, a daemon, never holds the lock), and TERM
-# only ends the shell once the command has ended, so the lock is held exactly while the command runs.
-# A node without flock or the directory runs the command unguarded, saying so on stderr.
-_GUARD = (
-    'printf "stead-pgid %s\\n" "$$"; trap \'exit 143\' TERM HUP INT; '
-    'if ! command -v flock >/dev/null 2>&1; then '
-    'echo "stead: no flock(1) on this node: a retry of this task cannot find this attempt" >&2; '
-    'else d=${TMPDIR:-/tmp}/stead-$(id -u); mkdir -m 700 -- "$d" 2>/dev/null; '
-    'if [ -d "$d" ] && [ ! -h "$d" ] && [ -O "$d" ] && mkdir -p -- "$d/${1%/*}"; then '
-    'l=$d/$1; exec 9>>"$l"; '
-    'if ! flock -n 9; then p=$(cat -- "$l"); case $p in ""|*[!0-9]*) p=0;; esac; '
-    'printf "stead-stopping %s\\n" "$p"; if [ "$p" -gt 1 ]; then kill -TERM -"$p" 2>/dev/null; fi; '
-    'if ! flock -w @GRACE@ 9; then q=$(cat -- "$l"); case $q in ""|*[!0-9]*) q=$p;; esac; '
-    'if [ "$q" -gt 1 ]; then kill -KILL -"$q" 2>/dev/null; fi; '
-    'flock -w @WAIT@ 9 || { printf "stead-busy %s\\n" "$q"; exit @BUSY@; }; p=$q; fi; fi; '
-    'printf "%s\\n" "$$" > "$l"; '
-    'else echo "stead: $d is not a private directory of this user: a retry of this task cannot find this '
-    'attempt" >&2; fi; fi; '
-    'printf "@GO@\\n"; shift; '
-).replace("@GRACE@", f"{KILL_GRACE:g}").replace("@WAIT@", f"{STOP_WAIT:g}").replace("@BUSY@", str(BUSY_EXIT)).replace(
-    "@GO@", _GUARD_GO)
+# the processes it guards), the shell opens the lock on fd 9, takes it and writes its process group
+# into it. If an earlier attempt holds it, that attempt's group is stopped as an abort stops one:
+# TERM, up to KILL_GRACE seconds for the lock to be free and the group empty (a command's own children
+# may still be ending after the shell holding the lock has gone), KILL, up to STOP_WAIT more seconds,
+# else `stead-busy` and exit BUSY_EXIT: never a second copy. `stead-go` ends the guard's lines. The
+# command runs as a child with fd 9 closed (what it leaves running, a daemon, never holds the lock),
+# and a TERM ends the shell only once the command has ended. A node without flock or the directory
+# runs the command unguarded, saying so on stderr. Only /bin/sh, flock, id, cat, kill, sleep and /proc.
+def guard_script(grace: float = KILL_GRACE, wait: float = STOP_WAIT) -> str:
+    """The guard (above) with its two waits in seconds (tests shorten them)."""
+    return (
+        'printf "stead-pgid %s\\n" "$$"; trap \'exit 143\' TERM HUP INT; '
+        'if ! command -v flock >/dev/null 2>&1; then '
+        'echo "stead: no flock(1) on this node: a retry of this task cannot find this attempt" >&2; '
+        'else d=${TMPDIR:-/tmp}/stead-$(id -u); mkdir -m 700 -- "$d" 2>/dev/null; '
+        'if [ -d "$d" ] && [ ! -h "$d" ] && [ -O "$d" ] && mkdir -p -- "$d/${1%/*}"; then '
+        'l=$d/$1; exec 9>>"$l"; '
+        # stead_pg: the group the lock file names, when it names one. stead_live: that group has a process
+        # that is not a zombie (sshd reaps its session's shell a second or more after the connection
+        # dropped: `kill -0` alone counts the zombie). stead_gone N: wait up to N tenths of a second for
+        # the lock to be ours and the group to be empty.
+        'stead_pg() { q=$(cat -- "$l"); case $q in ""|*[!0-9]*) ;; *) p=$q;; esac; }; '
+        'stead_live() { kill -0 -"$p" 2>/dev/null || return 1; [ -r /proc/self/stat ] || return 0; '
+        'for s in /proc/[0-9]*/stat; do { read -r x < "$s"; } 2>/dev/null || continue; set -- ${x##*)}; '
+        'if [ "$1" != Z ] && [ "$3" = "$p" ]; then return 0; fi; done; return 1; }; '
+        'stead_gone() { i=0; while [ $i -lt $1 ]; do if flock -n 9 && { [ "$p" -le 1 ] || ! stead_live; }; '
+        'then return 0; fi; sleep 0.1; i=$((i+1)); done; return 1; }; '
+        'if ! flock -n 9; then p=0; stead_pg; printf "stead-stopping %s\\n" "$p"; '
+        'if [ "$p" -gt 1 ]; then kill -TERM -"$p" 2>/dev/null; fi; '
+        'if ! stead_gone @GRACE@; then stead_pg; if [ "$p" -gt 1 ]; then kill -KILL -"$p" 2>/dev/null; fi; '
+        'stead_gone @WAIT@ || { printf "stead-busy %s\\n" "$p"; exit @BUSY@; }; fi; fi; '
+        'printf "%s\\n" "$$" > "$l"; '
+        'else echo "stead: $d is not a private directory of this user: a retry of this task cannot find this '
+        'attempt" >&2; fi; fi; '
+        'printf "@GO@\\n"; shift; '
+    ).replace("@GRACE@", str(max(int(grace * 10), 1))).replace("@WAIT@", str(max(int(wait * 10), 1))).replace(
+        "@BUSY@", str(BUSY_EXIT)).replace("@GO@", _GUARD_GO)
+
+
+_GUARD = guard_script()
 # After the guard: $1: working directory ('' for the login directory), $2: the program, $3...: its
 # arguments.
 _WRAPPER = _GUARD + 'if [ -n "$1" ]; then cd -- "$1" || exit 1; fi; shift; "$@" 9>&-'
