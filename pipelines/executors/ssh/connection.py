@@ -255,14 +255,15 @@ class Remote:
         The command holds its attempt's lock on the node (`attempt_lock`) while it runs. A runner that
         dies (killed, its pod gone) leaves its remote command running: sshd hangs up only sessions
         with a tty, so a pty-less command outlives its connection until it next writes to its closed
-        stdout or stderr (then SIGPIPE ends it wherever it is). The retry, from the restarted runner,
+        stdout or stderr (then SIGPIPE ends it wherever it is; seen with OpenSSH 9.2: a quiet command
+        ran on, one that printed died at that line). The retry, from the restarted runner,
         finds that attempt by its lock and **stops it** (TERM, then KILL, as an abort does) before it
         starts; it never runs beside it. Stopping rather than waiting for it to end, which is what
         Fuel did: steps run at least once either way (the retry runs the task whole, after the
         earlier copy is gone, and only the retry's result counts, as the earlier one's output and
         exit status are lost with its runner); the earlier copy cannot be trusted to finish (the
         first line it prints kills it at that point), so waiting would only delay the retry by up
-        to the task's timeout (puppet tasks take an hour) for a run whose outcome nobody sees; and
+        to the task's timeout (an hour for Fuel's puppet tasks) for a run whose outcome nobody sees; and
         tasks already have to bear being stopped, by an abort or a timeout. A copy that does not
         stop within KILL_GRACE + STOP_WAIT seconds fails this attempt (`stead-busy`), never runs
         beside it.
