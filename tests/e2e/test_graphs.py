@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pipelines.control import read_status, run_paths
+from pipelines.control import read_output, read_status, run_paths
 from tests.e2e.conftest import ROOT, STEAD, Kubectl, OperatorProcess, api_call, wait_until
 from tests.e2e.test_apps import apply, get
 from tests.sshd import SshNodes, ssh_nodes  # noqa: F401  (the module's sshd nodes)
@@ -266,40 +266,49 @@ def test_groups_order_their_tasks_on_every_node(kubectl: Kubectl, environment: t
     assert smoke_started > grouped_ended, (smoke_started - grouped_ended) / 1e9
 
 
-def test_a_runner_killed_mid_run_resumes_without_repeating_finished_tasks(
+def test_a_runner_killed_mid_run_resumes_without_repeating_finished_tasks_or_running_one_twice_at_once(
         kubectl: Kubectl, environment: tuple[str, Path], operator: OperatorProcess) -> None:
     namespace, order = environment
-    gate = order.with_name("resume.gate")
+    gate, copies = order.with_name("resume.gate"), order.with_name("resume.copies")
     note = f'echo "at {{}} $(basename $NODE_DIR)" >> {order}'
+    # `last` outlasts its runner: it waits for the gate and writes nothing to its stdout or stderr (closed
+    # with the runner's connection: a line, even the shell's "Terminated", would end it with SIGPIPE), and
+    # every copy of it records its start, its end or its being stopped, with its pid and time
+    stamp = f'echo "{{}} $$ $(date +%s.%N)" >> {copies}'
+    last = (f"exec >/dev/null 2>&1; {stamp.format('start')}; trap '{stamp.format('stopped')}; exit 143' TERM; "
+            f"while [ ! -e {gate} ]; do sleep 0.1; done; {stamp.format('end')}; {note.format('last')}")
     apply(kubectl, graph("r1-resume", namespace, [
         shell("first", ["controller"], note.format("first")),
-        shell("last", ["controller"], f'while [ ! -e {gate} ]; do sleep 0.1; done; ' + note.format("last"),
-              requires=["first"]),
+        shell("last", ["controller"], last, requires=["first"]),
     ], release="r1", type="resume"))
     apply(kubectl, graph_run("resumed", namespace, {"type": "resume"}))
     uid = get(kubectl, "graphrun", "resumed", namespace)["metadata"]["uid"]
     paths = run_paths(operator.store.with_name(operator.store.name + "-runs"), uid)
 
-    def first_recorded() -> bool:
-        steps = (read_status(paths) or {}).get("steps") or []
-        return any(":first:" in str(s.get("step")) and s.get("state") == "success" for s in steps)
+    def events() -> list[list[str]]:
+        return [line.split() for line in copies.read_text().splitlines()] if copies.exists() else []
 
-    wait_until(first_recorded, 60, "the first task, recorded", interval=0.1)
+    wait_until(lambda: [e for e in events() if e[0] == "start"], 60, "`last` started", interval=0.1)
     pid = int(wait_until(lambda: paths.lock_file.exists() and paths.lock_file.read_text().strip(), 10,
                          "the runner's pid"))
-    os.kill(pid, signal.SIGKILL)
-    # the killed runner's remote `last` (waiting for the gate) goes when sshd sees its connection
-    # drop and hangs the session up; opened before that, the gate would let it finish too
-    wait_until(lambda: subprocess.run(["pgrep", "-f", f"! -e {gate}"], capture_output=True).returncode == 1, 15,
-               "the killed runner's remote task gone", interval=0.1)
+    os.kill(pid, signal.SIGKILL)  # its `last` runs on: sshd hangs up no pty-less session
+    wait_until(lambda: len([e for e in events() if e[0] == "start"]) == 2, 60, "the restarted runner's `last`",
+               interval=0.1)
     gate.touch()
     status = finished(kubectl, namespace, "resumed")
     assert status["state"] == "Succeeded" and status["runnerStarts"] == 2, status
     runs = [line.split()[1] for line in order.read_text().splitlines() if line.split()[1] in ("first", "last")]
-    # The first task was not run again. `last` may be twice: the killed runner's copy of it can outlive
-    # its ssh session and finish too (no pty, no hang-up): that a task never runs twice at once on a
-    # node is issue 26, whose test holds a slow task across a runner's restart.
-    assert runs[0] == "first" and runs.count("first") == 1 and "last" in runs, runs
+    assert runs == ["first", "last"], runs  # the finished task not again; `last` ended once
+    alive: set[str] = set()
+    for kind, copy, _ in events():  # in the order they happened (appends to one file)
+        if kind == "start":
+            assert not alive, f"copy {copy} of `last` started while {alive} ran: {events()}"
+            alive.add(copy)
+        else:
+            alive.discard(copy)
+    assert [kind for kind, _, _ in events()] == ["start", "stopped", "start", "end"], events()
+    record = next(s for s in (read_status(paths) or {}).get("steps") or [] if ":last:" in str(s.get("step")))
+    assert "an earlier attempt of" in read_output(paths, record["step"], record["target"])
 
 
 def test_the_example_plans_as_a_dry_run(kubectl: Kubectl, namespace: str, operator: OperatorProcess) -> None:
