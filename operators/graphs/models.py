@@ -274,6 +274,17 @@ RunPhase = Literal["Pending", "Planning", "Running", "Succeeded", "Failed", "Abo
 TaskState = Literal["planned", "pending", "running", "success", "failure", "skipped", "noop", "aborted"]
 
 
+class NoopChanges(Model):
+    """What a puppet task of a noop run would change on its node (puppet's noop report)."""
+
+    would_change: int = Field(0, ge=0, description="Resources that would change.")
+    resources: list[Annotated[str, StringConstraints(max_length=512)]] = Field(
+        default_factory=list, max_length=50,
+        description="Some of them, with the properties that would change (`File[/etc/motd] (content)`); all of "
+        "them (up to 50) in `stead graph history`.")
+    more: int = Field(0, ge=0, description="Resources that would change and are not listed here.")
+
+
 class TaskRunStatus(Model):
     """One task on one node in a run."""
 
@@ -285,6 +296,8 @@ class TaskRunStatus(Model):
     attempts: int = Field(0, ge=0, description="Attempts made so far.")
     output: Annotated[str, StringConstraints(max_length=OUTPUT_TAIL)] | None = Field(
         None, description=f"The last {OUTPUT_TAIL} characters of its output (masked); all of it: stead graph logs.")
+    noop: NoopChanges | None = Field(None, description="In a noop run, for a puppet task that ran: what would "
+                                     "change.")
 
 
 class NodeRunStatus(Model):
