@@ -51,8 +51,8 @@ Notice: Compiled catalog for node-1 in environment production in 0.03 seconds
 Notice: /Stage[main]/Main/File[/etc/motd]/content: current_value '{md5}d41d8cd98f00b204e9800998ecf8427e', \
 should be '{md5}9a0364b9e99bb480dd25e1f0284c8555' (noop)
 Notice: /Stage[main]/Main/File[/etc/motd]/mode: current_value '0644', should be '0600' (noop)
-\x1b[mNotice: /Stage[main]/Osnailyfacter::Netconfig/L23network::L3::Ifconfig[br-mgmt]/File[/etc/network/ifcfg-br[1]]/ensure: \
-current_value 'absent', should be 'file' (noop)\x1b[0m
+\x1b[mNotice: /Stage[main]/Osnailyfacter::Netconfig/L23network::L3::Ifconfig[br-mgmt]/\
+File[/etc/network/ifcfg-br[1]]/ensure: current_value 'absent', should be 'file' (noop)\x1b[0m
 Notice: /Stage[main]/Main/Exec[reload]/returns: is notrun, should be 0 (noop)
 Notice: Class[Main]: Would have triggered 'refresh' from 3 events
 Notice: Stage[main]: Would have triggered 'refresh' from 1 event
