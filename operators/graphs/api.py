@@ -242,6 +242,46 @@ def _count(call: Call, name: str, least: int, most: int | None) -> int | None:
     return int(raw)
 
 
+def _subgraphs(raw: Any) -> Any:
+    """A body's subgraphs as the GraphRun's: `{start, end, start_nodes?, end_nodes?}`, where an entry of start
+    or end may carry its nodes as Fuel wrote them (`"netconfig/node-1,node-2"`, `operators.graphs.ranges`);
+    the entries of one side name one node list. What is not a list of objects is left to the model's check."""
+    from operators.graphs.ranges import split_range
+
+    if not isinstance(raw, list):
+        return raw or []
+    out = []
+    for k, sub in enumerate(raw):
+        if not isinstance(sub, dict):
+            out.append(sub)
+            continue
+        made: dict[str, Any] = {key: value for key, value in sub.items()
+                                if key not in ("start", "end", "start_nodes", "end_nodes")}
+        for side in ("start", "end"):
+            nodes = sub.get(f"{side}_nodes", sub.get(f"{side}Nodes"))
+            refs = sub.get(side)
+            if isinstance(refs, list) and all(isinstance(r, str) for r in refs):
+                split = []
+                for i, ref in enumerate(refs):
+                    try:
+                        names, on = split_range(ref)
+                    except ValueError as error:
+                        bad_request(f"body.subgraphs[{k}].{side}[{i}]: {error}")
+                    if on is not None:
+                        if nodes is not None and list(nodes) != on:
+                            bad_request(f"body.subgraphs[{k}].{side}[{i}]: the entries of {side} name one node list "
+                                        f"({on} here, {nodes} before): split them into subgraphs")
+                        nodes = on
+                    split.extend(names)
+                refs = split
+            if refs is not None:
+                made[side] = refs
+            if nodes is not None:
+                made[f"{side}Nodes"] = nodes
+        out.append(made)
+    return out
+
+
 def graph_view(item: Mapping[str, Any]) -> dict[str, Any]:
     """A DeploymentGraph as Fuel's API shows a graph: id (the object's name), name, type, relations, tasks in
     Fuel's form; plus what Stead adds (namespace, ready, and the problem of an invalid one)."""
@@ -557,7 +597,7 @@ class GraphsApi(ExtensionBase):
             bad_request("body.graphs: required, a list of {type, nodes?, tasks?}")
         spec = {"environment": environment, "graphs": graphs, "dryRun": body.get("dry_run", False),
                 "noop": body.get("noop_run", body.get("noop", False)), "force": body.get("force", False),
-                "subgraphs": body.get("subgraphs") or []}
+                "subgraphs": _subgraphs(body.get("subgraphs"))}
         try:
             run = GraphRunSpec.model_validate(spec)
         except ValidationError as error:
@@ -571,6 +611,12 @@ class GraphsApi(ExtensionBase):
             if unknown:
                 bad_request(f"body.graphs[{i}].nodes: {', '.join(unknown)} not in cluster {environment} (its nodes: "
                             f"{', '.join(sorted(known)) or 'none'})")
+        for k, sub in enumerate(run.subgraphs):
+            for side, chosen in (("start", sub.start_nodes), ("end", sub.end_nodes)):
+                unknown = [n for n in chosen or [] if n not in known]
+                if unknown:
+                    bad_request(f"body.subgraphs[{k}].{side}_nodes: {', '.join(unknown)} not in cluster {environment} "
+                                f"(its nodes: {', '.join(sorted(known)) or 'none'})")
         busy = await others_running(self.kube, namespace, environment, "")
         if busy:
             raise ApiProblem(409, "Conflict", f"GraphRun {busy[0]} runs on cluster {environment}: one run at a time "
@@ -834,8 +880,12 @@ OPENAPI_PATHS: dict[str, Any] = {
                          "dry_run": {"type": "boolean"}, "noop_run": {"type": "boolean"},
                          "force": {"type": "boolean"},
                          "subgraphs": {"type": "array", "items": {"type": "object", "properties": {
-                             "start": {"type": "array", "items": {"type": "string"}},
-                             "end": {"type": "array", "items": {"type": "string"}}}}}}}}}},
+                             "start": {"type": "array", "items": {"type": "string"},
+                                       "description": "Task ids or /regex/; an entry may end with /NODES "
+                                                      "(netconfig/node-1,node-2), Fuel's node range."},
+                             "end": {"type": "array", "items": {"type": "string"}},
+                             "start_nodes": {"type": "array", "items": {"type": "string"}},
+                             "end_nodes": {"type": "array", "items": {"type": "string"}}}}}}}}}},
                  "responses": {"202": {"description": "Accepted: the GraphRun's name.", "content": {
                      "application/json": {"schema": {"type": "object", "properties": {
                          "name": {"type": "string"}, "namespace": {"type": "string"},

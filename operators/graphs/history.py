@@ -17,7 +17,8 @@ most `MAX_ENTRIES` entries per environment (the oldest go first). A noop entry l
 tells its users apart by pid, and a Stead environment's runs are handled by one replica at a time (its
 project's holder), as `pipelines.store` explains for runs.
 
-The entries' logic (`entries_from_records`, `to_csv`, paging tokens) is pure; `HistoryStore` is the LMDB part.
+The entries' logic (`entries_from_records`, `to_csv`, paging tokens) is pure; `HistoryStore` is the LMDB part
+(lmdb is imported when a store is opened: `stead graph history` formats entries without it).
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
-
-import lmdb
+from typing import TYPE_CHECKING, Any
 
 from pipelines.paths import PRIVATE_FILE, private_lmdb
+
+if TYPE_CHECKING:
+    import lmdb
 
 HISTORY_DIR = "graph-history"
 """Under the runs' state directory: `<namespace>/<environment>/`, an LMDB environment."""
@@ -215,6 +217,8 @@ _LOCK = threading.Lock()
 def _environment(path: Path, create: bool) -> lmdb.Environment | None:
     """The process's one handle of `path` (LMDB must not be opened twice in a process); None when it does
     not exist and `create` is false. Kept open for the process's life: one per Stead environment."""
+    import lmdb
+
     key = str(path)
     with _LOCK:
         env = _OPEN.get(key)

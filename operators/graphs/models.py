@@ -254,6 +254,12 @@ class Subgraph(Model):
     end: list[TaskRef] = Field(default_factory=list, max_length=MAX_REFS,
                                description="Tasks (ids or /regex/) the subgraph ends at: they and what precedes "
                                "them run.")
+    start_nodes: list[NodeName] | None = Field(
+        None, max_length=MAX_NODES, description="Only the start tasks' instances on these nodes start the subgraph "
+        "(Fuel's `start/nodes`); unset: on every node.")
+    end_nodes: list[NodeName] | None = Field(
+        None, max_length=MAX_NODES, description="Only the end tasks' instances on these nodes end the subgraph "
+        "(Fuel's `end/nodes`); unset: on every node.")
 
 
 class GraphRunSpec(Model):
