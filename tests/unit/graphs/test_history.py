@@ -281,3 +281,42 @@ def test_a_runs_status_shows_a_noop_report_bounded() -> None:
                                    "more": 9 - STATUS_NOOP_RESOURCES}
     assert tasks["t1"]["noop"] == {"wouldChange": 0, "resources": [], "more": 0}
     assert "noop" not in tasks["t2"]
+
+
+# --- the CLI ------------------------------------------------------------------------------------------------
+
+
+def test_the_cli_prints_a_table_pages_on_and_writes_csv(monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from operators.cli import _parser, canonical_argv
+    from operators.config import cli as config_cli
+
+    pages = {None: {"entries": [dict(entry("r2").to_json(), noop={"wouldChange": 2, "resources": ["F[x] (a)"],
+                                                                  "more": 1})], "continue": "s7"},
+             "s7": {"entries": [entry("r1", state="failure").to_json()], "continue": None}}
+    asked: list[dict[str, str]] = []
+
+    def call(args: Any, method: str, url: str, query: dict[str, str] | None = None, **_: Any) -> Any:
+        assert (method, url) == ("GET", "https://api.test/api/v1/clusters/env/history/")
+        asked.append(dict(query or {}))
+        return pages[(query or {}).get("continue")]
+
+    monkeypatch.setattr(config_cli, "call", call)
+
+    def run(*argv: str) -> int:
+        words = canonical_argv(["graph", "history", "--env", "env", "--server", "https://api.test", *argv])
+        args = _parser(words).parse_args(words)
+        return int(args.func(args))
+
+    assert run("--node", "node-1", "--limit", "1") == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[1].split() == ["2026-01-01T10:00:01Z", "r2", "default", "node-1", "hiera", "success",
+                                           "1s", "1", "2"]
+    assert err == "stead graph: more entries: add --continue s7 (or --all)\n"
+    assert asked == [{"node": "node-1", "limit": "1"}]
+    assert run("--all", "-o", "csv") == 0
+    out, err = capsys.readouterr()
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [(r["run"], r["state"], r["wouldChange"], r["resources"]) for r in rows] == [
+        ("r2", "success", "2", "F[x] (a)"), ("r1", "failure", "", "")]
+    assert err == "" and asked[-1] == {"limit": "50", "continue": "s7"}
