@@ -150,6 +150,19 @@ def _footer(obj: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def would_change(task: Mapping[str, Any]) -> str:
+    """What a noop run found would change for a task (its status' `noop`), in a line; "" when none."""
+    noop = task.get("noop")
+    if not isinstance(noop, Mapping):
+        return ""
+    count = int(noop.get("wouldChange") or 0)
+    if not count:
+        return "nothing would change"
+    listed = ", ".join(str(r) for r in noop.get("resources") or [])
+    more = f" and {noop['more']} more" if noop.get("more") else ""
+    return f"{count} would change" + (f": {listed}{more}" if listed else "")
+
+
 def format_run(obj: Mapping[str, Any], now: datetime | None = None) -> str:
     """A GraphRun as `stead graph status` prints it: a header, each node with its tasks (state, attempts,
     time, reason; failed tasks' output tails), the progress, and why it failed."""
@@ -165,6 +178,8 @@ def format_run(obj: Mapping[str, Any], now: datetime | None = None) -> str:
                 extra.append(took(task, now))
             if task.get("reason"):
                 extra.append(str(task["reason"]))
+            if would_change(task):
+                extra.append(would_change(task))
             lines.append(f"  {branch} {task['task']}  {task['state']}" + "".join(f"  {e}" for e in extra))
             for line in str(task.get("output") or "").splitlines()[-10:]:
                 lines.append(f"  {'  ' if n == len(tasks) - 1 else '│ '}   | {line}")
@@ -212,6 +227,8 @@ def render_run(obj: Mapping[str, Any], now: datetime | None = None) -> Renderabl
                                  ("".join(f"  {e}" for e in extra), "dim"))
             if task.get("reason"):
                 line.append(f"  {task['reason']}", style="red" if task.get("state") == "failure" else "dim")
+            if would_change(task):
+                line.append(f"  {would_change(task)}", style="cyan")
             leaf = branch.add(line)
             for out in str(task.get("output") or "").splitlines()[-10:]:
                 leaf.add(Text(f"| {out}", style="dim", no_wrap=True, overflow="ellipsis"))

@@ -273,10 +273,10 @@ def make_plan(
                     plan.outside_edges.append(OutsideEdge(selection.type, exp.key(i), exp.key(d)))
         plans.append(plan)
     for k, sub in enumerate(subgraphs):
-        for side, refs, on in ((0, sub.start, sub.start_nodes), (1, sub.end, sub.end_nodes)):
-            if refs and not sub_hits[2 * k + side]:
+        for at, refs, on in ((0, sub.start, sub.start_nodes), (1, sub.end, sub.end_nodes)):
+            if refs and not sub_hits[2 * k + at]:
                 where = f" on {', '.join(on)}" if on is not None else ""
-                problems.append(f"subgraphs[{k}].{'start' if side == 0 else 'end'}: {refs!r} match no task of the "
+                problems.append(f"subgraphs[{k}].{'start' if at == 0 else 'end'}: {refs!r} match no task of the "
                                 f"graphs run{where}")
     if problems:
         raise PlanError(problems)

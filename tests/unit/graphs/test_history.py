@@ -320,3 +320,17 @@ def test_the_cli_prints_a_table_pages_on_and_writes_csv(monkeypatch: pytest.Monk
     assert [(r["run"], r["state"], r["wouldChange"], r["resources"]) for r in rows] == [
         ("r2", "success", "2", "F[x] (a)"), ("r1", "failure", "", "")]
     assert err == "" and asked[-1] == {"limit": "50", "continue": "s7"}
+
+
+def test_status_prints_what_a_noop_run_would_change() -> None:
+    from operators.graphs.cli import format_run
+
+    run = {"metadata": {"name": "n"}, "spec": {"environment": "env", "noop": True}, "status": {
+        "state": "Succeeded", "progress": "2/2", "nodes": [{"name": "node-1", "tasks": [
+            {"task": "conf", "state": "success", "attempts": 1,
+             "noop": {"wouldChange": 7, "resources": ["File[/etc/motd] (content)"], "more": 6}},
+            {"task": "ntp", "state": "success", "attempts": 1, "noop": {"wouldChange": 0, "resources": []}},
+            {"task": "say", "state": "noop", "reason": "noop run: shell tasks do not run"}]}]}}
+    lines = format_run(run).splitlines()
+    assert any(line.endswith("7 would change: File[/etc/motd] (content) and 6 more") for line in lines)
+    assert any("ntp  success" in line and line.endswith("nothing would change") for line in lines)
