@@ -437,6 +437,8 @@ def subgraph_problems(subgraphs: list[Subgraph], path: str = "subgraphs") -> lis
         for side in ("start", "end"):
             for i, ref in enumerate(getattr(sub, side)):
                 problems.extend(check_regex(ref, f"{path}[{k}].{side}[{i}]"))
+            if getattr(sub, f"{side}_nodes") is not None and not getattr(sub, side):
+                problems.append(f"{path}[{k}].{side}Nodes: nodes of no task: name the {side} tasks too")
     return problems
 
 

@@ -196,6 +196,10 @@ def test_a_node_range_starts_and_ends_a_subgraph_on_those_nodes_only() -> None:
         plan(subgraphs=[Subgraph(start=["cfg"], start_nodes=["c1"])], **data)
     with pytest.raises(PlanError, match=r"subgraphs\[0\].endNodes: 'c9' is not a node of the environment"):
         plan(subgraphs=[Subgraph(end=["done"], end_nodes=["c9"])], **data)
+    from operators.graphs.models import check_run
+
+    assert check_run({"environment": "e", "graphs": [{}], "subgraphs": [{"end": ["done"], "startNodes": ["c1"]}]}) \
+        == ["spec.subgraphs[0].startNodes: nodes of no task: name the start tasks too"]
 
 
 def test_fuels_range_syntax_splits_tasks_from_nodes() -> None:
