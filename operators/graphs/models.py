@@ -254,6 +254,12 @@ class Subgraph(Model):
     end: list[TaskRef] = Field(default_factory=list, max_length=MAX_REFS,
                                description="Tasks (ids or /regex/) the subgraph ends at: they and what precedes "
                                "them run.")
+    start_nodes: list[NodeName] | None = Field(
+        None, max_length=MAX_NODES, description="Only the start tasks' instances on these nodes start the subgraph "
+        "(Fuel's `start/nodes`); unset: on every node.")
+    end_nodes: list[NodeName] | None = Field(
+        None, max_length=MAX_NODES, description="Only the end tasks' instances on these nodes end the subgraph "
+        "(Fuel's `end/nodes`); unset: on every node.")
 
 
 class GraphRunSpec(Model):
@@ -274,6 +280,17 @@ RunPhase = Literal["Pending", "Planning", "Running", "Succeeded", "Failed", "Abo
 TaskState = Literal["planned", "pending", "running", "success", "failure", "skipped", "noop", "aborted"]
 
 
+class NoopChanges(Model):
+    """What a puppet task of a noop run would change on its node (puppet's noop report)."""
+
+    would_change: int = Field(0, ge=0, description="Resources that would change.")
+    resources: list[Annotated[str, StringConstraints(max_length=512)]] = Field(
+        default_factory=list, max_length=50,
+        description="Some of them, with the properties that would change (`File[/etc/motd] (content)`); all of "
+        "them (up to 50) in `stead graph history`.")
+    more: int = Field(0, ge=0, description="Resources that would change and are not listed here.")
+
+
 class TaskRunStatus(Model):
     """One task on one node in a run."""
 
@@ -285,6 +302,8 @@ class TaskRunStatus(Model):
     attempts: int = Field(0, ge=0, description="Attempts made so far.")
     output: Annotated[str, StringConstraints(max_length=OUTPUT_TAIL)] | None = Field(
         None, description=f"The last {OUTPUT_TAIL} characters of its output (masked); all of it: stead graph logs.")
+    noop: NoopChanges | None = Field(None, description="In a noop run, for a puppet task that ran: what would "
+                                     "change.")
 
 
 class NodeRunStatus(Model):
@@ -418,6 +437,8 @@ def subgraph_problems(subgraphs: list[Subgraph], path: str = "subgraphs") -> lis
         for side in ("start", "end"):
             for i, ref in enumerate(getattr(sub, side)):
                 problems.extend(check_regex(ref, f"{path}[{k}].{side}[{i}]"))
+            if getattr(sub, f"{side}_nodes") is not None and not getattr(sub, side):
+                problems.append(f"{path}[{k}].{side}Nodes: nodes of no task: name the {side} tasks too")
     return problems
 
 

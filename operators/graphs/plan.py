@@ -237,6 +237,10 @@ def make_plan(
     names = [n.name for n in node_list]
     known = set(names)
     problems: list[str] = subgraph_problems(list(subgraphs))
+    for k, sub in enumerate(subgraphs):
+        for side, chosen in (("startNodes", sub.start_nodes), ("endNodes", sub.end_nodes)):
+            problems.extend(f"subgraphs[{k}].{side}: {n!r} is not a node of the environment"
+                            for n in chosen or () if n not in known)
     if problems:
         raise PlanError(problems)
     plans: list[GraphPlan] = []
@@ -277,10 +281,11 @@ def make_plan(
                     plan.outside_edges.append(OutsideEdge(selection.type, exp.key(i), exp.key(d)))
         plans.append(plan)
     for k, sub in enumerate(subgraphs):
-        for side, refs in ((0, sub.start), (1, sub.end)):
-            if refs and not sub_hits[2 * k + side]:
-                problems.append(f"subgraphs[{k}].{'start' if side == 0 else 'end'}: {refs!r} match no task of the "
-                                "graphs run")
+        for at, refs, on in ((0, sub.start, sub.start_nodes), (1, sub.end, sub.end_nodes)):
+            if refs and not sub_hits[2 * k + at]:
+                where = f" on {', '.join(on)}" if on is not None else ""
+                problems.append(f"subgraphs[{k}].{'start' if at == 0 else 'end'}: {refs!r} match no task of the "
+                                f"graphs run{where}")
     if problems:
         raise PlanError(problems)
     return Plan(plans, dry_run=dry_run, noop=noop, force=force)
@@ -315,18 +320,27 @@ def _subgraph_members(exp: Expansion, subgraphs: Sequence[Subgraph], hits: list[
     ids = list(exp.tasks)
     members: set[int] = set()
     everything = set(range(len(exp.instances)))
+    backward = [list(d) for d in exp.deps]
     for k, sub in enumerate(subgraphs):
         part = everything
-        if sub.start:
-            seeds = [i for ref in sub.start for t in _matches(ref, ids) for i in exp.by_task.get(t, ())]
-            hits[2 * k] = hits[2 * k] or any(_matches(ref, ids) for ref in sub.start)
-            part = part & _closure(seeds, dependents)
-        if sub.end:
-            seeds = [i for ref in sub.end for t in _matches(ref, ids) for i in exp.by_task.get(t, ())]
-            hits[2 * k + 1] = hits[2 * k + 1] or any(_matches(ref, ids) for ref in sub.end)
-            part = part & _closure(seeds, [list(d) for d in exp.deps])
+        for side, refs, on, edges in ((0, sub.start, sub.start_nodes, dependents), (1, sub.end, sub.end_nodes,
+                                                                                     backward)):
+            if not refs:
+                continue
+            seeds = _seeds(exp, refs, on, ids)
+            hit = bool(seeds) if on is not None else any(_matches(ref, ids) for ref in refs)
+            hits[2 * k + side] = hits[2 * k + side] or hit
+            part = part & _closure(seeds, edges)
         members |= part
     return members
+
+
+def _seeds(exp: Expansion, refs: Sequence[str], nodes: Sequence[str] | None, ids: Sequence[str]) -> list[int]:
+    """The instances a subgraph's side starts from: those of the tasks `refs` match, on `nodes` when given (a
+    node range, Fuel's `task/nodes`; an anchor, which has no node, is on every side's nodes)."""
+    chosen = None if nodes is None else set(nodes)
+    return [i for ref in refs for t in _matches(ref, ids) for i in exp.by_task.get(t, ())
+            if chosen is None or exp.instances[i][1] == ANCHOR or exp.instances[i][1] in chosen]
 
 
 def _closure(seeds: Sequence[int], edges: Sequence[Sequence[int]]) -> set[int]:

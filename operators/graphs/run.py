@@ -34,12 +34,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import lmdb
 from pydantic import ValidationError
 
 from operators.config.levels import NODE_LEVEL, ROLE_LEVEL, node_ident
 from operators.config.merge import effective
 from operators.config.repository import KubeConfigRepository
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec, SshAccess
+from operators.graphs.history import FINISHED, HistoryStore, entries_from_records, history_path
 from operators.graphs.kept import MergedGraphStore, SourceGraph, plan_input
 from operators.graphs.merge import MergeError
 from operators.graphs.models import (
@@ -296,11 +298,31 @@ async def plan(ctx: StepContext) -> Mapping[str, Any]:
     return {**facts, **plan_facts, "state": plan_facts.get("state", "Running")}
 
 
+def record_history(ctx: StepContext, saved: Mapping[str, Any], records: Mapping[str, Mapping[str, Any]],
+                   seen: set[str]) -> None:
+    """Add the run's instances that finished since the last call (not in `seen`) to the environment's
+    history (`operators.graphs.history`). A history that cannot be written is logged, never the run's
+    failure: the run's own records hold what it did."""
+    fresh = {sid: r for sid, r in records.items() if sid not in seen and r.get("state") in FINISHED}
+    if not fresh:
+        return
+    environment = str(ctx.obj.spec.get("environment") or "")
+    try:
+        store = HistoryStore(history_path(Path(ctx.services.runs.state_dir), ctx.obj.namespace, environment))
+        store.record(entries_from_records(ctx.obj.name, ctx.obj.uid, saved["index"], fresh, saved["planned"]))
+    except (OSError, ValueError, lmdb.Error) as error:
+        log.warning("GraphRun %s/%s: its history could not be recorded: %s", ctx.obj.namespace, ctx.obj.name, error)
+        return
+    seen.update(fresh)
+
+
 class _Observer:
-    """What a GraphRun shows of its run: progress and its nodes' task states; aborts on `spec.abort`."""
+    """What a GraphRun shows of its run: progress and its nodes' task states; aborts on `spec.abort`. Each
+    instance that finished is recorded in the environment's history when the status reports it."""
 
     def __init__(self, ctx: StepContext, saved: Mapping[str, Any]) -> None:
         self.ctx, self.saved = ctx, saved
+        self.recorded: set[str] = set()
 
     async def abort(self) -> Abort | None:
         with contextlib.suppress(ApiError):
@@ -310,7 +332,9 @@ class _Observer:
         return None
 
     def progress_patch(self, status: Mapping[str, Any], progress: Mapping[str, Any]) -> Mapping[str, Any]:
-        nodes, omitted = _instances_status(self.saved["index"], _records(status), self.saved["planned"])
+        records = _records(status)
+        record_history(self.ctx, self.saved, records, self.recorded)
+        nodes, omitted = _instances_status(self.saved["index"], records, self.saved["planned"])
         return {"progress": _progress_text(self.saved, status, progress), "nodes": nodes, "omitted": omitted or None}
 
     def queue_patch(self, waiting: str | None) -> Mapping[str, Any]:
@@ -366,6 +390,7 @@ async def _conclude(ctx: StepContext, spec: GraphRunSpec, saved: Mapping[str, An
     if followed.aborted_for is not None or state not in FINAL_RUN_STATES:
         state = "Failed"
     records = _records(status)
+    record_history(ctx, saved, records, set())
     nodes, omitted = _instances_status(saved["index"], records, saved["planned"])
     failed = next(((sid, r) for sid, r in records.items() if r.get("state") == "failure"), None)
     failed_task = None

@@ -3,6 +3,8 @@ operator on three real sshd nodes (127.0.0.2-4, tests/sshd.py), side effects rea
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import signal
@@ -384,3 +386,94 @@ def test_the_nodes_key_is_read_as_the_namespace_s_service_account_never_the_oper
     assert status["state"] == "Failed", status
     assert f"service account {namespace}/default may not read it" in json.dumps(
         get(kubectl, "graphrun", "no-rights", namespace)["status"]["conditions"])
+
+
+FAKE_PUPPET = r"""#!/bin/sh
+# puppet apply as Puppet 5 prints it: with --noop what would change, without it what changed
+for arg in "$@"; do [ "$arg" = --noop ] && noop=1; done
+echo "Notice: Compiled catalog for $(basename "$NODE_DIR") in environment production in 0.01 seconds"
+if [ -n "$noop" ]; then
+  printf '%s%s\n' "Notice: /Stage[main]/Main/File[/etc/motd]/content: current_value " \
+    "'{md5}d41d8cd98f00b204e9800998ecf8427e', should be '{md5}9a0364b9e99bb480dd25e1f0284c8555' (noop)"
+  echo "Notice: /Stage[main]/Ntp::Service/Service[ntp]/ensure: current_value 'stopped', should be 'running' (noop)"
+  echo "Notice: Class[Ntp::Service]: Would have triggered 'refresh' from 1 event"
+  echo "Notice: Stage[main]: Would have triggered 'refresh' from 2 events"
+  echo "Notice: Applied catalog in 0.02 seconds"
+  exit 0
+fi
+echo "Notice: /Stage[main]/Main/File[/etc/motd]/content: content changed '{md5}d41d8' to '{md5}9a036'"
+echo "Notice: Applied catalog in 0.03 seconds"
+exit 2
+"""
+
+
+def test_history_keeps_each_task_on_each_node_across_runs_with_what_a_noop_run_would_change(
+        kubectl: Kubectl, environment: tuple[str, Path], ssh_nodes: SshNodes,  # noqa: F811
+        operator: OperatorProcess, tmp_path: Path) -> None:
+    """A run and a noop run of a puppet task (a fake `puppet` on each node's PATH that prints what Puppet
+    prints): the noop run's status says per node what would change, and `stead graph history` (through the
+    operator's API, as who may list GraphRuns) shows both runs per node and task, pages, and exports CSV."""
+    from tests.e2e.test_config_api import client_certificate
+
+    namespace, order = environment
+    fakes = [node.bin / "puppet" for node in ssh_nodes.nodes]
+    for fake in fakes:
+        fake.write_text(FAKE_PUPPET)
+        fake.chmod(0o755)
+    try:
+        apply(kubectl, graph("r1-audit", namespace, [
+            {"id": "conf", "type": "puppet", "version": "2.1.0", "roles": ["*"],
+             "parameters": {"puppet_manifest": "/etc/puppet/manifests/site.pp",
+                            "puppet_modules": "/etc/puppet/modules", "timeout": 60}},
+            shell("say", ["compute"], f'echo "said $(basename $NODE_DIR)" >> {order}', requires=["conf"]),
+        ], release="r1", type="audit"))
+        apply(kubectl, graph_run("hist-apply", namespace, {"type": "audit"}))
+        assert finished(kubectl, namespace, "hist-apply")["state"] == "Succeeded"
+        said = order.read_text().count("said ")
+        apply(kubectl, graph_run("hist-noop", namespace, {"type": "audit"}, noop=True))
+        status = finished(kubectl, namespace, "hist-noop")
+    finally:
+        for fake in fakes:
+            fake.unlink()
+    assert status["state"] == "Succeeded", status
+    assert order.read_text().count("said ") == said  # the shell task did not run in the noop run
+    tasks = {f"{t['task']}@{n['name']}": t for n in status["nodes"] for t in n["tasks"]}
+    assert tasks["say@cmp-1"]["state"] == "noop"
+    assert {k: t.get("noop") for k, t in tasks.items() if k.startswith("conf@")} == {
+        f"conf@{n}": {"wouldChange": 2, "resources": ["File[/etc/motd] (content)", "Service[ntp] (ensure)"],
+                      "more": 0} for n in NODES}
+
+    env = {**os.environ, "STEAD_CONFIG_URL": f"https://127.0.0.1:{operator.config_api_port}",
+           "STEAD_CONFIG_CACERT": str(operator.store.parent / "config-api" / "ca.crt")}
+    env.pop("STEAD_CONFIG_TOKEN", None)
+
+    def history(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(STEAD), "graph", "history", "--env", "env", "-n", namespace, "--kubeconfig",
+                               str(operator.cluster.kubeconfig), "--type", "audit", *args],
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    shown = history("--node", "cmp-1")
+    assert (shown.returncode, shown.stderr) == (0, ""), shown.stderr
+    rows = [line.split() for line in shown.stdout.splitlines()]
+    assert rows[0] == ["FINISHED", "RUN", "TYPE", "NODE", "TASK", "STATE", "DURATION", "ATTEMPTS", "CHANGES"]
+    assert sorted((r[1], r[4], r[5], r[8] if len(r) > 8 else "") for r in rows[1:]) == [
+        ("hist-apply", "conf", "success", ""), ("hist-apply", "say", "success", ""),
+        ("hist-noop", "conf", "success", "2")]
+    assert rows[1][1] == "hist-noop"  # newest first
+    shown = history("--task", "conf", "-o", "csv")
+    assert shown.returncode == 0, shown.stderr
+    entries = list(csv.DictReader(io.StringIO(shown.stdout)))
+    assert sorted((e["run"], e["node"], e["wouldChange"]) for e in entries) == sorted(
+        [("hist-apply", n, "") for n in NODES] + [("hist-noop", n, "2") for n in NODES])
+    noop = next(e for e in entries if e["run"] == "hist-noop")
+    assert noop["resources"] == "File[/etc/motd] (content);Service[ntp] (ensure)"
+    assert all(float(e["duration"]) >= 0 and e["attempts"] == "1" for e in entries)
+    first = history("--task", "conf", "--limit", "4")
+    assert first.returncode == 0 and len(first.stdout.splitlines()) == 5
+    token = first.stderr.split("--continue ")[1].split()[0]
+    rest = history("--task", "conf", "--limit", "4", "--continue", token)
+    assert rest.returncode == 0 and len(rest.stdout.splitlines()) == 3 and rest.stderr == ""
+
+    nobody = client_certificate(operator.cluster, tmp_path, "history-nobody")
+    code, refused = api_call(operator, nobody, namespace, "GET", "/api/v1/clusters/env/history/")
+    assert code == 403 and 'may not list graphruns in namespace "t-graphs"' in refused["message"]

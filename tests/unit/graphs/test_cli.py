@@ -289,6 +289,18 @@ def test_execute_creates_a_graph_run_and_prints_its_name(seeded: FakeApi, capsys
                                                       "noop": True}
 
 
+def test_execute_takes_fuels_node_ranges_and_refuses_unknown_nodes(seeded: FakeApi,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(seeded, "execute", "-e", "env-1", "-S", "netconfig/node-1,node-2:deploy_end/node-2", "--name", "r",
+               "-n", NS) == 0
+    assert seeded.objects[f"{RUNS}/r"]["spec"]["subgraphs"] == [
+        {"start": ["netconfig"], "startNodes": ["node-1", "node-2"], "end": ["deploy_end"], "endNodes": ["node-2"]}]
+    capsys.readouterr()
+    assert run(seeded, "execute", "-e", "env-1", "-S", "netconfig/node-7", "-n", NS) == 1
+    assert capsys.readouterr().err == ("stead graph: --subgraph: node-7 not in environment env-1 (its nodes: node-1, "
+                                       "node-2); nothing run\n")
+
+
 def test_execute_refusals_are_one_line(seeded: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(seeded, "execute", "-e", "env-1", "-N", "node-1", "node-9", "-n", NS) == 1
     assert capsys.readouterr().err == ("stead graph: --node node-9: not in environment env-1 (its nodes: node-1, "

@@ -183,6 +183,41 @@ def test_subgraphs_forward_of_start_backward_of_end() -> None:
         plan(subgraphs=[Subgraph(start=["nope"])], **data)
 
 
+def test_a_node_range_starts_and_ends_a_subgraph_on_those_nodes_only() -> None:
+    data: dict[str, Any] = {"node_data": {"k1": {"cfg": 1}}}
+    forward = states(plan(subgraphs=[Subgraph(start=["ctl"], start_nodes=["c1"])], **data))
+    assert [k for k, v in forward.items() if v[0] == "planned"] == ["ctl@c1", "cfg@k1", "done@c1", "done@k1"]
+    assert forward["ctl@c2"] == ("skipped", "outside subgraph") and forward["done@c2"][1] == "outside subgraph"
+    ranged = states(plan(subgraphs=[Subgraph.model_validate({"start": ["ctl"], "startNodes": ["c1"],
+                                                             "end": ["done"], "endNodes": ["k1"]})], **data))
+    assert [k for k, v in ranged.items() if v[0] == "planned"] == ["ctl@c1", "cfg@k1", "done@k1"]
+    assert ranged["deploy_end"][0] == "noop"  # anchors are structure, never work
+    with pytest.raises(PlanError, match=r"subgraphs\[0\].start: \['cfg'\] match no task of the graphs run on c1"):
+        plan(subgraphs=[Subgraph(start=["cfg"], start_nodes=["c1"])], **data)
+    with pytest.raises(PlanError, match=r"subgraphs\[0\].endNodes: 'c9' is not a node of the environment"):
+        plan(subgraphs=[Subgraph(end=["done"], end_nodes=["c9"])], **data)
+    from operators.graphs.models import check_run
+
+    assert check_run({"environment": "e", "graphs": [{}], "subgraphs": [{"end": ["done"], "startNodes": ["c1"]}]}) \
+        == ["spec.subgraphs[0].startNodes: nodes of no task: name the start tasks too"]
+
+
+def test_fuels_range_syntax_splits_tasks_from_nodes() -> None:
+    from operators.graphs.ranges import split_range, subgraph_range
+
+    assert split_range("netconfig/node-1,node-2") == (["netconfig"], ["node-1", "node-2"])
+    assert split_range("netconfig,hiera") == (["netconfig", "hiera"], None)
+    assert split_range("/^net/,hiera/node-3") == (["/^net/", "hiera"], ["node-3"])
+    assert split_range("/^net/") == (["/^net/"], None)
+    assert split_range("/^net//node-1") == (["/^net/"], ["node-1"])
+    assert split_range("/^a/b/c") == (["/^a/b/c"], None)  # an unclosed /regex/, refused as such later
+    with pytest.raises(ValueError, match="no node after"):
+        split_range("netconfig/,")
+    assert subgraph_range("netconfig/node-1,node-2:hiera/node-3") == {
+        "start": ["netconfig"], "startNodes": ["node-1", "node-2"], "end": ["hiera"], "endNodes": ["node-3"]}
+    assert subgraph_range(":deploy_end") == {"start": [], "end": ["deploy_end"]}
+
+
 def test_graph_types_run_in_order() -> None:
     first = [t("a", roles=["*"])]
     second = [t("b", roles=["compute"]), t("c", roles=["compute"], requires=["b"])]
