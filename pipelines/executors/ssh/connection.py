@@ -110,6 +110,16 @@ _SCRIPT_WRAPPER = _GUARD + (
 )
 
 
+def stop_script(pgid: int, grace: float = KILL_GRACE) -> str:
+    """What ends a remote process group (run in a second channel, by the user's login shell): TERM,
+    up to `grace` seconds for it to go, then KILL. `kill -SIG -PGID`, never `kill -SIG -- -PGID`:
+    dash (Debian's sh, which may be a login shell) takes no `--` there ("Illegal number: -"), and
+    the group would be left running."""
+    return (f"kill -TERM -{pgid} 2>/dev/null || exit 0; i=0; "
+            f"while [ $i -lt {max(int(grace * 10), 1)} ]; do kill -0 -{pgid} 2>/dev/null || exit 0; "
+            f"sleep 0.1; i=$((i+1)); done; kill -KILL -{pgid} 2>/dev/null; exit 0")
+
+
 def attempt_lock(run_uid: str, key: str) -> str:
     """The node-side lock of a task's attempts in a run, relative to the user's lock directory:
     ``RUN/TASK@NODE.HASH.lock``, one per (run, task, node) whatever the attempt, so that a retry finds
@@ -387,9 +397,7 @@ class Remote:
                 await asyncio.wait_for(group.known.wait(), KILL_GRACE)  # the stdout pump sets it
         if group.pgid is not None:
             pgid = group.pgid
-            script = (f"kill -TERM -- -{pgid} 2>/dev/null || exit 0; i=0; "
-                      f"while [ $i -lt {int(KILL_GRACE * 10)} ]; do kill -0 -- -{pgid} 2>/dev/null || exit 0; "
-                      f"sleep 0.1; i=$((i+1)); done; kill -KILL -- -{pgid} 2>/dev/null; exit 0")
+            script = stop_script(pgid)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.conn.run(script, check=False), KILL_GRACE + 10)
         process.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.executors.ssh.connection import _GUARD, _WRAPPER, BUSY_EXIT, attempt_lock, guard_script
+from pipelines.executors.ssh.connection import _GUARD, _WRAPPER, BUSY_EXIT, attempt_lock, guard_script, stop_script
 from tests.polling import wait_until
 
 pytestmark = pytest.mark.skipif(shutil.which("flock") is None, reason="flock(1) (util-linux) is missing")
@@ -109,3 +109,20 @@ def test_a_lock_directory_that_is_not_the_users_own_is_not_used(tmp_path: Path) 
     out, err = attempt.communicate(timeout=10)
     assert attempt.returncode == 0 and out.endswith("stead-go\nran\n")
     assert "is not a private directory of this user" in err and not list(elsewhere.iterdir())
+
+
+@pytest.mark.parametrize("shell", ["dash", "bash"])
+def test_the_stop_script_ends_a_group_under_dash_and_bash(shell: str) -> None:
+    """An abort's stop script runs in the node user's login shell; with `kill -TERM -- -PGID`, dash
+    answered "Illegal number: -" and the group ran on."""
+    if shutil.which(shell) is None:
+        pytest.skip(f"no {shell} here")
+    group = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        done = subprocess.run([shell, "-c", stop_script(group.pid, grace=1)], capture_output=True, text=True,
+                              timeout=30)
+        assert done.returncode == 0 and "Illegal" not in done.stderr, done.stderr
+        assert group.wait(10) == -15  # TERM, the first signal: the group went
+    finally:
+        group.kill()
+        group.wait()
