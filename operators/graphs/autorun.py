@@ -40,9 +40,9 @@ from operators.config.models import RESOURCE_PATTERN
 from operators.graphs.models import STRUCTURE_TYPES, Task
 
 REFRESH_ALL = "*"
-NODE_ADDED_EVENT = "deploy_changes"
+NODE_ADDED_EVENT: Literal["deploy_changes"] = "deploy_changes"
 """The event of `reexecuteOn` that a node added to the environment raises (Fuel's name for it)."""
-CONFIG_EVENT = "configChange"
+CONFIG_EVENT: Literal["configChange"] = "configChange"
 CREATED_BY_LABEL = "stead.dev/created-by"
 CREATED_BY = "stead-auto-run"
 TRIGGER_LABEL = "stead.dev/trigger"

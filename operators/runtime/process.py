@@ -98,9 +98,9 @@ async def run_operator(
         metrics.gauge("stead_runs_queued", "Workflow runs waiting for a slot (see --max-concurrent-runs).",
                       lambda: slots.queued)
         unfiltered: dict[str, Watch] = {}  # filled below, once the watches exist
-        services = Services(kube=writes, store=store, events=recorder, replica=options.replica, vault=vault,
-                            runs=runs, metrics=metrics, run_slots=slots, watches=unfiltered)
         ownership = sharding or Ownership(options.replica, StaticMembership([options.replica]))
+        services = Services(kube=writes, store=store, events=recorder, replica=options.replica, vault=vault,
+                            runs=runs, metrics=metrics, run_slots=slots, owns=ownership.owns, watches=unfiltered)
         api_health = ApiHealth(lambda: kube.request("GET", "/version"))
         stack.push_async_callback(api_health.close)
         reconcilers = [
