@@ -60,6 +60,8 @@ class AutoRun(Model):
     debounce_seconds: int = Field(
         10, ge=0, le=3600, description="How long the values must stay unchanged before the run is created "
         "(default 10): a burst of edits makes one run, naming every key it changed.")
+    dry_run: bool = Field(False, description="The runs created are dry runs: each shows what would run, and "
+                          "nothing runs on any node.")
     graph_type: Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-zA-Z0-9_-]+$")] = Field(
         "default", description="The graph type whose tasks are re-run (default 'default').")
 

@@ -252,7 +252,7 @@ def decide(pending: Pending, now: float, debounce: float, busy: bool) -> Decisio
 
 
 def run_object(namespace: str, environment: str, labels: Mapping[str, str], trigger: Trigger,
-               graph_type: str) -> dict[str, Any]:
+               graph_type: str, dry_run: bool = False) -> dict[str, Any]:
     """The GraphRun Stead creates for `trigger`: labelled as Stead's, in the environment's project, the
     reason in its spec (`trigger`) and in an annotation."""
     if trigger.event == NODE_ADDED_EVENT:
@@ -268,6 +268,7 @@ def run_object(namespace: str, environment: str, labels: Mapping[str, str], trig
         "metadata": {"generateName": f"{environment[:40]}-auto-", "namespace": namespace, "labels": own,
                      "annotations": {REASON_ANNOTATION: trigger.reason[:4096]}},
         "spec": {"environment": environment, "graphs": graphs, "subgraphs": subgraphs, "force": True,
+                 "dryRun": dry_run,
                  "trigger": {"event": trigger.event, "reason": trigger.reason[:4096], "keys": list(trigger.keys),
                              "nodes": list(trigger.nodes)}},
     }

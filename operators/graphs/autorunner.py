@@ -106,6 +106,7 @@ class AutoRunner:
         self.tick = tick
         self.clock = clock
         self._states: dict[str, _State] = {}
+        self._off: set[str] = set()  # environments seen not opted in (or not ours): no baseline kept
         self._stack = contextlib.AsyncExitStack()
         self._task: asyncio.Task[None] | None = None
 
@@ -144,9 +145,12 @@ class AutoRunner:
         auto = spec.graphs.auto_run if spec is not None and spec.graphs is not None else None
         if spec is None or auto is None or not (auto.on_config_change or auto.on_node_added) \
                 or not services.owns(project_key(labels, namespace)):
-            if self._states.pop(key, None) is not None or baselines.get(key) is not None:
-                baselines.delete(key)  # opted out (or not ours): opting in again starts afresh
+            if key not in self._off:  # opted out (or not ours): opting in again starts afresh
+                self._states.pop(key, None)
+                baselines.delete(key)
+                self._off.add(key)
             return
+        self._off.discard(key)
         state = self._states.setdefault(key, _State())
         merge = MergedGraphStore(services.store).get(namespace, name, auto.graph_type)
         # what may have changed: anything of the namespace's configuration, or the merged graph (its refreshOn)
@@ -184,7 +188,7 @@ class AutoRunner:
                                        f"progress: one run follows it ({triggers[0].reason})"[:1024])
             return
         trigger = triggers[0]
-        body_ = run_object(namespace, name, labels, trigger, auto.graph_type)
+        body_ = run_object(namespace, name, labels, trigger, auto.graph_type, auto.dry_run)
         try:
             created = await services.kube.request("POST", custom_path(GRAPH_RUN.plural, namespace), body_)
         except ApiError as error:  # a run created meanwhile (409), an outage: tried again at the next tick

@@ -168,11 +168,12 @@ def test_the_run_is_labelled_as_steads_names_its_reason_and_runs_the_successors_
     assert "astute:nova.debug" in meta["annotations"]["stead.dev/reason"]
     spec = GraphRunSpec.model_validate(body["spec"])  # a valid GraphRun
     assert spec.graphs[0].nodes == ["cmp-1"] and spec.graphs[0].tasks is None
-    assert spec.subgraphs[0].start == ["nova"] and spec.force
+    assert spec.subgraphs[0].start == ["nova"] and spec.force and not spec.dry_run
     assert spec.trigger is not None and spec.trigger.keys == ["astute:nova.debug"]
     added = GraphRunSpec.model_validate(run_object("team", "env", {}, Trigger(
-        "deploy_changes", ("hosts",), ("cmp-2",)), "default")["spec"])
+        "deploy_changes", ("hosts",), ("cmp-2",)), "default", dry_run=True)["spec"])
     assert added.graphs[0].nodes is None and added.graphs[0].tasks == ["hosts"] and not added.subgraphs
+    assert added.dry_run
 
 
 def test_auto_run_is_off_unless_the_environment_asks() -> None:
