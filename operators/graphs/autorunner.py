@@ -95,6 +95,7 @@ class _State:
     pending: Pending | None = None
     queued: bool = False
     seen: tuple[tuple[str, ...], Mapping[str, Any]] | None = None  # the nodes and values last looked at
+    watching: str = ""  # what the last AutoRunArmed Event said
 
 
 class AutoRunner:
@@ -163,10 +164,13 @@ class AutoRunner:
         nodes = tuple(n.name for n in spec.nodes)
         baseline = baselines.get(key)
         environment = Observed.from_body({**body, "kind": "Environment"})
+        watching = _armed(auto, tasks)
+        if watching != state.watching:  # opted in, or the graph names other keys now: say what counts
+            state.watching = watching
+            services.events.record(environment, "Normal", "AutoRunArmed", watching)
         if baseline is None:
             baselines.put(key, Baseline(nodes, values))
             state.stamp = stamp
-            services.events.record(environment, "Normal", "AutoRunArmed", _armed(auto, tasks))
             return
         triggers = _triggers(auto, tasks, baseline, nodes, values)
         state.stamp = stamp

@@ -372,3 +372,19 @@ def test_opting_out_forgets_the_baseline_so_opting_in_again_starts_afresh(tmp_pa
     world.look()
     world.look()
     assert world.runs() == [] and world.events.reasons() == ["AutoRunArmed", "AutoRunArmed"]
+
+
+def test_a_graph_that_names_new_keys_says_so_and_their_changes_count_from_then_on(tmp_path: Path) -> None:
+    world = World(tmp_path, {"onConfigChange": True, "debounceSeconds": 0})
+    MergedGraphStore(world.store).replace(NS, "env", {})  # opted in before any graph merged
+    world.look()
+    assert world.events.recorded == [("AutoRunArmed", "values recorded: changes of nothing (no refreshOn in the "
+                                      "graph) make a GraphRun of type 'default' after 0s of quiet")]
+    tasks = tuple(t.model_dump(by_alias=True, mode="json", exclude_defaults=True) for t in TASKS)
+    MergedGraphStore(world.store).replace(NS, "env", {"default": KeptMerge("default", tasks, {}, "d2", {}, 1)})
+    world.look()
+    assert world.events.reasons() == ["AutoRunArmed", "AutoRunArmed"]
+    assert "astute:nova.debug, neutron_config" in world.events.recorded[1][1] and world.runs() == []
+    world.set_debug(True, node="cmp-2")
+    world.look()
+    assert [r["spec"]["trigger"]["nodes"] for r in world.runs()] == [["cmp-2"]]
