@@ -1,10 +1,10 @@
 """The operator's part of the runs Stead creates by itself (`operators.graphs.autorun` says what and when).
 
-An addon of the operator process: it follows the Environments, ConfigComponents and ConfigValues of
-every namespace through the configuration cache (`operators.config.cache`: the operator's own watches when
-they see everything, watches of its own with sharding), and looks at an environment again when something
-of its namespace changed, or while changes wait. Only the replica that holds the environment's project acts
-(`Services.owns`): the others neither compare nor create anything.
+An addon of the operator process: it follows the Environments, ConfigComponents and ConfigValues through
+the configuration cache (`operators.config.cache`), which taps the operator's own watches (with sharding,
+those of this replica's buckets: it receives no other replica's objects), and looks at an environment again
+when something of its namespace changed, or while changes wait. Only the replica that holds the
+environment's project acts (`Services.owns`): the others neither compare nor create anything.
 
 The values compared with are kept per environment in the store (`auto-run` database): the nodes and their
 effective values of the resources the graph's `refreshOn` names, as of the last run created (or when the
@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from operators.config.cache import CachedConfigRepository, cached_repository
+from operators.config.cache import PLURALS, CachedConfigRepository, cached_repository
 from operators.config.repository import ENVIRONMENTS
 from operators.environment.models import AutoRun, EnvironmentSpec
 from operators.graphs.autorun import (
@@ -48,6 +48,7 @@ from operators.runtime.core.ring import project_key
 from operators.runtime.core.store import LocalStore
 from operators.runtime.engine.services import Services
 from operators.runtime.kube.client import ApiError, custom_path, load_access
+from operators.runtime.kube.watch import Watch
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +113,8 @@ class AutoRunner:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, services: Services) -> None:
-        shared = {p: services.watches[p] for p in ("environments", "configcomponents", "configvalues")
-                  if p in services.watches}
         repository = await self._stack.enter_async_context(
-            cached_repository(services.kube, load_access(None), shared if len(shared) == 3 else None))
+            cached_repository(services.kube, load_access(None), _followed(services)))
         assert isinstance(repository, CachedConfigRepository)
         self._task = asyncio.create_task(self._loop(services, repository))
 
@@ -208,6 +207,16 @@ class AutoRunner:
         state.queued = False
         log.info("auto-run of environment %s: GraphRun %s created: %s", key, run, trigger.reason)
         services.events.record(environment, "Normal", "AutoRunCreated", f"GraphRun {run}: {trigger.reason}")
+
+
+def _followed(services: Services) -> dict[str, Watch] | None:
+    """The operator's watches the cache taps: those that see everything (one replica), else those of this
+    replica's buckets (sharding: it acts on its own projects only, and receives no other's); None (watches of
+    its own, of every namespace) when neither covers the three kinds (`--namespace`)."""
+    for watches in (services.watches, services.owned_watches):
+        if set(PLURALS) <= set(watches):
+            return {plural: watches[plural] for plural in PLURALS}
+    return None
 
 
 def _triggers(auto: AutoRun, tasks: list[Task], baseline: Baseline, nodes: tuple[str, ...],

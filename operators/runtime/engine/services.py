@@ -41,6 +41,10 @@ class Services:
     owns: Callable[[str], bool] = lambda project: True
     """Whether this replica acts on a project now (with sharding: holds its claim). An addon that acts on
     objects by itself (not through a reconciler) asks it first, as the reconcilers do."""
+    owned_watches: Mapping[str, Watch] = field(default_factory=dict)
+    """With sharding (and no `--namespace`), the operator's watches of namespaced kinds that select the
+    buckets of this replica's projects, by plural, not started before the addons: an addon that acts on the
+    objects of its own projects only taps these rather than watching every namespace."""
     watches: Mapping[str, Watch] = field(default_factory=dict)
     """The operator's watches that see every object of their kind, by plural (none with sharding or
     `--namespace`), not started before the addons: an addon that follows the same objects taps

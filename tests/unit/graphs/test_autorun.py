@@ -388,3 +388,14 @@ def test_a_graph_that_names_new_keys_says_so_and_their_changes_count_from_then_o
     world.set_debug(True, node="cmp-2")
     world.look()
     assert [r["spec"]["trigger"]["nodes"] for r in world.runs()] == [["cmp-2"]]
+
+
+def test_the_driver_taps_the_watches_that_see_everything_else_those_of_its_own_buckets() -> None:
+    from operators.graphs.autorunner import _followed
+
+    kinds = ("environments", "configcomponents", "configvalues")
+    everything = {p: object() for p in (*kinds, "apps")}
+    buckets = {p: object() for p in kinds}
+    assert _followed(SimpleNamespace(watches=everything, owned_watches={})) == {p: everything[p] for p in kinds}
+    assert _followed(SimpleNamespace(watches={}, owned_watches=buckets)) == buckets  # sharding
+    assert _followed(SimpleNamespace(watches={}, owned_watches={})) is None  # --namespace: watches of its own
