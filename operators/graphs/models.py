@@ -180,10 +180,14 @@ class Task(Model):
     )
     strategy: Strategy | None = Field(None, description="How the task's instances are spread over its nodes.")
     reexecute_on: list[EventName] = Field(
-        default_factory=list, max_length=64, description="Events on which the task runs again (deploy_changes...).",
+        default_factory=list, max_length=64, description="Events on which the task runs again: deploy_changes "
+        "(Fuel's one event) runs it on every node when nodes are added, if the environment opts in "
+        "(spec.graphs.autoRun.onNodeAdded).",
     )
     refresh_on: list[EventName] = Field(
-        default_factory=list, max_length=64, description="Configuration resources whose change refreshes the task.",
+        default_factory=list, max_length=64, description="Configuration values whose change re-runs the task and "
+        "its successors on the nodes where they changed, when the environment opts in (spec.graphs.autoRun): "
+        "RESOURCE (any key of it, Fuel's form), RESOURCE:KEY (a dotted key path) or '*' (any resource).",
     )
     fault_tolerance: Annotated[str, StringConstraints(max_length=8, pattern=r"^-?[0-9]{1,6}%?$")] | None = Field(
         None,
@@ -262,6 +266,20 @@ class Subgraph(Model):
         "(Fuel's `end/nodes`); unset: on every node.")
 
 
+class RunTrigger(Model):
+    """Why Stead created a run by itself (`operators.graphs.autorun`): absent on runs a user creates."""
+
+    event: Literal["configChange", "deploy_changes"] = Field(
+        description="configChange (values a task's refreshOn names changed) or deploy_changes (nodes were added: "
+        "the tasks whose reexecuteOn names it).")
+    reason: Reason = Field(description="What happened, for a human.")
+    keys: list[Annotated[str, StringConstraints(max_length=512)]] = Field(
+        default_factory=list, max_length=MAX_REFS, description="The configuration keys that changed, as "
+        "RESOURCE:KEY (configChange).")
+    nodes: list[NodeName] = Field(default_factory=list, max_length=MAX_NODES,
+                                  description="The nodes whose values changed, or the nodes added.")
+
+
 class GraphRunSpec(Model):
     """A run of one or more graph types, in order, on an environment."""
 
@@ -274,6 +292,8 @@ class GraphRunSpec(Model):
     subgraphs: list[Subgraph] = Field(default_factory=list, max_length=16,
                                       description="Run only these parts of the graphs (union of all).")
     abort: bool = Field(False, description="Set to true to stop the run: running tasks finish, nothing new starts.")
+    trigger: RunTrigger | None = Field(None, description="Set by Stead on the runs it creates itself "
+                                       "(Environment spec.graphs.autoRun): the event, the reason, the changed keys.")
 
 
 RunPhase = Literal["Pending", "Planning", "Running", "Succeeded", "Failed", "Aborted"]
@@ -367,6 +387,7 @@ def check_graph(spec: Mapping[str, Any]) -> list[str]:
 
 def check_tasks(tasks: list[Task], path: str = "spec.tasks") -> list[str]:
     """The problems of a validated task list (see `check_graph`)."""
+    from operators.graphs.autorun import refresh_problem
     from operators.graphs.conditions import condition_problem
 
     problems: list[str] = []
@@ -402,6 +423,10 @@ def check_tasks(tasks: list[Task], path: str = "spec.tasks") -> list[str]:
                 problems.extend(regex_problem(dep.name, f"{where}.{_camel(field)}[{i}].name"))
                 for j, role in enumerate(dep.role):
                     problems.extend(regex_problem(role, f"{where}.{_camel(field)}[{i}].role[{j}]"))
+        for i, ref in enumerate(task.refresh_on):
+            problem = refresh_problem(ref)
+            if problem:
+                problems.append(f"{where}.refreshOn[{i}]: {problem} (RESOURCE, RESOURCE:KEY or '*')")
         if task.condition is not None and parse:
             problem = condition_problem(task.condition)
             if problem:

@@ -30,7 +30,7 @@ import contextlib
 import functools
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from pydantic import ValidationError
 
 from operators.config.levels import NODE_LEVEL, ROLE_LEVEL, node_ident
 from operators.config.merge import effective
-from operators.config.repository import KubeConfigRepository
+from operators.config.repository import KubeConfigRepository, Snapshot
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec, SshAccess
 from operators.graphs.history import FINISHED, HistoryStore, entries_from_records, history_path
 from operators.graphs.kept import MergedGraphStore, SourceGraph, plan_input
@@ -176,15 +176,23 @@ async def node_data(ctx: StepContext, environment: str, env: EnvironmentSpec) ->
     """Each node's effective configuration: resource name -> its effective values at the node's point
     (what `stead config get` shows for the node), plus `node` (name, roles, fqdn) and `nodes`."""
     snapshot = await KubeConfigRepository(ctx.services.kube).snapshot(ctx.obj.namespace, environment)
-    resources = sorted({r.name for c in (snapshot.components.values() if snapshot else ()) for r in c.resources})
     everyone = [{"name": n.name, "roles": list(n.roles), "fqdn": n.fqdn} for n in env.nodes]
-    data: dict[str, dict[str, Any]] = {}
-    for node in env.nodes:
-        point = node_point(env, node)
-        values = {r: effective(point, snapshot.layers(r)).values for r in resources} if snapshot else {}
-        data[node.name] = {**values, "node": {"name": node.name, "roles": list(node.roles), "fqdn": node.fqdn},
-                           "nodes": everyone}
-    return data
+    values = values_by_node(env, snapshot)
+    return {node.name: {**values[node.name], "node": {"name": node.name, "roles": list(node.roles),
+                                                      "fqdn": node.fqdn}, "nodes": everyone}
+            for node in env.nodes}
+
+
+def values_by_node(env: EnvironmentSpec, snapshot: Snapshot | None,
+                   resources: Collection[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Each node's effective values (node name -> resource -> values) of `resources` (None: every resource
+    the environment's components define): what a condition reads as `$.<resource>` on the node."""
+    if snapshot is None:
+        return {node.name: {} for node in env.nodes}
+    defined = sorted({r.name for c in snapshot.components.values() for r in c.resources})
+    names = [r for r in defined if resources is None or r in resources]
+    layers = {r: snapshot.layers(r) for r in names}
+    return {node.name: {r: effective(node_point(env, node), layers[r]).values for r in names} for node in env.nodes}
 
 
 def _last_data_path(ctx: StepContext, environment: str) -> Path:

@@ -477,3 +477,104 @@ def test_history_keeps_each_task_on_each_node_across_runs_with_what_a_noop_run_w
     nobody = client_certificate(operator.cluster, tmp_path, "history-nobody")
     code, refused = api_call(operator, nobody, namespace, "GET", "/api/v1/clusters/env/history/")
     assert code == 403 and 'may not list graphruns in namespace "t-graphs"' in refused["message"]
+
+
+def test_an_opted_in_environment_reruns_the_tasks_a_changed_key_refreshes_once_per_burst_on_its_node(
+        kubectl: Kubectl, environment: tuple[str, Path]) -> None:
+    """refreshOn (issue 26): not opted in, an edit makes no run; opted in, two quick edits of a key on one node
+    make one GraphRun of Stead's, naming the key, that runs the refreshing task and its successor there only."""
+    namespace, order = environment
+    note = f'echo "at {{}} $(basename $NODE_DIR)" >> {order}'
+
+    def patch_env(spec: dict[str, Any]) -> None:
+        kubectl("patch", "environment", "env", "-n", namespace, "--type", "merge", "-p", json.dumps({"spec": spec}))
+
+    def set_port(port: int) -> None:
+        kubectl("patch", "configvalues", "svc-cmp-1", "-n", namespace, "--type", "merge",
+                "-p", json.dumps({"spec": {"data": {"port": port}}}))
+
+    def auto_runs() -> list[dict[str, Any]]:
+        listed = kubectl("get", "graphruns", "-n", namespace, "-l", "stead.dev/created-by=stead-auto-run",
+                         "-o", "json").stdout
+        items: list[dict[str, Any]] = json.loads(listed)["items"]
+        return items
+
+    apply(kubectl, {"apiVersion": API, "kind": "ConfigComponent", "metadata": {"name": "svc", "namespace": namespace},
+                    "spec": {"resources": [{"name": "svc"}]}})
+    patch_env({"components": ["svc"]})
+    for name, level in (("svc-root", {}), ("svc-cmp-1", {"node": "cmp-1"})):
+        apply(kubectl, {"apiVersion": API, "kind": "ConfigValues", "metadata": {"name": name, "namespace": namespace},
+                        "spec": {"environment": "env", "resource": "svc", "level": level,
+                                 "data": {"port": 1, "other": 1}}})
+    apply(kubectl, graph("env-auto", namespace, [
+        shell("base", ["*"], note.format("base")),
+        shell("conf", ["compute"], note.format("conf"), requires=["base"], refreshOn=["svc:port"]),
+        shell("after", ["compute"], note.format("after"), requires=["conf"]),
+        shell("unrelated", ["*"], note.format("unrelated"), refreshOn=["svc:other"]),
+    ], environment="env", type="auto"))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "30s", "deploymentgraph/env-auto",
+            "configvalues/svc-root", "configvalues/svc-cmp-1")
+    wait_until(lambda: "auto:4@" in str(get(kubectl, "environment", "env", namespace)["status"].get("graphSummary")),
+               30, "the auto graph merged", interval=0.2)
+    set_port(2)  # not opted in: no run
+    kubectl("wait", "--for=jsonpath={.status.version}=2", "-n", namespace, "--timeout", "30s",
+            "configvalues/svc-cmp-1")
+
+    def armed() -> bool:
+        events = json.loads(kubectl("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
+        return any(e["reason"] == "AutoRunArmed" and e["involvedObject"]["name"] == "env" and "svc:port" in e["message"]
+                   for e in events)
+
+    try:
+        patch_env({"graphs": {"autoRun": {"onConfigChange": True, "debounceSeconds": 2, "graphType": "auto"}}})
+        wait_until(armed, 30, "the auto-run armed with the graph's keys", interval=0.2)
+        before = order.read_text()
+        set_port(3)
+        set_port(4)  # the same burst
+        runs = wait_until(auto_runs, 30, "a GraphRun created by Stead", interval=0.2)
+        name = runs[0]["metadata"]["name"]
+        status = finished(kubectl, namespace, name)
+        assert status["state"] == "Succeeded", status
+        assert len(auto_runs()) == 1  # the burst made one run, the edit before opting in none
+        trigger = runs[0]["spec"]["trigger"]
+        assert trigger["event"] == "configChange" and trigger["keys"] == ["svc:port"] and trigger["nodes"] == ["cmp-1"]
+        assert "svc:port" in trigger["reason"] and "svc:port" in runs[0]["metadata"]["annotations"]["stead.dev/reason"]
+        ran = {k for k, v in states(status).items() if v == "success"}
+        assert ran == {"conf@cmp-1", "after@cmp-1"}, states(status)
+        added = [line.split()[1:] for line in order.read_text()[len(before):].splitlines()]
+        assert added == [["conf", NODES["cmp-1"]], ["after", NODES["cmp-1"]]]
+    finally:
+        patch_env({"graphs": None, "components": []})
+
+
+def test_the_auto_run_example_plans_a_refresh_and_an_added_nodes_reexecution(
+        kubectl: Kubectl, namespace: str, operator: OperatorProcess) -> None:
+    """examples/graph-autorun.yaml as docs/graphs.md tours it (dry runs: no node is touched): a changed key
+    re-plans its tasks and their successors, an added node has the deploy_changes tasks planned on every node."""
+    kubectl("apply", "-n", namespace, "-f", str(ROOT / "examples" / "graph-autorun.yaml"))
+
+    def auto_runs() -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = json.loads(kubectl(
+            "get", "gr", "-n", namespace, "-l", "stead.dev/created-by=stead-auto-run", "-o", "json").stdout)["items"]
+        return sorted(items, key=lambda r: r["metadata"]["creationTimestamp"])
+
+    def armed() -> bool:
+        events = kubectl("get", "events", "-n", namespace, "--field-selector", "reason=AutoRunArmed",
+                         "-o", "json").stdout
+        return any("nova_config:DEFAULT.debug" in e["message"] for e in json.loads(events)["items"])
+
+    wait_until(armed, 30, "the example's auto-run armed", interval=0.2)
+    kubectl("patch", "cv", "nova-root", "-n", namespace, "--type", "merge",
+            "-p", '{"spec":{"data":{"DEFAULT":{"debug":true,"workers":4}}}}')
+    first = wait_until(auto_runs, 30, "the refresh run", interval=0.2)[0]
+    status = finished(kubectl, namespace, first["metadata"]["name"])
+    assert status["state"] == "Succeeded" and first["spec"]["trigger"]["keys"] == ["nova_config:DEFAULT.debug"]
+    assert {k for k, v in states(status).items() if v == "planned"} == {
+        f"{t}@{n}" for t in ("nova-config", "nova-restart") for n in ("node-2", "node-3")}
+    kubectl("patch", "environment", "auto-demo", "-n", namespace, "--type", "json", "-p",
+            '[{"op":"add","path":"/spec/nodes/-","value":{"name":"node-4","roles":["compute"],"address":"10.20.0.6"}}]')
+    second = wait_until(lambda: auto_runs()[1:], 30, "the node-added run", interval=0.2)[0]
+    status = finished(kubectl, namespace, second["metadata"]["name"])
+    assert status["state"] == "Succeeded" and second["spec"]["trigger"]["event"] == "deploy_changes"
+    assert second["spec"]["trigger"]["nodes"] == ["node-4"]
+    assert {k for k, v in states(status).items() if v == "planned"} == {f"hosts@node-{i}" for i in range(1, 5)}
