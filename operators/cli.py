@@ -26,14 +26,24 @@ OBJECTS_DIR = Path("charts/stead/files/objects")  # the objects Stead ships (bui
 SCHEME = """\
 Commands are the kinds' names as kubectl knows them, followed by an action, and take the
 kinds' short names too: `stead actionrun logs R` is `stead ar logs R` or `stead run logs R`,
-as `kubectl get actionrun R` is `kubectl get ar R`. `stead run` followed by operator flags, or
-by nothing, is the older spelling of `stead operator`. `stead COMMAND -h` shows a command's
+as `kubectl get actionrun R` is `kubectl get ar R`. `stead run` followed by operator flags is the
+older spelling of `stead operator`. `stead COMMAND -h` shows a command's
 actions and flags.
 """
 
 
+EPIPE_EXIT = 141
+"""The exit code of a command whose reader went away (`stead service get X | head -1`): what a shell reports
+for a tool that SIGPIPE ended (128 + 13), quietly, as such tools end."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    words = canonical_argv(sys.argv[1:] if argv is None else argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given == ["run"]:  # once an operator with every default: now too easily typed for `stead run logs R`
+        print("stead run: the operator is `stead operator` (`stead run` with its flags still works); "
+              "`stead run logs|abort R` follows or aborts an ActionRun", file=sys.stderr)
+        return 2
+    words = canonical_argv(given)
     parser = _parser(words)
     args = parser.parse_args(words)
     if not hasattr(args, "func"):
@@ -41,9 +51,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # here, so that a closed pipe is seen below rather than at the interpreter's exit
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        quiet_stdout()
+        return EPIPE_EXIT
     return code
+
+
+def quiet_stdout() -> None:
+    """The reader of stdout has gone: what is still buffered goes nowhere, so that the interpreter's last
+    flush does not print 'Exception ignored ... BrokenPipeError' (Python's documented way, see `signal`)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 # --- the command nouns ------------------------------------------------------------------------------
@@ -134,7 +156,8 @@ NOUNS: tuple[Noun, ...] = (
     Noun("blueprint", "Blueprints: deps (their dependencies, one per line)", _add_blueprint,
          kind_module="operators.calm.blueprint"),
     Noun("service", "service instances: catalog, list, create, get, update, set-state, delete, log", _add_service),
-    Noun("graph", "deployment graphs: upload, download, list, delete, execute (a GraphRun), status", _add_graph),
+    Noun("graph", "deployment graphs: upload, download, list, delete, execute (a GraphRun), status, logs, history",
+         _add_graph),
     Noun("config", "read and change configuration values (the configuration API)", _add_config),
     Noun("cluster", "the local control plane (kube-apiserver, etcd, controller-manager)", _add_cluster),
     Noun("crds", "write crds/*.yaml and the chart's copies from the models (or --check them)", _add_crds),
@@ -175,7 +198,8 @@ def canonical_argv(argv: Sequence[str]) -> list[str]:
     """The command line with its noun spelled canonically: a kind's short name or an older spelling
     becomes the noun (`ar`, `run`, `runs` -> `actionrun`, `bp` -> `blueprint`). `run` is both the
     ActionRun's short name and the operator's older spelling: `stead run logs|abort ...` is about
-    ActionRuns, `stead run` with anything else (operator flags, or nothing) starts the operator."""
+    ActionRuns, `stead run` with anything else (operator flags) starts the operator (`main` refuses a bare
+`stead run`)."""
     words = list(argv)
     i = _noun_index(words)
     if i is None or words[i] in {noun.name for noun in NOUNS}:

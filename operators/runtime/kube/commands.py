@@ -76,6 +76,8 @@ async def with_cluster(command: str, kubeconfig: Path | None, handler: Callable[
     async with KubeClient(access) as kube:
         try:
             return await refusals_as_lines(command, handler(kube))
+        except BrokenPipeError:
+            raise  # stdout's reader went away (`| head -1`): no API error; `stead` ends quietly
         except (aiohttp.ClientError, OSError) as error:
             print(f"{command}: cannot reach the API server at {access.server}: {one_line(str(error))}",
                   file=sys.stderr)

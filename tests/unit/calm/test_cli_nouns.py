@@ -4,7 +4,9 @@ imports only what it uses."""
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,7 +48,6 @@ def test_a_kind_whose_short_names_are_not_a_literal_is_imported(tmp_path: Path,
     (["runs", "logs", "r"], ["actionrun", "logs", "r"]),
     (["bp", "deps", "three-tier"], ["blueprint", "deps", "three-tier"]),
     (["run", "--local", "auto"], ["operator", "--local", "auto"]),
-    (["run"], ["operator"]),
     (["-h"], ["-h"]),
     ([], []),
     (["nosuch", "x"], ["nosuch", "x"]),  # argparse says it is no command
@@ -82,6 +83,33 @@ def test_help_shows_the_scheme(capsys: pytest.CaptureFixture[str]) -> None:
     assert "older spelling of `stead operator`" in " ".join(out.split())
     assert main([]) == 2
     assert "actionrun, ar, run, runs" in capsys.readouterr().out
+
+
+def test_a_bare_stead_run_starts_nothing_and_names_stead_operator(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run"]) == 2  # it once started an operator with every default
+    err = capsys.readouterr().err
+    assert "`stead operator`" in err and "stead run logs" in err
+
+
+def _actions(parser: argparse.ArgumentParser) -> set[str]:
+    found: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found |= _actions(sub) if sub is not parser else set()
+                found.add(name)
+    return found
+
+
+@pytest.mark.parametrize("noun", ["app", "actionrun", "blueprint", "service", "graph"])
+def test_help_names_every_action_of_a_noun(noun: str) -> None:
+    """`stead --help` is where a user learns the actions (it once left out `graph logs` and `graph history`)."""
+    (command,) = (n for n in NOUNS if n.name == noun)
+    noun_parser = _parser([noun])._subparsers._group_actions[0].choices[noun]  # type: ignore[union-attr]
+    actions = {name for name in _actions(noun_parser)}
+    assert actions
+    for action in actions:
+        assert re.search(rf"\b{re.escape(action)}\b", command.help), (noun, action)
 
 
 def _modules_after(code: str) -> set[str]:
