@@ -111,11 +111,16 @@ async def prepare_kopf(
 
 
 class _RefusalsAreNotErrors(logging.Filter):
-    """Kopf logs a webhook's refusal as an ERROR; for Stead a refused bad spec is normal operation."""
+    """Kopf logs a webhook's refusal as an ERROR ("Webhook ... failed permanently"); for Stead a refused bad
+    spec is an answer to the user (who reads it from kubectl), not an operator event: a DEBUG line, kept
+    only where DEBUG is (`stead operator -v`). The logger's level was checked for ERROR before this filter
+    runs, so a record demoted below the logger's level is dropped here, not passed on to the handlers."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.ERROR and record.getMessage().startswith("Webhook 'validate-"):
-            record.levelno, record.levelname = logging.INFO, "INFO"
+        if record.levelno >= logging.ERROR and record.getMessage().startswith(("Webhook 'validate-",
+                                                                               "Webhook 'mutate-")):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
         return True
 
 

@@ -30,6 +30,14 @@ class Event:
     message: str
 
 
+def namespace_going(error: BaseException) -> bool:
+    """Whether the API server refused an Event because its namespace is being deleted, or is gone."""
+    if not isinstance(error, ApiError):
+        return False
+    return (error.status == 403 and "being terminated" in error.message) or (
+        error.status == 404 and "namespaces" in error.message)
+
+
 class EventRecorder:
     """Queues Events and posts them as core/v1 Events from one background task."""
 
@@ -53,8 +61,11 @@ class EventRecorder:
                 await self._post(event)
                 self._metrics.inc("stead_events_posted_total")
             except (ApiError, OSError, TimeoutError) as error:
-                log.warning("event %s for %s/%s not posted: %s", event.reason, event.obj.namespace,
-                            event.obj.name, error)
+                # a namespace being deleted takes no new Events: one line per object of it, at each
+                # deletion, said nothing wrong (its objects are going, and their Events with them)
+                level = logging.DEBUG if namespace_going(error) else logging.WARNING
+                log.log(level, "event %s for %s/%s not posted: %s", event.reason, event.obj.namespace,
+                        event.obj.name, error)
             finally:
                 self._queue.task_done()
 
