@@ -27,11 +27,14 @@ from typing import Any
 from operators.environment.models import EnvironmentSpec
 from operators.graphs.merge import MergeError, merge_specs
 from operators.graphs.models import DeploymentGraphSpec, Task
+from operators.graphs.structure import merged_problems
 from operators.runtime.core.store import LocalStore
 
 MERGED_DB = b"merged-graphs"
 GRAPHS_MERGED = "GraphsMerged"
 """The Environment's condition that says whether each of its graph types merges."""
+MAX_PROBLEMS = 20
+"""Problems of one type's merge said in full (the condition's message is cut at 2 KiB anyway)."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,9 @@ def digest(tasks: Sequence[Mapping[str, Any]]) -> str:
 
 def merge_type(environment: str, spec: EnvironmentSpec, generation: int, graphs: Sequence[SourceGraph],
                graph_type: str) -> KeptMerge:
-    """The merge of `graph_type` from the graphs the environment takes (the others are ignored)."""
+    """The merge of `graph_type` from the graphs the environment takes (the others are ignored). A merge
+    whose tasks name a task it does not have, or wait for each other in a cycle (`structure.merged_problems`),
+    is a failed merge too: a run of it could only fail, and the GraphsMerged condition says why."""
     taken = [g for g in graphs if g.spec.type == graph_type and taken_by(g.spec, environment, spec)]
     sources = {g.name: g.generation for g in taken}
     try:
@@ -99,6 +104,11 @@ def merge_type(environment: str, spec: EnvironmentSpec, generation: int, graphs:
                              environment=environment)
     except MergeError as error:
         return KeptMerge(graph_type, (), {}, "", sources, generation, problem=str(error))
+    problems = merged_problems(merged.tasks, merged.origin)
+    if problems:
+        shown = "; ".join(problems[:MAX_PROBLEMS]) + (f" (and {len(problems) - MAX_PROBLEMS} more)"
+                                                      if len(problems) > MAX_PROBLEMS else "")
+        return KeptMerge(graph_type, (), {}, "", sources, generation, problem=shown)
     tasks = tuple(t.model_dump(by_alias=True, mode="json", exclude_defaults=True) for t in merged.tasks)
     return KeptMerge(graph_type, tasks, dict(merged.origin), digest(tasks), sources, generation,
                      models=tuple(merged.tasks))

@@ -335,9 +335,11 @@ def check_graph(spec: Mapping[str, Any]) -> list[str]:
 
     Schema errors first (as `Kind.check_spec` would give them), then: duplicate task ids, malformed
     /regex/ references (task and role), a group naming an unknown task, a condition that does not
-    parse (yaql) or is a legacy expression Stead cannot evaluate. References to tasks of other
-    graphs (a plugin task requiring a release task) are legal here: they are checked on the merged
-    graph (`operators.graphs.expansion`), where the whole picture is.
+    parse (yaql), calls a function that does not exist or subtracts from a bare word
+    (`conditions.condition_problem`), a legacy expression Stead cannot evaluate, and a dependency cycle
+    among the graph's own tasks (`structure.graph_cycle`). References to tasks of other graphs (a plugin
+    task requiring a release task) are legal here: they are checked on the merged graph
+    (`structure.merged_problems`), where the whole picture is.
     """
     try:
         graph = DeploymentGraphSpec.model_validate(dict(spec))
@@ -349,6 +351,7 @@ def check_graph(spec: Mapping[str, Any]) -> list[str]:
 def check_tasks(tasks: list[Task], path: str = "spec.tasks") -> list[str]:
     """The problems of a validated task list (see `check_graph`)."""
     from operators.graphs.conditions import condition_problem
+    from operators.graphs.structure import graph_cycle
 
     problems: list[str] = []
     distinct = {t.condition.yaql_exp for t in tasks if t.condition is not None and t.condition.yaql_exp is not None}
@@ -396,6 +399,9 @@ def check_tasks(tasks: list[Task], path: str = "spec.tasks") -> list[str]:
                 problems.append(f"{path}[{index}] ({task.id}).tasks[{i}]: unknown task {sub!r}")
             elif sub == task.id:
                 problems.append(f"{path}[{index}] ({task.id}).tasks[{i}]: a group cannot contain itself")
+    cycle = graph_cycle(tasks)
+    if cycle:
+        problems.append(f"{path}: {cycle}")
     return problems
 
 

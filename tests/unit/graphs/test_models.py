@@ -63,7 +63,7 @@ def test_conditions_that_cannot_run_are_refused() -> None:
         {"id": "b", "type": "shell", "condition": {"legacy": "settings:storage.ceph.value == true"}},
         {"id": "c", "type": "shell", "condition": {"legacy": "true"}},
     ))
-    assert problems[0].startswith("spec.tasks[0] (a).condition: yaql does not parse")
+    assert problems[0].startswith("spec.tasks[0] (a).condition: yaqlExp 'changed($.x': yaql does not parse")
     assert problems[1].startswith("spec.tasks[1] (b).condition: legacy condition")
     assert len(problems) == 2
 
