@@ -364,6 +364,7 @@ async def _execute(kube: Requester, args: argparse.Namespace) -> int:
     if unknown:
         raise CommandError(f"--node {', '.join(unknown)}: not in environment {args.env} (its nodes: "
                            f"{', '.join(known) or 'none'}); nothing run")
+    await _known_types(kube, args, env)
     metadata: dict[str, Any] = {"namespace": args.namespace}
     if args.name:
         metadata["name"] = args.name
@@ -378,6 +379,24 @@ async def _execute(kube: Requester, args: argparse.Namespace) -> int:
         return 0
     print(f"graphrun/{args.run} created", file=sys.stderr)
     return await _status(kube, args)
+
+
+async def _known_types(kube: Requester, args: argparse.Namespace, env: Mapping[str, Any]) -> None:
+    """A CommandError for a --type the environment has no graph of, naming those it has (a run of it would
+    plan nothing and succeed)."""
+    from pydantic import ValidationError
+
+    from operators.graphs.api import environment_graph_types, graph_items
+    from operators.graphs.kept import no_such_type
+
+    try:
+        types = environment_graph_types(await graph_items(kube, args.namespace), args.env, env)
+    except ValidationError:
+        raise CommandError(f"environment {args.env} has an invalid spec (see its status)") from None
+    for graph_type in args.type:
+        problem = no_such_type(args.env, graph_type, types)
+        if problem:
+            raise CommandError(f"--type {graph_type}: {problem}; nothing run")
 
 
 def _exit_code(obj: Mapping[str, Any]) -> int:

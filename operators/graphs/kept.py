@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,10 +114,26 @@ def merge_type(environment: str, spec: EnvironmentSpec, generation: int, graphs:
                      models=tuple(merged.tasks))
 
 
+def graph_types(environment: str, spec: EnvironmentSpec, graphs: Iterable[DeploymentGraphSpec]) -> list[str]:
+    """The graph types the environment has: those of a graph it takes (its release's, an enabled plugin's,
+    its own), sorted."""
+    return sorted({g.type for g in graphs if taken_by(g, environment, spec)})
+
+
+def no_such_type(environment: str, graph_type: str, types: Sequence[str]) -> str | None:
+    """Why a run of `graph_type` on the environment cannot be (naming the types it has), or None when it
+    has that type. A run of a type nothing defines would plan no task and succeed, deploying nothing."""
+    if graph_type in types:
+        return None
+    have = f"its graph types: {', '.join(types)}" if types else "it has no graph of any type yet"
+    return (f"environment {environment} has no graph of type {graph_type!r} ({have}; a type is that of a "
+            f"DeploymentGraph of its release, an enabled plugin or its own: stead graph list --env {environment})")
+
+
 def merge_environment(environment: str, spec: EnvironmentSpec, generation: int,
                       graphs: Sequence[SourceGraph]) -> dict[str, KeptMerge]:
     """Every graph type the environment has (a type of a graph it takes), merged."""
-    types = sorted({g.spec.type for g in graphs if taken_by(g.spec, environment, spec)})
+    types = graph_types(environment, spec, (g.spec for g in graphs))
     return {t: merge_type(environment, spec, generation, graphs, t) for t in types}
 
 

@@ -3,7 +3,8 @@
 - Init: the environment exists and says how to reach its nodes (`spec.ssh`, unless a dry run), and
   no other run is going on it (the admission webhook refuses the second with 409; this catches a
   run that bypassed it).
-- Planning: the merged graph of each type the run names (release < the environment's plugins < the
+- Planning: a type the environment has no graph of fails the run (`UnknownGraphType`, naming the types it
+  has: planned, it would run nothing and succeed). The merged graph of each type the run names (release < the environment's plugins < the
   environment: the Environment's kept merge while it is current, else merged from the current graphs;
   `operators.graphs.kept`) is expanded over the environment's nodes and planned (conditions evaluated over
   each node's effective configuration, from the configuration store) by a planner process under
@@ -40,7 +41,7 @@ from operators.config.levels import NODE_LEVEL, ROLE_LEVEL, node_ident
 from operators.config.merge import effective
 from operators.config.repository import KubeConfigRepository
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec, SshAccess
-from operators.graphs.kept import MergedGraphStore, SourceGraph, plan_input
+from operators.graphs.kept import MergedGraphStore, SourceGraph, graph_types, no_such_type, plan_input
 from operators.graphs.merge import MergeError
 from operators.graphs.models import (
     DEPLOYMENT_GRAPH,
@@ -258,6 +259,12 @@ async def plan(ctx: StepContext) -> Mapping[str, Any]:
     store = getattr(ctx.services, "store", None)
     kept = MergedGraphStore(store).of_environment(ctx.obj.namespace, spec.environment) if store is not None else {}
     failed = {"state": "Failed", "endTime": utc_now()}
+    types = graph_types(spec.environment, env, (g.spec for g in graphs))
+    for index, selection in enumerate(spec.graphs):
+        problem = no_such_type(spec.environment, selection.type, types)
+        if problem:
+            message = f"spec.graphs[{index}].type: {problem}"
+            raise PermanentError("UnknownGraphType", message, facts={**facts, **failed, "reason": message})
     try:
         merged: dict[str, list[Any]] = {}
         for selection in spec.graphs:

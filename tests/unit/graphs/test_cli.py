@@ -266,7 +266,15 @@ def test_delete_removes_the_graph_of_an_owner_and_type(seeded: FakeApi, tmp_path
 # --- execute and status -----------------------------------------------------------------------------------
 
 
+def with_types(kube: FakeApi, *types: str) -> None:
+    """The release's graphs of these types (a run names types the environment has)."""
+    for graph_type in types:
+        kube.add(f"{GRAPHS}/release-r1-{graph_type}", {"apiVersion": "stead.dev/v1alpha1", "kind": "DeploymentGraph",
+                                                     "spec": {"release": "r1", "type": graph_type, "tasks": []}})
+
+
 def test_execute_creates_a_graph_run_and_prints_its_name(seeded: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    with_types(seeded, "default", "up_grade")
     assert run(seeded, "execute", "--env", "env-1", "--type", "default", "up_grade", "--node", "node-1",
                "--task", "netconfig", "lma-collector", "--subgraph", "netconfig:deploy_end", ":/^post/", "--force",
                "--dry-run", "-n", NS) == 0
@@ -290,6 +298,7 @@ def test_execute_creates_a_graph_run_and_prints_its_name(seeded: FakeApi, capsys
 
 
 def test_execute_refusals_are_one_line(seeded: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    with_types(seeded, "default")
     assert run(seeded, "execute", "-e", "env-1", "-N", "node-1", "node-9", "-n", NS) == 1
     assert capsys.readouterr().err == ("stead graph: --node node-9: not in environment env-1 (its nodes: node-1, "
                                        "node-2); nothing run\n")
@@ -298,6 +307,19 @@ def test_execute_refusals_are_one_line(seeded: FakeApi, capsys: pytest.CaptureFi
     assert run(seeded, "execute", "-e", "env-1", "-n", NS) == 1
     err = capsys.readouterr().err
     assert err.startswith("stead graph: admission webhook") and "GraphRun r0 runs on environment env-1" in err
+    assert not any(p.startswith(RUNS + "/") for p in seeded.objects)
+
+
+def test_execute_of_a_type_the_environment_has_no_graph_of_is_refused_naming_its_types(
+        seeded: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    """It used to create a run that planned nothing and ended `Succeeded 0/0`, exit code 0."""
+    with_types(seeded, "default", "upgrade")
+    seeded.add(f"{GRAPHS}/plugin-off-other", {"spec": {"plugin": "off", "type": "other", "tasks": []}})  # not enabled
+    assert run(seeded, "execute", "-e", "env-1", "-t", "default", "defualt", "-f", "-n", NS) == 1
+    assert capsys.readouterr().err == (
+        "stead graph: --type defualt: environment env-1 has no graph of type 'defualt' (its graph types: default, "
+        "upgrade; a type is that of a DeploymentGraph of its release, an enabled plugin or its own: stead graph list "
+        "--env env-1); nothing run\n")
     assert not any(p.startswith(RUNS + "/") for p in seeded.objects)
 
 
@@ -325,6 +347,7 @@ def graph_run(name: str, state_: dict[str, Any] | None) -> dict[str, Any]:
 
 def test_execute_follow_shows_the_tree_until_the_run_ends_and_exits_by_its_outcome(
         seeded: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    with_types(seeded, "default")
     for final, code in (("Succeeded", 0), ("Failed", 1)):
         answers = iter([graph_run("r", None), graph_run("r", status("Running", "1/3")),
                         graph_run("r", status(final, "3/3" if final == "Succeeded" else "2/3",

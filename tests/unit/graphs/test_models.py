@@ -113,3 +113,25 @@ def test_what_a_tenant_writes_is_bounded() -> None:
     assert check_graph(spec({"id": "a:b", "type": "shell"}))[0].startswith("spec.tasks[0].id: String should match")
     assert check_graph(spec({"id": "a", "type": "group", "faultTolerance": "ten"}))[0].startswith(
         "spec.tasks[0].faultTolerance: String should match")
+
+
+def test_a_cycle_among_the_graphs_own_tasks_is_refused_naming_them() -> None:
+    problems = check_graph(spec(
+        {"id": "a", "type": "shell", "roles": ["controller"], "requires": ["c", "release-task"]},
+        {"id": "b", "type": "shell", "roles": ["compute"], "requires": ["/^a$/"]},
+        {"id": "c", "type": "shell", "roles": ["*"], "crossDepends": [{"name": "b", "role": ["self"]}]},
+    ))
+    assert problems == ["spec.tasks: dependency cycle among tasks (each waits for the next on a node that runs "
+                        "them, through requires, requiredFor or a cross dependency of role self): a -> c -> b -> a"]
+    # requiredFor is the other direction of the same edge
+    assert check_graph(spec({"id": "a", "type": "shell", "requiredFor": ["b"]},
+                            {"id": "b", "type": "shell", "requiredFor": ["a"]}))[0].endswith("a -> b -> a")
+
+
+def test_what_only_other_graphs_or_the_nodes_decide_is_not_refused_at_upload() -> None:
+    assert check_graph(spec(
+        {"id": "a", "type": "shell", "requires": ["in-the-release", "/^plugin-/"], "requiredFor": ["a"]},
+        # a cross dependency of other roles waits on other nodes: a cycle only if some node has both
+        {"id": "b", "type": "shell", "roles": ["compute"], "crossDepends": [{"name": "c", "role": ["controller"]}]},
+        {"id": "c", "type": "shell", "roles": ["controller"], "crossDepends": [{"name": "b", "role": ["compute"]}]},
+    )) == []
