@@ -141,7 +141,13 @@ def _footer(obj: Mapping[str, Any]) -> list[str]:
     plan = status.get("plan") or {}
     if plan.get("outsideSubset"):
         lines.append(f"{plan['outsideSubset']} dependencies on nodes outside the subset counted as satisfied")
-    if status.get("reason"):
+    stalled = next((c for c in status.get("conditions") or []
+                    if c.get("type") == "Stalled" and c.get("status") == "True" and c.get("message")), None)
+    if stalled is not None and status.get("state") in ("Failed", "Aborted"):
+        # the condition's message says what to do (grant the account get on the Secret, name one of the types);
+        # status.reason is the short form
+        lines.append(f"reason: {stalled['message']}")
+    elif status.get("reason"):
         lines.append(f"reason: {status.get('failedTask') or ''} {status['reason']}".replace("  ", " "))
     return lines
 

@@ -406,3 +406,38 @@ def test_the_terminal_view_is_a_tree_of_nodes_with_a_progress_bar(seeded: FakeAp
     for expected in ("node-1  2/2", "node-2  1/1", "✔ success", "✖ failure", "exit code 3", "| no collector",
                      "2/3", "66%", "reason: lma-collector@node-1 exit code 3"):
         assert expected in text, expected
+
+
+def test_a_failed_run_shows_the_message_that_says_what_to_do_not_the_short_reason(
+        seeded: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    message = ("spec.ssh.privateKey of the environment: Secret k: service account demo/default may not read it "
+               "(grant it get on Secret k)")
+    seeded.add(f"{RUNS}/r1", graph_run("r1", {"state": "Failed", "reason": "Secret k not readable", "conditions": [
+        {"type": "Ready", "status": "False", "reason": "SecretNotFound", "message": message},
+        {"type": "Stalled", "status": "True", "reason": "SecretNotFound", "message": message}]}))
+    assert run(seeded, "status", "r1", "-f", "-n", NS, interval=0) == 1
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith(f"reason: {message}") and "not readable" not in out
+
+
+def test_upload_of_a_file_with_a_yaml_error_names_the_file_and_line(seeded: FakeApi, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    broken = write(tmp_path, "tasks.yaml", PLUGIN_TASKS + "- id: x\n  type: shell\n   requires: [a]\n")
+    assert run(seeded, "upload", "--release", "r1", "--file", str(broken), "-n", NS) == 1
+    assert capsys.readouterr().err == f"stead graph: {broken}:9:12: not YAML: mapping values are not allowed here\n"
+    assert graphs(seeded) == {}
+
+
+def test_upload_of_a_graph_whose_tasks_wait_in_a_cycle_or_whose_condition_cannot_run_is_refused(
+        seeded: FakeApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    looped = write(tmp_path, "looped.yaml", "- {id: a, type: shell, role: '*', requires: [b]}\n"
+                                            "- {id: b, type: shell, role: '*', required_for: [a], requires: [a]}\n")
+    assert run(seeded, "upload", "--release", "r1", "--file", str(looped), "-n", NS) == 1
+    assert capsys.readouterr().err.endswith("of role self): a -> b -> a\n")
+    unquoted = write(tmp_path, "unquoted.yaml", "- id: a\n  type: shell\n  condition: {yaql_exp: '$.node.name = cmp-1'}\n")
+    assert run(seeded, "upload", "--release", "r1", "--file", str(unquoted), "-n", NS) == 1
+    assert capsys.readouterr().err == (
+        f"stead graph: {unquoted}[0] (a).condition: yaqlExp '$.node.name = cmp-1': the bare word 'cmp' is an operand "
+        "of a subtraction (yaql reads 'cmp-1' as a subtraction, which cannot take a string): quote the name "
+        "('cmp-1')\n")
+    assert graphs(seeded) == {}
