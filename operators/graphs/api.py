@@ -574,11 +574,11 @@ class GraphsApi(ExtensionBase):
                 bad_request(f"body.graphs[{i}].nodes: {', '.join(unknown)} not in cluster {environment} (its nodes: "
                             f"{', '.join(sorted(known)) or 'none'})")
         try:
-            types = environment_graph_types(await self._items(namespace), environment, env)
+            have = environment_graph_types(await self._items(namespace), environment, env)
         except ValidationError:
             raise ApiProblem(409, "Invalid", f"cluster {environment} has an invalid spec (see its status)") from None
         for i, graph in enumerate(run.graphs):
-            problem = no_such_type(environment, graph.type, types)
+            problem = no_such_type(environment, graph.type, have)
             if problem:
                 bad_request(f"body.graphs[{i}].type: {problem}")
         busy = await others_running(self.kube, namespace, environment, "")

@@ -434,10 +434,67 @@ def test_upload_of_a_graph_whose_tasks_wait_in_a_cycle_or_whose_condition_cannot
                                             "- {id: b, type: shell, role: '*', required_for: [a], requires: [a]}\n")
     assert run(seeded, "upload", "--release", "r1", "--file", str(looped), "-n", NS) == 1
     assert capsys.readouterr().err.endswith("of role self): a -> b -> a\n")
-    unquoted = write(tmp_path, "unquoted.yaml", "- id: a\n  type: shell\n  condition: {yaql_exp: '$.node.name = cmp-1'}\n")
+    unquoted = write(tmp_path, "unquoted.yaml",
+                     "- id: a\n  type: shell\n  condition: {yaql_exp: '$.node.name = cmp-1'}\n")
     assert run(seeded, "upload", "--release", "r1", "--file", str(unquoted), "-n", NS) == 1
     assert capsys.readouterr().err == (
         f"stead graph: {unquoted}[0] (a).condition: yaqlExp '$.node.name = cmp-1': the bare word 'cmp' is an operand "
         "of a subtraction (yaql reads 'cmp-1' as a subtraction, which cannot take a string): quote the name "
         "('cmp-1')\n")
     assert graphs(seeded) == {}
+
+
+def test_plan_asks_the_operator_for_a_dry_run_prints_each_nodes_tasks_in_order_and_the_outside_edges(
+        seeded: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    with_types(seeded, "default")
+    planned = {"state": "Succeeded", "progress": "0/3", "plan": {
+        "instances": 5, "planned": 3, "skipped": 1, "noop": 1, "edges": 4, "outsideSubset": 2,
+        "outsideEdges": [{"type": "default", "dependent": "app@node-2", "dependency": "db@node-1"}]},
+        "nodes": [{"name": "", "tasks": [{"task": "deploy_end", "state": "noop", "reason": "stage (structure)"}]},
+                  {"name": "node-2", "tasks": [{"task": "netconfig", "state": "planned"},
+                                               {"task": "app", "state": "planned"},
+                                               {"task": "extra", "state": "skipped", "reason": "condition false"}]}]}
+    made: list[dict[str, Any]] = []
+
+    def operator(request: Request) -> dict[str, Any]:  # the dry run, planned as soon as it is created
+        obj = {**request.body, "metadata": {**request.body["metadata"], "name": "env-1-plan-1", "namespace": NS}}
+        seeded.objects[f"{RUNS}/env-1-plan-1"] = {**obj, "status": planned}
+        made.append(obj)
+        return obj
+
+    seeded.answer(RUNS, operator)
+    assert run(seeded, "plan", "-e", "env-1", "-N", "node-2", "-n", NS) == 0
+    assert made[0]["spec"] == {"environment": "env-1", "graphs": [{"type": "default", "nodes": ["node-2"]}],
+                               "dryRun": True}
+    assert made[0]["metadata"]["generateName"] == "env-1-plan-"
+    assert capsys.readouterr().out.splitlines() == [
+        "environment env-1, types default: the plan (nothing ran)",
+        "(anchors: stages and groups, on no node)",
+        "    1. deploy_end  noop  stage (structure)",
+        "node-2",
+        "    1. netconfig  planned",
+        "    2. app  planned",
+        "    3. extra  skipped  condition false",
+        "3 task instances run, 1 skipped, 1 noop; 4 dependencies",
+        "2 dependencies on nodes outside the subset, counted as satisfied (those nodes are taken as their last run "
+        "left them):",
+        "  app@node-2 waits for db@node-1",
+        "  (and 1 more)"]
+    assert f"{RUNS}/env-1-plan-1" not in seeded.objects  # the dry run is deleted once read
+    assert run(seeded, "plan", "-e", "env-1", "-t", "nope", "-n", NS) == 1
+    assert "no graph of type 'nope' (its graph types: default;" in capsys.readouterr().err
+
+
+def test_plan_that_fails_says_why_and_exits_1(seeded: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    with_types(seeded, "default")
+    message = "task 'a' on node-1: condition: function 'foo' does not exist (NoFunctionRegisteredException)"
+
+    def operator(request: Request) -> dict[str, Any]:
+        obj = {**request.body, "metadata": {**request.body["metadata"], "name": "p", "namespace": NS}}
+        seeded.objects[f"{RUNS}/p"] = {**obj, "status": {"state": "Failed", "reason": message, "conditions": [
+            {"type": "Stalled", "status": "True", "reason": "PlanFailed", "message": message}]}}
+        return obj
+
+    seeded.answer(RUNS, operator)
+    assert run(seeded, "plan", "-e", "env-1", "-n", NS) == 1
+    assert capsys.readouterr().out.splitlines() == ["environment env-1, types default: no plan", f"reason: {message}"]
