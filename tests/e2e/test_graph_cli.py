@@ -125,7 +125,10 @@ def test_errors_are_said_at_upload_or_by_the_merge_naming_the_tasks(operator: Op
         "word 'cmp' is an operand of a subtraction" in unquoted.stderr, unquoted.stderr
 
     # the merge: each graph is fine alone; together one names a task no level has
-    kubectl("apply", "-f", "-", input=graph("rel", yaml.safe_load(RELEASE), release="mitaka-9.0"))
+    (tmp_path / "release.yaml").write_text(RELEASE)
+    done = stead(operator, "upload", "--release", "mitaka-9.0", "--file", str(tmp_path / "release.yaml"), "-n",
+                 namespace)
+    assert done.returncode == 0, done.stderr
     kubectl("apply", "-f", "-", input=graph("own", [
         {"id": "report", "type": "shell", "roles": ["*"], "requires": ["netconfig", "netcnofig"]}], environment="env"))
     kubectl("wait", "--for=jsonpath={.status.graphSummary}=default:error", "-n", namespace, "--timeout", "30s",

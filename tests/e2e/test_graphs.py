@@ -137,9 +137,8 @@ def test_a_failing_task_fails_the_run_naming_it_and_a_subset_runs_only_its_nodes
 def test_one_run_at_a_time_abort_and_a_dry_run_that_touches_nothing(kubectl: Kubectl,
                                                                      environment: tuple[str, Path]) -> None:
     namespace, order = environment
-    marker = f"abort-{uuid.uuid4().hex[:8]}"
-    apply(kubectl, graph("r1-slow", namespace, [shell("wait", ["controller"], f"sleep 60; echo {marker}")],
-                         release="r1", type="slow"))
+    marker = f"sleep 60.{uuid.uuid4().int % 10**6:06d}"  # the script travels on stdin: its sleep's command line
+    apply(kubectl, graph("r1-slow", namespace, [shell("wait", ["controller"], marker)], release="r1", type="slow"))
     apply(kubectl, graph_run("slow", namespace, {"type": "slow"}))
     wait_until(lambda: (get(kubectl, "graphrun", "slow", namespace).get("status") or {}).get("state") == "Running",
                60, "the slow run running")
