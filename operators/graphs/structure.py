@@ -36,8 +36,9 @@ from operators.graphs.models import Task, compile_ref, is_regex
 from operators.graphs.regexes import RegexError
 from pipelines.model import find_cycle
 
-MAX_SEARCHES = 200_000
-"""Regex searches (references x task ids) one check may make: about 0.1 s."""
+MAX_SEARCHES = 25_000
+"""Regex searches (references x task ids) one check may make: about 0.1 s (RE2's Python binding, some 5 us a
+search). fuel-library's graphs need a few thousand."""
 
 
 class SearchesSpent(Exception):

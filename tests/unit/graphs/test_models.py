@@ -135,3 +135,14 @@ def test_what_only_other_graphs_or_the_nodes_decide_is_not_refused_at_upload() -
         {"id": "b", "type": "shell", "roles": ["compute"], "crossDepends": [{"name": "c", "role": ["controller"]}]},
         {"id": "c", "type": "shell", "roles": ["controller"], "crossDepends": [{"name": "b", "role": ["compute"]}]},
     )) == []
+
+
+def test_regex_references_past_the_search_budget_are_left_to_the_run() -> None:
+    """Admission and the merge run in the operator's event loop: a hostile number of /regex/ references costs
+    a bounded number of searches (the run's expansion still finds what they hide)."""
+    from operators.graphs import Task
+    from operators.graphs.structure import graph_cycle
+
+    tasks = [Task.model_validate({"id": "a", "type": "shell", "requires": ["/^b$/"]}),
+             Task.model_validate({"id": "b", "type": "shell", "requires": ["a"]})]
+    assert graph_cycle(tasks) is not None and graph_cycle(tasks, budget=1) is None
