@@ -7,12 +7,20 @@ linear growth at 10x that.
 
 Each generated graph is split over the three merge levels (a release graph with the stage
 anchors and 75% of the tasks, a plugin with 15%, the environment with 10%, replacing a few
-release tasks whole). Every task runs on every node ('*') and requires the previous task on the
+release tasks whole). Every task runs on every node and requires the previous task on the
 same node; every 10th task also cross-depends on a controller task (policy all), every 10th+5
 on one with policy any, and a quarter of the tasks have a yaql condition (8 distinct
 expressions shared through the graph, as fuel-library shares them through YAML anchors),
 evaluated against a last run whose data equals the new data except on half the keys. The
-environment has 3 controllers and computes for the rest.
+environment has 3 controllers and computes for the rest. Groups as fuel-library writes them
+(issue 26): the release has the groups `controller` and `compute` (compute requires controller,
+both required for deploy_end), four tasks in five name both groups (`groups: [controller,
+compute]`: they run on every node, each instance a member of its node's group), the fifth runs
+on '*' outside any group; so every compute node's grouped tasks wait for every controller's.
+
+`--baseline DIR` plans the same graphs, in the same run, with the code of another checkout (a
+worktree of main before group order: `git worktree add --detach /tmp/base 873d66b`), in a child
+process, and prints each size's edges and times beside it with the ratio.
 
 For each size it prints the best CPU time of `--repeat` runs (after one warm-up) of merge,
 expand, plan (expand included: the plan expands) and to_workflow (the pipelines Workflow,
@@ -30,13 +38,16 @@ and wall limits, the plan file written), per size in `--process` (default 5x3, 2
 wall time beside the plan made in-process and written the same way, and the operator's own CPU.
 
     .venv/bin/python bench/graph_plan.py [--sizes 200x100 2000x100] [--repeat 3] [--execute 50x20]
-                                         [--process 5x3 200x100]
+                                         [--process 5x3 200x100] [--baseline DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -66,8 +77,9 @@ CONDITIONS = [
 def tasks(count: int) -> tuple[list[Task], list[Task], list[Task]]:
     """(release, plugin, environment) task lists for `count` work tasks."""
     def make(i: int, level: str) -> Task:
+        where: dict[str, Any] = {"roles": ["*"]} if i % 5 == 0 else {"groups": ["controller", "compute"]}
         fields: dict[str, Any] = {
-            "id": f"task-{i}", "type": "puppet" if i % 3 else "shell", "version": "2.1.0", "roles": ["*"],
+            "id": f"task-{i}", "type": "puppet" if i % 3 else "shell", "version": "2.1.0", **where,
             "requires": [f"task-{i - 1}" if i else "deploy_start"], "required_for": ["deploy_end"],
             "parameters": {"puppet_manifest": f"/etc/puppet/{level}/{i}.pp", "timeout": 600, "retries": 1},
         }
@@ -84,6 +96,10 @@ def tasks(count: int) -> tuple[list[Task], list[Task], list[Task]]:
     release += [Task.model_validate({"id": f"ctl-{k}", "type": "puppet", "roles": ["controller"],
                                      "requires": ["deploy_start"], "required_for": ["deploy_end"]})
                 for k in range(5)]
+    release += [Task.model_validate({"id": "controller", "type": "group", "roles": ["controller"],
+                                     "requires": ["deploy_start"], "required_for": ["deploy_end"]}),
+                Task.model_validate({"id": "compute", "type": "group", "roles": ["compute"],
+                                     "requires": ["controller"], "required_for": ["deploy_end"]})]
     plugin_from, env_from = int(count * 0.75), int(count * 0.9)
     release += [make(i, "release") for i in range(plugin_from)]
     plugin = [make(i, "plugin") for i in range(plugin_from, env_from)]
@@ -124,6 +140,32 @@ def best(fn: Callable[[], T], repeat: int) -> tuple[float, T]:
     return min(times), result
 
 
+def measure(size: str, repeat: int) -> dict[str, Any]:
+    """One size: counts (instances, edges, of them the groups'), the best CPU times in seconds."""
+    task_count, node_count = (int(x) for x in size.split("x"))
+    release, plugin, env = tasks(task_count)
+    node_list = nodes(node_count)
+    node_data = {n.name: data(n, last=False) for n in node_list}
+    last_data = {n.name: data(n, last=True) for n in node_list}
+    merge_time, merged = best(partial(merge_graphs, release, [("plugin", plugin)], env), repeat)
+    expand_time, exp = best(partial(expand, merged.tasks, node_list), repeat)
+    plan_time, plan = best(partial(merge_and_plan, release, plugin, env, node_list, node_data, last_data), repeat)
+    wf_time, wf = best(partial(to_workflow, plan, known_hosts="", private_key_ref="key"), max(1, repeat // 3))
+    counts = plan.summary()
+    assert len(wf.steps) == len(exp.instances) >= counts["instances"]
+    # group order, where the code has it: the compute group's start waits for the controller group's end
+    start = exp.index.get(("compute::start", ""))
+    ordered = start is not None and exp.index[("controller", "")] in exp.deps[start]
+    anchors = {i for i, (task, _) in enumerate(exp.instances) if task in ("controller", "compute")}
+    if start is not None:
+        anchors |= {start, exp.index[("controller::start", "")]}
+    group_edges = sum(len(d) for i, d in enumerate(exp.deps) if i in anchors) + sum(
+        1 for i, d in enumerate(exp.deps) if i not in anchors for j in d if j in anchors)
+    return {"size": size, "instances": counts["instances"], "edges": counts["edges"], "group_edges": group_edges,
+            "group_order": ordered, "merge": merge_time, "expand": expand_time, "plan": plan_time,
+            "workflow": wf_time, "planned": counts["planned"], "skipped": counts["skipped"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--sizes", nargs="+", default=["200x100", "2000x100"],
@@ -132,36 +174,52 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--execute", default="50x20", help="TASKSxNODES run with no-op steps ('' to skip)")
     parser.add_argument("--process", nargs="*", default=["5x3", "200x100"],
                         help="TASKSxNODES planned by the planner process (none to skip)")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="a checkout whose code plans the same graphs too (in a child process), for the ratio")
+    parser.add_argument("--json", action="store_true", help="only the sizes' figures, as one JSON line")
     args = parser.parse_args(argv)
 
-    print(f"{'tasks x nodes':>14} {'instances':>10} {'edges':>9} {'merge':>9} {'expand':>9} {'plan':>9} "
-          f"{'per inst':>9} {'workflow':>9} {'planned':>8} {'skipped':>8}")
-    per_instance: dict[str, float] = {}
-    for size in args.sizes:
-        task_count, node_count = (int(x) for x in size.split("x"))
-        release, plugin, env = tasks(task_count)
-        node_list = nodes(node_count)
-        node_data = {n.name: data(n, last=False) for n in node_list}
-        last_data = {n.name: data(n, last=True) for n in node_list}
-        merge_time, merged = best(partial(merge_graphs, release, [("plugin", plugin)], env), args.repeat)
-        expand_time, exp = best(partial(expand, merged.tasks, node_list), args.repeat)
-        plan_time, plan = best(partial(merge_and_plan, release, plugin, env, node_list, node_data, last_data),
-                               args.repeat)
-        wf_time, wf = best(partial(to_workflow, plan, known_hosts="", private_key_ref="key"), max(1, args.repeat // 3))
-        counts = plan.summary()
-        per_instance[size] = plan_time / counts["instances"]
-        print(f"{size:>14} {counts['instances']:>10} {counts['edges']:>9} {merge_time * 1e3:>7.1f}ms "
-              f"{expand_time * 1e3:>7.0f}ms {plan_time * 1e3:>7.0f}ms {per_instance[size] * 1e6:>7.1f}us "
-              f"{wf_time * 1e3:>7.0f}ms {counts['planned']:>8} {counts['skipped']:>8}")
-        assert len(wf.steps) == counts["instances"] and len(exp.instances) == counts["instances"]
-    first, last = args.sizes[0], args.sizes[-1]
-    print(f"plan (merge + expand + plan) time per instance, {last} vs {first}: "
-          f"x{per_instance[last] / per_instance[first]:.2f} (linear growth: about 1)")
+    if args.json:
+        print(json.dumps([measure(size, args.repeat) for size in args.sizes]))
+        return 0
+    print(f"{'tasks x nodes':>14} {'instances':>10} {'edges':>9} {'of groups':>9} {'merge':>9} {'expand':>9} "
+          f"{'plan':>9} {'per inst':>9} {'workflow':>9} {'planned':>8} {'skipped':>8}")
+    results = [measure(size, args.repeat) for size in args.sizes]
+    for r in results:
+        print(f"{r['size']:>14} {r['instances']:>10} {r['edges']:>9} {r['group_edges']:>9} {r['merge'] * 1e3:>7.1f}ms "
+              f"{r['expand'] * 1e3:>7.0f}ms {r['plan'] * 1e3:>7.0f}ms {r['plan'] / r['instances'] * 1e6:>7.1f}us "
+              f"{r['workflow'] * 1e3:>7.0f}ms {r['planned']:>8} {r['skipped']:>8}")
+    first, last = results[0], results[-1]
+    print(f"plan (merge + expand + plan) time per instance, {last['size']} vs {first['size']}: "
+          f"x{(last['plan'] / last['instances']) / (first['plan'] / first['instances']):.2f} (linear growth: about 1)")
+    print(f"group order (compute's tasks after all of controller's): {'yes' if first['group_order'] else 'NO'}; "
+          f"target: plan of {first['size']} <= 1 s: {first['plan']:.2f} s")
+    if args.baseline:
+        baseline(args.baseline, args.sizes, args.repeat, results)
     if args.execute:
         execute(args.execute)
     for size in args.process:
         planner_process(size, args.repeat)
     return 0
+
+
+def baseline(directory: str, sizes: list[str], repeat: int, results: list[dict[str, Any]]) -> None:
+    """The same sizes planned by the code of `directory` (this script, that checkout's packages
+    first on the path), beside this checkout's figures."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([directory, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, __file__, "--json", "--repeat", str(repeat), "--sizes", *sizes],
+                          env=env, capture_output=True, text=True, check=True)
+    theirs = {r["size"]: r for r in json.loads(done.stdout.strip().splitlines()[-1])}
+    print(f"against {directory} (the same graphs, its code):")
+    for mine in results:
+        other = theirs[mine["size"]]
+        print(f"  {mine['size']}: edges {mine['edges']} vs {other['edges']} (x{mine['edges'] / other['edges']:.2f}), "
+              f"expand {mine['expand'] * 1e3:.0f} vs {other['expand'] * 1e3:.0f} ms "
+              f"(x{mine['expand'] / other['expand']:.2f}), "
+              f"plan {mine['plan'] * 1e3:.0f} vs {other['plan'] * 1e3:.0f} ms "
+              f"(x{mine['plan'] / other['plan']:.2f}), workflow {mine['workflow'] * 1e3:.0f} vs "
+              f"{other['workflow'] * 1e3:.0f} ms; group order: {'yes' if mine['group_order'] else 'no'} vs "
+              f"{'yes' if other['group_order'] else 'no'}")
 
 
 def planner_process(size: str, repeat: int) -> None:

@@ -616,8 +616,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         else RunSettings.beside(store_path, **runs),
     )
     from operators.calm.vaultgc import VaultCollector
+    from operators.graphs.autorunner import AutoRunner
 
-    addons: list[Addon] = [VaultCollector(grace=args.vault_grace_seconds, interval=args.vault_collect_seconds)]
+    addons: list[Addon] = [VaultCollector(grace=args.vault_grace_seconds, interval=args.vault_collect_seconds),
+                           AutoRunner()]
     if args.config_api_port:
         from operators.config.server import ConfigApiServer
 

@@ -13,9 +13,9 @@ has no target), which is why ``@`` and ``/`` are not allowed in ids and target n
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -222,18 +222,22 @@ class Workflow(_Model):
         return out
 
 
-def find_cycle(graph: Mapping[str, list[str]]) -> list[str]:
+K = TypeVar("K", bound=Hashable)
+
+
+def find_cycle(graph: Mapping[K, Iterable[K]]) -> list[K]:
     """A cycle of `graph` (node -> nodes it depends on) as a closed path, or [] when it is a DAG.
 
-    Iterative, so that a chain of thousands of steps does not hit the recursion limit.
+    Iterative, so that a chain of thousands of steps does not hit the recursion limit. Any hashable
+    nodes: a graph's expansion checks its instances by index and names only the cycle it finds.
     """
     white, grey, black = 0, 1, 2
     color = dict.fromkeys(graph, white)
     for root in graph:
         if color[root] != white:
             continue
-        path: list[str] = [root]
-        stack: list[Iterator[str]] = [iter(graph[root])]
+        path: list[K] = [root]
+        stack: list[Iterator[K]] = [iter(graph[root])]
         color[root] = grey
         while stack:
             nxt = next(stack[-1], None)

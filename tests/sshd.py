@@ -9,7 +9,9 @@ apt-get when it is missing; without it the fixtures skip the tests that need it.
 
 Nodes are told apart by their environment: sshd's ``SetEnv`` gives every session ``NODE_DIR`` (a
 directory of that node, e.g. ``<root>/127.0.0.3``), the same as ``HOME`` (the tester's own dotfiles
-are not read: sessions are hermetic and quick) and a ``PATH`` that starts with ``$NODE_DIR/bin``, so
+are not read: sessions are hermetic and quick), ``TMPDIR=$NODE_DIR/tmp`` (the nodes share this
+machine's /tmp, and so would the locks of tasks' attempts, `attempt_lock`, of every test session on
+it) and a ``PATH`` that starts with ``$NODE_DIR/bin``, so
 a test writes ``echo x >> $NODE_DIR/log`` to see where a command ran, or drops a fake ``puppet``
 into ``node.bin``. Readiness is a real SSH banner on the port, polled with a deadline; teardown
 kills the processes (the listeners, their connections and the commands those run).
@@ -149,7 +151,7 @@ class SshNode:
         """Give this node's sessions another PATH (None: the usual one) and restart its sshd."""
         lines = self.config.read_text().splitlines()
         usual = f"{self.bin}:{_SYSTEM_PATH}"
-        setenv = f"SetEnv NODE_DIR={self.dir} HOME={self.dir} PATH={path or usual}"
+        setenv = f"SetEnv NODE_DIR={self.dir} HOME={self.dir} TMPDIR={self.dir / 'tmp'} PATH={path or usual}"
         lines = [setenv if line.startswith("SetEnv ") else line for line in lines]
         self.config.write_text("\n".join(lines) + "\n")
         self.restart()
@@ -226,6 +228,7 @@ class SshNodes:
         for address in self.addresses:
             home = self.root / address
             (home / "bin").mkdir(parents=True, exist_ok=True)
+            (home / "tmp").mkdir(exist_ok=True)
             os.chmod(home, 0o755)
             host_key = home / "ssh_host_ed25519_key"
             if not host_key.exists():
@@ -250,7 +253,7 @@ class SshNodes:
                 "MaxStartups 200",
                 "MaxSessions 50",
                 "Subsystem sftp internal-sftp",
-                f'SetEnv NODE_DIR={home} HOME={home} PATH={path}',
+                f'SetEnv NODE_DIR={home} HOME={home} TMPDIR={home / "tmp"} PATH={path}',
                 "",
             ]))
             node = SshNode(address=address, port=self.port, dir=home, config=config,

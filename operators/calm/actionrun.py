@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import contextlib
 import functools
 import hashlib
@@ -245,11 +246,13 @@ async def _secret_value(ctx: StepContext, blueprint: str, source: SecretSource, 
     was launched from stored it: the `stead.dev/project` label plays no part (anyone may set it).
     """
     if source.vault_ref is not None:
+        vault, owner = ctx.services.vault, secret_owner(blueprint)
         try:
-            # `refreshed`: stored by the replica that served the admission request, maybe not this one
-            return str(await ctx.services.vault.refreshed(ctx.obj.namespace, source.vault_ref,
-                                                          owner=secret_owner(blueprint)))
-        except VaultError as error:  # names the uuid and the owner, never a value
+            if source.sealed is not None:  # the blueprint's reconcile may not have stored it yet
+                await vault.store_sealed(ctx.obj.namespace, source.vault_ref, base64.b64decode(source.sealed), owner)
+            # `refreshed`: stored by the replica that reconciled the blueprint, maybe not this one
+            return str(await vault.refreshed(ctx.obj.namespace, source.vault_ref, owner=owner))
+        except (VaultError, binascii.Error) as error:  # names the uuid and the owner, never a value
             raise PermanentError("SecretNotFound", str(error)) from None
     if source.secret_ref is not None:
         ref = source.secret_ref

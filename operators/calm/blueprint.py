@@ -7,6 +7,8 @@ no secret value is ever stored in the object.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import copy
 import hmac
@@ -35,6 +37,10 @@ async def validate(ctx: StepContext) -> Mapping[str, Any]:
     services: Services | None = ctx.services
     if services is not None:
         await services.vault.fetch(ctx.obj.namespace, [ref for _, ref in vault_refs(ctx.obj.spec)])
+        try:
+            await store_sealed(services.vault, ctx.obj.namespace, ctx.obj.name, ctx.obj.spec)
+        except VaultError as error:  # the cluster copy could not be written: names no value
+            raise TemporaryError("VaultUnavailable", str(error)) from None
     foreign = [] if services is None else foreign_refs(services.vault, ctx.obj.namespace, ctx.obj.name, ctx.obj.spec)
     if foreign:
         raise PermanentError("ForeignSecret", "; ".join(foreign), facts={"state": "Error", "errors": foreign})
@@ -84,15 +90,32 @@ def secret_owner(blueprint: str) -> str:
 
 def vault_refs(node: Any, path: str = "spec") -> Iterator[tuple[str, str]]:
     """Every `vaultRef` under `node`, with its field path."""
+    for where, source in _vault_sources(node, path):
+        yield f"{where}.vaultRef", source["vaultRef"]
+
+
+def sealed_values(node: Any, path: str = "spec") -> Iterator[tuple[str, str, bytes | None]]:
+    """Every `vaultRef` that comes with a `sealed` value, as (field path, uuid, blob); the blob is
+    None when `sealed` is not base64 (then it opens nothing)."""
+    for where, source in _vault_sources(node, path):
+        sealed = source.get("sealed")
+        if isinstance(sealed, str):
+            blob: bytes | None = None
+            with contextlib.suppress(binascii.Error, ValueError):
+                blob = base64.b64decode(sealed, validate=True)
+            yield f"{where}.vaultRef", source["vaultRef"], blob
+
+
+def _vault_sources(node: Any, path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Every mapping with a string `vaultRef` under `node`, with its field path."""
     if isinstance(node, Mapping):
-        ref = node.get("vaultRef")
-        if isinstance(ref, str):
-            yield f"{path}.vaultRef", ref
+        if isinstance(node.get("vaultRef"), str):
+            yield path, node
         for key, value in node.items():
-            yield from vault_refs(value, f"{path}.{key}")
+            yield from _vault_sources(value, f"{path}.{key}")
     elif isinstance(node, list):
         for index, item in enumerate(node):
-            yield from vault_refs(item, f"{path}[{index}]")
+            yield from _vault_sources(item, f"{path}[{index}]")
 
 
 def foreign_refs(vault: Vault, namespace: str, blueprint: str, spec: Mapping[str, Any],
@@ -106,10 +129,40 @@ def foreign_refs(vault: Vault, namespace: str, blueprint: str, spec: Mapping[str
     and no run of it opens them).
     """
     owner = secret_owner(blueprint)
-    return [f"{path}: {ref} is not a secret of blueprint {blueprint} (set secret.value or secretRef instead)"
-            for path, ref in vault_refs(spec)
-            if ref not in already and not (dry_run and ref == DRY_RUN_VAULT_REF)
-            and _owner_of(vault, namespace, ref) != owner]
+    sealed = {path: blob for path, _, blob in sealed_values(spec)}
+    problems: list[str] = []
+    for path, ref in vault_refs(spec):
+        if ref in already or (dry_run and ref == DRY_RUN_VAULT_REF) or _owner_of(vault, namespace, ref) == owner:
+            continue
+        if path in sealed:  # not stored yet: the object's own sealed value, if it opens for it here
+            blob = sealed[path]
+            problem = "its sealed value is not base64" if blob is None else _sealed_problem(
+                vault, namespace, ref, blob, owner)
+            if problem is None:
+                continue
+            problems.append(f"{path}: {ref} is not a secret of blueprint {blueprint} ({problem}; set "
+                            "secret.value or secretRef instead)")
+            continue
+        problems.append(f"{path}: {ref} is not a secret of blueprint {blueprint} (set secret.value or secretRef "
+                        "instead)")
+    return problems
+
+
+def _sealed_problem(vault: Vault, namespace: str, ref: str, blob: bytes, owner: str) -> str | None:
+    try:
+        problem = vault.sealed_problem(namespace, ref, blob, owner)
+    except VaultError:  # not a uuid: the schema says so too
+        return "not a uuid"
+    return None if problem is None else problem.removeprefix(f"{ref}: ")
+
+
+async def store_sealed(vault: Vault, namespace: str, blueprint: str, spec: Mapping[str, Any]) -> None:
+    """Bring the object's sealed values into the vault (those it lacks); a blob that may not be this
+    blueprint's entry is left out, and `foreign_refs` then names its field."""
+    owner = secret_owner(blueprint)
+    for _, ref, blob in sealed_values(spec):
+        if blob is not None and _sealed_problem(vault, namespace, ref, blob, owner) is None:
+            await vault.store_sealed(namespace, ref, blob, owner)
 
 
 def _owner_of(vault: Vault, namespace: str, ref: str) -> str | None:
@@ -150,13 +203,15 @@ def _inline_secrets(node: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]
 
 
 async def move_inline_secrets(request: AdmissionRequest) -> dict[str, Any] | None:
-    """Mutating webhook: each inline `secret.value` goes into the vault, leaving `secret.vaultRef`.
+    """Mutating webhook: each inline `secret.value` becomes `secret.vaultRef` and `secret.sealed`.
 
-    The value is accepted once and is never stored in the object, nor in the copy of the manifest
-    that `kubectl apply` keeps in an annotation. Mutating webhooks run before validating ones, so
-    the spec is checked here first: a refused object writes nothing to the vault. A dry run gets
-    the same answer with a placeholder uuid and writes nothing. A value is never looked up among
-    the namespace's entries (that would be a guessing oracle): see `_same_entry`.
+    The value is accepted once and is never stored in the object in clear, nor in the copy of the
+    manifest that `kubectl apply` keeps in an annotation: the object carries it encrypted for its
+    namespace, uuid and blueprint (`Vault.seal`), and the operator stores that in the vault when
+    it reconciles the object the API server really stored (`validate`). Admission writes nothing
+    (issue 25, finding 2): a review that never becomes an object, a forged one included, leaves
+    nothing behind, and its answer depends on no entry of the vault. A dry run gets a placeholder
+    uuid. The only comparison with the vault is `_same_entry`'s, for authenticated reviews.
     """
     spec = copy.deepcopy(dict(request.spec))
     found = list(_inline_secrets(spec, "spec"))
@@ -174,24 +229,32 @@ async def move_inline_secrets(request: AdmissionRequest) -> dict[str, Any] | Non
     problems = KIND.check_spec(spec)
     if problems:
         raise Refusal("; ".join(problems))
-    refs: dict[str, str] = {}
+    refs: dict[str, dict[str, str]] = {}
     if not request.dry_run:
         if request.generated_name:
             raise Refusal("metadata.name: an inline secret value needs a fixed name (not generateName): "
                           "the vault records which blueprint owns it")
         services: Services = request.services
         owner = secret_owner(request.name)
-        stored = dict(vault_refs((request.old or {}).get("spec") or {})) if request.authenticated else {}
+        stored = dict(_vault_sources(((request.old or {}).get("spec") or {}) if request.authenticated else {}, "spec"))
         for (path, secret), value in zip(found, values, strict=True):
             try:
                 # The same value applied again (a GitOps tool's every sync) keeps the entry the
-                # stored object already has at this field; anything else is a new entry.
-                ref = await _same_entry(services.vault, request.namespace, owner, stored.get(f"{path}.vaultRef"), value)
+                # stored object already has at this field (and its sealed copy); anything else is
+                # a new entry.
+                before = stored.get(path) or {}
+                ref = await _same_entry(services.vault, request.namespace, owner, before.get("vaultRef"), value)
                 if ref is None:
-                    ref = await services.vault.put(request.namespace, value, owner=owner)
+                    ref, blob = services.vault.seal(request.namespace, value, owner=owner)
+                    sealed: Any = base64.b64encode(blob).decode("ascii")
+                else:
+                    sealed = before.get("sealed")
             except VaultError as error:  # its message names no value
-                raise Refusal(f"{path}: not stored: {error}", code=500) from None
-            secret["vaultRef"] = refs[path] = ref
+                raise Refusal(f"{path}: not sealed: {error}", code=500) from None
+            secret["vaultRef"] = ref
+            if isinstance(sealed, str):
+                secret["sealed"] = sealed
+            refs[path] = dict(secret)
     patch: dict[str, Any] = {"spec": {key: spec[key] for key in {p.split(".")[1].split("[")[0] for p, _ in found}}}
     last_applied = request.annotations.get(LAST_APPLIED)
     if last_applied is not None:
@@ -219,16 +282,18 @@ async def _same_entry(vault: Vault, namespace: str, owner: str, ref: str | None,
     return ref if same else None
 
 
-def _scrub_last_applied(text: str, refs: Mapping[str, str]) -> str | None:
-    """kubectl's copy of the manifest, with each inline value replaced by its vault reference
-    (dropped altogether if it cannot be read: better a full diff on the next apply than a leak)."""
+def _scrub_last_applied(text: str, refs: Mapping[str, Mapping[str, str]]) -> str | None:
+    """kubectl's copy of the manifest, with each inline value replaced by what the object got in its
+    place (its vaultRef and sealed value: so the next `kubectl apply` of an inline value removes
+    both), and dropped altogether if it cannot be read: better a full diff on the next apply than
+    a leak."""
     try:
         manifest = json.loads(text)
     except ValueError:
         return None
     for path, secret in _inline_secrets(manifest.get("spec") if isinstance(manifest, dict) else None, "spec"):
         secret.clear()
-        secret["vaultRef"] = refs.get(path, DRY_RUN_VAULT_REF)
+        secret.update(refs.get(path) or {"vaultRef": DRY_RUN_VAULT_REF})
     return json.dumps(manifest, separators=(",", ":"))
 
 

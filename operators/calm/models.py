@@ -56,6 +56,10 @@ BlueprintState = Literal["Draft", "Compiled", "Active", "Inactive", "Error", "De
 # --- secrets -------------------------------------------------------------------------------------
 
 
+SEALED_MAX = 1_500_000
+"""base64 of a sealed value: the API server stores no object above ~1.5 MB anyway."""
+
+
 class SecretSource(Model):
     """Where a secret value comes from: exactly one of `secretRef`, `value` or `vaultRef`.
 
@@ -87,6 +91,14 @@ class SecretSource(Model):
         "replaces it with vaultRef. Never returned.",
     )
     vault_ref: Uuid | None = Field(None, description="The uuid of the value in Stead's vault (set by the webhook).")
+    sealed: str | None = Field(
+        None,
+        max_length=SEALED_MAX,
+        pattern=r"^[A-Za-z0-9+/]*={0,2}$",
+        description="Set by the webhook beside vaultRef: the value encrypted (base64) for this namespace, uuid "
+        "and blueprint under the operator's master key. The operator stores it in the vault once the object "
+        "exists; admission itself writes nothing. Opens nowhere else.",
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> SecretSource:
@@ -96,6 +108,8 @@ class SecretSource(Model):
             # Never quote the value: only which fields were given.
             got = ", ".join(given) or "none"
             raise ValueError(f"exactly one of secretRef, value, vaultRef must be set (got {got})")
+        if self.sealed is not None and self.vault_ref is None:
+            raise ValueError("sealed comes only with the vaultRef it was sealed for (the webhook sets both)")
         return self
 
 

@@ -1,15 +1,14 @@
 """Collecting the vault entries of blueprints that no object refers to any more.
 
-An inline secret is stored by the mutating webhook before the API server has decided anything:
-the request may still be refused (another webhook, a 409 because the name is taken, a timeout),
-and an update that replaces a value leaves the old entry behind. Such entries belong to a
-blueprint name in a namespace (`vault.Entry.owner`) but nothing refers to them.
+An inline secret is stored when the blueprint that carries it sealed is reconciled (admission
+writes nothing), and an update that replaces a value leaves the old entry behind, as does a
+blueprint replaced between its reconcile and its deletion. Such entries belong to a blueprint
+name in a namespace (`vault.Entry.owner`) but nothing refers to them.
 
 An entry is garbage when no Blueprint of its namespace names it in its spec, no App names it in
 its launch snapshot (apps keep running the blueprint they were launched from, old secrets
-included), and it is older than `grace`: no admission request that stored it can still be on
-its way to the API server (a webhook answers within 30 s, a request is cut at 60 s). Until then
-a fresh entry may be one the API server is about to store.
+included), and it is older than `grace`: the list of objects read here may be older than the
+entry, which a reconcile of an object not yet in that list stored.
 
 Cheap when there is nothing to do: the vault lists owners and ages without decrypting, and
 the API server is asked (one list of blueprints and one of apps in the namespace) only when a

@@ -140,6 +140,11 @@ class ConfigCache:
     def items(self, plural: str, namespace: str) -> list[tuple[str, Cached]]:
         return sorted(self._objects[plural].get(namespace, {}).items())
 
+    def everywhere(self, plural: str) -> list[tuple[str, str, Cached]]:
+        """(namespace, name, object) of every object of the kind held, in every namespace."""
+        return [(namespace, name, cached) for namespace, objects in sorted(self._objects[plural].items())
+                for name, cached in sorted(objects.items())]
+
     # --- writing --------------------------------------------------------------------------
 
     def observe(self, plural: str, body: Mapping[str, Any]) -> None:

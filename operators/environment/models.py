@@ -47,6 +47,31 @@ class SshAccess(Model):
         description="The nodes' host keys, in OpenSSH known_hosts format (`ssh-keyscan -p PORT ADDRESS...`).")
 
 
+class AutoRun(Model):
+    """When Stead itself creates a GraphRun on the environment (docs/graphs.md, "Runs Stead starts"). Off
+    unless asked: each trigger is opted into on its own."""
+
+    on_config_change: bool = Field(
+        False, description="A change of a configuration value a task names in refreshOn re-runs that task and "
+        "its successors, on the nodes whose values changed.")
+    on_node_added: bool = Field(
+        False, description="A node added to spec.nodes has the tasks whose reexecuteOn names deploy_changes run "
+        "(on every node, as Fuel's deploy_changes did).")
+    debounce_seconds: int = Field(
+        10, ge=0, le=3600, description="How long the values must stay unchanged before the run is created "
+        "(default 10): a burst of edits makes one run, naming every key it changed.")
+    dry_run: bool = Field(False, description="The runs created are dry runs: each shows what would run, and "
+                          "nothing runs on any node.")
+    graph_type: Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-zA-Z0-9_-]+$")] = Field(
+        "default", description="The graph type whose tasks are re-run (default 'default').")
+
+
+class GraphSettings(Model):
+    """The environment's settings for its deployment graphs."""
+
+    auto_run: AutoRun | None = Field(None, description="Runs Stead creates by itself (unset: none).")
+
+
 class EnvironmentSpec(Model):
     """An environment (a Fuel cluster): its release, nodes, configuration hierarchy, components and plugins."""
 
@@ -70,6 +95,7 @@ class EnvironmentSpec(Model):
     )
     plugins: list[Name] = Field(default_factory=list, description="Enabled plugins, by name.")
     ssh: SshAccess | None = Field(None, description="How deployment graph tasks reach the nodes (GraphRuns need it).")
+    graphs: GraphSettings | None = Field(None, description="Settings of its deployment graphs (runs Stead creates).")
 
 
 class EnvironmentStatus(StatusBase):

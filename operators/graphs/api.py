@@ -8,6 +8,7 @@ served on the configuration API's server (same port, TLS and authentication) as 
     GET|PUT|PATCH             /api/v1/clusters/<environment>/deployment_graphs/<type>/
     GET|PUT|PATCH             /api/v1/plugins/<plugin>/deployment_graphs/<type>/
     GET                       /api/v1/clusters/<environment>/deployment_tasks/?graph_type=T
+    GET                       /api/v1/clusters/<environment>/history/          task instances across runs
     POST                      /api/v1/graphs/execute/                           a GraphRun (202)
     GET                       /api/v1/graphruns/<run>/output/                   its task instances, output sizes
     GET                       /api/v1/graphruns/<run>/output/<task>/?node=N     an instance's whole output, paged
@@ -21,8 +22,8 @@ the same data.
 
 Writes impersonate the caller (`ExtensionBase.caller`): the API server authorizes, admits and audits them as the
 caller's. Authorization: a SubjectAccessReview of the caller for `deploymentgraphs.stead.dev` with the verb (get,
-list, create, update, delete), `graphruns.stead.dev` (create) for an execution, in the namespace
-(`?namespace=`, default the server's).
+list, create, update, delete), `graphruns.stead.dev` (create) for an execution, (list) for the history, in the
+namespace (`?namespace=`, default the server's).
 
 The helpers that find, write and merge graphs (`graph_items`, `find_graph`, `save_graph`, `levels_of`) are
 shared with `stead graph` (`operators.graphs.cli`).
@@ -44,6 +45,15 @@ from operators.config.api.calls import ApiProblem, Call, _json, _json_body, bad_
 from operators.config.api.extension import ExtensionBase, Handler, RouteDoc, passed_on
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec
 from operators.graphs.fuel import FuelFormatError, task_from_fuel, task_to_fuel
+from operators.graphs.history import (
+    FINISHED,
+    MAX_PAGE,
+    HistoryStore,
+    Query,
+    decode_token,
+    history_path,
+    to_csv,
+)
 from operators.graphs.kept import graph_types, no_such_type
 from operators.graphs.merge import MergedGraph, merge_graphs
 from operators.graphs.models import (
@@ -245,6 +255,46 @@ def _count(call: Call, name: str, least: int, most: int | None) -> int | None:
     return int(raw)
 
 
+def _subgraphs(raw: Any) -> Any:
+    """A body's subgraphs as the GraphRun's: `{start, end, start_nodes?, end_nodes?}`, where an entry of start
+    or end may carry its nodes as Fuel wrote them (`"netconfig/node-1,node-2"`, `operators.graphs.ranges`);
+    the entries of one side name one node list. What is not a list of objects is left to the model's check."""
+    from operators.graphs.ranges import split_range
+
+    if not isinstance(raw, list):
+        return raw or []
+    out = []
+    for k, sub in enumerate(raw):
+        if not isinstance(sub, dict):
+            out.append(sub)
+            continue
+        made: dict[str, Any] = {key: value for key, value in sub.items()
+                                if key not in ("start", "end", "start_nodes", "end_nodes")}
+        for side in ("start", "end"):
+            nodes = sub.get(f"{side}_nodes", sub.get(f"{side}Nodes"))
+            refs = sub.get(side)
+            if isinstance(refs, list) and all(isinstance(r, str) for r in refs):
+                split = []
+                for i, ref in enumerate(refs):
+                    try:
+                        names, on = split_range(ref)
+                    except ValueError as error:
+                        bad_request(f"body.subgraphs[{k}].{side}[{i}]: {error}")
+                    if on is not None:
+                        if nodes is not None and list(nodes) != on:
+                            bad_request(f"body.subgraphs[{k}].{side}[{i}]: the entries of {side} name one node list "
+                                        f"({on} here, {nodes} before): split them into subgraphs")
+                        nodes = on
+                    split.extend(names)
+                refs = split
+            if refs is not None:
+                made[side] = refs
+            if nodes is not None:
+                made[f"{side}Nodes"] = nodes
+        out.append(made)
+    return out
+
+
 def graph_view(item: Mapping[str, Any]) -> dict[str, Any]:
     """A DeploymentGraph as Fuel's API shows a graph: id (the object's name), name, type, relations, tasks in
     Fuel's form; plus what Stead adds (namespace, ready, and the problem of an invalid one)."""
@@ -282,6 +332,7 @@ class GraphsApi(ExtensionBase):
             (rf"{PREFIX}/(?P<model>releases|clusters|plugins)/{owner}/deployment_graphs/{graph_type}/?",
              {"GET": self.get_owned, "PUT": self.put_owned, "PATCH": self.patch_owned}),
             (rf"{PREFIX}/clusters/{owner}/deployment_tasks/?", {"GET": self.deployment_tasks}),
+            (rf"{PREFIX}/clusters/{owner}/history/?", {"GET": self.history}),
             (rf"{PREFIX}/graphruns/(?P<run>[^/]+)/output/(?P<task>[^/]+)/?", {"GET": self.task_output}),
             (rf"{PREFIX}/graphruns/(?P<run>[^/]+)/output/?", {"GET": self.run_outputs}),
         ]
@@ -559,7 +610,7 @@ class GraphsApi(ExtensionBase):
             bad_request("body.graphs: required, a list of {type, nodes?, tasks?}")
         spec = {"environment": environment, "graphs": graphs, "dryRun": body.get("dry_run", False),
                 "noop": body.get("noop_run", body.get("noop", False)), "force": body.get("force", False),
-                "subgraphs": body.get("subgraphs") or []}
+                "subgraphs": _subgraphs(body.get("subgraphs"))}
         try:
             run = GraphRunSpec.model_validate(spec)
         except ValidationError as error:
@@ -573,6 +624,12 @@ class GraphsApi(ExtensionBase):
             if unknown:
                 bad_request(f"body.graphs[{i}].nodes: {', '.join(unknown)} not in cluster {environment} (its nodes: "
                             f"{', '.join(sorted(known)) or 'none'})")
+        for k, sub in enumerate(run.subgraphs):
+            for side, chosen in (("start", sub.start_nodes), ("end", sub.end_nodes)):
+                unknown = [n for n in chosen or [] if n not in known]
+                if unknown:
+                    bad_request(f"body.subgraphs[{k}].{side}_nodes: {', '.join(unknown)} not in cluster {environment} "
+                                f"(its nodes: {', '.join(sorted(known)) or 'none'})")
         try:
             have = environment_graph_types(await self._items(namespace), environment, env)
         except ValidationError:
@@ -602,6 +659,52 @@ class GraphsApi(ExtensionBase):
                       "uid": meta.get("uid"), "graphs": [g.type for g in run.graphs], "dry_run": run.dry_run},
                      status=202)
 
+
+    # --- history --------------------------------------------------------------------------------
+
+    async def history(self, call: Call) -> Response:
+        """The environment's task instances across its runs, newest first (`operators.graphs.history`):
+        `?node=`, `?task=`, `?type=`, `?state=`, `?run=` filter; `?limit=` (default 100, at most 1000) and
+        `?continue=` (the last page's `continue`) page; `?format=csv` answers CSV (its header, then the
+        page's rows; the next page's token in the `X-Continue` header). A caller who may list GraphRuns of the
+        namespace may read it."""
+        namespace = self._namespace(call)
+        environment = call.params["owner"]
+        await self._authorize(call, "list", namespace, resource=GRAPH_RUN.plural)
+        state_dir = self.settings.runs_state_dir
+        if state_dir is None:
+            raise ApiProblem(503, "ServiceUnavailable", "this server was started without the runs' state directory "
+                                                        "(stead operator serves it): the history cannot be read here")
+        if not object_name_ok(environment):
+            bad_request(f"path: {environment!r} is not an environment's name")
+        state = call.query.get("state")
+        if state is not None and state not in FINISHED:
+            bad_request(f"query parameter state: one of {', '.join(FINISHED)}, not {state!r}")
+        run = call.query.get("run")
+        if run is not None and not object_name_ok(run):
+            bad_request(f"query parameter run: {run!r} is not a GraphRun's name")
+        before = None
+        token = call.query.get("continue")
+        if token:
+            try:
+                before = decode_token(token)
+            except ValueError as error:
+                bad_request(f"query parameter continue: {error}")
+        fmt = call.query.get("format", "json")
+        if fmt not in ("json", "csv"):
+            bad_request(f"query parameter format: json or csv, not {fmt!r}")
+        query = Query(node=self._query_name(call, "node", _NODE), task=self._query_name(call, "task", _TASK),
+                      graph_type=self._query_name(call, "type", _TYPE), state=state, run=run,
+                      limit=_count(call, "limit", 1, MAX_PAGE) or 100, before=before)
+        path = history_path(state_dir, namespace, environment)
+        page = await asyncio.to_thread(lambda: HistoryStore(path, create=False).read(query))
+        if not page.entries and before is None:
+            await self._environment(namespace, environment)  # 404 naming the environments there
+        if fmt == "csv":
+            headers = {"X-Continue": page.next_token} if page.next_token else None
+            return Response(200, to_csv(page.entries).encode(), "text/csv; charset=utf-8", headers)
+        return _json({"cluster": environment, "namespace": namespace,
+                      "entries": [e.to_json() for e in page.entries], "continue": page.next_token})
 
     # --- a run's output -------------------------------------------------------------------------
 
@@ -700,6 +803,8 @@ ROUTE_DOCS: tuple[RouteDoc, ...] = (
      "the merged tasks of a type (?graph_type=T; ?level=release|plugins|cluster: one level; ?origin)"),
     ("POST", PREFIX + "/graphs/execute/", "run graphs: {cluster, graphs: [{type, nodes?, tasks?}], dry_run, "
                                           "noop_run, force, subgraphs} -> 202 {name} (a GraphRun)"),
+    ("GET", PREFIX + "/clusters/{env}/history/", "task instances across runs, newest first (?node, ?task, ?type, "
+                                                 "?state, ?run; ?limit, ?continue; ?format=csv)"),
     ("GET", PREFIX + "/graphruns/{run}/output/", "a run's task instances and their output sizes (?node, ?task, "
                                                  "?type)"),
     ("GET", PREFIX + "/graphruns/{run}/output/{task}/", "a task instance's whole output (?node, ?type), a page "
@@ -796,8 +901,12 @@ OPENAPI_PATHS: dict[str, Any] = {
                          "dry_run": {"type": "boolean"}, "noop_run": {"type": "boolean"},
                          "force": {"type": "boolean"},
                          "subgraphs": {"type": "array", "items": {"type": "object", "properties": {
-                             "start": {"type": "array", "items": {"type": "string"}},
-                             "end": {"type": "array", "items": {"type": "string"}}}}}}}}}},
+                             "start": {"type": "array", "items": {"type": "string"},
+                                       "description": "Task ids or /regex/; an entry may end with /NODES "
+                                                      "(netconfig/node-1,node-2), Fuel's node range."},
+                             "end": {"type": "array", "items": {"type": "string"}},
+                             "start_nodes": {"type": "array", "items": {"type": "string"}},
+                             "end_nodes": {"type": "array", "items": {"type": "string"}}}}}}}}}},
                  "responses": {"202": {"description": "Accepted: the GraphRun's name.", "content": {
                      "application/json": {"schema": {"type": "object", "properties": {
                          "name": {"type": "string"}, "namespace": {"type": "string"},
@@ -843,7 +952,43 @@ OPENAPI_PATHS[PREFIX + "/graphruns/{run}/output/{task}/"] = {
                           "404": _error("No such run, task, node or type (see notFound; the message says what "
                                         "there is)."), **_COMMON}},
 }
+OPENAPI_PATHS[PREFIX + "/clusters/{env}/history/"] = {
+    "parameters": [_path_param("env", "The environment (cluster)."), _NS,
+                   *({"name": name, "in": "query", "required": False, "schema": {"type": "string"},
+                      "description": text} for name, text in (
+                       ("node", "Only this node's instances."), ("task", "Only this task's instances."),
+                       ("type", "Only this graph type's instances."),
+                       ("state", "Only instances that ended so: success, failure or aborted."),
+                       ("run", "Only this GraphRun's instances."),
+                       ("continue", "The `continue` of the previous page (CSV: its X-Continue header)."))),
+                   {"name": "limit", "in": "query", "required": False,
+                    "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
+                    "description": "Entries per page (default 100)."},
+                   {"name": "format", "in": "query", "required": False,
+                    "schema": {"type": "string", "enum": ["json", "csv"]}, "description": "json (default) or csv."}],
+    "get": {"summary": "Task instances of the environment's runs, newest first (a caller that may list GraphRuns).",
+            "responses": {"200": {"description": "A page of entries; `continue` is null on the last page.",
+                                  "content": {"application/json": {"schema": {
+                                      "$ref": "#/components/schemas/HistoryPage"}},
+                                      "text/csv": {"schema": {"type": "string"}}}},
+                          "400": _error("A malformed filter, limit or continue token."),
+                          "404": _error("No such cluster (see notFound)."), **_COMMON}},
+}
 OPENAPI_SCHEMAS: dict[str, Any] = {
+    "HistoryPage": {"type": "object", "properties": {
+        "cluster": {"type": "string"}, "namespace": {"type": "string"},
+        "continue": {"type": "string", "nullable": True},
+        "entries": {"type": "array", "items": {"type": "object", "properties": {
+            "seq": {"type": "integer"}, "run": {"type": "string"}, "runUid": {"type": "string"},
+            "step": {"type": "string"}, "type": {"type": "string"}, "task": {"type": "string"},
+            "node": {"type": "string", "nullable": True},
+            "state": {"type": "string", "enum": ["success", "failure", "aborted"]},
+            "started": {"type": "string", "nullable": True}, "finished": {"type": "string", "nullable": True},
+            "duration": {"type": "number", "nullable": True}, "attempts": {"type": "integer"},
+            "reason": {"type": "string"},
+            "noop": {"type": "object", "properties": {
+                "wouldChange": {"type": "integer"}, "more": {"type": "integer"},
+                "resources": {"type": "array", "items": {"type": "string"}}}}}}}}},
     "OutputPage": {"type": "object", "properties": {
         "run": {"type": "string"}, "namespace": {"type": "string"}, "type": {"type": "string"},
         "task": {"type": "string"}, "node": {"type": "string", "nullable": True},

@@ -20,6 +20,10 @@
     stead graph logs RUN [--node N] [--task T] [--type T]
                            the whole output of the run's task instances (the status keeps a failure's
                            tail only), from the operator's API (as `stead config`: --server, --token)
+    stead graph history --env E [--node N] [--task T] [--type T] [--state S] [--run R] [--limit N]
+                        [--continue TOKEN | --all] [-o table|json|yaml|csv]
+                           the task instances of the environment's runs, newest first, from the
+                           operator's API
 
 Every action takes `-n NAMESPACE` and `--kubeconfig`. A refusal (the admission webhook's 409 or 422, a
 404) is one line on stderr and exit code 1.
@@ -156,6 +160,19 @@ def _footer(obj: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def would_change(task: Mapping[str, Any]) -> str:
+    """What a noop run found would change for a task (its status' `noop`), in a line; "" when none."""
+    noop = task.get("noop")
+    if not isinstance(noop, Mapping):
+        return ""
+    count = int(noop.get("wouldChange") or 0)
+    if not count:
+        return "nothing would change"
+    listed = ", ".join(str(r) for r in noop.get("resources") or [])
+    more = f" and {noop['more']} more" if noop.get("more") else ""
+    return f"{count} would change" + (f": {listed}{more}" if listed else "")
+
+
 def format_run(obj: Mapping[str, Any], now: datetime | None = None) -> str:
     """A GraphRun as `stead graph status` prints it: a header, each node with its tasks (state, attempts,
     time, reason; failed tasks' output tails), the progress, and why it failed."""
@@ -171,6 +188,8 @@ def format_run(obj: Mapping[str, Any], now: datetime | None = None) -> str:
                 extra.append(took(task, now))
             if task.get("reason"):
                 extra.append(str(task["reason"]))
+            if would_change(task):
+                extra.append(would_change(task))
             lines.append(f"  {branch} {task['task']}  {task['state']}" + "".join(f"  {e}" for e in extra))
             for line in str(task.get("output") or "").splitlines()[-10:]:
                 lines.append(f"  {'  ' if n == len(tasks) - 1 else '│ '}   | {line}")
@@ -218,6 +237,8 @@ def render_run(obj: Mapping[str, Any], now: datetime | None = None) -> Renderabl
                                  ("".join(f"  {e}" for e in extra), "dim"))
             if task.get("reason"):
                 line.append(f"  {task['reason']}", style="red" if task.get("state") == "failure" else "dim")
+            if would_change(task):
+                line.append(f"  {would_change(task)}", style="cyan")
             leaf = branch.add(line)
             for out in str(task.get("output") or "").splitlines()[-10:]:
                 leaf.add(Text(f"| {out}", style="dim", no_wrap=True, overflow="ellipsis"))
@@ -338,12 +359,14 @@ async def _delete(kube: Requester, args: argparse.Namespace) -> int:
 
 
 def subgraph(text: str) -> dict[str, list[str]]:
-    """`START[:END]`, each a comma-separated list of task ids or /regex/ (`:END` alone: everything up to END)."""
-    start, _, end = text.partition(":")
-    out = {"start": [s for s in start.split(",") if s], "end": [e for e in end.split(",") if e]}
-    if not out["start"] and not out["end"]:
-        raise argparse.ArgumentTypeError(f"expected START[:END] (task ids, comma-separated), got {text!r}")
-    return out
+    """`START[:END]`, each a comma-separated list of task ids or /regex/, optionally on nodes (Fuel's
+    `netconfig/node-1,node-2:hiera/node-3`; `:END` alone: everything up to END)."""
+    from operators.graphs.ranges import subgraph_range
+
+    try:
+        return subgraph_range(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def run_spec(args: argparse.Namespace) -> dict[str, Any]:
@@ -377,6 +400,11 @@ async def _create_run(kube: Requester, args: argparse.Namespace, spec: Mapping[s
     if unknown:
         raise CommandError(f"--node {', '.join(unknown)}: not in environment {args.env} (its nodes: "
                            f"{', '.join(known) or 'none'}); nothing run")
+    ranged = [n for sub in args.subgraph for n in (*sub.get("startNodes", ()), *sub.get("endNodes", ()))
+              if n not in known]
+    if ranged:
+        raise CommandError(f"--subgraph: {', '.join(dict.fromkeys(ranged))} not in environment {args.env} (its "
+                           f"nodes: {', '.join(known) or 'none'}); nothing run")
     await _known_types(kube, args, env)
     metadata: dict[str, Any] = {"namespace": args.namespace}
     if name:
@@ -598,6 +626,58 @@ def _logs(args: argparse.Namespace) -> int:
     return 0
 
 
+HISTORY_COLUMNS = ("FINISHED", "RUN", "TYPE", "NODE", "TASK", "STATE", "DURATION", "ATTEMPTS", "CHANGES")
+
+
+def format_history(entries: Sequence[Mapping[str, Any]]) -> str:
+    """History entries (the API's JSON) as a table; CHANGES is what a noop run found would change."""
+    rows = []
+    for e in entries:
+        noop = e.get("noop")
+        changes = "" if not isinstance(noop, Mapping) else str(noop.get("wouldChange", 0))
+        took = "" if e.get("duration") is None else f"{float(e['duration']):g}s"
+        rows.append((str(e.get("finished") or "-"), str(e["run"]), str(e.get("type") or ""),
+                     str(e.get("node") or "(anchor)"), str(e["task"]), str(e["state"]), took,
+                     str(e.get("attempts") or 0), changes))
+    return table(HISTORY_COLUMNS, rows)
+
+
+def _history(args: argparse.Namespace) -> int:
+    """Print the environment's history from the operator's API (`GET /api/v1/clusters/<env>/history/`): a
+    table, JSON or CSV, newest first; a page (`--limit`) at a time unless `--all`, the next page's
+    `--continue` token on stderr."""
+    from urllib.parse import quote
+
+    from operators.config.cli import RequestFailed, UsageError, call
+    from operators.graphs.history import HistoryEntry, to_csv
+
+    url = f"{str(args.server).rstrip('/')}/api/v1/clusters/{quote(args.env, safe='')}/history/"
+    query = {k: str(v) for k, v in (("node", args.node), ("task", args.task), ("type", args.type),
+                                    ("state", args.state), ("run", args.run), ("limit", args.limit)) if v}
+    token = args.continue_token
+    entries: list[dict[str, Any]] = []
+    try:
+        while True:
+            page = call(args, "GET", url, {**query, **({"continue": token} if token else {})})
+            entries.extend(page.get("entries") or [])
+            token = page.get("continue")
+            if not token or not args.all:
+                break
+    except (RequestFailed, UsageError) as error:
+        print(f"{COMMAND}: {' '.join(str(error).split())}", file=sys.stderr)
+        return 1
+    if args.output == "csv":
+        sys.stdout.write(to_csv(HistoryEntry.from_json(e) for e in entries))
+    elif args.output in ("json", "yaml"):
+        print(dump({"entries": entries, "continue": token}, args.output))
+    else:
+        print(format_history(entries) if entries else f"no history for environment {args.env}"
+              + (" with these filters" if query.keys() - {"limit"} else ""))
+    if token:
+        print(f"{COMMAND}: more entries: add --continue {token} (or --all)", file=sys.stderr)
+    return 0
+
+
 # --- running a command ------------------------------------------------------------------------------
 
 
@@ -626,7 +706,7 @@ def _owner_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def add_graph_actions(graph: argparse.ArgumentParser) -> None:
-    """`stead graph upload|download|list|delete|execute|plan|status|logs`."""
+    """`stead graph upload|download|list|delete|execute|plan|status|logs|history`."""
     sub = graph.add_subparsers(metavar="ACTION")
     upload = sub.add_parser("upload", help="upload Fuel task files as the graph of an environment, release or "
                                            "plugin (creates it, or replaces the tasks of the one there is)")
@@ -670,7 +750,7 @@ def add_graph_actions(graph: argparse.ArgumentParser) -> None:
                          help="only these tasks (the others are skipped)")
     execute.add_argument("-S", "--subgraph", nargs="+", default=[], type=subgraph, metavar="START[:END]",
                          help="only what lies forward of START and backward of END (comma-separated task ids "
-                              "or /regex/)")
+                              "or /regex/, each side optionally on nodes: netconfig/node-1,node-2:hiera/node-3)")
     execute.add_argument("--force", action="store_true", help="every condition's data counts as changed")
     mode = execute.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="plan only: nothing runs on any node")
@@ -712,6 +792,24 @@ def add_graph_actions(graph: argparse.ArgumentParser) -> None:
     api_arguments(logs)
     logs.set_defaults(func=_logs)
 
+    history = sub.add_parser("history", help="the task instances of an environment's runs, newest first: state, "
+                                             "duration, attempts, the run (and what noop runs found would change)")
+    history.add_argument("-e", "--env", required=True, metavar="NAME")
+    history.add_argument("-N", "--node", help="only this node's instances")
+    history.add_argument("-T", "--task", help="only this task's instances")
+    history.add_argument("-t", "--type", help="only this graph type's instances")
+    history.add_argument("--state", choices=("success", "failure", "aborted"), help="only instances that ended so")
+    history.add_argument("--run", help="only this GraphRun's instances")
+    history.add_argument("--limit", type=int, default=50, help="entries per page (default 50, at most 1000)")
+    history.add_argument("--continue", dest="continue_token", metavar="TOKEN",
+                         help="the page after the one that printed this token")
+    history.add_argument("--all", action="store_true", help="every page")
+    history.add_argument("-o", "--output", choices=("table", "json", "yaml", "csv"), default="table")
+    history.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's, else default)")
+    api_arguments(history)
+    history.set_defaults(func=_history)
 
-__all__ = ["add_graph_actions", "dispatch", "format_graphs", "format_plan", "format_run", "render_run", "run_spec",
+
+__all__ = ["add_graph_actions", "dispatch", "format_graphs", "format_history", "format_plan", "format_run",
+           "render_run", "run_spec",
            "subgraph"]

@@ -11,9 +11,23 @@ An *instance* is one task on one node, or an *anchor* (node ``""``): stage tasks
   group has that id, a role (as Fuel's task-based serializer reads it). A group (`type: group`,
   with `roles` and `tasks`) also runs each of its `tasks` on the group's nodes, in addition to
   the task's own nodes.
+- **Groups order their tasks** (Fuel's granular deployment ran a group's nodes in waves, after
+  the groups it requires). A group's *members* are the instances, on the group's nodes, of the
+  tasks it lists in `tasks` and of the tasks naming it in `groups`. A group is two anchors: its
+  start, `<group>::start`, and its end, the group's own id. The start waits for what the group
+  requires (`requires`, `crossDepends`, and whatever names the group in `requiredFor` /
+  `crossDependedBy`); every member waits for the start; the end waits for every member, and what
+  requires the group (or that the group is required for) waits for the end. So a group requiring
+  another starts none of its tasks on any node before every task of the other has ended on every
+  node, with edges linear in the members, never members x members: the start is made to precede
+  only the members with no predecessor among the group's members, and the end to follow only
+  those with no successor among them (the others are ordered through them).
+  An instance that is a member of two groups one of which precedes the other (through anchors:
+  `compute` requiring `controller`, a node with both roles) is a member of the earlier one only:
+  it runs once on that node, in the earlier group's wave (being in both would be a cycle).
 - **Anchors**: `stage` tasks (pre_deployment_start -> ... -> post_deployment_end, ordered by
-  their own requires as the release graph writes them), groups, and `skipped` tasks without
-  nodes. They run nowhere; edges through them hold.
+  their own requires as the release graph writes them), groups (their start and end), and
+  `skipped` tasks without nodes. They run nowhere; edges through them hold.
 - **requires / requiredFor** bind to the named task's instance on the same node, or to an anchor.
   An anchor's requires bind to anchors only (it has no node).
 - **crossDepends / crossDependedBy** bind to the named task (an id or `/regex/`) on the nodes of
@@ -49,6 +63,8 @@ from pipelines.model import find_cycle
 
 ANCHOR = ""
 """The node of an anchor instance."""
+GROUP_START = "::start"
+"""The suffix of a group's start anchor (`<group>::start`): `:` is in no task id, so it names no task."""
 MAX_MESSAGES = 50
 MAX_INSTANCES = 250_000
 """Task instances (tasks x their nodes) a run may plan, all its graph types together: ten times the
@@ -111,7 +127,9 @@ class Expansion:
 
     `instances[i]` is (task id, node name or ANCHOR); `deps[i]` the indexes it waits for;
     `unplaced` the work tasks with no node at all (shown by the plan, not an error: a role no
-    node has yet); `groups` each group's nodes and how many of them may fail.
+    node has yet); `groups` each group's nodes and how many of them may fail; `starts` each
+    group's start anchor (its end is the group's own instance), `members` the instances each group
+    orders between them.
     """
 
     tasks: dict[str, Task]
@@ -122,6 +140,10 @@ class Expansion:
     by_task: dict[str, list[int]] = field(default_factory=dict)
     unplaced: list[str] = field(default_factory=list)
     groups: dict[str, tuple[list[str], int]] = field(default_factory=dict)
+    starts: dict[str, int] = field(default_factory=dict)
+    entry: dict[int, int] = field(default_factory=dict)
+    """A group's end -> its start: where what the group waits for is bound."""
+    members: dict[str, list[int]] = field(default_factory=dict)
     max_instances: int = MAX_INSTANCES
     bindings: int = 0
 
@@ -148,6 +170,24 @@ class Expansion:
             raise GraphError([f"task {task!r}: {field}: the graph binds more than {MAX_BINDINGS} dependencies "
                               "(instances x the instances they wait for): narrow the references (ids rather than "
                               "/regex/, roles rather than '*')"])
+
+    def task(self, task_id: str) -> Task:
+        """The task of an instance's task id (a group's start anchor: the group)."""
+        found = self.tasks.get(task_id)
+        if found is None and task_id.endswith(GROUP_START):
+            found = self.tasks.get(task_id[:-len(GROUP_START)])
+        if found is None:
+            raise KeyError(task_id)
+        return found
+
+    def is_group_start(self, i: int) -> bool:
+        """Whether instance i is a group's start anchor (made by the expansion, not a task of the graph)."""
+        return self.instances[i][0] not in self.tasks
+
+    def wait(self, waiter: int, waited: int) -> None:
+        """`waiter` waits for `waited`. A group waits through its start anchor, so that what the
+        group waits for comes before every task of it (its end only waits for its start and members)."""
+        self.deps[self.entry.get(waiter, waiter)].add(waited)
 
     def is_anchor(self, task_id: str) -> bool:
         return task_id in self.by_task and self.instances[self.by_task[task_id][0]][1] == ANCHOR
@@ -245,7 +285,14 @@ def expand(tasks: Iterable[Task], nodes: Iterable[GraphNode | Mapping[str, Any]]
 
     # 1. instances
     for task in task_map.values():
-        if task.type in ("stage", "group"):
+        if task.type == "group":
+            start = exp.add(task.id + GROUP_START, ANCHOR)
+            exp.starts[task.id] = start
+            end = exp.add(task.id, ANCHOR)
+            exp.entry[end] = start
+            exp.deps[end].add(start)
+            continue
+        if task.type == "stage":
             exp.add(task.id, ANCHOR)
             continue
         names = _task_nodes(task, resolver, group_nodes, member_of)
@@ -286,9 +333,22 @@ def expand(tasks: Iterable[Task], nodes: Iterable[GraphNode | Mapping[str, Any]]
     if problems:
         raise GraphError(problems)
 
-    cycle = find_cycle({exp.key(i): [exp.key(d) for d in deps] for i, deps in enumerate(exp.deps)})
+    # 3. groups: their members between their start and end
+    if group_nodes:
+        for group_id in group_nodes:
+            exp.members[group_id] = []
+        preceding: dict[str, set[str]] = {}
+        for task_id in task_map:
+            groups = [g for g in task_map[task_id].groups if g in group_nodes]
+            groups += member_of.get(task_id, ())
+            if groups:
+                _add_members(exp, task_id, list(dict.fromkeys(groups)), group_nodes, preceding)
+        for group_id, members in exp.members.items():
+            _order_members(exp, group_id, members)
+
+    cycle = find_cycle(dict(enumerate(exp.deps)))
     if cycle:
-        raise GraphError(["dependency cycle (each waits for the next): " + " -> ".join(cycle)])
+        raise GraphError(["dependency cycle (each waits for the next): " + " -> ".join(map(exp.key, cycle))])
     return exp
 
 
@@ -344,10 +404,10 @@ def _bind_same(exp: Expansion, i: int, targets: Sequence[str], *, forward: bool)
             j = exp.index.get((target, ANCHOR))
         if j is None:
             continue
-        if forward:
-            exp.deps[j].add(i)
+        if forward:  # exp.wait, inlined: this is the hot loop of an expansion
+            exp.deps[exp.entry.get(j, j)].add(i)
         else:
-            exp.deps[i].add(j)
+            exp.deps[exp.entry.get(i, i)].add(j)
 
 
 def _bind_cross(
@@ -391,6 +451,64 @@ def _bind_cross(
 
 def _link(exp: Expansion, i: int, j: int, forward: bool) -> None:
     if forward:
-        exp.deps[j].add(i)
+        exp.wait(j, i)
     else:
-        exp.deps[i].add(j)
+        exp.wait(i, j)
+
+
+def _add_members(exp: Expansion, task_id: str, groups: Sequence[str], group_nodes: Mapping[str, list[str]],
+                 before: dict[str, set[str]]) -> None:
+    """The instances of a task that are members of its groups (on each group's nodes). Where one
+    instance is in several groups and one of them precedes another, it is a member of the earliest
+    only (see the module's doc). `before`: each group's preceding groups, found once."""
+    node_sets = {g: set(group_nodes[g]) for g in groups}
+    for i in exp.by_task.get(task_id, ()):
+        node = exp.instances[i][1]
+        if node == ANCHOR:
+            continue
+        mine = [g for g in groups if node in node_sets[g]]
+        if len(mine) > 1:
+            for g in mine:
+                if g not in before:
+                    before[g] = _preceding_groups(exp, g)
+            mine = [g for g in mine if not any(other in before[g] for other in mine if other != g)]
+        for g in mine:
+            exp.members[g].append(i)
+
+
+def _preceding_groups(exp: Expansion, group_id: str) -> set[str]:
+    """The groups whose end a group's start waits for, through anchors (groups and stages),
+    before members are ordered."""
+    seen = {exp.starts[group_id]}
+    stack = [exp.starts[group_id]]
+    found: set[str] = set()
+    while stack:
+        for d in exp.deps[stack.pop()]:
+            task, node = exp.instances[d]
+            if node != ANCHOR or d in seen:
+                continue
+            seen.add(d)
+            stack.append(d)
+            if task in exp.starts and task != group_id:
+                found.add(task)
+    return found
+
+
+def _order_members(exp: Expansion, group_id: str, members: Sequence[int]) -> None:
+    """Every member after the group's start and before its end, with two edges at most per member:
+    the start precedes the members that wait for no other member, the end follows the members that
+    no other member waits for (the rest follow and precede them)."""
+    start, end = exp.starts[group_id], exp.index[(group_id, ANCHOR)]
+    inside = set(members)
+    has_before: set[int] = set()
+    has_after: set[int] = set()
+    for m in members:
+        for d in exp.deps[m]:
+            if d in inside:
+                has_before.add(m)
+                has_after.add(d)
+    for m in members:
+        if m not in has_before:
+            exp.deps[m].add(start)
+        if m not in has_after:
+            exp.deps[end].add(m)

@@ -125,6 +125,8 @@ GRAPH_RUN_KIND = Kind(
         PrinterColumn("State", ".status.state", description="Pending, Planning, Running, Succeeded, Failed, Aborted."),
         PrinterColumn("Progress", ".status.progress", description="Planned task instances finished / planned."),
         PrinterColumn("Failed", ".status.failedTask", description="The first failed task instance (task@node)."),
+        PrinterColumn("Trigger", ".spec.trigger.event", priority=1,
+                      description="configChange or deploy_changes: a run Stead created itself (spec.trigger)."),
     ),
     problems=check_run,
     admission=run.admission,

@@ -182,10 +182,14 @@ class Task(Model):
     )
     strategy: Strategy | None = Field(None, description="How the task's instances are spread over its nodes.")
     reexecute_on: list[EventName] = Field(
-        default_factory=list, max_length=64, description="Events on which the task runs again (deploy_changes...).",
+        default_factory=list, max_length=64, description="Events on which the task runs again: deploy_changes "
+        "(Fuel's one event) runs it on every node when nodes are added, if the environment opts in "
+        "(spec.graphs.autoRun.onNodeAdded).",
     )
     refresh_on: list[EventName] = Field(
-        default_factory=list, max_length=64, description="Configuration resources whose change refreshes the task.",
+        default_factory=list, max_length=64, description="Configuration values whose change re-runs the task and "
+        "its successors on the nodes where they changed, when the environment opts in (spec.graphs.autoRun): "
+        "RESOURCE (any key of it, Fuel's form), RESOURCE:KEY (a dotted key path) or '*' (any resource).",
     )
     fault_tolerance: Annotated[str, StringConstraints(max_length=8, pattern=r"^-?[0-9]{1,6}%?$")] | None = Field(
         None,
@@ -256,6 +260,26 @@ class Subgraph(Model):
     end: list[TaskRef] = Field(default_factory=list, max_length=MAX_REFS,
                                description="Tasks (ids or /regex/) the subgraph ends at: they and what precedes "
                                "them run.")
+    start_nodes: list[NodeName] | None = Field(
+        None, max_length=MAX_NODES, description="Only the start tasks' instances on these nodes start the subgraph "
+        "(Fuel's `start/nodes`); unset: on every node.")
+    end_nodes: list[NodeName] | None = Field(
+        None, max_length=MAX_NODES, description="Only the end tasks' instances on these nodes end the subgraph "
+        "(Fuel's `end/nodes`); unset: on every node.")
+
+
+class RunTrigger(Model):
+    """Why Stead created a run by itself (`operators.graphs.autorun`): absent on runs a user creates."""
+
+    event: Literal["configChange", "deploy_changes"] = Field(
+        description="configChange (values a task's refreshOn names changed) or deploy_changes (nodes were added: "
+        "the tasks whose reexecuteOn names it).")
+    reason: Reason = Field(description="What happened, for a human.")
+    keys: list[Annotated[str, StringConstraints(max_length=512)]] = Field(
+        default_factory=list, max_length=MAX_REFS, description="The configuration keys that changed, as "
+        "RESOURCE:KEY (configChange).")
+    nodes: list[NodeName] = Field(default_factory=list, max_length=MAX_NODES,
+                                  description="The nodes whose values changed, or the nodes added.")
 
 
 class GraphRunSpec(Model):
@@ -271,10 +295,23 @@ class GraphRunSpec(Model):
                                       description="Run only these parts of the graphs (union of all).")
     abort: bool = Field(False, description="Set to true to stop the run: running tasks are stopped (their processes "
                         "on the nodes ended) and shown aborted, nothing new starts.")
+    trigger: RunTrigger | None = Field(None, description="Set by Stead on the runs it creates itself "
+                                       "(Environment spec.graphs.autoRun): the event, the reason, the changed keys.")
 
 
 RunPhase = Literal["Pending", "Planning", "Running", "Succeeded", "Failed", "Aborted"]
 TaskState = Literal["planned", "pending", "running", "success", "failure", "skipped", "noop", "aborted"]
+
+
+class NoopChanges(Model):
+    """What a puppet task of a noop run would change on its node (puppet's noop report)."""
+
+    would_change: int = Field(0, ge=0, description="Resources that would change.")
+    resources: list[Annotated[str, StringConstraints(max_length=512)]] = Field(
+        default_factory=list, max_length=50,
+        description="Some of them, with the properties that would change (`File[/etc/motd] (content)`); all of "
+        "them (up to 50) in `stead graph history`.")
+    more: int = Field(0, ge=0, description="Resources that would change and are not listed here.")
 
 
 class TaskRunStatus(Model):
@@ -288,6 +325,8 @@ class TaskRunStatus(Model):
     attempts: int = Field(0, ge=0, description="Attempts made so far.")
     output: Annotated[str, StringConstraints(max_length=OUTPUT_TAIL)] | None = Field(
         None, description=f"The last {OUTPUT_TAIL} characters of its output (masked); all of it: stead graph logs.")
+    noop: NoopChanges | None = Field(None, description="In a noop run, for a puppet task that ran: what would "
+                                     "change.")
 
 
 class NodeRunStatus(Model):
@@ -366,6 +405,7 @@ def check_graph(spec: Mapping[str, Any]) -> list[str]:
 
 def check_tasks(tasks: list[Task], path: str = "spec.tasks") -> list[str]:
     """The problems of a validated task list (see `check_graph`)."""
+    from operators.graphs.autorun import refresh_problem
     from operators.graphs.conditions import condition_problem
     from operators.graphs.structure import graph_cycle
 
@@ -402,6 +442,10 @@ def check_tasks(tasks: list[Task], path: str = "spec.tasks") -> list[str]:
                 problems.extend(regex_problem(dep.name, f"{where}.{_camel(field)}[{i}].name"))
                 for j, role in enumerate(dep.role):
                     problems.extend(regex_problem(role, f"{where}.{_camel(field)}[{i}].role[{j}]"))
+        for i, ref in enumerate(task.refresh_on):
+            problem = refresh_problem(ref)
+            if problem:
+                problems.append(f"{where}.refreshOn[{i}]: {problem} (RESOURCE, RESOURCE:KEY or '*')")
         if task.condition is not None and parse:
             problem = condition_problem(task.condition)
             if problem:
@@ -440,6 +484,8 @@ def subgraph_problems(subgraphs: list[Subgraph], path: str = "subgraphs") -> lis
         for side in ("start", "end"):
             for i, ref in enumerate(getattr(sub, side)):
                 problems.extend(check_regex(ref, f"{path}[{k}].{side}[{i}]"))
+            if getattr(sub, f"{side}_nodes") is not None and not getattr(sub, side):
+                problems.append(f"{path}[{k}].{side}Nodes: nodes of no task: name the {side} tasks too")
     return problems
 
 

@@ -115,10 +115,17 @@ class GraphPlan:
         node = self.expansion.instances[i][1]
         return node == ANCHOR or node in self.selected_nodes
 
-    def instances(self) -> Iterator[PlannedInstance]:
+    def shown(self, i: int) -> bool:
+        """Whether instance i is one of the plan's task instances: not a group's start anchor (the
+        group's own instance stands for it: the start is order only, a step of the workflow)."""
+        return not self.expansion.is_group_start(i)
+
+    def instances(self) -> Iterator[tuple[int, PlannedInstance]]:
+        """(index, instance) of every instance but the groups' start anchors."""
         for i, (task, node) in enumerate(self.expansion.instances):
-            state, reason = self.states[i]
-            yield PlannedInstance(self.graph_type, task, node, state, reason, self.step_types[i])
+            if self.shown(i):
+                state, reason = self.states[i]
+                yield i, PlannedInstance(self.graph_type, task, node, state, reason, self.step_types[i])
 
     def order(self) -> list[int]:
         """The instances in an order they can run in: each after every instance it waits for, and otherwise in
@@ -153,17 +160,18 @@ class Plan:
 
     def instances(self, *, include_outside: bool = True) -> Iterator[PlannedInstance]:
         for graph in self.graphs:
-            for i, inst in enumerate(graph.instances()):
+            for i, inst in graph.instances():
                 if include_outside or graph.included(i):
                     yield inst
 
     def in_order(self) -> Iterator[PlannedInstance]:
-        """Every instance, graph type after graph type, each type's in an order they can run in
-        (`GraphPlan.order`)."""
+        """Every instance (groups' start anchors aside, as `instances`), graph type after graph type, each
+        type's in an order they can run in (`GraphPlan.order`)."""
         for graph in self.graphs:
-            listed = list(graph.instances())
+            listed = dict(graph.instances())
             for i in graph.order():
-                yield listed[i]
+                if i in listed:
+                    yield listed[i]
 
     @property
     def outside_edges(self) -> list[OutsideEdge]:
@@ -184,9 +192,10 @@ class Plan:
             for i, (state, _) in enumerate(graph.states):
                 if not graph.included(i):
                     continue
-                counts["instances"] += 1
-                counts[state] += 1
                 counts["edges"] += sum(1 for d in graph.expansion.deps[i] if graph.included(d))
+                if graph.shown(i):
+                    counts["instances"] += 1
+                    counts[state] += 1
         return counts
 
     def unplaced(self) -> dict[str, list[str]]:
@@ -259,6 +268,10 @@ def make_plan(
     names = [n.name for n in node_list]
     known = set(names)
     problems: list[str] = subgraph_problems(list(subgraphs))
+    for k, sub in enumerate(subgraphs):
+        for side, chosen in (("startNodes", sub.start_nodes), ("endNodes", sub.end_nodes)):
+            problems.extend(f"subgraphs[{k}].{side}: {n!r} is not a node of the environment"
+                            for n in chosen or () if n not in known)
     if problems:
         raise PlanError(problems)
     plans: list[GraphPlan] = []
@@ -299,10 +312,11 @@ def make_plan(
                     plan.outside_edges.append(OutsideEdge(selection.type, exp.key(i), exp.key(d)))
         plans.append(plan)
     for k, sub in enumerate(subgraphs):
-        for side, refs in ((0, sub.start), (1, sub.end)):
-            if refs and not sub_hits[2 * k + side]:
-                problems.append(f"subgraphs[{k}].{'start' if side == 0 else 'end'}: {refs!r} match no task of the "
-                                "graphs run")
+        for at, refs, on in ((0, sub.start, sub.start_nodes), (1, sub.end, sub.end_nodes)):
+            if refs and not sub_hits[2 * k + at]:
+                where = f" on {', '.join(on)}" if on is not None else ""
+                problems.append(f"subgraphs[{k}].{'start' if at == 0 else 'end'}: {refs!r} match no task of the "
+                                f"graphs run{where}")
     if problems:
         raise PlanError(problems)
     return Plan(plans, dry_run=dry_run, noop=noop, force=force)
@@ -337,18 +351,27 @@ def _subgraph_members(exp: Expansion, subgraphs: Sequence[Subgraph], hits: list[
     ids = list(exp.tasks)
     members: set[int] = set()
     everything = set(range(len(exp.instances)))
+    backward = [list(d) for d in exp.deps]
     for k, sub in enumerate(subgraphs):
         part = everything
-        if sub.start:
-            seeds = [i for ref in sub.start for t in _matches(ref, ids) for i in exp.by_task.get(t, ())]
-            hits[2 * k] = hits[2 * k] or any(_matches(ref, ids) for ref in sub.start)
-            part = part & _closure(seeds, dependents)
-        if sub.end:
-            seeds = [i for ref in sub.end for t in _matches(ref, ids) for i in exp.by_task.get(t, ())]
-            hits[2 * k + 1] = hits[2 * k + 1] or any(_matches(ref, ids) for ref in sub.end)
-            part = part & _closure(seeds, [list(d) for d in exp.deps])
+        for side, refs, on, edges in ((0, sub.start, sub.start_nodes, dependents), (1, sub.end, sub.end_nodes,
+                                                                                     backward)):
+            if not refs:
+                continue
+            seeds = _seeds(exp, refs, on, ids)
+            hit = bool(seeds) if on is not None else any(_matches(ref, ids) for ref in refs)
+            hits[2 * k + side] = hits[2 * k + side] or hit
+            part = part & _closure(seeds, edges)
         members |= part
     return members
+
+
+def _seeds(exp: Expansion, refs: Sequence[str], nodes: Sequence[str] | None, ids: Sequence[str]) -> list[int]:
+    """The instances a subgraph's side starts from: those of the tasks `refs` match, on `nodes` when given (a
+    node range, Fuel's `task/nodes`; an anchor, which has no node, is on every side's nodes)."""
+    chosen = None if nodes is None else set(nodes)
+    return [i for ref in refs for t in _matches(ref, ids) for i in exp.by_task.get(t, ())
+            if chosen is None or exp.instances[i][1] == ANCHOR or exp.instances[i][1] in chosen]
 
 
 def _closure(seeds: Sequence[int], edges: Sequence[Sequence[int]]) -> set[int]:
@@ -379,7 +402,7 @@ def _states(
     step_types: list[str] = []
     memo: dict[tuple[str, str], bool] = {}
     for i, (task_id, node) in enumerate(exp.instances):
-        task = exp.tasks[task_id]
+        task = exp.task(task_id)
         state: InstanceState
         reason: str | None
         if node != ANCHOR and node not in selected:
@@ -506,7 +529,7 @@ def to_workflow(
         for i, (task_id, node) in enumerate(exp.instances):
             if not graph.included(i):
                 continue
-            task = exp.tasks[task_id]
+            task = exp.task(task_id)
             state, reason = graph.states[i]
             if node and node not in targets:
                 try:

@@ -37,6 +37,10 @@ from typing import Any
 MAX_PLANNERS = 2
 STATUS_INSTANCES = 2000
 """Task instances listed in a GraphRun's status (an object must stay small whatever the graph)."""
+STATUS_NOOP_RESOURCES = 5
+"""Resources a noop instance lists in status (all of them, up to 50, in `stead graph history`)."""
+STATUS_NOOP_CHARS = 64 * 1024
+"""Characters of resource names a run's status lists in all; past them, counts only."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ def instances_status(index: Mapping[str, Sequence[str]], records: Mapping[str, M
 
     nodes: dict[str, list[dict[str, Any]]] = {}
     shown = omitted = 0
+    budget = STATUS_NOOP_CHARS
     for sid, (task, node) in index.items():
         if shown >= STATUS_INSTANCES:
             omitted += 1
@@ -90,6 +95,16 @@ def instances_status(index: Mapping[str, Sequence[str]], records: Mapping[str, M
                 output = str(record.get("output") or "")
                 if output:
                     item["output"] = output[-output_tail:]
+            noop = (record.get("details") or {}).get("noop")
+            if isinstance(noop, Mapping):
+                count = int(noop.get("wouldChange") or 0)
+                listed = []
+                for resource in [str(r)[:512] for r in noop.get("resources") or []][:STATUS_NOOP_RESOURCES]:
+                    if len(resource) > budget:
+                        break
+                    budget -= len(resource)
+                    listed.append(resource)
+                item["noop"] = {"wouldChange": count, "resources": listed, "more": max(0, count - len(listed))}
         nodes.setdefault(node, []).append(item)
         shown += 1
     return [{"name": name, "tasks": tasks} for name, tasks in sorted(nodes.items())], omitted

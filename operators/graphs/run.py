@@ -31,16 +31,18 @@ import contextlib
 import functools
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import lmdb
 from pydantic import ValidationError
 
 from operators.config.levels import NODE_LEVEL, ROLE_LEVEL, node_ident
 from operators.config.merge import effective
-from operators.config.repository import KubeConfigRepository
+from operators.config.repository import KubeConfigRepository, Snapshot
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec, SshAccess
+from operators.graphs.history import FINISHED, HistoryStore, entries_from_records, history_path
 from operators.graphs.kept import MergedGraphStore, SourceGraph, graph_types, no_such_type, plan_input
 from operators.graphs.merge import MergeError
 from operators.graphs.models import (
@@ -175,15 +177,23 @@ async def node_data(ctx: StepContext, environment: str, env: EnvironmentSpec) ->
     """Each node's effective configuration: resource name -> its effective values at the node's point
     (what `stead config get` shows for the node), plus `node` (name, roles, fqdn) and `nodes`."""
     snapshot = await KubeConfigRepository(ctx.services.kube).snapshot(ctx.obj.namespace, environment)
-    resources = sorted({r.name for c in (snapshot.components.values() if snapshot else ()) for r in c.resources})
     everyone = [{"name": n.name, "roles": list(n.roles), "fqdn": n.fqdn} for n in env.nodes]
-    data: dict[str, dict[str, Any]] = {}
-    for node in env.nodes:
-        point = node_point(env, node)
-        values = {r: effective(point, snapshot.layers(r)).values for r in resources} if snapshot else {}
-        data[node.name] = {**values, "node": {"name": node.name, "roles": list(node.roles), "fqdn": node.fqdn},
-                           "nodes": everyone}
-    return data
+    values = values_by_node(env, snapshot)
+    return {node.name: {**values[node.name], "node": {"name": node.name, "roles": list(node.roles),
+                                                      "fqdn": node.fqdn}, "nodes": everyone}
+            for node in env.nodes}
+
+
+def values_by_node(env: EnvironmentSpec, snapshot: Snapshot | None,
+                   resources: Collection[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Each node's effective values (node name -> resource -> values) of `resources` (None: every resource
+    the environment's components define): what a condition reads as `$.<resource>` on the node."""
+    if snapshot is None:
+        return {node.name: {} for node in env.nodes}
+    defined = sorted({r.name for c in snapshot.components.values() for r in c.resources})
+    names = [r for r in defined if resources is None or r in resources]
+    layers = {r: snapshot.layers(r) for r in names}
+    return {node.name: {r: effective(node_point(env, node), layers[r]).values for r in names} for node in env.nodes}
 
 
 def _last_data_path(ctx: StepContext, environment: str) -> Path:
@@ -303,11 +313,31 @@ async def plan(ctx: StepContext) -> Mapping[str, Any]:
     return {**facts, **plan_facts, "state": plan_facts.get("state", "Running")}
 
 
+def record_history(ctx: StepContext, saved: Mapping[str, Any], records: Mapping[str, Mapping[str, Any]],
+                   seen: set[str]) -> None:
+    """Add the run's instances that finished since the last call (not in `seen`) to the environment's
+    history (`operators.graphs.history`). A history that cannot be written is logged, never the run's
+    failure: the run's own records hold what it did."""
+    fresh = {sid: r for sid, r in records.items() if sid not in seen and r.get("state") in FINISHED}
+    if not fresh:
+        return
+    environment = str(ctx.obj.spec.get("environment") or "")
+    try:
+        store = HistoryStore(history_path(Path(ctx.services.runs.state_dir), ctx.obj.namespace, environment))
+        store.record(entries_from_records(ctx.obj.name, ctx.obj.uid, saved["index"], fresh, saved["planned"]))
+    except (OSError, ValueError, lmdb.Error) as error:
+        log.warning("GraphRun %s/%s: its history could not be recorded: %s", ctx.obj.namespace, ctx.obj.name, error)
+        return
+    seen.update(fresh)
+
+
 class _Observer:
-    """What a GraphRun shows of its run: progress and its nodes' task states; aborts on `spec.abort`."""
+    """What a GraphRun shows of its run: progress and its nodes' task states; aborts on `spec.abort`. Each
+    instance that finished is recorded in the environment's history when the status reports it."""
 
     def __init__(self, ctx: StepContext, saved: Mapping[str, Any]) -> None:
         self.ctx, self.saved = ctx, saved
+        self.recorded: set[str] = set()
 
     async def abort(self) -> Abort | None:
         with contextlib.suppress(ApiError):
@@ -317,7 +347,9 @@ class _Observer:
         return None
 
     def progress_patch(self, status: Mapping[str, Any], progress: Mapping[str, Any]) -> Mapping[str, Any]:
-        nodes, omitted = _instances_status(self.saved["index"], _records(status), self.saved["planned"])
+        records = _records(status)
+        record_history(self.ctx, self.saved, records, self.recorded)
+        nodes, omitted = _instances_status(self.saved["index"], records, self.saved["planned"])
         return {"progress": _progress_text(self.saved, status, progress), "nodes": nodes, "omitted": omitted or None}
 
     def queue_patch(self, waiting: str | None) -> Mapping[str, Any]:
@@ -373,6 +405,7 @@ async def _conclude(ctx: StepContext, spec: GraphRunSpec, saved: Mapping[str, An
     if followed.aborted_for is not None or state not in FINAL_RUN_STATES:
         state = "Failed"
     records = _records(status)
+    record_history(ctx, saved, records, set())
     nodes, omitted = _instances_status(saved["index"], records, saved["planned"])
     failed = next(((sid, r) for sid, r in records.items() if r.get("state") == "failure"), None)
     failed_task = None

@@ -98,9 +98,11 @@ async def run_operator(
         metrics.gauge("stead_runs_queued", "Workflow runs waiting for a slot (see --max-concurrent-runs).",
                       lambda: slots.queued)
         unfiltered: dict[str, Watch] = {}  # filled below, once the watches exist
-        services = Services(kube=writes, store=store, events=recorder, replica=options.replica, vault=vault,
-                            runs=runs, metrics=metrics, run_slots=slots, watches=unfiltered)
+        bucketed: dict[str, Watch] = {}  # likewise
         ownership = sharding or Ownership(options.replica, StaticMembership([options.replica]))
+        services = Services(kube=writes, store=store, events=recorder, replica=options.replica, vault=vault,
+                            runs=runs, metrics=metrics, run_slots=slots, owns=ownership.owns, watches=unfiltered,
+                            owned_watches=bucketed)
         api_health = ApiHealth(lambda: kube.request("GET", "/version"))
         stack.push_async_callback(api_health.close)
         reconcilers = [
@@ -116,9 +118,11 @@ async def run_operator(
             swept = reconciler.sweep(await kube.list(reconciler.kind.plural))  # deleted while we were away
             if swept:
                 log.info("dropped %d stale %s store entries", swept, reconciler.kind.kind)
-        watches = _watches(watch_kube, reconcilers, options.namespaces, sharding, metrics)
+        watches, followed = _watches(watch_kube, reconcilers, options.namespaces, sharding, metrics)
         if sharding is None and not options.namespaces:
             unfiltered.update({r.kind.plural: w for r in reconcilers for w in watches if w.kind == r.kind.kind})
+        elif sharding is not None and not options.namespaces:
+            bucketed.update({r.kind.plural: w for r in reconcilers for w in followed if w.kind == r.kind.kind})
         start_kopf = await prepare_kopf(kube, kinds, replace(services, kube=admission_kube),
                                         options.kubeconfig, options.webhook, stack, label_buckets=sharding is not None)
         health = HealthServer(metrics, options.health_listen, options.health_port)
@@ -157,10 +161,11 @@ rather than the API server's "context deadline exceeded"."""
 
 
 def _watches(kube: KubeClient, reconcilers: Sequence[Reconciler], namespaces: Sequence[str],
-             sharding: Sharding | None, metrics: Metrics) -> list[Watch]:
-    """One watch per kind and scope (each namespace given, or all), feeding the kind's reconciler.
-    With sharding, those of namespaced kinds select the buckets of this replica's projects
-    (`Sharding.follow`), and objects without a bucket label are watched to be labelled."""
+             sharding: Sharding | None, metrics: Metrics) -> tuple[list[Watch], list[Watch]]:
+    """One watch per kind and scope (each namespace given, or all), feeding the kind's reconciler, and
+    those of them that follow this replica's buckets. With sharding, those of namespaced kinds select the
+    buckets of this replica's projects (`Sharding.follow`), and objects without a bucket label are watched
+    to be labelled."""
     scopes: list[str | None] = list(namespaces) or [None]
     watches: list[Watch] = []
     followed: list[Watch] = []
@@ -178,7 +183,7 @@ def _watches(kube: KubeClient, reconcilers: Sequence[Reconciler], namespaces: Se
     if sharding is not None:
         sharding.follow(followed)
         watches += sharding.labellers(kube, [r.kind for r in reconcilers], scopes)
-    return watches
+    return watches, followed
 
 
 def _link_dependents(reconcilers: Sequence[Reconciler]) -> None:

@@ -114,3 +114,8 @@ def test_a_forged_review_gets_no_answer_and_writes_nothing(
     assert answer["response"]["allowed"] is True, answer
     answered = patched_refs(answer)
     assert answered and not answered & victim_refs, answer
+    # And answering wrote nothing: the value travels sealed in the answer, and only an object the
+    # API server stored brings it to the vault. A forger who gets past the handshake (a chart
+    # installed without `webhook.clientCA`) fills no vault.
+    assert VICTIM_CRED not in json.dumps(answer) and "sealed" in base64.b64decode(answer["response"]["patch"]).decode()
+    assert vault_data(kubectl, namespace) == before, "an answered review wrote to the vault"

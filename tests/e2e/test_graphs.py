@@ -3,17 +3,20 @@ operator on three real sshd nodes (127.0.0.2-4, tests/sshd.py), side effects rea
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import signal
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pipelines.control import read_status, run_paths
+from pipelines.control import read_output, read_status, run_paths
 from tests.e2e.conftest import ROOT, STEAD, Kubectl, OperatorProcess, api_call, wait_until
 from tests.e2e.test_apps import apply, get
 from tests.sshd import SshNodes, ssh_nodes  # noqa: F401  (the module's sshd nodes)
@@ -215,40 +218,106 @@ def test_a_tasks_whole_output_is_read_through_the_api_and_the_cli(
     assert code == 400 and "node" in refused["message"]
 
 
-def test_a_runner_killed_mid_run_resumes_without_repeating_finished_tasks(
+TRACE = """\
+import os, sys, time
+line = f"{os.path.basename(os.environ['NODE_DIR'])} {sys.argv[2]} {sys.argv[3]} {time.monotonic_ns()}\\n"
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
+os.write(fd, line.encode())
+"""
+
+
+def test_groups_order_their_tasks_on_every_node(kubectl: Kubectl, environment: tuple[str, Path],
+                                                tmp_path: Path) -> None:
+    """Fuel's group semantics (issue 26): with compute requiring controller, no task of the compute group
+    starts on any compute node before every task of the controller group has ended; a group required for
+    deploy_end has all its tasks ended before what follows deploy_end starts. Ordered traces: each task
+    appends `<node> <task> start|end <monotonic ns>` (one clock: the nodes are processes of this machine)."""
+    namespace, _ = environment
+    script, trace = tmp_path / "trace.py", tmp_path / "trace.log"
+    script.write_text(TRACE)
+    trace.touch()
+    trace.chmod(0o666)
+
+    def traced(task_id: str, seconds: float, **more: Any) -> dict[str, Any]:
+        mark = f"{sys.executable} -I -S {script} {trace} {task_id}"
+        return {"id": task_id, "type": "shell", "version": "2.1.0",
+                "parameters": {"cmd": f"{mark} start; sleep {seconds}; {mark} end"}, **more}
+
+    stage = {"type": "stage"}
+    apply(kubectl, graph("r1-grouped", namespace, [
+        {"id": "deploy_start", **stage}, {"id": "deploy_end", "requires": ["deploy_start"], **stage},
+        {"id": "post_deployment_start", "requires": ["deploy_end"], **stage},
+        {"id": "controller", "type": "group", "roles": ["controller"], "requires": ["deploy_start"],
+         "requiredFor": ["deploy_end"]},
+        {"id": "compute", "type": "group", "roles": ["compute"], "requires": ["controller"],
+         "requiredFor": ["deploy_end"]},
+        traced("hiera", 0.2, groups=["controller", "compute"]),
+        traced("db", 0.8, groups=["controller"], requires=["hiera"]),
+        traced("nova", 0.8, groups=["compute"]),  # no order of its own: only its group's
+        traced("smoke", 0, roles=["*"], requires=["post_deployment_start"]),
+    ], release="r1", type="grouped"))
+    apply(kubectl, graph_run("grouped", namespace, {"type": "grouped"}))
+    status = finished(kubectl, namespace, "grouped")
+    assert status["state"] == "Succeeded", status
+    assert "controller@" in states(status) and not any("::" in key for key in states(status))
+
+    name = {address: node for node, address in NODES.items()}
+    at: dict[tuple[str, str, str], int] = {}
+    for line in trace.read_text().splitlines():
+        address, task, event, ns = line.split()
+        at[(name[address], task, event)] = int(ns)
+    assert len(at) == 2 * (2 + 2 * 2 + 3), sorted(at)  # hiera, db on ctl; hiera, nova on 2 computes; smoke x3
+    controller_ended = max(at[("ctl", task, "end")] for task in ("hiera", "db"))
+    compute_started = min(at[(node, task, "start")] for node in ("cmp-1", "cmp-2") for task in ("hiera", "nova"))
+    assert compute_started > controller_ended, (compute_started - controller_ended) / 1e9
+    grouped_ended = max(ns for (_, task, event), ns in at.items() if task != "smoke" and event == "end")
+    smoke_started = min(at[(node, "smoke", "start")] for node in NODES)
+    assert smoke_started > grouped_ended, (smoke_started - grouped_ended) / 1e9
+
+
+def test_a_runner_killed_mid_run_resumes_without_repeating_finished_tasks_or_running_one_twice_at_once(
         kubectl: Kubectl, environment: tuple[str, Path], operator: OperatorProcess) -> None:
     namespace, order = environment
-    gate = order.with_name("resume.gate")
+    gate, copies = order.with_name("resume.gate"), order.with_name("resume.copies")
     note = f'echo "at {{}} $(basename $NODE_DIR)" >> {order}'
+    # `last` outlasts its runner: it waits for the gate and writes nothing to its stdout or stderr (closed
+    # with the runner's connection: a line, even the shell's "Terminated", would end it with SIGPIPE), and
+    # every copy of it records its start, its end or its being stopped, with its pid and time
+    stamp = f'echo "{{}} $$ $(date +%s.%N)" >> {copies}'
+    last = (f"exec >/dev/null 2>&1; {stamp.format('start')}; trap '{stamp.format('stopped')}; exit 143' TERM; "
+            f"while [ ! -e {gate} ]; do sleep 0.1; done; {stamp.format('end')}; {note.format('last')}")
     apply(kubectl, graph("r1-resume", namespace, [
         shell("first", ["controller"], note.format("first")),
-        shell("last", ["controller"], f'while [ ! -e {gate} ]; do sleep 0.1; done; ' + note.format("last"),
-              requires=["first"]),
+        shell("last", ["controller"], last, requires=["first"]),
     ], release="r1", type="resume"))
     apply(kubectl, graph_run("resumed", namespace, {"type": "resume"}))
     uid = get(kubectl, "graphrun", "resumed", namespace)["metadata"]["uid"]
     paths = run_paths(operator.store.with_name(operator.store.name + "-runs"), uid)
 
-    def first_recorded() -> bool:
-        steps = (read_status(paths) or {}).get("steps") or []
-        return any(":first:" in str(s.get("step")) and s.get("state") == "success" for s in steps)
+    def events() -> list[list[str]]:
+        return [line.split() for line in copies.read_text().splitlines()] if copies.exists() else []
 
-    wait_until(first_recorded, 60, "the first task, recorded", interval=0.1)
+    wait_until(lambda: [e for e in events() if e[0] == "start"], 60, "`last` started", interval=0.1)
     pid = int(wait_until(lambda: paths.lock_file.exists() and paths.lock_file.read_text().strip(), 10,
                          "the runner's pid"))
-    os.kill(pid, signal.SIGKILL)
-    # the killed runner's remote `last` (waiting for the gate) goes when sshd sees its connection
-    # drop and hangs the session up; opened before that, the gate would let it finish too
-    wait_until(lambda: subprocess.run(["pgrep", "-f", f"! -e {gate}"], capture_output=True).returncode == 1, 15,
-               "the killed runner's remote task gone", interval=0.1)
+    os.kill(pid, signal.SIGKILL)  # its `last` runs on: sshd hangs up no pty-less session
+    wait_until(lambda: len([e for e in events() if e[0] == "start"]) == 2, 60, "the restarted runner's `last`",
+               interval=0.1)
     gate.touch()
     status = finished(kubectl, namespace, "resumed")
     assert status["state"] == "Succeeded" and status["runnerStarts"] == 2, status
     runs = [line.split()[1] for line in order.read_text().splitlines() if line.split()[1] in ("first", "last")]
-    # The first task was not run again. `last` may be twice: the killed runner's copy of it can outlive
-    # its ssh session and finish too (no pty, no hang-up): that a task never runs twice at once on a
-    # node is issue 26, whose test holds a slow task across a runner's restart.
-    assert runs[0] == "first" and runs.count("first") == 1 and "last" in runs, runs
+    assert runs == ["first", "last"], runs  # the finished task not again; `last` ended once
+    alive: set[str] = set()
+    for kind, copy, _ in events():  # in the order they happened (appends to one file)
+        if kind == "start":
+            assert not alive, f"copy {copy} of `last` started while {alive} ran: {events()}"
+            alive.add(copy)
+        else:
+            alive.discard(copy)
+    assert [kind for kind, _, _ in events()] == ["start", "stopped", "start", "end"], events()
+    record = next(s for s in (read_status(paths) or {}).get("steps") or [] if ":last:" in str(s.get("step")))
+    assert "an earlier attempt of" in read_output(paths, record["step"], record["target"])
 
 
 def test_the_example_plans_as_a_dry_run(kubectl: Kubectl, namespace: str, operator: OperatorProcess) -> None:
@@ -330,3 +399,197 @@ def test_the_nodes_key_is_read_as_the_namespace_s_service_account_never_the_oper
         "read it (grant it get on Secret k)"), followed.stdout
     status = finished(kubectl, namespace, "no-rights")
     assert status["state"] == "Failed", status
+    assert f"service account {namespace}/default may not read it" in json.dumps(
+        get(kubectl, "graphrun", "no-rights", namespace)["status"]["conditions"])
+
+
+FAKE_PUPPET = r"""#!/bin/sh
+# puppet apply as Puppet 5 prints it: with --noop what would change, without it what changed
+for arg in "$@"; do [ "$arg" = --noop ] && noop=1; done
+echo "Notice: Compiled catalog for $(basename "$NODE_DIR") in environment production in 0.01 seconds"
+if [ -n "$noop" ]; then
+  printf '%s%s\n' "Notice: /Stage[main]/Main/File[/etc/motd]/content: current_value " \
+    "'{md5}d41d8cd98f00b204e9800998ecf8427e', should be '{md5}9a0364b9e99bb480dd25e1f0284c8555' (noop)"
+  echo "Notice: /Stage[main]/Ntp::Service/Service[ntp]/ensure: current_value 'stopped', should be 'running' (noop)"
+  echo "Notice: Class[Ntp::Service]: Would have triggered 'refresh' from 1 event"
+  echo "Notice: Stage[main]: Would have triggered 'refresh' from 2 events"
+  echo "Notice: Applied catalog in 0.02 seconds"
+  exit 0
+fi
+echo "Notice: /Stage[main]/Main/File[/etc/motd]/content: content changed '{md5}d41d8' to '{md5}9a036'"
+echo "Notice: Applied catalog in 0.03 seconds"
+exit 2
+"""
+
+
+def test_history_keeps_each_task_on_each_node_across_runs_with_what_a_noop_run_would_change(
+        kubectl: Kubectl, environment: tuple[str, Path], ssh_nodes: SshNodes,  # noqa: F811
+        operator: OperatorProcess, tmp_path: Path) -> None:
+    """A run and a noop run of a puppet task (a fake `puppet` on each node's PATH that prints what Puppet
+    prints): the noop run's status says per node what would change, and `stead graph history` (through the
+    operator's API, as who may list GraphRuns) shows both runs per node and task, pages, and exports CSV."""
+    from tests.e2e.test_config_api import client_certificate
+
+    namespace, order = environment
+    fakes = [node.bin / "puppet" for node in ssh_nodes.nodes]
+    for fake in fakes:
+        fake.write_text(FAKE_PUPPET)
+        fake.chmod(0o755)
+    try:
+        apply(kubectl, graph("r1-audit", namespace, [
+            {"id": "conf", "type": "puppet", "version": "2.1.0", "roles": ["*"],
+             "parameters": {"puppet_manifest": "/etc/puppet/manifests/site.pp",
+                            "puppet_modules": "/etc/puppet/modules", "timeout": 60}},
+            shell("say", ["compute"], f'echo "said $(basename $NODE_DIR)" >> {order}', requires=["conf"]),
+        ], release="r1", type="audit"))
+        apply(kubectl, graph_run("hist-apply", namespace, {"type": "audit"}))
+        assert finished(kubectl, namespace, "hist-apply")["state"] == "Succeeded"
+        said = order.read_text().count("said ")
+        apply(kubectl, graph_run("hist-noop", namespace, {"type": "audit"}, noop=True))
+        status = finished(kubectl, namespace, "hist-noop")
+    finally:
+        for fake in fakes:
+            fake.unlink()
+    assert status["state"] == "Succeeded", status
+    assert order.read_text().count("said ") == said  # the shell task did not run in the noop run
+    tasks = {f"{t['task']}@{n['name']}": t for n in status["nodes"] for t in n["tasks"]}
+    assert tasks["say@cmp-1"]["state"] == "noop"
+    assert {k: t.get("noop") for k, t in tasks.items() if k.startswith("conf@")} == {
+        f"conf@{n}": {"wouldChange": 2, "resources": ["File[/etc/motd] (content)", "Service[ntp] (ensure)"],
+                      "more": 0} for n in NODES}
+
+    env = {**os.environ, "STEAD_CONFIG_URL": f"https://127.0.0.1:{operator.config_api_port}",
+           "STEAD_CONFIG_CACERT": str(operator.store.parent / "config-api" / "ca.crt")}
+    env.pop("STEAD_CONFIG_TOKEN", None)
+
+    def history(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(STEAD), "graph", "history", "--env", "env", "-n", namespace, "--kubeconfig",
+                               str(operator.cluster.kubeconfig), "--type", "audit", *args],
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    shown = history("--node", "cmp-1")
+    assert (shown.returncode, shown.stderr) == (0, ""), shown.stderr
+    rows = [line.split() for line in shown.stdout.splitlines()]
+    assert rows[0] == ["FINISHED", "RUN", "TYPE", "NODE", "TASK", "STATE", "DURATION", "ATTEMPTS", "CHANGES"]
+    assert sorted((r[1], r[4], r[5], r[8] if len(r) > 8 else "") for r in rows[1:]) == [
+        ("hist-apply", "conf", "success", ""), ("hist-apply", "say", "success", ""),
+        ("hist-noop", "conf", "success", "2")]
+    assert rows[1][1] == "hist-noop"  # newest first
+    shown = history("--task", "conf", "-o", "csv")
+    assert shown.returncode == 0, shown.stderr
+    entries = list(csv.DictReader(io.StringIO(shown.stdout)))
+    assert sorted((e["run"], e["node"], e["wouldChange"]) for e in entries) == sorted(
+        [("hist-apply", n, "") for n in NODES] + [("hist-noop", n, "2") for n in NODES])
+    noop = next(e for e in entries if e["run"] == "hist-noop")
+    assert noop["resources"] == "File[/etc/motd] (content);Service[ntp] (ensure)"
+    assert all(float(e["duration"]) >= 0 and e["attempts"] == "1" for e in entries)
+    first = history("--task", "conf", "--limit", "4")
+    assert first.returncode == 0 and len(first.stdout.splitlines()) == 5
+    token = first.stderr.split("--continue ")[1].split()[0]
+    rest = history("--task", "conf", "--limit", "4", "--continue", token)
+    assert rest.returncode == 0 and len(rest.stdout.splitlines()) == 3 and rest.stderr == ""
+
+    nobody = client_certificate(operator.cluster, tmp_path, "history-nobody")
+    code, refused = api_call(operator, nobody, namespace, "GET", "/api/v1/clusters/env/history/")
+    assert code == 403 and 'may not list graphruns in namespace "t-graphs"' in refused["message"]
+
+
+def test_an_opted_in_environment_reruns_the_tasks_a_changed_key_refreshes_once_per_burst_on_its_node(
+        kubectl: Kubectl, environment: tuple[str, Path]) -> None:
+    """refreshOn (issue 26): not opted in, an edit makes no run; opted in, two quick edits of a key on one node
+    make one GraphRun of Stead's, naming the key, that runs the refreshing task and its successor there only."""
+    namespace, order = environment
+    note = f'echo "at {{}} $(basename $NODE_DIR)" >> {order}'
+
+    def patch_env(spec: dict[str, Any]) -> None:
+        kubectl("patch", "environment", "env", "-n", namespace, "--type", "merge", "-p", json.dumps({"spec": spec}))
+
+    def set_port(port: int) -> None:
+        kubectl("patch", "configvalues", "svc-cmp-1", "-n", namespace, "--type", "merge",
+                "-p", json.dumps({"spec": {"data": {"port": port}}}))
+
+    def auto_runs() -> list[dict[str, Any]]:
+        listed = kubectl("get", "graphruns", "-n", namespace, "-l", "stead.dev/created-by=stead-auto-run",
+                         "-o", "json").stdout
+        items: list[dict[str, Any]] = json.loads(listed)["items"]
+        return items
+
+    apply(kubectl, {"apiVersion": API, "kind": "ConfigComponent", "metadata": {"name": "svc", "namespace": namespace},
+                    "spec": {"resources": [{"name": "svc"}]}})
+    patch_env({"components": ["svc"]})
+    for name, level in (("svc-root", {}), ("svc-cmp-1", {"node": "cmp-1"})):
+        apply(kubectl, {"apiVersion": API, "kind": "ConfigValues", "metadata": {"name": name, "namespace": namespace},
+                        "spec": {"environment": "env", "resource": "svc", "level": level,
+                                 "data": {"port": 1, "other": 1}}})
+    apply(kubectl, graph("env-auto", namespace, [
+        shell("base", ["*"], note.format("base")),
+        shell("conf", ["compute"], note.format("conf"), requires=["base"], refreshOn=["svc:port"]),
+        shell("after", ["compute"], note.format("after"), requires=["conf"]),
+        shell("unrelated", ["*"], note.format("unrelated"), refreshOn=["svc:other"]),
+    ], environment="env", type="auto"))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "30s", "deploymentgraph/env-auto",
+            "configvalues/svc-root", "configvalues/svc-cmp-1")
+    wait_until(lambda: "auto:4@" in str(get(kubectl, "environment", "env", namespace)["status"].get("graphSummary")),
+               30, "the auto graph merged", interval=0.2)
+    set_port(2)  # not opted in: no run
+    kubectl("wait", "--for=jsonpath={.status.version}=2", "-n", namespace, "--timeout", "30s",
+            "configvalues/svc-cmp-1")
+
+    def armed() -> bool:
+        events = json.loads(kubectl("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
+        return any(e["reason"] == "AutoRunArmed" and e["involvedObject"]["name"] == "env" and "svc:port" in e["message"]
+                   for e in events)
+
+    try:
+        patch_env({"graphs": {"autoRun": {"onConfigChange": True, "debounceSeconds": 2, "graphType": "auto"}}})
+        wait_until(armed, 30, "the auto-run armed with the graph's keys", interval=0.2)
+        before = order.read_text()
+        set_port(3)
+        set_port(4)  # the same burst
+        runs = wait_until(auto_runs, 30, "a GraphRun created by Stead", interval=0.2)
+        name = runs[0]["metadata"]["name"]
+        status = finished(kubectl, namespace, name)
+        assert status["state"] == "Succeeded", status
+        assert len(auto_runs()) == 1  # the burst made one run, the edit before opting in none
+        trigger = runs[0]["spec"]["trigger"]
+        assert trigger["event"] == "configChange" and trigger["keys"] == ["svc:port"] and trigger["nodes"] == ["cmp-1"]
+        assert "svc:port" in trigger["reason"] and "svc:port" in runs[0]["metadata"]["annotations"]["stead.dev/reason"]
+        ran = {k for k, v in states(status).items() if v == "success"}
+        assert ran == {"conf@cmp-1", "after@cmp-1"}, states(status)
+        added = [line.split()[1:] for line in order.read_text()[len(before):].splitlines()]
+        assert added == [["conf", NODES["cmp-1"]], ["after", NODES["cmp-1"]]]
+    finally:
+        patch_env({"graphs": None, "components": []})
+
+
+def test_the_auto_run_example_plans_a_refresh_and_an_added_nodes_reexecution(
+        kubectl: Kubectl, namespace: str, operator: OperatorProcess) -> None:
+    """examples/graph-autorun.yaml as docs/graphs.md tours it (dry runs: no node is touched): a changed key
+    re-plans its tasks and their successors, an added node has the deploy_changes tasks planned on every node."""
+    kubectl("apply", "-n", namespace, "-f", str(ROOT / "examples" / "graph-autorun.yaml"))
+
+    def auto_runs() -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = json.loads(kubectl(
+            "get", "gr", "-n", namespace, "-l", "stead.dev/created-by=stead-auto-run", "-o", "json").stdout)["items"]
+        return sorted(items, key=lambda r: r["metadata"]["creationTimestamp"])
+
+    def armed() -> bool:
+        events = kubectl("get", "events", "-n", namespace, "--field-selector", "reason=AutoRunArmed",
+                         "-o", "json").stdout
+        return any("nova_config:DEFAULT.debug" in e["message"] for e in json.loads(events)["items"])
+
+    wait_until(armed, 30, "the example's auto-run armed", interval=0.2)
+    kubectl("patch", "cv", "nova-root", "-n", namespace, "--type", "merge",
+            "-p", '{"spec":{"data":{"DEFAULT":{"debug":true,"workers":4}}}}')
+    first = wait_until(auto_runs, 30, "the refresh run", interval=0.2)[0]
+    status = finished(kubectl, namespace, first["metadata"]["name"])
+    assert status["state"] == "Succeeded" and first["spec"]["trigger"]["keys"] == ["nova_config:DEFAULT.debug"]
+    assert {k for k, v in states(status).items() if v == "planned"} == {
+        f"{t}@{n}" for t in ("nova-config", "nova-restart") for n in ("node-2", "node-3")}
+    kubectl("patch", "environment", "auto-demo", "-n", namespace, "--type", "json", "-p",
+            '[{"op":"add","path":"/spec/nodes/-","value":{"name":"node-4","roles":["compute"],"address":"10.20.0.6"}}]')
+    second = wait_until(lambda: auto_runs()[1:], 30, "the node-added run", interval=0.2)[0]
+    status = finished(kubectl, namespace, second["metadata"]["name"])
+    assert status["state"] == "Succeeded" and second["spec"]["trigger"]["event"] == "deploy_changes"
+    assert second["spec"]["trigger"]["nodes"] == ["node-4"]
+    assert {k for k, v in states(status).items() if v == "planned"} == {f"hosts@node-{i}" for i in range(1, 5)}

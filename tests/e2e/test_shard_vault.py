@@ -1,10 +1,10 @@
 """Issue 25, finding 7: a vault entry written by one replica is seen by the others.
 
 Two sharded replicas, each serving webhooks on its own loopback port; the API server sends a
-Blueprint's mutating call to r0 (which stores its inline secret: r0's LMDB and the cluster copy)
-and its validating call to r1 (whose LMDB has never seen the entry). The blueprint must be
-admitted, and the replica that holds the project (r0 or r1, as the ring says) must open the
-secret when the App's create action runs.
+Blueprint's mutating call to r0 (which seals its inline secret, issue 25 finding 2) and its
+validating call to r1 (which has never seen the entry). The blueprint must be admitted, the
+replica that holds the project (r0 or r1, as the ring says) stores the entry when it reconciles
+the blueprint, and must open the secret when the App's create action runs.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tests.e2e.conftest import Kubectl, OperatorProcess, wait_until
 from tests.e2e.test_apps import app, apply, blueprint, run_state
 from tests.e2e.test_blueprint import OPERATOR_NAMESPACE
 
-PROJECTS = 2  # one the ring places on r0 (it stored the secret), one on r1 (it did not)
+PROJECTS = 2  # one the ring places on r0 (it sealed the secret), one on r1 (it did not)
 SECRET = "sv-cred-9Wq!x3"
 
 

@@ -41,6 +41,7 @@ from operators.config.schema.dialect import (
     Validator,
     _registry,
 )
+from operators.runtime.core.regex import RegexError
 
 
 def schema_problems(schema: Any, path: str = "schema") -> list[str]:
@@ -142,7 +143,8 @@ def _meta_message(error: ValidationError, keyword: str | None) -> str:
     if keyword == "uniqueItems":
         return "must be true or false"
     if keyword in ("pattern", "patternProperties") and error.validator == "format":
-        return f"{error.instance!r} is not a valid regular expression"
+        why = f" ({error.cause})" if isinstance(error.cause, RegexError) else ""
+        return f"{error.instance!r} is not a valid regular expression{why}"
     if keyword in SCHEMA_LIST_KEYWORDS:
         return "must be a non-empty list of schemas"
     if keyword in SCHEMA_MAP_KEYWORDS:
@@ -168,10 +170,19 @@ def _structure_problems(schema: Any) -> Iterator[tuple[tuple[Any, ...], str]]:
         resolver = _registry().resolver_with_root(DRAFT202012.create_resource(schema))
     except Exception:  # a malformed $id: `_walk` or the meta-schema says so
         resolver = None
-    yield from _walk(schema, (), resolver)
+    yield from _walk(schema, (), resolver, _uses(schema, "patternProperties"))
 
 
-def _walk(schema: Any, where: tuple[Any, ...], resolver: Any) -> Iterator[tuple[tuple[Any, ...], str]]:
+def _uses(schema: Any, keyword: str) -> bool:
+    """Whether `keyword` is a keyword anywhere in `schema` (not a property name it declares)."""
+    if not isinstance(schema, dict):
+        return False
+    return keyword in schema or any(_uses(sub, keyword) for key, value in schema.items()
+                                    for _, sub in _children(key, value, ()))
+
+
+def _walk(schema: Any, where: tuple[Any, ...], resolver: Any,
+          pattern_properties: bool = False) -> Iterator[tuple[tuple[Any, ...], str]]:
     if not isinstance(schema, dict):
         return
     if resolver is not None:
@@ -201,12 +212,15 @@ def _walk(schema: Any, where: tuple[Any, ...], resolver: Any) -> Iterator[tuple[
             for pattern in value:
                 if len(pattern) > MAX_PATTERN:
                     yield at, f"the pattern {pattern[:40]!r}... is longer than {MAX_PATTERN} characters"
+        elif keyword == "unevaluatedProperties" and pattern_properties:
+            yield at, ("not supported in a schema with patternProperties (Stead matches patterns with RE2, "
+                       "and this combination would not be): use additionalProperties")
         if keyword in ("$ref", "$dynamicRef") and isinstance(value, str) and resolver is not None:
             problem = _reference_problem(resolver, value)
             if problem:
                 yield at, problem
         for sub_where, sub in _children(keyword, value, at):
-            yield from _walk(sub, sub_where, resolver)
+            yield from _walk(sub, sub_where, resolver, pattern_properties)
 
 
 def _is_uri(text: Any) -> bool:

@@ -17,6 +17,8 @@ from jsonschema import (  # type: ignore[import-untyped]  # no stubs shipped; ty
 )
 from referencing import Registry, Resource
 
+from operators.runtime.core.regex import RegexError, compile_pattern
+
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_DEPTH = 32
@@ -79,9 +81,17 @@ def _is_hostname(instance: object) -> bool:
     return 0 < len(instance) <= 253 and all(_LABEL.fullmatch(label) for label in instance.split("."))
 
 
+def _is_regex(instance: object) -> bool:
+    """A pattern RE2 compiles (what `pattern` and `patternProperties` are matched with, below)."""
+    if isinstance(instance, str):
+        compile_pattern(instance)
+    return True
+
+
 def _format_checker() -> FormatChecker:
     checker = FormatChecker(formats=())
     checker.checkers = dict(Draft202012Validator.FORMAT_CHECKER.checkers)  # a copy: never the shared registry
+    checker.checks("regex", raises=RegexError)(_is_regex)
     checker.checks("date-time", raises=ValueError)(_is_date_time)
     checker.checks("time")(_is_time)
     checker.checks("hostname")(_is_hostname)
@@ -118,5 +128,50 @@ def _multiple_of(validator: Any, divisor: Any, instance: Any, schema: Any) -> It
         yield ValidationError(f"{instance!r} is not a multiple of {divisor}")
 
 
-# Draft 2020-12, but for `multipleOf` (decimal rather than binary fractions).
-Validator = validators.extend(Draft202012Validator, {"multipleOf": _multiple_of})
+def search(pattern: str, text: str) -> bool:
+    """RE2's search: a tenant's pattern against a tenant's value, in time linear in the value (the
+    library's own `re.search` backtracks: `(a+)+$` against 30 characters takes minutes)."""
+    return compile_pattern(pattern).search(text) is not None
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not search(pattern, instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if search(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, extra: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    """The library's `additionalProperties`, with `patternProperties` matched by RE2."""
+    if not validator.is_type(instance, "object"):
+        return
+    named, patterns = schema.get("properties", {}), list(schema.get("patternProperties", {}))
+    extras = [key for key in instance if key not in named and not any(search(p, key) for p in patterns)]
+    if validator.is_type(extra, "object"):
+        for key in extras:
+            yield from validator.descend(instance[key], extra, path=key)
+    elif not extra and extras:
+        listed = ", ".join(repr(key) for key in sorted(extras, key=str))
+        if "patternProperties" in schema:  # the library's messages, word for word
+            verb = "does" if len(extras) == 1 else "do"
+            yield ValidationError(f"{listed} {verb} not match any of the regexes: "
+                                  f"{', '.join(repr(p) for p in sorted(patterns))}")
+        else:
+            were = "was" if len(extras) == 1 else "were"
+            yield ValidationError(f"Additional properties are not allowed ({listed} {were} unexpected)")
+
+
+# Draft 2020-12, but for `multipleOf` (decimal rather than binary fractions) and regular expressions
+# (RE2, linear; `unevaluatedProperties` beside `patternProperties`, which the library would match
+# with `re`, is refused by `schema_problems`).
+Validator = validators.extend(Draft202012Validator, {
+    "multipleOf": _multiple_of, "pattern": _pattern, "patternProperties": _pattern_properties,
+    "additionalProperties": _additional_properties,
+})

@@ -4,11 +4,11 @@ from text."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from operators.config.schema.dialect import MAX_DEPTH
+from operators.config.schema.dialect import MAX_DEPTH, search
+from operators.runtime.core.regex import RegexError
 
 
 def schema_at(schema: Any, path: Sequence[str]) -> Any:
@@ -57,8 +57,8 @@ def _dereference(node: Any, root: Any) -> Any:
 
 def _search(pattern: str, text: str) -> bool:
     try:
-        return re.search(pattern, text) is not None
-    except re.error:
+        return search(pattern, text)
+    except RegexError:
         return False
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from jsonschema import (  # type: ignore[import-untyped]  # no stubs shipped; types-jsonschema not a dependency
@@ -12,6 +11,7 @@ from referencing.exceptions import Unresolvable
 
 from operators.config.keys import type_name
 from operators.config.schema.checks import _checked, _order, _render
+from operators.config.schema.dialect import search
 
 # The order of messages about one value: what it is before what it holds.
 RANK = {name: rank for rank, name in enumerate([
@@ -61,7 +61,7 @@ def _value_messages(error: ValidationError, validator: Any) -> list[tuple[tuple[
         patterns = list(error.schema.get("patternProperties", {}))
         allowed = ", ".join([*properties, *(f"names matching {p!r}" for p in patterns)]) or "none"
         return [((*where, name), f"not allowed (allowed: {allowed})") for name in instance
-                if name not in properties and not any(re.search(p, name) for p in patterns)]
+                if name not in properties and not any(search(p, name) for p in patterns)]
     if keyword == "uniqueItems":
         return [((*where, index), "duplicate item") for index, item in enumerate(instance)
                 if any(validator.evolve(schema={"const": earlier}).is_valid(item) for earlier in instance[:index])]

@@ -7,7 +7,7 @@ can hand it exactly what it needs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -38,6 +38,13 @@ class Services:
     """The operator's metrics, the ones `/metrics` serves (a fresh, unserved set when not given)."""
     run_slots: RunSlots = field(default_factory=lambda: RunSlots(default_limit()))
     """The bound on workflow runs at once (`RunSettings.max_concurrent`), shared by every kind."""
+    owns: Callable[[str], bool] = lambda project: True
+    """Whether this replica acts on a project now (with sharding: holds its claim). An addon that acts on
+    objects by itself (not through a reconciler) asks it first, as the reconcilers do."""
+    owned_watches: Mapping[str, Watch] = field(default_factory=dict)
+    """With sharding (and no `--namespace`), the operator's watches of namespaced kinds that select the
+    buckets of this replica's projects, by plural, not started before the addons: an addon that acts on the
+    objects of its own projects only taps these rather than watching every namespace."""
     watches: Mapping[str, Watch] = field(default_factory=dict)
     """The operator's watches that see every object of their kind, by plural (none with sharding or
     `--namespace`), not started before the addons: an addon that follows the same objects taps

@@ -181,10 +181,15 @@ class Vault:
                 continue
         return Masker(values)
 
-    # asynchronous writes: cluster copy first, then one LMDB transaction
+    def seal(self, project: str, value: str, owner: str = "") -> tuple[str, bytes]:
+        """A new uuid and `value` encrypted for (project, uuid, owner), stored nowhere.
 
-    async def put(self, project: str, value: str, owner: str = "") -> str:
-        """Encrypt and store a new secret of `owner`; its new uuid is the only thing to keep elsewhere."""
+        What admission hands back instead of writing (issue 25, finding 2): the blob travels in
+        the object, and only the object the API server stored brings it to the vault
+        (`store_sealed`). A review that never becomes an object, forged or refused, leaves
+        nothing behind, and its answer (a fresh uuid and a ciphertext under a fresh nonce) says
+        nothing about what the vault holds.
+        """
         _check(project)
         plaintext: bytes | None = None
         with contextlib.suppress(UnicodeEncodeError):  # it carries the whole string: raise our own, below
@@ -192,11 +197,49 @@ class Vault:
         if plaintext is None:
             raise VaultError(f"a secret of project {project} is not encodable as UTF-8 (lone surrogate)")
         uuid = str(uuidlib.uuid4())
+        return uuid, encrypt(self._keys, project, uuid, plaintext, owner)
+
+    def sealed_problem(self, project: str, uuid: str, blob: bytes, owner: str) -> str | None:
+        """Why `blob` may not become entry `uuid` of `owner` in `project`, or None when it may.
+
+        It must open for exactly this project and uuid (the associated data bind both), name
+        `owner` in its authenticated header, and not replace another owner's entry. Messages
+        name no value.
+        """
+        _check(project, uuid)
+        if not self._opens(project, uuid, blob):
+            return (f"{uuid}: its sealed value does not open for namespace {project} (sealed for another "
+                    "namespace or uuid, altered, or under a master key this operator no longer holds)")
+        if blob_header(blob).owner != owner:
+            return f"{uuid}: its sealed value is not {owner}'s"
+        held = self._blob(project, uuid)
+        if held is not None and blob_header(held).owner != owner:
+            return f"{uuid}: is not {owner}'s"
+        return None
+
+    # asynchronous writes: cluster copy first, then one LMDB transaction
+
+    async def put(self, project: str, value: str, owner: str = "") -> str:
+        """Encrypt and store a new secret of `owner`; its new uuid is the only thing to keep elsewhere."""
+        uuid, blob = self.seal(project, value, owner)
         async with self._lock(project):
-            blob = encrypt(self._keys, project, uuid, plaintext, owner)
             await self._cluster.save(project, uuid, blob)
             self._write(project, {uuid: blob})
         return uuid
+
+    async def store_sealed(self, project: str, uuid: str, blob: bytes, owner: str) -> bool:
+        """Keep a `seal`ed blob as entry `uuid` unless the vault (either copy) has it already; True
+        if it was written. A blob `sealed_problem` refuses is a VaultError naming why."""
+        await self.fetch(project, [uuid])
+        async with self._lock(project):
+            problem = self.sealed_problem(project, uuid, blob, owner)
+            if problem is not None:
+                raise VaultError(problem)
+            if self._blob(project, uuid) is not None:
+                return False
+            await self._cluster.save(project, uuid, blob)
+            self._write(project, {uuid: blob})
+        return True
 
     async def delete(self, project: str, uuid: str, owner: str | None = None) -> bool:
         """Forget a secret in both copies; True if it was there. Deleting an absent one is not an error.

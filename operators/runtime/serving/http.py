@@ -31,15 +31,18 @@ What is bounded, and where:
   refusal). A refusal made before the body is read always closes the connection after the answer,
   so the unread body is never taken for the next request.
 
-Not refused: a bare LF as line ending (instead of CRLF) in the request line and headers. granian's
-parser (httparse, under hyper) accepts it and has no setting to refuse it, and the head never
-reaches Python as bytes; it only matters behind a proxy that frames the same bytes otherwise.
+- a bare LF as line ending (instead of CRLF) in the request line and headers is refused (400, and
+  the connection closed). granian's parser (httparse, under hyper) accepts it and has no setting to
+  refuse it, and the head never reaches Python in granian: the TLS relay, which every TLS
+  connection passes through, checks the heads on their way (`operators.runtime.serving.framing`).
+  A server started without TLS (tests, a development setting) has no relay and no such check.
 
 `Request` and `Response` are what a handler sees: plain values, no framework types.
 
-With a client CA (`start(client_ca=...)`), TLS is terminated by `operators.runtime.serving.relay`
-in this process instead, and granian listens without TLS on a loopback port of its own: granian
-does not tell the application which certificate a client presented, the relay does (see there). That port is
+With TLS, TLS is terminated by `operators.runtime.serving.relay` in this process, and granian listens
+without TLS on a loopback port of its own: granian does not tell the application which certificate
+a client presented (`start(client_ca=...)`), the relay does (see there), and the relay sees the
+request heads as bytes, which granian never shows (the bare LF above). That port is
 bound by this process and handed to granian (`_HeldSocketServer`), never chosen and released first:
 another local user cannot take it and receive the requests the relay decrypts.
 Every bound above holds behind the relay, which adds its own (connections, handshake, idleness).
@@ -54,6 +57,7 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field, replace
@@ -61,11 +65,11 @@ from pathlib import Path
 from typing import Any
 
 from granian._granian import RSGIProtocolClosed, SocketHolder
-from granian.constants import HTTPModes, Interfaces, SSLProtocols
+from granian.constants import HTTPModes, Interfaces
 from granian.http import HTTP1Settings
 from granian.server.embed import Server
 
-from operators.runtime.serving.relay import ClientCa, PeerCertificate, TlsRelay
+from operators.runtime.serving.relay import ClientCa, PeerCertificate, TlsRelay, server_context
 
 log = logging.getLogger(__name__)
 
@@ -157,10 +161,10 @@ class HttpServer:
     header_timeout: float = 10.0
     concurrency: int = 256
     max_connections: int = 1024
-    """With a client CA: client connections the TLS relay keeps open at most (more are closed at once)."""
+    """With TLS: client connections the TLS relay keeps open at most (more are closed at once)."""
     handshake_timeout: float = 10.0
     idle_timeout: float = 120.0
-    """With a client CA: a connection with no byte either way for this long is closed by the relay."""
+    """With TLS: a connection with no byte either way for this long is closed by the relay."""
     observe: Callable[[str, int, float], None] | None = None
     """Called once per answered request with (method, status, seconds from its arrival to its
     answer), e.g. `Metrics.request_observer`; never for a connection closed before an answer."""
@@ -185,28 +189,28 @@ class HttpServer:
         if client_ca is not None and tls is None:
             raise ValueError("client certificates need TLS: give the server's certificate and key")
         self._tls = tls
-        relayed = client_ca is not None
+        relayed = tls is not None
         inner_host = "127.0.0.1" if relayed else host
         # Bound here and kept (see `_HeldSocketServer`); behind the relay, on a port of this process alone.
         self._socket = listener(inner_host, 0 if relayed else port, backlog=1024, reuse_port=not relayed)
         try:
-            await self._serve(tls, relayed, ready_within)
+            await self._serve(ready_within)
         except BaseException:
             await self.stop(grace=1)
             raise
-        if client_ca is not None and tls is not None:
+        if tls is not None:
             self._relay = TlsRelay(
-                (self._inner[0], self._inner[1]), client_ca.context(*tls), client_ca,
+                (self._inner[0], self._inner[1]), self._context(tls, client_ca), client_ca,
                 max_connections=self.max_connections, handshake_timeout=self.handshake_timeout,
-                idle_timeout=self.idle_timeout)
+                idle_timeout=self.idle_timeout, max_head=self.max_head)
             try:
                 self._port = await self._relay.start(host, port)
             except BaseException:
                 await self.stop(grace=1)
                 raise
 
-    async def _serve(self, tls: tuple[Path, Path] | None, relayed: bool, ready_within: float) -> None:
-        """granian on the socket bound in `start`."""
+    async def _serve(self, ready_within: float) -> None:
+        """granian on the socket bound in `start`, without TLS (the relay terminates it)."""
         assert self._socket is not None
         inner_host, inner_port = self._socket.getsockname()[:2]
         self._inner = (str(inner_host), int(inner_port))
@@ -216,8 +220,7 @@ class HttpServer:
             websockets=False, backlog=1024, backpressure=self.concurrency, runtime_threads=1,
             http1_settings=HTTP1Settings(header_read_timeout=int(self.header_timeout * 1000), keep_alive=True,
                                          max_buffer_size=self.max_head, pipeline_flush=False),
-            ssl_cert=None if tls is None or relayed else tls[0], ssl_key=None if tls is None or relayed else tls[1],
-            ssl_protocol_min=SSLProtocols.tls12, log_enabled=False,
+            log_enabled=False,
         )
         self._port = inner_port
         self._task = asyncio.create_task(self._server.serve(), name=f"http-{inner_host}:{inner_port}")
@@ -246,22 +249,24 @@ class HttpServer:
 
     @property
     def relay(self) -> TlsRelay | None:
-        """The TLS relay in front of granian (with a client CA), else None."""
+        """The TLS relay in front of granian (with TLS), else None."""
         return self._relay
 
+    @staticmethod
+    def _context(tls: tuple[Path, Path], client_ca: ClientCa | None) -> ssl.SSLContext:
+        return server_context(*tls) if client_ca is None else client_ca.context(*tls)
+
     def reload(self) -> None:
-        """Serve the certificate files anew: granian starts fresh workers (they read them again) and
-        stops the old ones; the relay makes a new TLS context for the connections to come."""
-        if self._relay is not None and self._relay.client_ca is not None and self._tls is not None:
-            self._relay.context = self._relay.client_ca.context(*self._tls)
-        elif self._server is not None:
-            self._server.reload()  # type: ignore[no-untyped-call]  # granian is not typed
+        """Serve the certificate files anew: the relay makes a new TLS context for the connections
+        to come (the ones open keep theirs)."""
+        if self._relay is not None and self._tls is not None:
+            self._relay.context = self._context(self._tls, self._relay.client_ca)
 
     def trust(self, client_ca: ClientCa) -> None:
         """Verify the client certificates of connections to come against `client_ca` (a renewed
-        bundle); only when the server was started with one."""
+        bundle); only for a server started with TLS."""
         if self._relay is None or self._tls is None:
-            raise RuntimeError("the server was started without a client CA")
+            raise RuntimeError("the server was started without TLS")
         self._relay.context = client_ca.context(*self._tls)
         self._relay.client_ca = client_ca
 

@@ -54,6 +54,8 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import NameOID
 
+from operators.runtime.serving.framing import HeadGuard
+
 log = logging.getLogger(__name__)
 
 X509_V_FLAG_NO_CHECK_TIME = 0x200000
@@ -156,6 +158,16 @@ class ClientCa:
         return path if len(path) > 1 else None
 
 
+def server_context(certfile: Path, keyfile: Path) -> ssl.SSLContext:
+    """A server context that asks for no client certificate (the relay without a client CA)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certfile, keyfile)
+    context.verify_mode = ssl.CERT_NONE
+    context.options |= ssl.OP_NO_RENEGOTIATION
+    return context
+
+
 def _issued_by(certificate: x509.Certificate, issuer: x509.Certificate) -> bool:
     if certificate.issuer != issuer.subject:
         return False
@@ -186,11 +198,12 @@ class _Connection(asyncio.Protocol):
     loop's TLS layer, whose buffers cost a quarter of a megabyte per connection (asyncio's and
     uvloop's alike), and whose handshake and shutdown this relay must bound itself anyway."""
 
-    __slots__ = ("client", "draining", "handshake_timer", "incoming", "last", "outgoing", "peer", "relay", "tls",
-                 "upstream", "upstream_key")
+    __slots__ = ("client", "draining", "guard", "handshake_timer", "incoming", "last", "outgoing", "peer", "relay",
+                 "tls", "upstream", "upstream_key")
 
     def __init__(self, relay: TlsRelay) -> None:
         self.relay = relay
+        self.guard = HeadGuard(relay.max_head)
         self.client: asyncio.Transport | None = None
         self.upstream: _Granian | None = None
         self.upstream_key = ""
@@ -250,6 +263,10 @@ class _Connection(asyncio.Protocol):
                 return
             if not chunk:  # the client's close_notify: it sends no more
                 self.relay._end(self)
+                return
+            refused = self.guard.feed(chunk)
+            if refused is not None:
+                self.relay._refuse(self, refused)
                 return
             upstream.write(chunk)
             if not incoming.pending and not tls.pending():
@@ -440,6 +457,8 @@ class TlsRelay:
     idle_timeout: float = 120.0
     linger: float = 10.0
     """After granian's last answer: how long the connection stays open, unread, before it is closed."""
+    max_head: int = 64 * 1024
+    """granian's bound on a request head: beyond it the relay leaves the head to granian (431)."""
     _server: asyncio.Server | None = field(default=None, init=False, repr=False)
     _connections: set[_Connection] = field(default_factory=set, init=False, repr=False)
     _peers: dict[str, Peer] = field(default_factory=dict, init=False, repr=False)
@@ -547,6 +566,18 @@ class TlsRelay:
             connection.finish()
             assert self._loop is not None
             self._loop.call_later(self.linger, self._drained, connection)
+
+    def _refuse(self, connection: _Connection, why: str) -> None:
+        """A request granian must not see (`HeadGuard`): the connection to granian goes at once, with
+        whatever it had not answered, and the client gets a 400 saying why, then the connection ends
+        as after granian's last answer."""
+        upstream, connection.upstream = connection.upstream, None
+        if upstream is not None and not upstream.is_closing():
+            upstream.abort()
+        body = why.encode() + b"\n"
+        connection.send(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                        b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+        self._finished(connection)
 
     def _drained(self, connection: _Connection) -> None:
         """The lingering moment is over: close, once the client has been sent everything (until then

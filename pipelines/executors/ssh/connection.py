@@ -13,6 +13,9 @@ process group of the remote shell: sshd makes each session its own session (``se
 shell and everything it starts share one process group. When the step is aborted or times out the
 group is killed from a second channel of the same connection (TERM, then KILL after a grace
 period): closing a pty-less channel alone leaves a sleeping command running on the node.
+
+A command also runs under its attempt's lock on the node (`attempt_lock`), so that a retry finds an
+earlier attempt that its runner left behind and stops it before starting: see `Remote.run`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import hashlib
 import re
 import shlex
 import socket
@@ -40,20 +44,93 @@ POLL = 0.1
 KILL_GRACE = 3.0
 """Seconds between TERM and KILL to a remote process group."""
 LAST_LINES = 20
+STOP_WAIT = 10.0
+"""Seconds a retry waits, after KILL, for an earlier attempt's lock before failing (a process stuck in
+the kernel, e.g. on a dead NFS mount, outlives KILL until its system call ends)."""
+BUSY_EXIT = 125
+"""The guard's exit status when the earlier attempt did not stop (`stead-busy`)."""
 _MAX_LINE = 64 * 1024
 _PGID = re.compile(r"^stead-pgid (\d+)$")
+_GUARD_LINE = re.compile(r"^stead-(stopping|busy) (\d+)$")
+_GUARD_GO = "stead-go"
+_LOCK_CHARS = re.compile(r"[^A-Za-z0-9_.@-]")
 
-# $1: working directory ('' for the login directory), $2: the program (run with `exec`), $3...: its
-# arguments. `printf` first tells the runner the process group (the shell's pid: sshd's setsid).
-_WRAPPER = 'printf "stead-pgid %s\\n" "$$"; if [ -n "$1" ]; then cd -- "$1" || exit 1; fi; shift; exec "$@"'
+# Every wrapper starts with the guard. $1: the attempt's lock (`attempt_lock`: RUN/NAME.lock).
+# `printf` first tells the runner the process group (the shell's pid: sshd's setsid). Then, where the
+# node has flock(1) and the user a private directory under $TMPDIR (/tmp: gone with a reboot, as are
+# the processes it guards), the shell opens the lock on fd 9, takes it and writes its process group
+# into it. If an earlier attempt holds it, that attempt's group is stopped as an abort stops one:
+# TERM, up to KILL_GRACE seconds for the lock to be free and the group empty (a command's own children
+# may still be ending after the shell holding the lock has gone), KILL, up to STOP_WAIT more seconds,
+# else `stead-busy` and exit BUSY_EXIT: never a second copy. `stead-go` ends the guard's lines. The
+# command runs as a child with fd 9 closed (what it leaves running, a daemon, never holds the lock),
+# and a TERM ends the shell only once the command has ended. A node without flock or the directory
+# runs the command unguarded, saying so on stderr. Only /bin/sh, flock, id, cat, kill, sleep and /proc.
+def guard_script(grace: float = KILL_GRACE, wait: float = STOP_WAIT) -> str:
+    """The guard (above) with its two waits in seconds (tests shorten them)."""
+    return (
+        'printf "stead-pgid %s\\n" "$$"; trap \'exit 143\' TERM HUP INT; '
+        'if ! command -v flock >/dev/null 2>&1; then '
+        'echo "stead: no flock(1) on this node: a retry of this task cannot find this attempt" >&2; '
+        'else d=${TMPDIR:-/tmp}/stead-$(id -u); mkdir -m 700 -- "$d" 2>/dev/null; '
+        'if [ -d "$d" ] && [ ! -h "$d" ] && [ -O "$d" ] && mkdir -p -- "$d/${1%/*}"; then '
+        'l=$d/$1; exec 9>>"$l"; '
+        # stead_pg: the group the lock file names, when it names one. stead_live: that group has a process
+        # that is not a zombie (sshd reaps its session's shell a second or more after the connection
+        # dropped: `kill -0` alone counts the zombie). stead_gone N: wait up to N tenths of a second for
+        # the lock to be ours and the group to be empty.
+        'stead_pg() { q=$(cat -- "$l"); case $q in ""|*[!0-9]*) ;; *) p=$q;; esac; }; '
+        'stead_live() { kill -0 -"$p" 2>/dev/null || return 1; [ -r /proc/self/stat ] || return 0; '
+        'for s in /proc/[0-9]*/stat; do { read -r x < "$s"; } 2>/dev/null || continue; set -- ${x##*)}; '
+        'if [ "$1" != Z ] && [ "$3" = "$p" ]; then return 0; fi; done; return 1; }; '
+        'stead_gone() { i=0; while [ $i -lt $1 ]; do if flock -n 9 && { [ "$p" -le 1 ] || ! stead_live; }; '
+        'then return 0; fi; sleep 0.1; i=$((i+1)); done; return 1; }; '
+        'if ! flock -n 9; then p=0; stead_pg; printf "stead-stopping %s\\n" "$p"; '
+        'if [ "$p" -gt 1 ]; then kill -TERM -"$p" 2>/dev/null; fi; '
+        'if ! stead_gone @GRACE@; then stead_pg; if [ "$p" -gt 1 ]; then kill -KILL -"$p" 2>/dev/null; fi; '
+        'stead_gone @WAIT@ || { printf "stead-busy %s\\n" "$p"; exit @BUSY@; }; fi; fi; '
+        'printf "%s\\n" "$$" > "$l"; '
+        'else echo "stead: $d is not a private directory of this user: a retry of this task cannot find this '
+        'attempt" >&2; fi; fi; '
+        'printf "@GO@\\n"; shift; '
+    ).replace("@GRACE@", str(max(int(grace * 10), 1))).replace("@WAIT@", str(max(int(wait * 10), 1))).replace(
+        "@BUSY@", str(BUSY_EXIT)).replace("@GO@", _GUARD_GO)
+
+
+_GUARD = guard_script()
+# After the guard: $1: working directory ('' for the login directory), $2: the program, $3...: its
+# arguments.
+_WRAPPER = _GUARD + 'if [ -n "$1" ]; then cd -- "$1" || exit 1; fi; shift; "$@" 9>&-'
 # The same for a script sent on stdin: kept in a private temporary file (not on a command line that
 # `ps` shows to the node's other users), run as `"$@" FILE` with stdin from /dev/null (a command
 # reading stdin cannot eat the rest of the script), removed when it ends or is stopped with TERM.
-_SCRIPT_WRAPPER = (
-    'printf "stead-pgid %s\\n" "$$"; f=$(mktemp) || exit 1; trap \'rm -f -- "$f"\' EXIT; '
-    "trap 'exit 143' TERM HUP INT; cat > \"$f\" || exit 1; "
-    'if [ -n "$1" ]; then cd -- "$1" || exit 1; fi; shift; "$@" "$f" </dev/null'
+_SCRIPT_WRAPPER = _GUARD + (
+    'f=$(mktemp) || exit 1; trap \'rm -f -- "$f"\' EXIT; cat > "$f" || exit 1; '
+    'if [ -n "$1" ]; then cd -- "$1" || exit 1; fi; shift; "$@" "$f" </dev/null 9>&-'
 )
+
+
+def stop_script(pgid: int, grace: float = KILL_GRACE) -> str:
+    """What ends a remote process group (run in a second channel, by the user's login shell): TERM,
+    up to `grace` seconds for it to go, then KILL. `kill -SIG -PGID`, never `kill -SIG -- -PGID`:
+    dash (Debian's sh, which may be a login shell) takes no `--` there ("Illegal number: -"), and
+    the group would be left running."""
+    return (f"kill -TERM -{pgid} 2>/dev/null || exit 0; i=0; "
+            f"while [ $i -lt {max(int(grace * 10), 1)} ]; do kill -0 -{pgid} 2>/dev/null || exit 0; "
+            f"sleep 0.1; i=$((i+1)); done; kill -KILL -{pgid} 2>/dev/null; exit 0")
+
+
+def attempt_lock(run_uid: str, key: str) -> str:
+    """The node-side lock of a task's attempts in a run, relative to the user's lock directory:
+    ``RUN/TASK@NODE.HASH.lock``, one per (run, task, node) whatever the attempt, so that a retry finds
+    the attempt before it. Readable for whoever looks on the node; characters a path or a shell could
+    take otherwise become ``_`` (a leading dot too: never ``.`` or ``..``), and the hash of the exact
+    pair keeps two keys that read the same apart."""
+    def safe(text: str) -> str:
+        cleaned = _LOCK_CHARS.sub("_", text)[:100]
+        return "_" + cleaned[1:] if cleaned.startswith(".") else cleaned
+    digest = hashlib.sha256(f"{run_uid}/{key}".encode()).hexdigest()[:12]
+    return f"{safe(run_uid) or '_'}/{safe(key) or '_'}.{digest}.lock"
 
 
 class Unreachable(StepFailed):
@@ -124,11 +201,15 @@ class _Client(asyncssh.SSHClient):
 
 
 class _Group:
-    """The remote command's process group, once its wrapper has told it."""
+    """The remote command's process group, once its wrapper has told it, and what its guard said."""
 
     def __init__(self) -> None:
         self.pgid: int | None = None
         self.known = asyncio.Event()
+        self.started = False
+        """The guard's lines are over (`stead-go`): every stdout line from now on is the command's."""
+        self.busy: int | None = None
+        """The process group of an earlier attempt that did not stop (`stead-busy`)."""
 
 
 @dataclass(frozen=True)
@@ -180,9 +261,26 @@ class Remote:
         Returns the exit status and the last lines; raises `StepAborted` on abort and `StepFailed` on
         timeout (the command's deadline or the step's) or a lost connection, after stopping the
         process group.
+
+        The command holds its attempt's lock on the node (`attempt_lock`) while it runs. A runner that
+        dies (killed, its pod gone) leaves its remote command running: sshd hangs up only sessions
+        with a tty, so a pty-less command outlives its connection until it next writes to its closed
+        stdout or stderr (then SIGPIPE ends it wherever it is; seen with OpenSSH 9.2: a quiet command
+        ran on, one that printed died at that line). The retry, from the restarted runner,
+        finds that attempt by its lock and **stops it** (TERM, then KILL, as an abort does) before it
+        starts; it never runs beside it. Stopping rather than waiting for it to end, which is what
+        Fuel did: steps run at least once either way (the retry runs the task whole, after the
+        earlier copy is gone, and only the retry's result counts, as the earlier one's output and
+        exit status are lost with its runner); the earlier copy cannot be trusted to finish (the
+        first line it prints kills it at that point), so waiting would only delay the retry by up
+        to the task's timeout (an hour for Fuel's puppet tasks) for a run whose outcome nobody sees; and
+        tasks already have to bear being stopped, by an abort or a timeout. A copy that does not
+        stop within KILL_GRACE + STOP_WAIT seconds fails this attempt (`stead-busy`), never runs
+        beside it.
         """
         wrapper = _WRAPPER if script is None else _SCRIPT_WRAPPER
-        command = (f"exec /bin/sh -c {shlex.quote(wrapper)} stead {shlex.quote(cwd)} "
+        lock = attempt_lock(ctx.run_uid, ctx.key)
+        command = (f"exec /bin/sh -c {shlex.quote(wrapper)} stead {shlex.quote(lock)} {shlex.quote(cwd)} "
                    + " ".join(shlex.quote(arg) for arg in argv))
         if script is not None:
             stdin = script
@@ -199,11 +297,24 @@ class Remote:
         group = _Group()
 
         def emit(line: str, stream: str) -> None:
-            if stream == "stdout" and group.pgid is None:
-                match = _PGID.match(line)
-                if match:
-                    group.pgid = int(match.group(1))
-                    group.known.set()
+            if stream == "stdout" and not group.started:
+                if group.pgid is None:
+                    match = _PGID.match(line)
+                    if match:
+                        group.pgid = int(match.group(1))
+                        group.known.set()
+                        return
+                elif line == _GUARD_GO:
+                    group.started = True
+                    return
+                elif guarded := _GUARD_LINE.match(line):
+                    if guarded.group(1) == "busy":
+                        group.busy = int(guarded.group(2))
+                    else:
+                        last.append(ctx.output(
+                            f"an earlier attempt of {ctx.key} still runs on {self.target.address} (process group "
+                            f"{guarded.group(2)}; its runner ended or lost the connection): stopping it (TERM, then "
+                            f"KILL after {KILL_GRACE:g}s) before this attempt starts", "stderr"))
                     return
             last.append(ctx.output(line, stream))
             if on_line is not None:
@@ -262,6 +373,11 @@ class Remote:
             pumps.cancel()
             with contextlib.suppress(BaseException):
                 await pumps
+        if group.busy is not None and process.exit_status == BUSY_EXIT:
+            raise StepFailed(f"{what} on {self.target.address}: an earlier attempt of {ctx.key} still runs there "
+                             f"(process group {group.busy}) and did not stop within "
+                             f"{KILL_GRACE + STOP_WAIT:g}s of TERM and KILL: not starting a second copy",
+                             details={"lastLines": list(last)})
         if process.exit_status is None or process.exit_status < 0:
             signal_name = (process.exit_signal or ("", False, "", ""))[0]
             if signal_name:
@@ -281,9 +397,7 @@ class Remote:
                 await asyncio.wait_for(group.known.wait(), KILL_GRACE)  # the stdout pump sets it
         if group.pgid is not None:
             pgid = group.pgid
-            script = (f"kill -TERM -- -{pgid} 2>/dev/null || exit 0; i=0; "
-                      f"while [ $i -lt {int(KILL_GRACE * 10)} ]; do kill -0 -- -{pgid} 2>/dev/null || exit 0; "
-                      f"sleep 0.1; i=$((i+1)); done; kill -KILL -- -{pgid} 2>/dev/null; exit 0")
+            script = stop_script(pgid)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.conn.run(script, check=False), KILL_GRACE + 10)
         process.close()

@@ -36,6 +36,7 @@ from pipelines.executors.egress import EgressPolicy
 from pipelines.executors.script.steps import SETVAR_LINE, script_env
 from pipelines.executors.ssh import files
 from pipelines.executors.ssh.connection import POLL, Remote, Unreachable, connect, guard, tail
+from pipelines.executors.ssh.noop import NoopReport
 
 
 @dataclass(frozen=True)
@@ -288,13 +289,18 @@ class PuppetStep(SshStep[tuple[str, str, float, bool]]):
         if noop:
             argv.append("--noop")
         argv.append(manifest)
-        outcome = await remote.run(ctx, argv, cwd="/", time_limit=timeout, what="puppet apply")
+        report = NoopReport() if noop else None
+        outcome = await remote.run(ctx, argv, cwd="/", time_limit=timeout, what="puppet apply",
+                                   on_line=report.feed if report is not None else None)
         if outcome.exit_code not in (0, 2):
             raise StepFailed(f"puppet apply {manifest} on {remote.target.address} reported failures "
                              f"(exit code {outcome.exit_code})" + tail(outcome.last),
                              exit_code=outcome.exit_code, details={"lastLines": outcome.last})
+        if report is not None:  # what would change, per resource (docs/graphs.md, "Noop runs")
+            return StepResult(exit_code=0, message=f"puppet apply --noop {manifest}: {report.summary()}",
+                              details={"noop": report.details()})
         changed = "changes applied" if outcome.exit_code == 2 else "no changes"
-        return StepResult(exit_code=0, message=f"puppet apply {manifest}: {changed}{' (noop)' if noop else ''}")
+        return StepResult(exit_code=0, message=f"puppet apply {manifest}: {changed}")
 
 
 class UploadFileStep(SshStep[tuple[str, bytes, tuple[str, str, str]]]):

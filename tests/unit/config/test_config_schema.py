@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -91,8 +94,10 @@ def test_meta_schema_refusals_name_the_path_inside_the_schema() -> None:
         "schema.properties.a.items.minLength: must be a non-negative integer",
         "schema.properties.b: a schema is a mapping (or true/false), got a integer",
         "schema.anyOf: must be a non-empty list of schemas",
-        "schema.pattern: '(' is not a valid regular expression",
-        "schema.patternProperties: '[' is not a valid regular expression",
+        "schema.pattern: '(' is not a valid regular expression (missing ): ( (RE2 syntax: no backreferences or "
+        "lookaround))",
+        "schema.patternProperties: '[' is not a valid regular expression (missing ]: [ (RE2 syntax: no "
+        "backreferences or lookaround))",
     ]
     assert schema_problems({"properties": {"d": {"format": "colour", "definitions": {}}},
                             "$schema": "http://json-schema.org/draft-07/schema#"}) == [
@@ -173,3 +178,28 @@ def test_decimal_multiples_and_json_equality() -> None:
     assert validate({"Bad": 1}, {"propertyNames": {"pattern": "^[a-z]+$"}}) == [
         "data: key 'Bad': does not match the pattern '^[a-z]+$'"]
     assert validate({"a": 1}, {"dependentRequired": {"a": ["b"]}}) == ["data.b: required when 'a' is present"]
+
+
+def test_patterns_are_re2_so_a_tenants_pattern_cannot_backtrack() -> None:
+    """Issue 25 (the regex freeze, here in ConfigComponent schemas): `pattern` and `patternProperties`
+    are matched by RE2, in time linear in the value, also where the library itself would call `re`
+    (`additionalProperties`, Stead's own messages). What only backtracking can do is refused at apply."""
+    assert schema_problems({"pattern": r"^(a)\1$"}) == [
+        "schema.pattern: '^(a)\\\\1$' is not a valid regular expression (invalid escape sequence: \\1 (RE2 "
+        "syntax: no backreferences or lookaround))"]
+    assert schema_problems({"patternProperties": {"(?=x)": {}}})[0].startswith(
+        "schema.patternProperties: '(?=x)' is not a valid regular expression")
+    assert schema_problems({"patternProperties": {"^x": {}}, "allOf": [{"unevaluatedProperties": False}]}) == [
+        "schema.allOf[0].unevaluatedProperties: not supported in a schema with patternProperties (Stead matches "
+        "patterns with RE2, and this combination would not be): use additionalProperties"]
+    # `re` takes minutes over 40 characters of these; the child is killed at its deadline if it backtracks.
+    program = """
+from operators.config.schema import validate
+evil = "^(a+)+$"
+print(validate({"v": "a" * 5000 + "!"}, {"properties": {"v": {"pattern": evil}}}))
+print(len(validate({"a" * 5000 + "!": 1}, {"patternProperties": {evil: {}}, "additionalProperties": False})))
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[3])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ['["data.v: does not match the pattern \'^(a+)+$\'"]', "1"]

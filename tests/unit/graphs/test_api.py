@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -21,10 +20,9 @@ from operators.graphs.api import GraphsApi
 from operators.runtime.kube.client import ApiError, custom_path
 from operators.runtime.serving.http import Request
 from tests.unit.fakeapi import FakeApi, FakeAuth
+from tests.unit.graphs.support import FUEL_LIBRARY
 
 NS = "ns"
-ROOT = Path(__file__).resolve().parents[3]
-FUEL_LIBRARY = ROOT.parent / "shared" / "data" / "fuel-library" / "openstack-network-tasks.yaml"
 GRAPHS = custom_path(DEPLOYMENT_GRAPH.plural, NS)
 RUNS = custom_path(GRAPH_RUN.plural, NS)
 API = "/api/v1"
@@ -210,6 +208,25 @@ def test_execute_creates_a_graph_run_and_answers_202_with_its_name(client: Clien
                                                                   ("upgrade", None, None)]
     assert [(s.start, s.end) for s in spec.subgraphs] == [(["netconfig"], [])]
     assert client.auth.checked[-1] == Access("create", GRAPH_RUN.plural, NS, "")
+
+
+def test_execute_takes_node_ranges_in_fuels_form_or_as_fields(client: Client) -> None:
+    with_types(client, "default")
+    status, body = client.call("POST", f"{API}/graphs/execute/", {
+        "cluster": "env-1", "graphs": [{}], "dry_run": True,
+        "subgraphs": [{"start": ["netconfig/node-1,node-2"], "end": ["/^deploy_end$//node-2"]},
+                      {"start": ["lma"], "start_nodes": ["node-1"]}]})
+    assert status == 202, body
+    spec = GraphRunSpec.model_validate(client.kube.objects[f"{RUNS}/{body['name']}"]["spec"])
+    assert [(s.start, s.start_nodes, s.end, s.end_nodes) for s in spec.subgraphs] == [
+        (["netconfig"], ["node-1", "node-2"], ["/^deploy_end$/"], ["node-2"]), (["lma"], ["node-1"], [], None)]
+    status, body = client.call("POST", f"{API}/graphs/execute/", {
+        "cluster": "env-1", "graphs": [{}], "subgraphs": [{"start": ["netconfig/node-1,node-9"]}]})
+    assert status == 400 and body["message"] == ("body.subgraphs[0].start_nodes: node-9 not in cluster env-1 (its "
+                                                 "nodes: node-1, node-2)")
+    status, body = client.call("POST", f"{API}/graphs/execute/", {
+        "cluster": "env-1", "graphs": [{}], "subgraphs": [{"start": ["a/node-1", "b/node-2"]}]})
+    assert status == 400 and "name one node list" in body["message"]
 
 
 def test_execute_refuses_unknown_nodes_with_400_and_a_running_cluster_with_409(client: Client) -> None:

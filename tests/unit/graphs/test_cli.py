@@ -20,10 +20,10 @@ from operators.graphs import DEPLOYMENT_GRAPH, GRAPH_RUN, load_file, load_tasks,
 from operators.graphs import cli as graph_cli
 from operators.runtime.kube.client import ApiError, custom_path
 from tests.unit.fakeapi import FakeApi, Request
+from tests.unit.graphs.support import FUEL_LIBRARY
 
 NS = "demo"
 ROOT = Path(__file__).resolve().parents[3]
-FUEL_LIBRARY = ROOT.parent / "shared" / "data" / "fuel-library" / "openstack-network-tasks.yaml"
 GRAPHS = custom_path(DEPLOYMENT_GRAPH.plural, NS)
 RUNS = custom_path(GRAPH_RUN.plural, NS)
 
@@ -295,6 +295,19 @@ def test_execute_creates_a_graph_run_and_prints_its_name(seeded: FakeApi, capsys
     assert capsys.readouterr().out == "mine\n"
     assert seeded.objects[f"{RUNS}/mine"]["spec"] == {"environment": "env-1", "graphs": [{"type": "default"}],
                                                       "noop": True}
+
+
+def test_execute_takes_fuels_node_ranges_and_refuses_unknown_nodes(seeded: FakeApi,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    with_types(seeded, "default")
+    assert run(seeded, "execute", "-e", "env-1", "-S", "netconfig/node-1,node-2:deploy_end/node-2", "--name", "r",
+               "-n", NS) == 0
+    assert seeded.objects[f"{RUNS}/r"]["spec"]["subgraphs"] == [
+        {"start": ["netconfig"], "startNodes": ["node-1", "node-2"], "end": ["deploy_end"], "endNodes": ["node-2"]}]
+    capsys.readouterr()
+    assert run(seeded, "execute", "-e", "env-1", "-S", "netconfig/node-7", "-n", NS) == 1
+    assert capsys.readouterr().err == ("stead graph: --subgraph: node-7 not in environment env-1 (its nodes: node-1, "
+                                       "node-2); nothing run\n")
 
 
 def test_execute_refusals_are_one_line(seeded: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:

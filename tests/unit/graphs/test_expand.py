@@ -172,3 +172,126 @@ def test_nodes_from_environment_dicts() -> None:
                          "labels": {"stead.dev/tags": "compute, neutron"}})
     assert node.effective_tags == ("compute", "neutron") and node.address == "10.0.0.1"
     assert GraphNode.of({"name": "m", "roles": ["a"]}).effective_tags == ("a",)
+
+
+# --- groups order their tasks ------------------------------------------------------------------------
+
+
+def ancestors(exp: Expansion, task: str, node: str = ANCHOR) -> set[str]:
+    """Everything an instance waits for, directly or through others."""
+    seen: set[int] = set()
+    stack = [exp.index[(task, node)]]
+    while stack:
+        for d in exp.deps[stack.pop()]:
+            if d not in seen:
+                seen.add(d)
+                stack.append(d)
+    return {exp.key(d) for d in seen}
+
+
+def grouped() -> list[Any]:
+    """controllers (c1, c2) -> computes (k1, k2): members by `groups` and by a group's `tasks`."""
+    return [
+        *stage_tasks(),
+        t("controllers", "group", roles=["/controller$/"], requires=["deploy_start"], required_for=["deploy_end"]),
+        t("computes", "group", roles=["compute"], tasks=["hiera"], requires=["controllers"],
+          required_for=["deploy_end"]),
+        t("hiera", groups=["controllers"]),
+        t("db", groups=["controllers"], requires=["hiera"]),
+        t("nova", groups=["computes"], requires=["hiera"]),
+        t("late", groups=["controllers"]),  # no order of its own: the group's only
+        t("smoke", roles=["*"], requires=["post_deployment_start"]),
+    ]
+
+
+def test_a_group_requiring_another_starts_no_task_before_every_task_of_the_other_ended() -> None:
+    exp = expand(grouped(), NODES)
+    controller_tasks = {f"{task}@{n}" for task in ("hiera", "db", "late") for n in ("c1", "c2")}
+    for task in ("hiera", "nova"):
+        for node in ("k1", "k2"):
+            assert controller_tasks <= ancestors(exp, task, node), (task, node)
+    for key in controller_tasks:
+        task, node = key.split("@")
+        assert not {a for a in ancestors(exp, task, node) if a.endswith(("@k1", "@k2"))}, key
+    # every task of a group required for deploy_end ends before it, so before anything after it
+    smoke = ancestors(exp, "smoke", "m")
+    assert controller_tasks | {f"{task}@{n}" for task in ("hiera", "nova") for n in ("k1", "k2")} <= smoke
+    assert "controllers" in smoke and "computes" in smoke
+    assert exp.members == {"controllers": [exp.index[(task, n)] for task in ("hiera", "db", "late")
+                                           for n in ("c1", "c2")],
+                           "computes": [exp.index[(task, n)] for task in ("hiera", "nova") for n in ("k1", "k2")]}
+
+
+def test_a_group_is_a_start_and_an_end_anchor_with_edges_linear_in_its_members() -> None:
+    exp = expand(grouped(), NODES)
+    # the start waits for what the group requires; the end for the start and its last members only
+    assert waits(exp, "controllers::start", ANCHOR) == {"deploy_start"}
+    assert waits(exp, "computes::start", ANCHOR) == {"controllers"}
+    assert waits(exp, "controllers", ANCHOR) == {"controllers::start", "db@c1", "db@c2", "late@c1", "late@c2"}
+    # only the members that wait for no other member wait for the start
+    assert waits(exp, "hiera", "c1") == {"controllers::start"} and waits(exp, "late", "c2") == {"controllers::start"}
+    assert waits(exp, "db", "c1") == {"hiera@c1"} and waits(exp, "nova", "k2") == {"hiera@k2"}
+    # what requires a group waits for its end; the stage a group is required for too
+    assert waits(exp, "deploy_end", ANCHOR) == {"deploy_start", "controllers", "computes"}
+    assert nodes_of(exp, "controllers") == [ANCHOR] and nodes_of(exp, "controllers::start") == [ANCHOR]
+    # a chain of 50 tasks in a group on 5 nodes: 2 edges per node, not per task (nor tasks x tasks)
+    chain = [t("g", "group", roles=["*"]), *(t(f"s{k}", groups=["g"], requires=[f"s{k - 1}"] if k else [])
+                                            for k in range(50))]
+    wide = expand(chain, NODES)
+    plain = expand([task.model_copy(update={"groups": ["*"]}) for task in chain[1:]], NODES)
+    assert wide.edge_count - plain.edge_count == 2 * len(NODES) + 1  # + the end waiting for the start
+
+
+def test_what_a_group_is_required_for_waits_for_it_and_what_is_required_for_it_precedes_it() -> None:
+    exp = expand([
+        t("controllers", "group", roles=["controller"], required_for=["computes"]),
+        t("computes", "group", roles=["compute"], cross_depends=[{"name": "prep", "role": ["master"]}]),
+        t("ctl", groups=["controllers"]), t("nova", groups=["computes"]),
+        t("prep", roles=["master"]),
+        t("before", roles=["master"], required_for=["controllers"]),
+        t("after", roles=["master"], requires=["computes"]),
+    ], NODES)
+    assert waits(exp, "computes::start", ANCHOR) == {"controllers", "prep@m"}
+    assert waits(exp, "controllers::start", ANCHOR) == {"before@m"}
+    assert waits(exp, "after", "m") == {"computes"}
+    assert {"ctl@c2", "before@m", "prep@m"} <= ancestors(exp, "nova", "k1")
+    assert "nova@k1" in ancestors(exp, "after", "m")
+
+
+def test_a_member_of_two_ordered_groups_on_one_node_runs_in_the_earlier_one() -> None:
+    nodes = [GraphNode("both", ("controller", "compute")), GraphNode("k", ("compute",))]
+    exp = expand([
+        t("controllers", "group", roles=["controller"]),
+        t("computes", "group", roles=["compute"], requires=["controllers"]),
+        t("hiera", groups=["controllers", "computes"]),
+        t("nova", groups=["computes"], requires=["hiera"]),
+        t("solo", "group", roles=["compute"], tasks=["hiera"]),  # unordered with both: hiera is its member too
+    ], nodes)
+    assert [exp.key(i) for i in exp.members["controllers"]] == ["hiera@both"]
+    assert [exp.key(i) for i in exp.members["computes"]] == ["hiera@k", "nova@both", "nova@k"]
+    assert [exp.key(i) for i in exp.members["solo"]] == ["hiera@both", "hiera@k"]
+    assert {"hiera@both", "controllers"} <= ancestors(exp, "nova", "both")
+    assert "hiera@both" in ancestors(exp, "nova", "k")
+
+
+def test_a_task_listed_by_a_group_is_its_member_on_the_groups_nodes_only() -> None:
+    exp = expand([t("computes", "group", roles=["compute"], tasks=["a", "deploy_start"]), *stage_tasks()[:3],
+                  t("a", roles=["master"])], NODES)
+    assert [exp.key(i) for i in exp.members["computes"]] == ["a@k1", "a@k2"]  # not a@m, not the stage
+    assert waits(exp, "a", "m") == set()
+
+
+def test_a_member_that_requires_its_own_group_is_a_cycle_naming_it() -> None:
+    with pytest.raises(GraphError, match=r"dependency cycle .*a@k1.*computes"):
+        expand([t("computes", "group", roles=["compute"]), t("a", groups=["computes"], requires=["computes"])],
+               NODES)
+
+
+def test_groups_ordered_through_stages_take_a_shared_instance_in_the_earlier_one() -> None:
+    nodes = [GraphNode("both", ("controller", "compute"))]
+    exp = expand([*stage_tasks(),
+                  t("early", "group", roles=["controller"], required_for=["deploy_end"]),
+                  t("late", "group", roles=["compute"], requires=["post_deployment_start"]),
+                  t("hiera", groups=["late", "early"])], nodes)  # the order written does not matter
+    assert [exp.key(i) for i in exp.members["early"]] == ["hiera@both"] and exp.members["late"] == []
+    assert "hiera@both" in ancestors(exp, "late")

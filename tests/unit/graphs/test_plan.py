@@ -183,6 +183,41 @@ def test_subgraphs_forward_of_start_backward_of_end() -> None:
         plan(subgraphs=[Subgraph(start=["nope"])], **data)
 
 
+def test_a_node_range_starts_and_ends_a_subgraph_on_those_nodes_only() -> None:
+    data: dict[str, Any] = {"node_data": {"k1": {"cfg": 1}}}
+    forward = states(plan(subgraphs=[Subgraph(start=["ctl"], start_nodes=["c1"])], **data))
+    assert [k for k, v in forward.items() if v[0] == "planned"] == ["ctl@c1", "cfg@k1", "done@c1", "done@k1"]
+    assert forward["ctl@c2"] == ("skipped", "outside subgraph") and forward["done@c2"][1] == "outside subgraph"
+    ranged = states(plan(subgraphs=[Subgraph.model_validate({"start": ["ctl"], "startNodes": ["c1"],
+                                                             "end": ["done"], "endNodes": ["k1"]})], **data))
+    assert [k for k, v in ranged.items() if v[0] == "planned"] == ["ctl@c1", "cfg@k1", "done@k1"]
+    assert ranged["deploy_end"][0] == "noop"  # anchors are structure, never work
+    with pytest.raises(PlanError, match=r"subgraphs\[0\].start: \['cfg'\] match no task of the graphs run on c1"):
+        plan(subgraphs=[Subgraph(start=["cfg"], start_nodes=["c1"])], **data)
+    with pytest.raises(PlanError, match=r"subgraphs\[0\].endNodes: 'c9' is not a node of the environment"):
+        plan(subgraphs=[Subgraph(end=["done"], end_nodes=["c9"])], **data)
+    from operators.graphs.models import check_run
+
+    assert check_run({"environment": "e", "graphs": [{}], "subgraphs": [{"end": ["done"], "startNodes": ["c1"]}]}) \
+        == ["spec.subgraphs[0].startNodes: nodes of no task: name the start tasks too"]
+
+
+def test_fuels_range_syntax_splits_tasks_from_nodes() -> None:
+    from operators.graphs.ranges import split_range, subgraph_range
+
+    assert split_range("netconfig/node-1,node-2") == (["netconfig"], ["node-1", "node-2"])
+    assert split_range("netconfig,hiera") == (["netconfig", "hiera"], None)
+    assert split_range("/^net/,hiera/node-3") == (["/^net/", "hiera"], ["node-3"])
+    assert split_range("/^net/") == (["/^net/"], None)
+    assert split_range("/^net//node-1") == (["/^net/"], ["node-1"])
+    assert split_range("/^a/b/c") == (["/^a/b/c"], None)  # an unclosed /regex/, refused as such later
+    with pytest.raises(ValueError, match="no node after"):
+        split_range("netconfig/,")
+    assert subgraph_range("netconfig/node-1,node-2:hiera/node-3") == {
+        "start": ["netconfig"], "startNodes": ["node-1", "node-2"], "end": ["hiera"], "endNodes": ["node-3"]}
+    assert subgraph_range(":deploy_end") == {"start": [], "end": ["deploy_end"]}
+
+
 def test_graph_types_run_in_order() -> None:
     first = [t("a", roles=["*"])]
     second = [t("b", roles=["compute"]), t("c", roles=["compute"], requires=["b"])]
@@ -264,3 +299,57 @@ def test_the_status_lists_each_nodes_tasks_in_the_order_they_run_and_the_edges_o
     assert facts["plan"]["outsideEdges"] == [
         {"type": "default", "dependent": "report@k1", "dependency": "ctl-only@c1"},
         {"type": "default", "dependent": "report@k1", "dependency": "ctl-only@c2"}]
+
+
+def grouped() -> list[Task]:
+    """controllers -> computes, both required for deploy_end; smoke after it."""
+    return [
+        *stage_tasks(),
+        t("controllers", "group", roles=["controller"], requires=["deploy_start"], required_for=["deploy_end"]),
+        t("computes", "group", roles=["compute"], requires=["controllers"], required_for=["deploy_end"]),
+        t("hiera", groups=["controllers", "computes"]),
+        t("db", groups=["controllers"], requires=["hiera"]),
+        t("nova", groups=["computes"]),
+        t("smoke", roles=["*"], requires=["post_deployment_start"]),
+    ]
+
+
+def closure(requirements: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Each workflow instance with everything it waits for, directly or not."""
+    out: dict[str, set[str]] = {}
+    for key in requirements:
+        seen: set[str] = set()
+        stack = [key]
+        while stack:
+            for d in requirements[stack.pop()]:
+                if d not in seen:
+                    seen.add(d)
+                    stack.append(d)
+        out[key] = seen
+    return out
+
+
+def test_a_groups_order_holds_in_the_workflow_and_its_start_is_a_step_not_a_task_instance() -> None:
+    p = plan(grouped())
+    before = closure(requirements(p))
+    controller_steps = {f"default:{task}:{n}@{n}" for task in ("hiera", "db") for n in ("c1", "c2")}
+    for task in ("hiera", "nova"):
+        assert controller_steps <= before[f"default:{task}:k1@k1"], task
+    assert not any(s.endswith("@k1") for s in before["default:db:c1@c1"] | before["default:hiera:c2@c2"])
+    assert {*controller_steps, "default:hiera:k1@k1", "default:nova:k1@k1"} <= before["default:smoke:c1@c1"]
+    # the start anchor is order only: a noop step of the workflow, not an instance of the plan or its status
+    assert "controllers::start" not in states(p) and states(p)["controllers"] == ("noop", "group (structure, "
+                                                                                 "nothing runs)")
+    step = to_workflow(p, known_hosts="", private_key_ref="k").step("default:controllers::start")
+    assert step.type == "noop" and [d.step for d in step.depends_on] == ["default:deploy_start"]
+    assert p.summary()["instances"] == len(states(p)) == 6 + 2 + 3 + 2 + 1 + 3  # stages, groups, hiera, db, nova, smoke
+
+
+def test_a_node_subset_keeps_the_groups_order_through_the_nodes_left_out() -> None:
+    p = plan(grouped(), selection=GraphSelection(type="default", nodes=["k1"]))
+    before = closure(requirements(p))
+    assert {"default:controllers", "default:controllers::start", "default:deploy_start"} <= \
+        before["default:hiera:k1@k1"]
+    assert not any(s.endswith(("@c1", "@c2")) for s in before["default:smoke:k1@k1"])
+    assert ("controllers", "db@c1", "satisfied-outside-subset") in {
+        (e.dependent, e.dependency, e.rule) for e in p.outside_edges}

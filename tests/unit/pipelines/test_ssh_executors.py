@@ -413,6 +413,8 @@ def test_puppet_missing_on_the_node_fails_saying_so(tmp_path: Path, nodes: SshNo
 def test_puppet_apply_arguments_noop_and_exit_codes(tmp_path: Path, nodes: SshNodes) -> None:
     fake = nodes.node(B).bin / "puppet"
     fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$NODE_DIR/puppet.args"\necho "Notice: applied"\n'
+                    "echo \"Notice: /Stage[main]/Main/File[/etc/motd]/content: current_value '{md5}a', should be "
+                    "'{md5}b' (noop)\"\n"
                     'exit "${PUPPET_EXIT:-2}"\n')
     fake.chmod(0o755)
     try:
@@ -422,9 +424,11 @@ def test_puppet_apply_arguments_noop_and_exit_codes(tmp_path: Path, nodes: SshNo
         args = (nodes.node(B).dir / "puppet.args").read_text().split("\n")
         assert args[0] == "apply" and "--modulepath=/etc/puppet/modules" in args and "--noop" in args
         assert "--detailed-exitcodes" in args and args[-2] == "/etc/puppet/modular/netconfig.pp"
-        assert "Notice: applied" in out.text() and "changes applied" in result.message
-        run_step(tmp_path, nodes, "ssh.puppet", {**params, "noop": False}, B)
+        assert "Notice: applied" in out.text() and "1 resource(s) would change" in result.message
+        assert result.details["noop"] == {"wouldChange": 1, "refreshes": 0, "resources": ["File[/etc/motd] (content)"]}
+        result, _ = run_step(tmp_path, nodes, "ssh.puppet", {**params, "noop": False}, B)
         assert "--noop" not in (nodes.node(B).dir / "puppet.args").read_text()
+        assert "changes applied" in result.message and not result.details
         fake.write_text('#!/bin/sh\necho "Error: boom" >&2\nexit 6\n')
         failure, _ = fails(tmp_path, nodes, "ssh.puppet", params, B)
         assert failure.exit_code == 6 and "reported failures" in failure.message and "boom" in failure.message

@@ -514,6 +514,8 @@ def test_pipelined_requests_from_a_client_that_never_reads_hold_no_memory_in_the
                 sent += 100
             except (BlockingIOError, ssl.SSLWantWriteError):
                 time.sleep(0.01)
+            except (ssl.SSLEOFError, ConnectionError):
+                break  # or the server ends the connection (granian's header timeout on a head cut by backpressure)
         assert relayed.get()["path"] == "/ok"
         assert relayed.rss() - before < 32 * MiB
     assert relayed.get()["path"] == "/ok"

@@ -2,7 +2,8 @@
 
 The server runs in a process of its own so that its memory can be read (`/proc/<pid>/status`)
 while raw sockets on loopback attack it, each attack in a bounded loop; after each one, a
-well-behaved client must still be answered.
+well-behaved client must still be answered. It serves TLS, as the APIs always do: through the
+relay in front of granian (`operators.runtime.serving.relay`), which is part of what is attacked.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -19,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from operators.runtime.serving.certs import make_ca, make_leaf
 from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -26,6 +29,7 @@ MiB = 1 << 20
 
 SERVER = """
 import asyncio, json, sys
+from pathlib import Path
 from operators.runtime.serving.http import HttpServer, Response
 
 bodies = []  # the bodies of the requests the handler was given
@@ -46,7 +50,7 @@ async def gate(request):  # what the APIs do: authenticate on the head, before a
 
 async def main():
     server = HttpServer(handler, max_body=64 << 10, header_timeout=1.0, concurrency=64, gate=gate)
-    await server.start("127.0.0.1", int(sys.argv[1]))
+    await server.start("127.0.0.1", int(sys.argv[1]), (Path(sys.argv[2]), Path(sys.argv[3])))
     print("ready", flush=True)
     await asyncio.Event().wait()
 
@@ -66,7 +70,7 @@ class Served:
         raise AssertionError("no VmRSS")
 
     def connect(self) -> socket.socket:
-        return socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        return CLIENT_TLS.wrap_socket(socket.create_connection(("127.0.0.1", self.port), timeout=10))
 
     def bodies(self) -> list[int]:
         """The sizes of the bodies the handler was given so far."""
@@ -89,12 +93,21 @@ def _read_all(sock: socket.socket) -> bytes:
     return b"".join(chunks)
 
 
+CLIENT_TLS = ssl.create_default_context()
+CLIENT_TLS.check_hostname = False
+CLIENT_TLS.verify_mode = ssl.CERT_NONE  # an attacker does not check whom it talks to
+
+
 @pytest.fixture
-def served() -> Iterator[Served]:
+def served(tmp_path: Path) -> Iterator[Served]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-c", SERVER, str(port)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    leaf = make_leaf(make_ca("serving-test-ca"), "server", hosts=["127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(leaf.cert_pem)
+    (tmp_path / "tls.key").write_bytes(leaf.key_pem)
+    process = subprocess.Popen([sys.executable, "-c", SERVER, str(port), str(tmp_path / "tls.crt"),
+                                str(tmp_path / "tls.key")], cwd=ROOT, stdout=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert process.stdout is not None and process.stdout.readline().strip() == "ready"
     try:
@@ -182,6 +195,30 @@ def test_bodies_cut_short_and_content_length_with_transfer_encoding_never_reach_
     assert served.get()["path"] == "/ok"
 
 
+def test_a_bare_lf_in_a_request_head_is_refused_and_the_connection_closed(served: Served) -> None:
+    """Issue 25, finding 13: granian takes a bare LF for a line end, and a proxy that splits heads on
+    CRLF only would see other requests than granian. Refused (400, closed) in the request line, in
+    a header, as the head's end, and in the second request of a connection (past a body that has LFs
+    of its own, which are the body's business); bounded: 5 rounds of each."""
+    heads = (b"GET /lf HTTP/1.1\nHost: t\r\n\r\n", b"GET /lf HTTP/1.1\r\nHost: t\nX-Smuggle: 1\r\n\r\n",
+             b"GET /lf HTTP/1.1\r\nHost: t\r\n\n")
+    body = b"line one\nline two\n"
+    first = b"POST /first HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ok\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(body), body)
+    for _ in range(5):
+        for after_a_body, attack in ((False, heads[0]), (False, heads[1]), (False, heads[2]), (True, heads[0])):
+            with served.connect() as sock:
+                if after_a_body:  # a second request on the connection, after a body with LFs of its own
+                    sock.sendall(first)
+                    assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+                sock.sendall(attack)
+                answer = _read_all(sock)  # ends: the connection is closed after the refusal
+            assert answer.startswith(b"HTTP/1.1 400") and b"bare LF" in answer, answer
+            assert b'"/lf"' not in answer
+    assert served.bodies() == [len(body)] * 5  # the well-framed first requests were served
+    assert served.get()["path"] == "/ok"
+
+
 def test_pipelined_requests_from_a_client_that_never_reads_hold_no_memory(served: Served) -> None:
     before = served.rss()
     with served.connect() as sock:
@@ -193,8 +230,10 @@ def test_pipelined_requests_from_a_client_that_never_reads_hold_no_memory(served
             try:
                 sock.send(request * 100)
                 sent += 100
-            except BlockingIOError:
+            except (BlockingIOError, ssl.SSLWantWriteError):
                 time.sleep(0.01)
+            except (ssl.SSLEOFError, ConnectionError):
+                break  # or the server ends the connection (granian's header timeout on a head cut by backpressure)
         assert served.get()["path"] == "/ok"
         assert served.rss() - before < 16 * MiB
     assert served.get()["path"] == "/ok"

@@ -20,6 +20,7 @@ from operators.calm.blueprint import (
     foreign_refs,
     move_inline_secrets,
     release,
+    store_sealed,
     validate,
 )
 from operators.calm.models import SecretSource
@@ -67,20 +68,66 @@ def admission(vault: Vault, namespace: str, name: str, spec: dict[str, Any], *, 
                             services=services(vault), generated_name=generated)
 
 
-def stored_ref(vault: Vault, namespace: str, name: str, value: str = VALUE) -> str:
+def sealed_secret(vault: Vault, namespace: str, name: str, value: str = VALUE) -> dict[str, Any]:
+    """What the mutating webhook leaves of an inline value: `{vaultRef, sealed}`."""
     patch = run(move_inline_secrets(admission(vault, namespace, name, spec_with({"value": value}))))
     assert patch is not None
-    ref: str = patch["spec"]["credentials"][0]["secret"]["vaultRef"]
+    secret: dict[str, Any] = patch["spec"]["credentials"][0]["secret"]
+    return secret
+
+
+def stored_ref(vault: Vault, namespace: str, name: str, value: str = VALUE) -> str:
+    """An inline value through the webhook, then the blueprint's reconcile, which stores it."""
+    secret = sealed_secret(vault, namespace, name, value)
+    run(store_sealed(vault, namespace, name, spec_with(secret)))
+    ref: str = secret["vaultRef"]
     return ref
 
 
-def test_the_webhook_stores_a_value_under_the_namespace_and_the_blueprint_whatever_the_label(vault: Vault) -> None:
+def test_the_webhook_seals_and_the_reconcile_stores_under_the_namespace_and_blueprint_whatever_the_label(
+    vault: Vault,
+) -> None:
     request = admission(vault, TEAM, "web", spec_with({"value": VALUE}), labels={"stead.dev/project": EVE})
     patch = run(move_inline_secrets(request))
     assert patch is not None
-    ref = patch["spec"]["credentials"][0]["secret"]["vaultRef"]
-    assert vault.owner_of(TEAM, ref) == "Blueprint/web"
+    secret = patch["spec"]["credentials"][0]["secret"]
+    assert set(secret) == {"vaultRef", "sealed"} and VALUE not in str(patch)
+    assert vault.projects() == []  # admission wrote nothing (issue 25, finding 2)
+    ctx = StepContext(obj=obj(TEAM, "web", spec_with(secret), {"stead.dev/project": EVE}), facts={},
+                      services=services(vault))
+    run(validate(ctx))
+    assert vault.owner_of(TEAM, secret["vaultRef"]) == "Blueprint/web"
+    assert vault.get(TEAM, secret["vaultRef"], owner="Blueprint/web") == VALUE
     assert vault.projects() == [TEAM]  # the label chose nothing
+
+
+def test_a_sealed_value_opens_only_for_its_namespace_and_blueprint(vault: Vault) -> None:
+    """A tenant who got a sealed value (from its own namespace, or from a review it forged for
+    another's) cannot make it another namespace's or another blueprint's entry: refused at the
+    validating webhook and stalled at the reconcile, and never stored."""
+    theirs = sealed_secret(vault, TEAM, "web")
+    for namespace, name in ((EVE, "web"), (TEAM, "thief")):
+        request = admission(vault, namespace, name, spec_with(theirs))
+        with pytest.raises(Refusal) as refused:
+            run(check_vault_refs(request))
+        assert "sealed value" in refused.value.message and VALUE not in refused.value.message
+        ctx = StepContext(obj=obj(namespace, name, spec_with(theirs)), facts={}, services=services(vault))
+        with pytest.raises(PermanentError) as stalled:
+            run(validate(ctx))
+        assert stalled.value.reason == "ForeignSecret"
+    altered = dict(theirs, sealed=theirs["sealed"][:-8] + "AAAAAAA=")
+    with pytest.raises(Refusal):
+        run(check_vault_refs(admission(vault, TEAM, "web", spec_with(altered))))
+    assert vault.projects() == []
+    run(check_vault_refs(admission(vault, TEAM, "web", spec_with(theirs))))  # its own: admitted
+
+
+def test_a_sealed_value_cannot_take_over_another_blueprints_uuid(vault: Vault) -> None:
+    ref = stored_ref(vault, TEAM, "web")
+    forged = dict(sealed_secret(vault, TEAM, "thief", "mine"), vaultRef=ref)  # sealed for another uuid
+    with pytest.raises(Refusal):
+        run(check_vault_refs(admission(vault, TEAM, "thief", spec_with(forged))))
+    assert vault.get(TEAM, ref, owner="Blueprint/web") == VALUE
 
 
 def test_a_reference_to_another_namespaces_or_objects_secret_is_refused_naming_the_field(vault: Vault) -> None:
@@ -129,6 +176,7 @@ def reapplied_ref(vault: Vault, name: str, value: str, old_ref: str, namespace: 
     request = dataclasses.replace(request, authenticated=authenticated)
     patch = run(move_inline_secrets(request))
     assert patch is not None
+    run(store_sealed(vault, namespace, name, patch["spec"]))  # the reconcile of the stored object
     ref: str = patch["spec"]["credentials"][0]["secret"]["vaultRef"]
     return ref
 
@@ -149,7 +197,10 @@ def test_no_review_learns_whether_it_guessed_a_stored_value(vault: Vault) -> Non
     victim = stored_ref(vault, TEAM, "web")
     guesses = ("wrong-1", VALUE, "wrong-2", VALUE)  # bounded: a right guess among wrong ones
     for guess in guesses:
-        assert stored_ref(vault, TEAM, "web", guess) != victim  # no `old`: nothing compared
+        assert sealed_secret(vault, TEAM, "web", guess)["vaultRef"] != victim  # no `old`: nothing compared
+    assert [e.uuid for e in vault.entries(TEAM)] == [victim]  # and reviews alone wrote nothing
+    for guess in guesses:
+        assert stored_ref(vault, TEAM, "web", guess) != victim
     for guess in guesses:
         # a forged `old` naming the victim's uuid, sent where the sender is not authenticated
         assert reapplied_ref(vault, "web", guess, victim, authenticated=False) != victim
