@@ -156,8 +156,8 @@ NOUNS: tuple[Noun, ...] = (
     Noun("blueprint", "Blueprints: deps (their dependencies, one per line)", _add_blueprint,
          kind_module="operators.calm.blueprint"),
     Noun("service", "service instances: catalog, list, create, get, update, set-state, delete, log", _add_service),
-    Noun("graph", "deployment graphs: upload, download, list, delete, execute (a GraphRun), status, logs, history",
-         _add_graph),
+    Noun("graph", "deployment graphs: upload, download, list, delete, execute (a GraphRun), plan, status, logs, "
+         "history", _add_graph),
     Noun("config", "read and change configuration values (the configuration API)", _add_config),
     Noun("cluster", "the local control plane (kube-apiserver, etcd, controller-manager)", _add_cluster),
     Noun("crds", "write crds/*.yaml and the chart's copies from the models (or --check them)", _add_crds),

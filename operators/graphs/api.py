@@ -32,6 +32,7 @@ shared with `stead graph` (`operators.graphs.cli`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -53,6 +54,7 @@ from operators.graphs.history import (
     history_path,
     to_csv,
 )
+from operators.graphs.kept import graph_types, no_such_type
 from operators.graphs.merge import MergedGraph, merge_graphs
 from operators.graphs.models import (
     DEPLOYMENT_GRAPH,
@@ -210,6 +212,17 @@ async def levels_of(kube: Requester, namespace: str, environment: str, graph_typ
 
     plugins = [(p, tasks) for p in spec.plugins if (tasks := level("plugin", p)) is not None]
     return Levels(environment, spec, level("release", spec.release), plugins, level("environment", environment))
+
+
+def environment_graph_types(items: Sequence[Mapping[str, Any]], environment: str, env: Mapping[str, Any]) -> list[str]:
+    """The graph types the Environment object `env` has, of the namespace's DeploymentGraph objects `items` (an
+    invalid graph counts for none, as a run ignores it: `kept.graph_types`)."""
+    spec = EnvironmentSpec.model_validate(dict(env.get("spec") or {}))
+    graphs = []
+    for item in items:
+        with contextlib.suppress(ValidationError):
+            graphs.append(DeploymentGraphSpec.model_validate(dict(item.get("spec") or {})))
+    return graph_types(environment, spec, graphs)
 
 
 def tasks_from_fuel(raw: Any, where: str = "body.tasks") -> list[Task]:
@@ -617,6 +630,14 @@ class GraphsApi(ExtensionBase):
                 if unknown:
                     bad_request(f"body.subgraphs[{k}].{side}_nodes: {', '.join(unknown)} not in cluster {environment} "
                                 f"(its nodes: {', '.join(sorted(known)) or 'none'})")
+        try:
+            have = environment_graph_types(await self._items(namespace), environment, env)
+        except ValidationError:
+            raise ApiProblem(409, "Invalid", f"cluster {environment} has an invalid spec (see its status)") from None
+        for i, graph in enumerate(run.graphs):
+            problem = no_such_type(environment, graph.type, have)
+            if problem:
+                bad_request(f"body.graphs[{i}].type: {problem}")
         busy = await others_running(self.kube, namespace, environment, "")
         if busy:
             raise ApiProblem(409, "Conflict", f"GraphRun {busy[0]} runs on cluster {environment}: one run at a time "
@@ -890,7 +911,8 @@ OPENAPI_PATHS: dict[str, Any] = {
                      "application/json": {"schema": {"type": "object", "properties": {
                          "name": {"type": "string"}, "namespace": {"type": "string"},
                          "cluster": {"type": "string"}}}}}},
-                     "400": _error("Malformed body, or nodes not in the cluster."),
+                     "400": _error("Malformed body, nodes not in the cluster, or a type it has no graph of (its "
+                                   "types are named)."),
                      "404": _error("No such cluster."),
                      "409": _error("A run is going on the cluster (named)."), **_COMMON}},
     },

@@ -12,6 +12,10 @@
                         [--force] [--dry-run | --noop] [-f] [--name NAME]
                            a GraphRun; -f follows it (a live tree of each node's tasks and the
                            progress) until it ends: exit code 0 when it succeeded, 1 otherwise
+    stead graph plan --env E [--type T...] [--node N...] [--task T...] [--subgraph START[:END]...] [--force]
+                           the plan a run would follow (the operator plans a dry run, which is then deleted):
+                           each node's tasks in the order they run, and the dependencies on nodes outside
+                           the subset
     stead graph status RUN [-o json|yaml]   the run's tree of nodes and tasks
     stead graph logs RUN [--node N] [--task T] [--type T]
                            the whole output of the run's task instances (the status keeps a failure's
@@ -145,7 +149,13 @@ def _footer(obj: Mapping[str, Any]) -> list[str]:
     plan = status.get("plan") or {}
     if plan.get("outsideSubset"):
         lines.append(f"{plan['outsideSubset']} dependencies on nodes outside the subset counted as satisfied")
-    if status.get("reason"):
+    stalled = next((c for c in status.get("conditions") or []
+                    if c.get("type") == "Stalled" and c.get("status") == "True" and c.get("message")), None)
+    if stalled is not None and status.get("state") in ("Failed", "Aborted"):
+        # the condition's message says what to do (grant the account get on the Secret, name one of the types);
+        # status.reason is the short form
+        lines.append(f"reason: {stalled['message']}")
+    elif status.get("reason"):
         lines.append(f"reason: {status.get('failedTask') or ''} {status['reason']}".replace("  ", " "))
     return lines
 
@@ -378,7 +388,10 @@ def run_spec(args: argparse.Namespace) -> dict[str, Any]:
     return spec
 
 
-async def _execute(kube: Requester, args: argparse.Namespace) -> int:
+async def _create_run(kube: Requester, args: argparse.Namespace, spec: Mapping[str, Any], name: str | None,
+                      stem: str) -> str:
+    """Create the GraphRun of `spec` after the checks a run would fail (nodes not in the environment, types it
+    has no graph of), named `name` or generated from the environment and `stem`; its name."""
     import re
 
     env = await _environment(kube, args.namespace, args.env)
@@ -392,20 +405,113 @@ async def _execute(kube: Requester, args: argparse.Namespace) -> int:
     if ranged:
         raise CommandError(f"--subgraph: {', '.join(dict.fromkeys(ranged))} not in environment {args.env} (its "
                            f"nodes: {', '.join(known) or 'none'}); nothing run")
+    await _known_types(kube, args, env)
     metadata: dict[str, Any] = {"namespace": args.namespace}
-    if args.name:
-        metadata["name"] = args.name
+    if name:
+        metadata["name"] = name
     else:
-        types = "-".join(args.type).lower().replace("_", "-")
-        metadata["generateName"] = re.sub(r"[^a-z0-9-]", "-", f"{args.env}-{types}")[:50].strip("-") + "-"
-    body = {"apiVersion": API_VERSION, "kind": "GraphRun", "metadata": metadata, "spec": run_spec(args)}
+        metadata["generateName"] = re.sub(r"[^a-z0-9-]", "-", f"{args.env}-{stem}")[:50].strip("-") + "-"
+    body = {"apiVersion": API_VERSION, "kind": "GraphRun", "metadata": metadata, "spec": dict(spec)}
     made = await kube.request("POST", _path(RUNS, args.namespace), body)
-    args.run = made["metadata"]["name"]
+    return str(made["metadata"]["name"])
+
+
+async def _execute(kube: Requester, args: argparse.Namespace) -> int:
+    types = "-".join(args.type).lower().replace("_", "-")
+    args.run = await _create_run(kube, args, run_spec(args), args.name, types)
     if not args.follow:
         print(args.run)
         return 0
     print(f"graphrun/{args.run} created", file=sys.stderr)
     return await _status(kube, args)
+
+
+async def _known_types(kube: Requester, args: argparse.Namespace, env: Mapping[str, Any]) -> None:
+    """A CommandError for a --type the environment has no graph of, naming those it has (a run of it would
+    plan nothing and succeed)."""
+    from pydantic import ValidationError
+
+    from operators.graphs.api import environment_graph_types, graph_items
+    from operators.graphs.kept import no_such_type
+
+    try:
+        types = environment_graph_types(await graph_items(kube, args.namespace), args.env, env)
+    except ValidationError:
+        raise CommandError(f"environment {args.env} has an invalid spec (see its status)") from None
+    for graph_type in args.type:
+        problem = no_such_type(args.env, graph_type, types)
+        if problem:
+            raise CommandError(f"--type {graph_type}: {problem}; nothing run")
+
+
+PLAN_INTERVAL = 0.2
+PLAN_SECONDS = 120.0
+"""How often `plan` looks at its dry run, and how long it waits for the operator to plan it."""
+
+
+async def _plan(kube: Requester, args: argparse.Namespace) -> int:
+    """The plan a run of these types would follow, made by the operator's own planner (a dry-run GraphRun: the
+    nodes' configuration and the last run's data as a run sees them), printed and the dry run deleted."""
+    import asyncio
+    import time
+
+    from operators.runtime.kube.client import ApiError
+
+    spec = {**run_spec(args), "dryRun": True}
+    spec.pop("noop", None)
+    name = await _create_run(kube, args, spec, None, "plan")
+    path = _path(RUNS, args.namespace, name)
+    deadline = time.monotonic() + PLAN_SECONDS
+    obj = await kube.request("GET", path)
+    while not _final(obj):
+        if time.monotonic() > deadline:
+            raise CommandError(f"graphrun/{name} was not planned within {PLAN_SECONDS:g}s (is the operator running?); "
+                               "it is left for you to look at")
+        await asyncio.sleep(getattr(args, "interval", PLAN_INTERVAL))
+        obj = await kube.request("GET", path)
+    try:
+        await kube.request("DELETE", path)
+    except ApiError as error:
+        print(f"{COMMAND}: graphrun/{name} (the dry run) could not be deleted: {error}", file=sys.stderr)
+    if args.output:
+        status = obj.get("status") or {}
+        print(dump({k: status.get(k) for k in ("state", "reason", "plan", "nodes", "omitted")}, args.output))
+    else:
+        print(format_plan(obj))
+    return _exit_code(obj)
+
+
+def format_plan(obj: Mapping[str, Any]) -> str:
+    """A dry run as `stead graph plan` prints it: per node its task instances numbered in the order they run
+    (state, and why when not planned), the anchors, the counts, and the dependencies on nodes outside the
+    subset, counted as satisfied."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    types = ", ".join(str(g.get("type") or "default") for g in spec.get("graphs") or [])
+    if status.get("state") != "Succeeded":
+        return "\n".join([f"environment {spec.get('environment')}, types {types}: no plan", *_footer(obj)])
+    lines = [f"environment {spec.get('environment')}, types {types}: the plan (nothing ran)"]
+    for node in status.get("nodes") or []:
+        lines.append(str(node.get("name") or "(anchors: stages and groups, on no node)"))
+        for n, task in enumerate(node.get("tasks") or [], start=1):
+            why = f"  {task['reason']}" if task.get("reason") else ""
+            lines.append(f"  {n:>3}. {task['task']}  {task['state']}{why}")
+    plan = status.get("plan") or {}
+    lines.append(f"{plan.get('planned', 0)} task instances run, {plan.get('skipped', 0)} skipped, "
+                 f"{plan.get('noop', 0)} noop; {plan.get('edges', 0)} dependencies")
+    if status.get("omitted"):
+        lines.append(f"({status['omitted']} more task instances not listed)")
+    outside = int(plan.get("outsideSubset") or 0)
+    if outside:
+        lines.append(f"{outside} dependencies on nodes outside the subset, counted as satisfied (those nodes are taken "
+                     "as their last run left them):")
+        edges = plan.get("outsideEdges") or []
+        many = len({e.get("type") for e in edges}) > 1
+        for edge in edges:
+            lines.append(f"  {edge['dependent']} waits for {edge['dependency']}"
+                         + (f"  ({edge['type']})" if many else ""))
+        if outside > len(edges):
+            lines.append(f"  (and {outside - len(edges)} more)")
+    return "\n".join(lines)
 
 
 def _exit_code(obj: Mapping[str, Any]) -> int:
@@ -600,7 +706,7 @@ def _owner_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def add_graph_actions(graph: argparse.ArgumentParser) -> None:
-    """`stead graph upload|download|list|delete|execute|status|logs|history`."""
+    """`stead graph upload|download|list|delete|execute|plan|status|logs|history`."""
     sub = graph.add_subparsers(metavar="ACTION")
     upload = sub.add_parser("upload", help="upload Fuel task files as the graph of an environment, release or "
                                            "plugin (creates it, or replaces the tasks of the one there is)")
@@ -655,6 +761,19 @@ def add_graph_actions(graph: argparse.ArgumentParser) -> None:
     cluster_arguments(execute, _run_command)
     execute.set_defaults(handler=_execute)
 
+    plan = sub.add_parser("plan", help="the plan a run of graph types would follow: each node's tasks in the order "
+                                       "they run, and the dependencies on nodes outside the subset (a dry run)")
+    plan.add_argument("-e", "--env", required=True, metavar="NAME")
+    plan.add_argument("-t", "--type", nargs="+", default=["default"], metavar="TYPE",
+                      help="the graph types, in order (default: default)")
+    plan.add_argument("-N", "--node", nargs="+", default=[], metavar="NODE", help="only these nodes")
+    plan.add_argument("-T", "--task", nargs="+", default=[], metavar="TASK", help="only these tasks")
+    plan.add_argument("-S", "--subgraph", nargs="+", default=[], type=subgraph, metavar="START[:END]",
+                      help="only what lies forward of START and backward of END")
+    plan.add_argument("--force", action="store_true", help="every condition's data counts as changed")
+    cluster_arguments(plan, _run_command, output=True)
+    plan.set_defaults(handler=_plan, dry_run=False, noop=False)
+
     status = sub.add_parser("status", help="a run: each node's tasks with their state, and the progress")
     status.add_argument("run", metavar="RUN")
     status.add_argument("-f", "--follow", action="store_true", help="until the run ends")
@@ -691,5 +810,6 @@ def add_graph_actions(graph: argparse.ArgumentParser) -> None:
     history.set_defaults(func=_history)
 
 
-__all__ = ["add_graph_actions", "dispatch", "format_graphs", "format_history", "format_run", "render_run", "run_spec",
+__all__ = ["add_graph_actions", "dispatch", "format_graphs", "format_history", "format_plan", "format_run",
+           "render_run", "run_spec",
            "subgraph"]

@@ -13,6 +13,19 @@ Fuel's functions, as nailgun registers them (yaql turns snake_case names into ca
 
 `force` is a run with no last data: every change function is true, `added` is everything.
 
+**Reading a configuration value.** `$` is the node's effective configuration keyed by resource
+(`$.astute.debug`, `$.astute.get('debug', false)`), plus `node` and `nodes`. Fuel's data had no
+resources: its task files write `$.get('debug', false)`. That spelling is accepted where it is
+unambiguous (`fuel_get`): a key of `$` itself (a resource, `node`, `nodes`) is that; else the key of
+the one resource that has it; no resource: the default; several: an error naming them (write
+`$.RESOURCE.get(...)`). Fuel's bare `$.debug` is not translated: it reads the resource `debug`.
+
+**Checked at upload** (`condition_problem`, beyond parsing): every function and method the
+expression calls exists (`foo(1)`, `$.x.lenght()`), and no bare word is an operand of a
+subtraction: yaql reads `$.node.name = cmp-1` as `$.node.name = (cmp - 1)` (a bare word is the
+string of its name, and no `-` takes a string), which can only fail, so a name with a dash must be
+quoted (`'cmp-1'`). Bare words elsewhere are yaql strings and stay legal (`$.role = compute`).
+
 Legacy (pre-yaql) condition strings: only the literals `true` and `false` are accepted. The
 real task files use yaql only; any other legacy expression is refused (at admission by
 `condition_problem`, at plan time by `ConditionError`), never silently taken as true.
@@ -41,6 +54,7 @@ from typing import Any
 
 import yaql
 from yaql.language import exceptions as yaql_errors
+from yaql.language import expressions as yaql_expressions
 from yaql.language import specs, utils, yaqltypes
 
 from operators.graphs.models import TaskCondition
@@ -106,16 +120,84 @@ def compile_expression(text: str) -> Any:
 
 
 def condition_problem(condition: TaskCondition) -> str | None:
-    """Why a condition cannot be used (for the admission check), or None."""
+    """Why a condition cannot be used (for the admission check), or None: it does not parse, calls a
+    function that does not exist, or subtracts from a bare word (`static_problem`). The expression is
+    quoted (it is the tenant's own text, never data)."""
     if condition.legacy is not None:
         if condition.legacy.strip().lower() in ("true", "false"):
             return None
         return (f"legacy condition {condition.legacy[:80]!r} is not supported (only 'true' and 'false'); "
                 "write it as yaqlExp")
+    text = condition.yaql_exp or ""
     try:
-        compile_expression(condition.yaql_exp or "")
+        problem = static_problem(compile_expression(text))
     except ConditionError as error:
-        return str(error)
+        problem = str(error)
+    if problem is None:
+        return None
+    shown = " ".join(text.split())
+    shown = shown if len(shown) <= 200 else shown[:200] + "..."
+    return f"yaqlExp {shown!r}: {problem}"
+
+
+_METHOD_CALLS = ("#operator_.", "#operator_?.")
+"""The operators whose right operand is a method call (`$.x.len()`, `$?.x.len()`)."""
+
+
+def static_problem(expression: Any) -> str | None:
+    """What a parsed expression certainly gets wrong, whatever the data: a function or method it calls
+    that is not defined (unless it defines functions itself, with `def`), or a bare word in a
+    subtraction. None when nothing is found (evaluation may still fail on the data)."""
+    _, root = _get_engine()
+    nodes: list[tuple[Any, bool]] = [(expression, False)]
+    calls: list[tuple[str, bool]] = []
+    while nodes:
+        node, as_method = nodes.pop()
+        if isinstance(node, yaql_expressions.MappingRuleExpression):
+            nodes.extend(((node.source, False), (node.destination, False)))
+            continue
+        if isinstance(node, yaql_expressions.Wrap):
+            nodes.append((node.expr, False))
+            continue
+        if not isinstance(node, yaql_expressions.Function):
+            continue
+        if isinstance(node, (yaql_expressions.BinaryOperator, yaql_expressions.UnaryOperator)) \
+                and node.operator == "-":
+            bare = [a for a in node.args if type(a) is yaql_expressions.KeywordConstant]
+            if bare:
+                written = _written(node)
+                hint = f" ('{written}')" if written else ""
+                return (f"the bare word {bare[0].value!r} is an operand of a subtraction (yaql reads "
+                        f"{written or bare[0].value + '-...'!r} as a subtraction, which cannot take a string): "
+                        f"quote the name{hint}")
+        name = str(node.name)
+        if not name.startswith(("#", "*")):
+            calls.append((name, as_method))
+        method_call = name in _METHOD_CALLS
+        for index, arg in enumerate(node.args):
+            nodes.append((arg, method_call and index == 1))
+    if any(name == "def" for name, _ in calls):
+        return None  # the expression defines functions of its own: their names are not known here
+    for name, as_method in calls:
+        kind = "method" if as_method else "function"
+        found = root.collect_functions(
+            name, (lambda fd, ctx: fd.is_method) if as_method else (lambda fd, ctx: fd.is_function))
+        if not found:
+            return f"no {kind} {name!r} in yaql or Fuel's functions"
+    return None
+
+
+def _written(node: Any) -> str | None:
+    """How a subtraction of bare words and constants was written (`cmp-1`), or None when it holds more."""
+    if type(node) is yaql_expressions.KeywordConstant or (
+            type(node) is yaql_expressions.Constant and isinstance(node.value, (int, float))
+            and not isinstance(node.value, bool)):
+        return str(node.value)
+    if isinstance(node, (yaql_expressions.BinaryOperator, yaql_expressions.UnaryOperator)) \
+            and node.operator == "-":
+        parts = [_written(a) for a in node.args]
+        if all(p is not None for p in parts):
+            return "-".join(str(p) for p in parts) if len(parts) == 2 else f"-{parts[0]}"
     return None
 
 
@@ -154,6 +236,8 @@ def evaluate_expression(text: str, data: Mapping[str, Any], last: Mapping[str, A
         return _plain(result)
     except _OutOfTime as error:
         raise ConditionError(f"the expression takes longer than {TIME_BUDGET_SECONDS:g}s") from error
+    except AmbiguousKey as error:
+        raise ConditionError(str(error)) from None
     except yaql_errors.CollectionTooLargeException as error:
         raise ConditionError(f"a collection exceeds {LIMIT_ITERATORS} items") from error
     except yaql_errors.MemoryQuotaExceededException as error:
@@ -293,6 +377,41 @@ def _is_undef(receiver: Any) -> bool:
     return receiver is UNDEFINED
 
 
+NODE_KEYS = ("node", "nodes")
+"""What a node's data holds beside its resources (`operators.graphs.run.node_data`)."""
+
+
+class AmbiguousKey(Exception):
+    """`$.get(key)` for a key that several resources have (not a yaql error: yaql passes it on)."""
+
+
+def fuel_get(data: Mapping[str, Any], key: Any, default: Any = None) -> Any:
+    """Fuel's `$.get(key, default)` over Stead's data, keyed by resource: `data[key]` when `$` has the
+    key itself (a resource, `node`, `nodes`); else the value of the one resource that has the key; no
+    resource: `default`; several: `AmbiguousKey` naming them (never a value)."""
+    try:
+        if key in data:
+            return data[key]
+    except TypeError:  # an unhashable key: no resource has it
+        return default
+    holders = sorted(str(name) for name, value in data.items()
+                     if name not in NODE_KEYS and isinstance(value, Mapping) and key in value)
+    if not holders:
+        return default
+    if len(holders) > 1:
+        raise AmbiguousKey(f"$.get({key!r}): the key is in several resources ({', '.join(holders)}): name one, "
+                           f"e.g. $.{holders[0]}.get({key!r}, ...)")
+    return data[holders[0]][key]
+
+
+def _get(context: Any, receiver: Mapping[str, Any], key: Any, default: Any = None) -> Any:
+    """`get` of a mapping: Fuel's lookup (`fuel_get`) when the mapping is the node's data itself (new or
+    old), yaql's own (`dict.get`) for any other."""
+    if receiver is context["$%new"] or receiver is context["$%old"]:
+        return fuel_get(receiver, key, default)
+    return receiver.get(key, default)
+
+
 def _bounded(iterable: Any) -> Iterator[Any]:
     """A generator of yaql's own making, bounded: at most LIMIT_ITERATORS items, and the clock
     checked as it goes. yaql limits collections only where a function declares an `Iterable`
@@ -367,4 +486,8 @@ def _register(context: Any) -> None:
             wrapped = specs.parameter(lambda_param, yaqltypes.Lambda())(wrapped)
         context.register_function(wrapped)
     context.register_function(specs.method(specs.name("isUndef")(_is_undef)))
+    # found before the standard library's dict.get (this layer is searched first)
+    getter: Any = specs.parameter("receiver", utils.MappingType)(specs.name("get")(_get))
+    getter = specs.parameter("key", nullable=True)(specs.parameter("default", nullable=True)(getter))
+    context.register_function(specs.method(getter))
     _generators(context)

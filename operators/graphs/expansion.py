@@ -58,6 +58,7 @@ from typing import Any
 
 from operators.graphs.models import CrossDependency, Task, compile_ref, is_regex
 from operators.graphs.regexes import RegexError
+from operators.graphs.structure import TaskMatcher
 from pipelines.model import find_cycle
 
 ANCHOR = ""
@@ -241,29 +242,6 @@ class _Resolver:
         return order
 
 
-class _Matcher:
-    """Task references (an id or /regex/) to the ids of the merged graph, each resolved once."""
-
-    def __init__(self, ids: Sequence[str]) -> None:
-        self.ids = list(ids)
-        self.known = set(ids)
-        self._cache: dict[str, list[str]] = {}
-
-    def match(self, ref: str) -> list[str]:
-        found = self._cache.get(ref)
-        if found is None:
-            if is_regex(ref):
-                try:
-                    pattern: Any = compile_ref(ref)
-                except RegexError:
-                    pattern = None
-                found = [i for i in self.ids if pattern is not None and pattern.search(i)]
-            else:
-                found = [ref] if ref in self.known else []
-            self._cache[ref] = found
-        return found
-
-
 def fault_tolerance(value: str | None, total: int) -> int:
     """How many of a group's `total` nodes may fail: a count, a percentage of them (rounded
     down) or a negative count (all but that many may fail, never below 0); unset: none (Fuel
@@ -288,7 +266,7 @@ def expand(tasks: Iterable[Task], nodes: Iterable[GraphNode | Mapping[str, Any]]
         task_map[task.id] = task  # merged: ids are unique
     exp = Expansion(task_map, node_list, max_instances=max_instances)
     resolver = _Resolver(node_list)
-    matcher = _Matcher(list(task_map))
+    matcher = TaskMatcher(list(task_map))
     problems: list[str] = []
 
     group_nodes: dict[str, list[str]] = {}
@@ -407,7 +385,7 @@ def _task_nodes(
     return [n for n in resolver.names if n in chosen]
 
 
-def _targets(matcher: _Matcher, ref: str, task_id: str, field: str, problems: list[str]) -> list[str]:
+def _targets(matcher: TaskMatcher, ref: str, task_id: str, field: str, problems: list[str]) -> list[str]:
     found = matcher.match(ref)
     if not found:
         what = "no task of the merged graph matches" if is_regex(ref) else "which is not in the merged graph"

@@ -106,7 +106,7 @@ def load_tasks(text: str, source: str = "<tasks>") -> list[Task]:
             "(a repeat with the same value is accepted)"
         ) from None
     except yaml.YAMLError as error:
-        raise FuelFormatError(f"{source}: not YAML: {error}") from error
+        raise FuelFormatError(yaml_problem(source, error)) from None
     if data is None:
         return []
     if not isinstance(data, list):
@@ -115,6 +115,19 @@ def load_tasks(text: str, source: str = "<tasks>") -> list[Task]:
     for index, raw in enumerate(data):
         tasks.append(task_from_fuel(raw, f"{source}: tasks[{index}]"))
     return tasks
+
+
+def yaml_problem(source: str, error: yaml.YAMLError) -> str:
+    """What is wrong with a YAML text, at `source:line:column` (PyYAML's own message names the text
+    `<unicode string>` and draws a caret under a copy of the line: neither says which file)."""
+    if not isinstance(error, yaml.MarkedYAMLError) or error.problem_mark is None:
+        return f"{source}: not YAML: {' '.join(str(error).split())}"
+    mark = error.problem_mark
+    where = f"{source}:{mark.line + 1}:{mark.column + 1}"
+    context = ""
+    if error.context and error.context_mark is not None:
+        context = f" ({error.context} at line {error.context_mark.line + 1})"
+    return f"{where}: not YAML: {error.problem}{context}"
 
 
 def load_file(path: str | Path) -> list[Task]:

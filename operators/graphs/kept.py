@@ -20,18 +20,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from operators.environment.models import EnvironmentSpec
 from operators.graphs.merge import MergeError, merge_specs
 from operators.graphs.models import DeploymentGraphSpec, Task
+from operators.graphs.structure import merged_problems
 from operators.runtime.core.store import LocalStore
 
 MERGED_DB = b"merged-graphs"
 GRAPHS_MERGED = "GraphsMerged"
 """The Environment's condition that says whether each of its graph types merges."""
+MAX_PROBLEMS = 20
+"""Problems of one type's merge said in full (the condition's message is cut at 2 KiB anyway)."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,9 @@ def digest(tasks: Sequence[Mapping[str, Any]]) -> str:
 
 def merge_type(environment: str, spec: EnvironmentSpec, generation: int, graphs: Sequence[SourceGraph],
                graph_type: str) -> KeptMerge:
-    """The merge of `graph_type` from the graphs the environment takes (the others are ignored)."""
+    """The merge of `graph_type` from the graphs the environment takes (the others are ignored). A merge
+    whose tasks name a task it does not have, or wait for each other in a cycle (`structure.merged_problems`),
+    is a failed merge too: a run of it could only fail, and the GraphsMerged condition says why."""
     taken = [g for g in graphs if g.spec.type == graph_type and taken_by(g.spec, environment, spec)]
     sources = {g.name: g.generation for g in taken}
     try:
@@ -99,15 +104,36 @@ def merge_type(environment: str, spec: EnvironmentSpec, generation: int, graphs:
                              environment=environment)
     except MergeError as error:
         return KeptMerge(graph_type, (), {}, "", sources, generation, problem=str(error))
+    problems = merged_problems(merged.tasks, merged.origin)
+    if problems:
+        shown = "; ".join(problems[:MAX_PROBLEMS]) + (f" (and {len(problems) - MAX_PROBLEMS} more)"
+                                                      if len(problems) > MAX_PROBLEMS else "")
+        return KeptMerge(graph_type, (), {}, "", sources, generation, problem=shown)
     tasks = tuple(t.model_dump(by_alias=True, mode="json", exclude_defaults=True) for t in merged.tasks)
     return KeptMerge(graph_type, tasks, dict(merged.origin), digest(tasks), sources, generation,
                      models=tuple(merged.tasks))
 
 
+def graph_types(environment: str, spec: EnvironmentSpec, graphs: Iterable[DeploymentGraphSpec]) -> list[str]:
+    """The graph types the environment has: those of a graph it takes (its release's, an enabled plugin's,
+    its own), sorted."""
+    return sorted({g.type for g in graphs if taken_by(g, environment, spec)})
+
+
+def no_such_type(environment: str, graph_type: str, types: Sequence[str]) -> str | None:
+    """Why a run of `graph_type` on the environment cannot be (naming the types it has), or None when it
+    has that type. A run of a type nothing defines would plan no task and succeed, deploying nothing."""
+    if graph_type in types:
+        return None
+    have = f"its graph types: {', '.join(types)}" if types else "it has no graph of any type yet"
+    return (f"environment {environment} has no graph of type {graph_type!r} ({have}; a type is that of a "
+            f"DeploymentGraph of its release, an enabled plugin or its own: stead graph list --env {environment})")
+
+
 def merge_environment(environment: str, spec: EnvironmentSpec, generation: int,
                       graphs: Sequence[SourceGraph]) -> dict[str, KeptMerge]:
     """Every graph type the environment has (a type of a graph it takes), merged."""
-    types = sorted({g.spec.type for g in graphs if taken_by(g.spec, environment, spec)})
+    types = graph_types(environment, spec, (g.spec for g in graphs))
     return {t: merge_type(environment, spec, generation, graphs, t) for t in types}
 
 

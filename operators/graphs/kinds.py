@@ -144,7 +144,8 @@ class MergedGraphStatus(Model):
     type: str = Field(description="The graph type.")
     task_count: int = Field(description="How many tasks the merged graph has (0 when it does not merge).")
     digest: str | None = Field(None, description="A digest of the merged tasks: it changes when the merge does.")
-    problem: str | None = Field(None, description="Why the type does not merge (two plugins defining a task).")
+    problem: str | None = Field(None, description="Why the type does not merge: two plugins defining a task, a "
+                                "reference to a task no level has, a dependency cycle (naming the tasks).")
 
 
 class EnvironmentWithGraphsStatus(EnvironmentStatus):

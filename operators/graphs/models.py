@@ -57,6 +57,8 @@ conditions total a few KiB (its 21 network tasks: 14 distinct conditions, 3.4 Ki
 MAX_REGEXES = 2000
 """Distinct /regex/ references one graph (or run) may hold: admission compiles each (RE2, some 20-40 us)
 in the operator's event loop, and a 3 MB object could otherwise carry hundreds of thousands."""
+MAX_OUTSIDE_EDGES = 100
+"""Dependencies on nodes outside a run's subset listed in its status (all of them are counted)."""
 OUTPUT_TAIL = 2048
 """Characters of a task's output kept in status (the tail); the whole output is in the run's log."""
 
@@ -291,7 +293,8 @@ class GraphRunSpec(Model):
     force: bool = Field(False, description="Every change function of every condition is true.")
     subgraphs: list[Subgraph] = Field(default_factory=list, max_length=16,
                                       description="Run only these parts of the graphs (union of all).")
-    abort: bool = Field(False, description="Set to true to stop the run: running tasks finish, nothing new starts.")
+    abort: bool = Field(False, description="Set to true to stop the run: running tasks are stopped (their processes "
+                        "on the nodes ended) and shown aborted, nothing new starts.")
     trigger: RunTrigger | None = Field(None, description="Set by Stead on the runs it creates itself "
                                        "(Environment spec.graphs.autoRun): the event, the reason, the changed keys.")
 
@@ -334,6 +337,16 @@ class NodeRunStatus(Model):
                                        description="Its task instances, in plan order.")
 
 
+class OutsideEdgeStatus(Model):
+    """A dependency on an instance of a node outside the run's subset: counted as satisfied, not waited for."""
+
+    type: GraphType = Field(description="The graph type.")
+    dependent: Annotated[str, StringConstraints(max_length=512)] = Field(
+        description="The instance that would wait (task@node).")
+    dependency: Annotated[str, StringConstraints(max_length=512)] = Field(
+        description="The instance outside the subset it would wait for (task@node).")
+
+
 class PlanSummary(Model):
     """The counts of a run's plan."""
 
@@ -343,7 +356,10 @@ class PlanSummary(Model):
     noop: int = Field(0, ge=0, description="Instances that run as no-ops (noop run, structure tasks).")
     edges: int = Field(0, ge=0, description="Dependencies between instances.")
     outside_subset: int = Field(0, ge=0, description="Dependencies on instances of nodes outside the run's "
-                                "subset, counted as satisfied (listed by `stead graph plan`).")
+                                "subset, counted as satisfied (listed in outsideEdges and by `stead graph plan`).")
+    outside_edges: list[OutsideEdgeStatus] | None = Field(
+        None, max_length=MAX_OUTSIDE_EDGES, description=f"The first {MAX_OUTSIDE_EDGES} of those dependencies, in "
+        "plan order.")
 
 
 class GraphRunStatus(StatusBase):
@@ -374,9 +390,11 @@ def check_graph(spec: Mapping[str, Any]) -> list[str]:
 
     Schema errors first (as `Kind.check_spec` would give them), then: duplicate task ids, malformed
     /regex/ references (task and role), a group naming an unknown task, a condition that does not
-    parse (yaql) or is a legacy expression Stead cannot evaluate. References to tasks of other
-    graphs (a plugin task requiring a release task) are legal here: they are checked on the merged
-    graph (`operators.graphs.expansion`), where the whole picture is.
+    parse (yaql), calls a function that does not exist or subtracts from a bare word
+    (`conditions.condition_problem`), a legacy expression Stead cannot evaluate, and a dependency cycle
+    among the graph's own tasks (`structure.graph_cycle`). References to tasks of other graphs (a plugin
+    task requiring a release task) are legal here: they are checked on the merged graph
+    (`structure.merged_problems`), where the whole picture is.
     """
     try:
         graph = DeploymentGraphSpec.model_validate(dict(spec))
@@ -389,6 +407,7 @@ def check_tasks(tasks: list[Task], path: str = "spec.tasks") -> list[str]:
     """The problems of a validated task list (see `check_graph`)."""
     from operators.graphs.autorun import refresh_problem
     from operators.graphs.conditions import condition_problem
+    from operators.graphs.structure import graph_cycle
 
     problems: list[str] = []
     distinct = {t.condition.yaql_exp for t in tasks if t.condition is not None and t.condition.yaql_exp is not None}
@@ -440,6 +459,9 @@ def check_tasks(tasks: list[Task], path: str = "spec.tasks") -> list[str]:
                 problems.append(f"{path}[{index}] ({task.id}).tasks[{i}]: unknown task {sub!r}")
             elif sub == task.id:
                 problems.append(f"{path}[{index}] ({task.id}).tasks[{i}]: a group cannot contain itself")
+    cycle = graph_cycle(tasks)
+    if cycle:
+        problems.append(f"{path}: {cycle}")
     return problems
 
 

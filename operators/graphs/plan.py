@@ -26,6 +26,7 @@ them hold (a false condition never reorders the rest).
 from __future__ import annotations
 
 import hashlib
+import heapq
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -126,6 +127,27 @@ class GraphPlan:
                 state, reason = self.states[i]
                 yield i, PlannedInstance(self.graph_type, task, node, state, reason, self.step_types[i])
 
+    def order(self) -> list[int]:
+        """The instances in an order they can run in: each after every instance it waits for, and otherwise in
+        the graph's order (Kahn's, the smallest index first). What a node's tasks are listed in."""
+        deps = self.expansion.deps
+        waiting = [len(d) for d in deps]
+        dependents: list[list[int]] = [[] for _ in deps]
+        for i, ds in enumerate(deps):
+            for d in ds:
+                dependents[d].append(i)
+        ready = [i for i, n in enumerate(waiting) if n == 0]
+        heapq.heapify(ready)
+        out: list[int] = []
+        while ready:
+            i = heapq.heappop(ready)
+            out.append(i)
+            for j in dependents[i]:
+                waiting[j] -= 1
+                if waiting[j] == 0:
+                    heapq.heappush(ready, j)
+        return out if len(out) == len(deps) else list(range(len(deps)))  # a cycle: refused before, never here
+
 
 @dataclass
 class Plan:
@@ -141,6 +163,15 @@ class Plan:
             for i, inst in graph.instances():
                 if include_outside or graph.included(i):
                     yield inst
+
+    def in_order(self) -> Iterator[PlannedInstance]:
+        """Every instance (groups' start anchors aside, as `instances`), graph type after graph type, each
+        type's in an order they can run in (`GraphPlan.order`)."""
+        for graph in self.graphs:
+            listed = dict(graph.instances())
+            for i in graph.order():
+                if i in listed:
+                    yield listed[i]
 
     @property
     def outside_edges(self) -> list[OutsideEdge]:

@@ -118,7 +118,7 @@ def make_plan_document(payload: Mapping[str, Any]) -> tuple[dict[str, Any], dict
     from operators.graphs.conditions import ConditionError
     from operators.graphs.expansion import GraphError
     from operators.graphs.merge import MergeError
-    from operators.graphs.models import OUTPUT_TAIL, GraphRunSpec, Task
+    from operators.graphs.models import MAX_OUTSIDE_EDGES, OUTPUT_TAIL, GraphRunSpec, Task
     from operators.graphs.plan import PlanError, plan_run, step_id, to_workflow
 
     spec = GraphRunSpec.model_validate(dict(payload["spec"]))
@@ -135,7 +135,7 @@ def make_plan_document(payload: Mapping[str, Any]) -> tuple[dict[str, Any], dict
     index: dict[str, list[str]] = {}
     planned: dict[str, dict[str, Any]] = {}
     prefix_of = {g.graph_type: g.prefix for g in the_plan.graphs}
-    for inst in the_plan.instances():
+    for inst in the_plan.in_order():  # the status lists each node's tasks in the order they run
         sid = step_id(prefix_of[inst.graph_type], inst.task, inst.node)
         index[sid] = [inst.task, inst.node]
         item: dict[str, Any] = {"task": inst.task, "state": inst.state}
@@ -144,7 +144,10 @@ def make_plan_document(payload: Mapping[str, Any]) -> tuple[dict[str, Any], dict
         planned[sid] = item
     nodes_status, omitted = instances_status(index, {}, planned, OUTPUT_TAIL)
     runs = sum(1 for item in planned.values() if item["state"] == "planned")
-    facts: dict[str, Any] = {"plan": the_plan.summary(), "nodes": nodes_status, "omitted": omitted or None,
+    edges = [{"type": e.graph_type, "dependent": e.dependent, "dependency": e.dependency}
+             for e in the_plan.outside_edges[:MAX_OUTSIDE_EDGES]]
+    summary = {**the_plan.summary(), "outsideEdges": edges or None}
+    facts: dict[str, Any] = {"plan": summary, "nodes": nodes_status, "omitted": omitted or None,
                              "progress": f"0/{runs}"}
     if spec.dry_run:
         from operators.runtime.core.clock import utc_now

@@ -3,14 +3,15 @@
 - Init: the environment exists and says how to reach its nodes (`spec.ssh`, unless a dry run), and
   no other run is going on it (the admission webhook refuses the second with 409; this catches a
   run that bypassed it).
-- Planning: the merged graph of each type the run names (release < the environment's plugins < the
-  environment: the Environment's kept merge while it is current, else merged from the current graphs;
-  `operators.graphs.kept`) is expanded over the environment's nodes and planned (conditions evaluated over
-  each node's effective configuration, from the configuration store) by a planner process under
-  CPU, memory and wall limits (`operators.graphs.planner`: tenants' expressions never run in the
-  operator's event loop). The plan, the workflow and the data the conditions read are written to the
-  run's directory, so that an operator restart
-  follows the same plan rather than a new one. A dry run ends here.
+- Planning: a type the environment has no graph of fails the run (`UnknownGraphType`, naming the types
+  it has: planned, it would run nothing and succeed). The merged graph of each type the run names
+  (release < the environment's plugins < the environment: the Environment's kept merge while it is
+  current, else merged from the current graphs; `operators.graphs.kept`) is expanded over the
+  environment's nodes and planned (conditions evaluated over each node's effective configuration, from
+  the configuration store) by a planner process under CPU, memory and wall limits
+  (`operators.graphs.planner`: tenants' expressions never run in the operator's event loop). The plan,
+  the workflow and the data the conditions read are written to the run's directory, so that an operator
+  restart follows the same plan rather than a new one. A dry run ends here.
 - Running: the workflow runs under the shared supervision (`operators.runtime.engine.runs`): a
   runner process of its own, restarted from its finished steps when it dies, aborted on
   `spec.abort`, its progress in status at most once a second. A success records the nodes' data
@@ -42,7 +43,7 @@ from operators.config.merge import effective
 from operators.config.repository import KubeConfigRepository, Snapshot
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec, SshAccess
 from operators.graphs.history import FINISHED, HistoryStore, entries_from_records, history_path
-from operators.graphs.kept import MergedGraphStore, SourceGraph, plan_input
+from operators.graphs.kept import MergedGraphStore, SourceGraph, graph_types, no_such_type, plan_input
 from operators.graphs.merge import MergeError
 from operators.graphs.models import (
     DEPLOYMENT_GRAPH,
@@ -268,6 +269,12 @@ async def plan(ctx: StepContext) -> Mapping[str, Any]:
     store = getattr(ctx.services, "store", None)
     kept = MergedGraphStore(store).of_environment(ctx.obj.namespace, spec.environment) if store is not None else {}
     failed = {"state": "Failed", "endTime": utc_now()}
+    types = graph_types(spec.environment, env, (g.spec for g in graphs))
+    for index, selection in enumerate(spec.graphs):
+        problem = no_such_type(spec.environment, selection.type, types)
+        if problem:
+            message = f"spec.graphs[{index}].type: {problem}"
+            raise PermanentError("UnknownGraphType", message, facts={**facts, **failed, "reason": message})
     try:
         merged: dict[str, list[Any]] = {}
         for selection in spec.graphs:

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -139,16 +140,22 @@ def test_a_failing_task_fails_the_run_naming_it_and_a_subset_runs_only_its_nodes
 def test_one_run_at_a_time_abort_and_a_dry_run_that_touches_nothing(kubectl: Kubectl,
                                                                      environment: tuple[str, Path]) -> None:
     namespace, order = environment
-    apply(kubectl, graph("r1-slow", namespace, [shell("wait", ["controller"], "sleep 60")], release="r1",
-                         type="slow"))
+    marker = f"sleep 60.{uuid.uuid4().int % 10**6:06d}"  # the script travels on stdin: its sleep's command line
+    apply(kubectl, graph("r1-slow", namespace, [shell("wait", ["controller"], marker)], release="r1", type="slow"))
     apply(kubectl, graph_run("slow", namespace, {"type": "slow"}))
     wait_until(lambda: (get(kubectl, "graphrun", "slow", namespace).get("status") or {}).get("state") == "Running",
                60, "the slow run running")
     refused = apply(kubectl, graph_run("second", namespace), check=False)
     assert refused.returncode != 0 and "GraphRun slow runs on environment env" in refused.stderr
+    wait_until(lambda: subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0, 30,
+               "the slow task running on its node")
     kubectl("patch", "graphrun", "slow", "-n", namespace, "--type=merge", "-p", '{"spec": {"abort": true}}')
     status = finished(kubectl, namespace, "slow", seconds=60)
     assert status["state"] == "Aborted", status
+    # spec.abort stops running tasks (it does not let them finish): the task is aborted, its process gone
+    assert states(status) == {"wait@ctl": "aborted"}, status
+    wait_until(lambda: subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1, 10,
+               "the aborted task's process on the node ended")
     before = order.read_text()
     apply(kubectl, graph_run("plan-only", namespace, dryRun=True))
     status = finished(kubectl, namespace, "plan-only")
@@ -381,7 +388,15 @@ def test_the_nodes_key_is_read_as_the_namespace_s_service_account_never_the_oper
                              "ssh": {"privateKey": {"name": "k", "key": "id"},
                                      "knownHosts": {"name": "k", "key": "known_hosts"}}}})
     apply(kubectl, graph("g", namespace, [shell("t", ["x"], "true")], release="r9"))
-    apply(kubectl, graph_run("no-rights", namespace))
+    kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "30s", "deploymentgraph/g")
+    # followed by the CLI, which ends with the message that says what to do (not the short reason)
+    followed = subprocess.run([str(STEAD), "graph", "execute", "--env", "env", "--name", "no-rights", "-f", "-n",
+                               namespace, "--kubeconfig", str(operator.cluster.kubeconfig)],
+                              capture_output=True, text=True, timeout=120)
+    assert followed.returncode == 1, followed.stdout + followed.stderr
+    assert followed.stdout.rstrip().splitlines()[-1] == (
+        f"reason: spec.ssh.knownHosts of the environment: Secret k: service account {namespace}/default may not "
+        "read it (grant it get on Secret k)"), followed.stdout
     status = finished(kubectl, namespace, "no-rights")
     assert status["state"] == "Failed", status
     assert f"service account {namespace}/default may not read it" in json.dumps(

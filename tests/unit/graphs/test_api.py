@@ -186,7 +186,14 @@ def test_deployment_tasks_are_the_merge_release_plugins_cluster_with_origins(cli
 # --- execution ------------------------------------------------------------------------------------------------
 
 
+def with_types(client: Client, *types: str) -> None:
+    """The release's graphs of these types (a run names types the environment has)."""
+    for graph_type in types:
+        assert client.call("PUT", f"{API}/releases/r1/deployment_graphs/{graph_type}/", {"tasks": STAGES})[0] == 201
+
+
 def test_execute_creates_a_graph_run_and_answers_202_with_its_name(client: Client) -> None:
+    with_types(client, "default", "upgrade")
     status, body = client.call("POST", f"{API}/graphs/execute/", {
         "cluster": "env-1", "graphs": [{"type": "default", "nodes": ["node-1"], "tasks": ["netconfig"]},
                                        {"type": "upgrade"}],
@@ -204,6 +211,7 @@ def test_execute_creates_a_graph_run_and_answers_202_with_its_name(client: Clien
 
 
 def test_execute_takes_node_ranges_in_fuels_form_or_as_fields(client: Client) -> None:
+    with_types(client, "default")
     status, body = client.call("POST", f"{API}/graphs/execute/", {
         "cluster": "env-1", "graphs": [{}], "dry_run": True,
         "subgraphs": [{"start": ["netconfig/node-1,node-2"], "end": ["/^deploy_end$//node-2"]},
@@ -222,6 +230,7 @@ def test_execute_takes_node_ranges_in_fuels_form_or_as_fields(client: Client) ->
 
 
 def test_execute_refuses_unknown_nodes_with_400_and_a_running_cluster_with_409(client: Client) -> None:
+    with_types(client, "default")
     status, body = client.call("POST", f"{API}/graphs/execute/", {"cluster": "env-1",
                                                                  "graphs": [{"type": "default",
                                                                              "nodes": ["node-1", "node-9"]}]})
@@ -241,6 +250,20 @@ def test_execute_refuses_unknown_nodes_with_400_and_a_running_cluster_with_409(c
     status, body = client.call("POST", f"{API}/graphs/execute/", {"cluster": "env-1", "graphs": [{}]})
     assert status == 409 and "GraphRun other runs on environment env-1" in body["message"]
     assert client.kube.names(RUNS) == ["busy"]
+
+
+def test_execute_of_a_type_the_cluster_has_no_graph_of_is_400_naming_its_types(client: Client) -> None:
+    """Planned, it would run no task and succeed: nothing deployed, and nothing said."""
+    status, body = client.call("POST", f"{API}/graphs/execute/", {"cluster": "env-1", "graphs": [{}]})
+    assert status == 400 and body["message"].startswith(
+        "body.graphs[0].type: environment env-1 has no graph of type 'default' (it has no graph of any type yet")
+    with_types(client, "default", "upgrade")
+    assert client.call("PUT", f"{API}/releases/r2/deployment_graphs/other/", {"tasks": STAGES})[0] == 201
+    status, body = client.call("POST", f"{API}/graphs/execute/", {"cluster": "env-1", "graphs": [
+        {"type": "default"}, {"type": "defualt"}]})
+    assert status == 400 and body["message"].startswith(
+        "body.graphs[1].type: environment env-1 has no graph of type 'defualt' (its graph types: default, upgrade;")
+    assert client.kube.names(RUNS) == []
 
 
 # --- authorization and self-description ----------------------------------------------------------------------

@@ -266,7 +266,15 @@ def test_delete_removes_the_graph_of_an_owner_and_type(seeded: FakeApi, tmp_path
 # --- execute and status -----------------------------------------------------------------------------------
 
 
+def with_types(kube: FakeApi, *types: str) -> None:
+    """The release's graphs of these types (a run names types the environment has)."""
+    for graph_type in types:
+        kube.add(f"{GRAPHS}/release-r1-{graph_type}", {"apiVersion": "stead.dev/v1alpha1", "kind": "DeploymentGraph",
+                                                     "spec": {"release": "r1", "type": graph_type, "tasks": []}})
+
+
 def test_execute_creates_a_graph_run_and_prints_its_name(seeded: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    with_types(seeded, "default", "up_grade")
     assert run(seeded, "execute", "--env", "env-1", "--type", "default", "up_grade", "--node", "node-1",
                "--task", "netconfig", "lma-collector", "--subgraph", "netconfig:deploy_end", ":/^post/", "--force",
                "--dry-run", "-n", NS) == 0
@@ -291,6 +299,7 @@ def test_execute_creates_a_graph_run_and_prints_its_name(seeded: FakeApi, capsys
 
 def test_execute_takes_fuels_node_ranges_and_refuses_unknown_nodes(seeded: FakeApi,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    with_types(seeded, "default")
     assert run(seeded, "execute", "-e", "env-1", "-S", "netconfig/node-1,node-2:deploy_end/node-2", "--name", "r",
                "-n", NS) == 0
     assert seeded.objects[f"{RUNS}/r"]["spec"]["subgraphs"] == [
@@ -302,6 +311,7 @@ def test_execute_takes_fuels_node_ranges_and_refuses_unknown_nodes(seeded: FakeA
 
 
 def test_execute_refusals_are_one_line(seeded: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    with_types(seeded, "default")
     assert run(seeded, "execute", "-e", "env-1", "-N", "node-1", "node-9", "-n", NS) == 1
     assert capsys.readouterr().err == ("stead graph: --node node-9: not in environment env-1 (its nodes: node-1, "
                                        "node-2); nothing run\n")
@@ -310,6 +320,19 @@ def test_execute_refusals_are_one_line(seeded: FakeApi, capsys: pytest.CaptureFi
     assert run(seeded, "execute", "-e", "env-1", "-n", NS) == 1
     err = capsys.readouterr().err
     assert err.startswith("stead graph: admission webhook") and "GraphRun r0 runs on environment env-1" in err
+    assert not any(p.startswith(RUNS + "/") for p in seeded.objects)
+
+
+def test_execute_of_a_type_the_environment_has_no_graph_of_is_refused_naming_its_types(
+        seeded: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    """It used to create a run that planned nothing and ended `Succeeded 0/0`, exit code 0."""
+    with_types(seeded, "default", "upgrade")
+    seeded.add(f"{GRAPHS}/plugin-off-other", {"spec": {"plugin": "off", "type": "other", "tasks": []}})  # not enabled
+    assert run(seeded, "execute", "-e", "env-1", "-t", "default", "defualt", "-f", "-n", NS) == 1
+    assert capsys.readouterr().err == (
+        "stead graph: --type defualt: environment env-1 has no graph of type 'defualt' (its graph types: default, "
+        "upgrade; a type is that of a DeploymentGraph of its release, an enabled plugin or its own: stead graph list "
+        "--env env-1); nothing run\n")
     assert not any(p.startswith(RUNS + "/") for p in seeded.objects)
 
 
@@ -337,6 +360,7 @@ def graph_run(name: str, state_: dict[str, Any] | None) -> dict[str, Any]:
 
 def test_execute_follow_shows_the_tree_until_the_run_ends_and_exits_by_its_outcome(
         seeded: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    with_types(seeded, "default")
     for final, code in (("Succeeded", 0), ("Failed", 1)):
         answers = iter([graph_run("r", None), graph_run("r", status("Running", "1/3")),
                         graph_run("r", status(final, "3/3" if final == "Succeeded" else "2/3",
@@ -395,3 +419,95 @@ def test_the_terminal_view_is_a_tree_of_nodes_with_a_progress_bar(seeded: FakeAp
     for expected in ("node-1  2/2", "node-2  1/1", "✔ success", "✖ failure", "exit code 3", "| no collector",
                      "2/3", "66%", "reason: lma-collector@node-1 exit code 3"):
         assert expected in text, expected
+
+
+def test_a_failed_run_shows_the_message_that_says_what_to_do_not_the_short_reason(
+        seeded: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    message = ("spec.ssh.privateKey of the environment: Secret k: service account demo/default may not read it "
+               "(grant it get on Secret k)")
+    seeded.add(f"{RUNS}/r1", graph_run("r1", {"state": "Failed", "reason": "Secret k not readable", "conditions": [
+        {"type": "Ready", "status": "False", "reason": "SecretNotFound", "message": message},
+        {"type": "Stalled", "status": "True", "reason": "SecretNotFound", "message": message}]}))
+    assert run(seeded, "status", "r1", "-f", "-n", NS, interval=0) == 1
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith(f"reason: {message}") and "not readable" not in out
+
+
+def test_upload_of_a_file_with_a_yaml_error_names_the_file_and_line(seeded: FakeApi, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    broken = write(tmp_path, "tasks.yaml", PLUGIN_TASKS + "- id: x\n  type: shell\n   requires: [a]\n")
+    assert run(seeded, "upload", "--release", "r1", "--file", str(broken), "-n", NS) == 1
+    assert capsys.readouterr().err == f"stead graph: {broken}:9:12: not YAML: mapping values are not allowed here\n"
+    assert graphs(seeded) == {}
+
+
+def test_upload_of_a_graph_whose_tasks_wait_in_a_cycle_or_whose_condition_cannot_run_is_refused(
+        seeded: FakeApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    looped = write(tmp_path, "looped.yaml", "- {id: a, type: shell, role: '*', requires: [b]}\n"
+                                            "- {id: b, type: shell, role: '*', required_for: [a], requires: [a]}\n")
+    assert run(seeded, "upload", "--release", "r1", "--file", str(looped), "-n", NS) == 1
+    assert capsys.readouterr().err.endswith("of role self): a -> b -> a\n")
+    unquoted = write(tmp_path, "unquoted.yaml",
+                     "- id: a\n  type: shell\n  condition: {yaql_exp: '$.node.name = cmp-1'}\n")
+    assert run(seeded, "upload", "--release", "r1", "--file", str(unquoted), "-n", NS) == 1
+    assert capsys.readouterr().err == (
+        f"stead graph: {unquoted}[0] (a).condition: yaqlExp '$.node.name = cmp-1': the bare word 'cmp' is an operand "
+        "of a subtraction (yaql reads 'cmp-1' as a subtraction, which cannot take a string): quote the name "
+        "('cmp-1')\n")
+    assert graphs(seeded) == {}
+
+
+def test_plan_asks_the_operator_for_a_dry_run_prints_each_nodes_tasks_in_order_and_the_outside_edges(
+        seeded: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    with_types(seeded, "default")
+    planned = {"state": "Succeeded", "progress": "0/3", "plan": {
+        "instances": 5, "planned": 3, "skipped": 1, "noop": 1, "edges": 4, "outsideSubset": 2,
+        "outsideEdges": [{"type": "default", "dependent": "app@node-2", "dependency": "db@node-1"}]},
+        "nodes": [{"name": "", "tasks": [{"task": "deploy_end", "state": "noop", "reason": "stage (structure)"}]},
+                  {"name": "node-2", "tasks": [{"task": "netconfig", "state": "planned"},
+                                               {"task": "app", "state": "planned"},
+                                               {"task": "extra", "state": "skipped", "reason": "condition false"}]}]}
+    made: list[dict[str, Any]] = []
+
+    def operator(request: Request) -> dict[str, Any]:  # the dry run, planned as soon as it is created
+        obj = {**request.body, "metadata": {**request.body["metadata"], "name": "env-1-plan-1", "namespace": NS}}
+        seeded.objects[f"{RUNS}/env-1-plan-1"] = {**obj, "status": planned}
+        made.append(obj)
+        return obj
+
+    seeded.answer(RUNS, operator)
+    assert run(seeded, "plan", "-e", "env-1", "-N", "node-2", "-n", NS) == 0
+    assert made[0]["spec"] == {"environment": "env-1", "graphs": [{"type": "default", "nodes": ["node-2"]}],
+                               "dryRun": True}
+    assert made[0]["metadata"]["generateName"] == "env-1-plan-"
+    assert capsys.readouterr().out.splitlines() == [
+        "environment env-1, types default: the plan (nothing ran)",
+        "(anchors: stages and groups, on no node)",
+        "    1. deploy_end  noop  stage (structure)",
+        "node-2",
+        "    1. netconfig  planned",
+        "    2. app  planned",
+        "    3. extra  skipped  condition false",
+        "3 task instances run, 1 skipped, 1 noop; 4 dependencies",
+        "2 dependencies on nodes outside the subset, counted as satisfied (those nodes are taken as their last run "
+        "left them):",
+        "  app@node-2 waits for db@node-1",
+        "  (and 1 more)"]
+    assert f"{RUNS}/env-1-plan-1" not in seeded.objects  # the dry run is deleted once read
+    assert run(seeded, "plan", "-e", "env-1", "-t", "nope", "-n", NS) == 1
+    assert "no graph of type 'nope' (its graph types: default;" in capsys.readouterr().err
+
+
+def test_plan_that_fails_says_why_and_exits_1(seeded: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    with_types(seeded, "default")
+    message = "task 'a' on node-1: condition: function 'foo' does not exist (NoFunctionRegisteredException)"
+
+    def operator(request: Request) -> dict[str, Any]:
+        obj = {**request.body, "metadata": {**request.body["metadata"], "name": "p", "namespace": NS}}
+        seeded.objects[f"{RUNS}/p"] = {**obj, "status": {"state": "Failed", "reason": message, "conditions": [
+            {"type": "Stalled", "status": "True", "reason": "PlanFailed", "message": message}]}}
+        return obj
+
+    seeded.answer(RUNS, operator)
+    assert run(seeded, "plan", "-e", "env-1", "-n", NS) == 1
+    assert capsys.readouterr().out.splitlines() == ["environment env-1, types default: no plan", f"reason: {message}"]

@@ -98,3 +98,75 @@ def test_hostile_expressions_are_bounded(text: str, message: str, monkeypatch: p
     monkeypatch.setattr(cond, "TIME_BUDGET_SECONDS", 0.2)
     with pytest.raises(ConditionError, match=message):
         evaluate(y(text), {}, None)
+
+
+# --- what upload refuses beyond parsing -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("$.node.name = cmp-1", "yaqlExp '$.node.name = cmp-1': the bare word 'cmp' is an operand of a subtraction "
+                            "(yaql reads 'cmp-1' as a subtraction, which cannot take a string): quote the name "
+                            "('cmp-1')"),
+    ("'primary-controller' in $.roles and $.role = primary-controller", "quote the name ('primary-controller')"),
+    ("changedAny($.a, $.b) and chnaged($.c)", "no function 'chnaged' in yaql or Fuel's functions"),
+    ("$.nodes.values().lenght() > 1", "no method 'lenght' in yaql or Fuel's functions"),
+    ("isUndef(old($.a))", "no function 'isUndef'"),  # a method only: old($.a).isUndef()
+])
+def test_conditions_that_can_only_fail_are_refused_naming_the_expression(text: str, message: str) -> None:
+    problem = cond.condition_problem(y(text))
+    assert problem is not None and message in problem, problem
+    with pytest.raises(ConditionError):  # and they do fail, whatever the data
+        evaluate(y(text), {**NEW, "node": {"name": "cmp-1"}, "role": "x", "nodes": {}, "b": 1, "c": 2}, OLD)
+
+
+@pytest.mark.parametrize("text", [
+    "$.node.name = 'cmp-1'", "$.role = compute", "$.a.b - 1 > 0", "len($.l) > 1 and $.l.len() > 1",
+    "old($.a).isUndef()", "let(x => 1) -> $x = 1", "dict(a => 1).a = 1", "def(f, $ * 2) -> f(2) = 4",
+    "$.nodes.values().where($.node_roles.any($.matches('controller'))).select($.r).len() >= 0",
+    "changedAny($.quantum, $.get('database_vip'), $.get('region', 'RegionOne'))",
+])
+def test_what_yaql_takes_is_not_refused(text: str) -> None:
+    assert cond.condition_problem(y(text)) is None
+
+
+def test_fuel_librarys_conditions_pass_the_checks() -> None:
+    from tests.unit.graphs.support import fuel_library_tasks
+
+    conditions = [t.condition for t in fuel_library_tasks() if t.condition is not None]
+    assert len(conditions) > 10 and [cond.condition_problem(c) for c in conditions] == [None] * len(conditions)
+
+
+# --- Fuel's $.get(key, default) -------------------------------------------------------------------------
+
+DATA: dict[str, Any] = {"astute": {"debug": True, "region": "r1", "port": 1}, "nova": {"port": 2},
+                        "node": {"name": "cmp-1", "roles": ["compute"]}, "nodes": []}
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("$.astute.get('debug', false)", True),          # Stead's own spelling: the resource named
+    ("$.get('debug', false)", True),                 # Fuel's: the one resource that has the key
+    ("$.get('region')", "r1"),
+    ("$.get('missing', 'RegionOne')", "RegionOne"),  # no resource has it: the default
+    ("$.get('missing')", None),
+    ("$.get('astute').port", 1),                     # a key of $ itself (a resource) is that
+    ("$.get('node').name", "cmp-1"),
+    ("$.get('name', 'none')", "none"),               # node and nodes are not resources
+    ("$.nova.get('debug', 'd')", "d"),               # any other mapping: yaql's own get
+    ("$.astute.get('port')", 1),
+])
+def test_fuel_get_reads_the_one_resource_that_has_the_key(text: str, value: Any) -> None:
+    assert evaluate_expression(text, DATA, None) == value
+
+
+def test_fuel_get_of_a_key_several_resources_have_names_them_never_a_value() -> None:
+    with pytest.raises(ConditionError) as error:
+        evaluate_expression("$.get('port', 0) > 1", DATA, None)
+    assert str(error.value) == ("$.get('port'): the key is in several resources (astute, nova): name one, e.g. "
+                                "$.astute.get('port', ...)")
+
+
+def test_fuel_get_compares_with_the_last_runs_data_too() -> None:
+    old = {**DATA, "astute": {**DATA["astute"], "debug": False}}
+    assert evaluate(y("changed($.get('debug', false))"), DATA, old) is True
+    assert evaluate(y("changed($.get('region'))"), DATA, old) is False
+    assert evaluate_expression("old($.get('debug'))", DATA, old) is False

@@ -64,7 +64,7 @@ def test_fuel_spellings_translate() -> None:
     ("- id: a\n  type: shell\n  role: [x]\n  roles: [y]\n", "f.yaml: tasks[0] (a).roles: conflicts"),
     ("{id: a}\n", "f.yaml: a task file is a list of tasks"),
     ("- [a]\n", "f.yaml: tasks[0]: a task is a mapping"),
-    ("- id: a\n  type: shell\n  x: [\n", "f.yaml: not YAML"),
+    ("- id: a\n  type: shell\n  x: [\n", "f.yaml:4:1: not YAML: expected the node content"),
 ])
 def test_bad_input_is_named(text: str, message: str) -> None:
     with pytest.raises(FuelFormatError) as error:

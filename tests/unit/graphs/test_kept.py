@@ -93,6 +93,26 @@ def test_a_type_that_does_not_merge_is_kept_with_its_problem_and_shown_in_a_cond
     assert empty["graphSummary"] is None and empty["condition"]["reason"] == "NoGraphs"
 
 
+def test_a_merge_naming_a_task_no_level_has_or_waiting_in_a_cycle_fails_naming_the_tasks_and_levels() -> None:
+    """Each graph alone is fine (a plugin's task may require a release's); only the merge shows these."""
+    missing = [*GRAPHS[:3], source("env", [shell("app", ["compute"], requires=["db", "dbb"])], environment="env")]
+    merges = merge_environment("env", ENV, 1, missing)
+    assert merges["default"].problem == ("task 'app' (of environment 'env'): requires 'dbb', which is not in the "
+                                         "merged graph")
+    condition = status_facts(merges)["condition"]
+    assert (condition["status"], condition["reason"]) == ("False", "MergeFailed")
+    assert condition["message"].startswith("graph type 'default': task 'app' (of environment 'env'): requires 'dbb'")
+    with pytest.raises(MergeError, match="requires 'dbb'"):  # a run of it fails in the same words
+        plan_input(merges["default"], "env", ENV, 1, missing, "default")
+
+    looped = [source("rel", [shell("db", ["controller"], requires=["collect"])], release="r1"),
+              source("lma", [shell("collect", ["*"], crossDepends=[{"name": "db", "role": ["self"]}])], plugin="lma")]
+    assert merge_environment("env", ENV, 1, looped)["default"].problem == (
+        "dependency cycle among tasks (each waits for the next on a node that runs them, through requires, "
+        "requiredFor or a cross dependency of role self): db (of release 'r1') -> collect (of plugin 'lma') -> "
+        "db (of release 'r1')")
+
+
 @pytest.mark.parametrize(("generation", "graphs", "is_current"), [
     (3, GRAPHS, True),
     (4, GRAPHS, False),  # the environment changed (its plugins' order, its release)
@@ -181,3 +201,26 @@ def test_a_graph_run_plans_from_the_kept_merge_and_from_the_graphs_once_it_is_st
     api.objects[custom_path(DEPLOYMENT_GRAPH.plural, NS, "rel")]["metadata"]["generation"] = 2  # edited since
     facts = asyncio.run(run.plan(ctx("second")))
     assert {t["task"] for n in facts["nodes"] for t in n["tasks"]} == {"db", "app"}
+
+
+def test_a_graph_run_of_a_type_the_environment_has_no_graph_of_fails_naming_its_types(tmp_path: Path) -> None:
+    """Planned, it ran nothing and ended Succeeded 0/0."""
+    from operators.runtime.core.pipeline import PermanentError
+
+    api = FakeApi()
+    api.add(custom_path("environments", NS, "env"), {"spec": ENV.model_dump(by_alias=True, mode="json",
+                                                                            exclude_none=True)})
+    for graph in GRAPHS:
+        api.add(custom_path(DEPLOYMENT_GRAPH.plural, NS, graph.name),
+                {"spec": graph.spec.model_dump(by_alias=True, mode="json", exclude_defaults=True)})
+    body = {"kind": "GraphRun", "metadata": {"name": "typo", "namespace": NS, "uid": "uid-typo", "generation": 1},
+            "spec": {"environment": "env", "graphs": [{"type": "default"}, {"type": "defualt"}], "dryRun": True},
+            "status": {}}
+    services = SimpleNamespace(kube=api, store=LocalStore(tmp_path / "store"), runs=RunSettings(state_dir=tmp_path))
+    with pytest.raises(PermanentError) as error:
+        asyncio.run(run.plan(StepContext(obj=Observed.from_body(body), facts={}, services=services)))
+    message = ("spec.graphs[1].type: environment env has no graph of type 'defualt' (its graph types: default, post; "
+               "a type is that of a DeploymentGraph of its release, an enabled plugin or its own: stead graph list "
+               "--env env)")
+    assert (error.value.reason, error.value.message) == ("UnknownGraphType", message)
+    assert error.value.facts["state"] == "Failed" and error.value.facts["reason"] == message

@@ -63,7 +63,7 @@ def test_conditions_that_cannot_run_are_refused() -> None:
         {"id": "b", "type": "shell", "condition": {"legacy": "settings:storage.ceph.value == true"}},
         {"id": "c", "type": "shell", "condition": {"legacy": "true"}},
     ))
-    assert problems[0].startswith("spec.tasks[0] (a).condition: yaql does not parse")
+    assert problems[0].startswith("spec.tasks[0] (a).condition: yaqlExp 'changed($.x': yaql does not parse")
     assert problems[1].startswith("spec.tasks[1] (b).condition: legacy condition")
     assert len(problems) == 2
 
@@ -113,3 +113,36 @@ def test_what_a_tenant_writes_is_bounded() -> None:
     assert check_graph(spec({"id": "a:b", "type": "shell"}))[0].startswith("spec.tasks[0].id: String should match")
     assert check_graph(spec({"id": "a", "type": "group", "faultTolerance": "ten"}))[0].startswith(
         "spec.tasks[0].faultTolerance: String should match")
+
+
+def test_a_cycle_among_the_graphs_own_tasks_is_refused_naming_them() -> None:
+    problems = check_graph(spec(
+        {"id": "a", "type": "shell", "roles": ["controller"], "requires": ["c", "release-task"]},
+        {"id": "b", "type": "shell", "roles": ["compute"], "requires": ["/^a$/"]},
+        {"id": "c", "type": "shell", "roles": ["*"], "crossDepends": [{"name": "b", "role": ["self"]}]},
+    ))
+    assert problems == ["spec.tasks: dependency cycle among tasks (each waits for the next on a node that runs "
+                        "them, through requires, requiredFor or a cross dependency of role self): a -> c -> b -> a"]
+    # requiredFor is the other direction of the same edge
+    assert check_graph(spec({"id": "a", "type": "shell", "requiredFor": ["b"]},
+                            {"id": "b", "type": "shell", "requiredFor": ["a"]}))[0].endswith("a -> b -> a")
+
+
+def test_what_only_other_graphs_or_the_nodes_decide_is_not_refused_at_upload() -> None:
+    assert check_graph(spec(
+        {"id": "a", "type": "shell", "requires": ["in-the-release", "/^plugin-/"], "requiredFor": ["a"]},
+        # a cross dependency of other roles waits on other nodes: a cycle only if some node has both
+        {"id": "b", "type": "shell", "roles": ["compute"], "crossDepends": [{"name": "c", "role": ["controller"]}]},
+        {"id": "c", "type": "shell", "roles": ["controller"], "crossDepends": [{"name": "b", "role": ["compute"]}]},
+    )) == []
+
+
+def test_regex_references_past_the_search_budget_are_left_to_the_run() -> None:
+    """Admission and the merge run in the operator's event loop: a hostile number of /regex/ references costs
+    a bounded number of searches (the run's expansion still finds what they hide)."""
+    from operators.graphs import Task
+    from operators.graphs.structure import graph_cycle
+
+    tasks = [Task.model_validate({"id": "a", "type": "shell", "requires": ["/^b$/"]}),
+             Task.model_validate({"id": "b", "type": "shell", "requires": ["a"]})]
+    assert graph_cycle(tasks) is not None and graph_cycle(tasks, budget=1) is None

@@ -277,6 +277,30 @@ def test_the_fuel_library_file_merges_expands_and_plans() -> None:
     assert "openstack-network-networks" not in planned  # access, quantum_settings, quantum unchanged
 
 
+def test_the_status_lists_each_nodes_tasks_in_the_order_they_run_and_the_edges_outside_the_subset() -> None:
+    """The merged graph's order is not the order tasks run in (a task may require one written after it)."""
+    from operators.graphs.planner import make_plan_document
+
+    tasks = [t("last", roles=["*"], requires=["middle"]), t("middle", roles=["*"], requires=["first"]),
+             t("first", roles=["*"]), t("ctl-only", roles=["controller"], required_for=["first"])]
+    spec = {"environment": "env", "graphs": [{"type": "default", "nodes": ["k1"]}], "dryRun": True}
+    payload = {"spec": spec, "merged": {"default": [task.model_dump(mode="json", by_alias=True) for task in tasks]},
+               "nodes": [{"name": n.name, "roles": list(n.roles), "address": n.address} for n in NODES],
+               "privateKeyRef": "k"}
+    _, facts = make_plan_document(payload)
+    k1 = next(n for n in facts["nodes"] if n["name"] == "k1")
+    assert [x["task"] for x in k1["tasks"]] == ["first", "middle", "last"]
+    assert facts["plan"]["outsideSubset"] == 0 and facts["plan"]["outsideEdges"] is None
+    cross = [*tasks[:3], t("ctl-only", roles=["controller"]),
+             t("report", roles=["compute"], cross_depends=[{"name": "ctl-only", "role": ["controller"]}])]
+    payload["merged"] = {"default": [task.model_dump(mode="json", by_alias=True) for task in cross]}
+    _, facts = make_plan_document(payload)
+    assert facts["plan"]["outsideSubset"] == 2
+    assert facts["plan"]["outsideEdges"] == [
+        {"type": "default", "dependent": "report@k1", "dependency": "ctl-only@c1"},
+        {"type": "default", "dependent": "report@k1", "dependency": "ctl-only@c2"}]
+
+
 def grouped() -> list[Task]:
     """controllers -> computes, both required for deploy_end; smoke after it."""
     return [
