@@ -6,9 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from operators.config.auth import Access, Identity
 from operators.graphs import STAGES, GraphNode, Task, load_tasks
 
-FUEL_LIBRARY = Path("/work/shared/data/fuel-library/openstack-network-tasks.yaml")
+_SHARED = next((d for d in (Path(__file__).resolve().parents[3].parent / "shared", Path("/work/shared")) if d.is_dir()),
+               Path("/work/shared"))
+FUEL_LIBRARY = _SHARED / "data/fuel-library/openstack-network-tasks.yaml"
+"""Fuel's published task file, in `../shared` beside the checkout (a worktree elsewhere: /work/shared)."""
 
 EXTERNAL = {
     # tasks of other fuel-library modules that openstack-network's tasks name, with the tags they run on
@@ -87,3 +91,22 @@ def node_data(node: GraphNode, *, l3_ha: bool = False, quantum: bool = True) -> 
         "configuration": {},
         "nova": {"state_path": "/var/lib/nova"},
     }
+
+
+class NamespaceAuth:
+    """`good` may `verb` graph runs in namespace `namespace` only; `other` may do nothing; any other token is
+    unknown (401). What each call asked is kept in `checked`."""
+
+    scheme = "Bearer"
+
+    def __init__(self, namespace: str, verb: str) -> None:
+        self.namespace, self.verb = namespace, verb
+        self.checked: list[Access] = []
+
+    async def authenticate(self, authorization: str, peer: str = "") -> Identity | None:
+        token = authorization.removeprefix("Bearer ")
+        return Identity(user=token, scheme="Bearer") if token in ("good", "other") else None
+
+    async def authorize(self, identity: Identity, access: Access) -> bool:
+        self.checked.append(access)
+        return identity.user == "good" and access.namespace == self.namespace and access.verb == self.verb

@@ -16,7 +16,7 @@ import pytest
 
 from operators.config.api import ConfigApi
 from operators.config.api.extension import ExtensionSettings
-from operators.config.auth import Access, Identity
+from operators.config.auth import Access
 from operators.config.repository import ConfigRepository
 from operators.environment.models import ENVIRONMENT
 from operators.graphs import GRAPH_RUN
@@ -37,6 +37,7 @@ from operators.runtime.kube.client import custom_path
 from operators.runtime.serving.http import Request
 from pipelines.executors.ssh.noop import MAX_RESOURCES, NoopReport, resource_of
 from tests.unit.fakeapi import FakeApi
+from tests.unit.graphs.support import NamespaceAuth
 
 NS = "team"
 INDEX = {"default:hiera:node-1": ["hiera", "node-1"], "default:hiera:node-2": ["hiera", "node-2"],
@@ -182,23 +183,6 @@ def test_csv_has_a_header_and_one_row_per_entry_quoted_as_rfc_4180() -> None:
 # --- the API ----------------------------------------------------------------------------------------------
 
 
-class TeamAuth:
-    """`good` may list graph runs in `team` only; anything else is unknown (401)."""
-
-    scheme = "Bearer"
-
-    def __init__(self) -> None:
-        self.checked: list[Access] = []
-
-    async def authenticate(self, authorization: str, peer: str = "") -> Identity | None:
-        token = authorization.removeprefix("Bearer ")
-        return Identity(user=token, scheme="Bearer") if token in ("good", "other") else None
-
-    async def authorize(self, identity: Identity, access: Access) -> bool:
-        self.checked.append(access)
-        return identity.user == "good" and access.namespace == NS and access.verb == "list"
-
-
 def _get(api: ConfigApi, path: str, query: str = "", token: str = "good") -> tuple[int, Any, dict[str, str]]:
     response = asyncio.run(api(Request("GET", path, query, {"authorization": f"Bearer {token}"}, b"")))
     body = response.body.decode() if response.content_type.startswith("text/csv") else (
@@ -212,7 +196,7 @@ def test_the_api_pages_filters_and_exports_csv_for_who_may_list_runs(kube: FakeA
     store = HistoryStore(history_path(tmp_path, NS, "env"))
     for n in range(3):
         store.record([entry(f"r{n}"), entry(f"r{n}", task="netconfig", state="failure")])
-    auth = TeamAuth()
+    auth = NamespaceAuth(NS, "list")
     api = ConfigApi(cast(ConfigRepository, None), auth, NS,
                     [GraphsApi(kube, auth, NS, ExtensionSettings(runs_state_dir=tmp_path))])
     path = "/api/v1/clusters/env/history/"

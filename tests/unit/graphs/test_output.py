@@ -13,7 +13,7 @@ import pytest
 
 from operators.config.api import ConfigApi
 from operators.config.api.extension import ExtensionSettings
-from operators.config.auth import Access, Identity
+from operators.config.auth import Access
 from operators.config.repository import ConfigRepository
 from operators.graphs import GRAPH_RUN
 from operators.graphs.api import GraphsApi
@@ -22,6 +22,7 @@ from operators.runtime.kube.client import custom_path
 from operators.runtime.serving.http import Request
 from pipelines.paths import RunPaths
 from tests.unit.fakeapi import FakeApi
+from tests.unit.graphs.support import NamespaceAuth
 
 NS = "team"
 API = "/api/v1/graphruns"
@@ -30,27 +31,10 @@ INDEX = {"default:deploy_start": ["deploy_start", ""], "default:hiera:node-1": [
          "post:report:node-1": ["report", "node-1"]}
 
 
-class NamespaceAuth:
-    """`good` may get graph runs in `team` only; `other` may get nothing; anything else is unknown (401)."""
-
-    scheme = "Bearer"
-
-    def __init__(self) -> None:
-        self.checked: list[Access] = []
-
-    async def authenticate(self, authorization: str, peer: str = "") -> Identity | None:
-        token = authorization.removeprefix("Bearer ")
-        return Identity(user=token, scheme="Bearer") if token in ("good", "other") else None
-
-    async def authorize(self, identity: Identity, access: Access) -> bool:
-        self.checked.append(access)
-        return identity.user == "good" and access.namespace == NS and access.verb == "get"
-
-
 class Client:
     def __init__(self, kube: FakeApi, state_dir: Path | None) -> None:
         self.kube = kube
-        self.auth = NamespaceAuth()
+        self.auth = NamespaceAuth(NS, "get")
         extension = GraphsApi(kube, self.auth, NS, ExtensionSettings(runs_state_dir=state_dir))
         self.api = ConfigApi(cast(ConfigRepository, None), self.auth, NS, [extension])
 
