@@ -171,13 +171,15 @@ def test_a_failing_condition_never_shows_a_configuration_value(
                   "spec": {"environment": "env", "resource": "db", "level": {}, "data": {"password": PASSWORD}}})
     tenant.kubectl("wait", "--for=condition=Ready", "--timeout=60s", "configvalues/db")
     tenant.apply(graph(ns, [shell("check", condition={"yaqlExp": "int($.db.password) > 0"}),
-                            shell("method", condition={"yaqlExp": "$.db.password.nosuch()"})]))
+                            # a method that exists, given arguments it does not take: only the run can tell (a
+                            # method that exists nowhere is refused at upload), and yaql's error names the receiver
+                            shell("method", condition={"yaqlExp": "$.db.password.toUpper(1)"})]))
     tenant.kubectl("wait", "--for=condition=Ready", "--timeout=60s", "deploymentgraph/g")
     tenant.apply(dry_run(ns))
     status = wait_until(lambda: ended(tenant), 60, "the GraphRun to end")
     assert status["state"] == "Failed"
     assert "task 'check' on node-1: condition: a value has the wrong type or form" in status["reason"], status
-    assert "task 'method' on node-1: condition: function 'nosuch'" in status["reason"], status
+    assert "task 'method' on node-1: condition: function 'toUpper'" in status["reason"], status
     tenant.kubectl("wait", "--for=condition=Stalled", "--timeout=30s", "graphrun/r")
     seen = tenant.kubectl("get", "graphrun", "r", "-o", "json").stdout
 
