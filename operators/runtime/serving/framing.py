@@ -43,6 +43,8 @@ class HeadGuard:
         of head across two pieces).
         """
         pos, end = 0, len(data)
+        lower = b""  # the chunk lower-cased, made once when a head is first looked at
+        announced = -1  # where, at or after pos, a head may announce a body (-1: nowhere; recomputed once passed)
         while pos < end and not self._off:
             if self._body_left:
                 taken = min(self._body_left, end - pos)
@@ -50,7 +52,10 @@ class HeadGuard:
                 pos += taken
                 continue
             head = self._head
-            if not head and self._only_heads(data, pos):
+            if not head and announced < pos:  # found once per chunk, again only once pos has passed it
+                lower = lower or data.lower()
+                announced = _announcement(lower, pos)
+            if not head and announced < 0:  # no head from here on announces a body: all of it is heads
                 rest = data[pos:]
                 if rest.count(b"\n") != rest.count(b"\r\n"):
                     return BARE_LF
@@ -83,13 +88,6 @@ class HeadGuard:
             self._head.clear()
         return None
 
-    @staticmethod
-    def _only_heads(data: bytes, pos: int) -> bool:
-        """Whether everything from `pos` on is heads: no head there announces a body. Then the whole
-        rest is checked in two scans, however many requests a client pipelined into it."""
-        rest = data[pos:].lower()
-        return b"content-length" not in rest and b"transfer-encoding" not in rest
-
     def _take(self, part: bytes) -> None:
         self._head += part
         if len(self._head) > self.max_head:  # granian answers 431 and closes
@@ -111,3 +109,11 @@ class HeadGuard:
             self._off = True  # granian refuses it (400)
             return
         self._body_left = int(length)
+
+
+def _announcement(lower: bytes, pos: int) -> int:
+    """Where, from `pos` on, the lower-cased chunk names a body (Content-Length or Transfer-Encoding), or -1.
+    None there: everything from `pos` on is heads, checked whole in two scans however many requests a
+    client pipelined into it."""
+    found = [at for at in (lower.find(b"content-length", pos), lower.find(b"transfer-encoding", pos)) if at >= 0]
+    return min(found) if found else -1
