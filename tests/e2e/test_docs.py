@@ -116,3 +116,15 @@ def test_the_page_runs_as_written(name: str, docs_plane: DocsPlane, tmp_path: Pa
         for namespace in sorted(_namespaces(docs_plane) - before):
             subprocess.run([*docs_plane.kubectl, "delete", namespace, "--wait=false"], capture_output=True,
                            check=False)
+
+
+def test_a_second_make_run_says_the_port_is_taken_and_leaves_the_first_running(docs_plane: DocsPlane,
+                                                                              tmp_path: Path) -> None:
+    """A reader who starts `make run` twice gets a sentence, not a traceback, and keeps the first."""
+    done = subprocess.run(["make", "-o", ".venv/.installed-stamp", "run"], cwd=ROOT, capture_output=True, text=True,
+                          env={**docs_plane.env, "KUBECONFIG": str(tmp_path / "no-cluster")}, timeout=120)
+    assert done.returncode != 0
+    assert "('127.0.0.1', 8080): address already in use: another process (another `make run`?) listens there; " \
+           "choose a free port with --health-port" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert _ready()
