@@ -448,6 +448,9 @@ def restart_reason(returncode: int | None, stopped: Mapping[str, Any] | None, ta
     return why + said
 
 
+INTERRUPTED = "the operator was interrupted (Ctrl-C) and stopped its runs with it"
+
+
 def stop_runs(state_dir: Path, why: str) -> list[str]:
     """Stop every live runner of this operator's runs (`pipelines.control.stop_runner`: the runner
     and what its running steps started), recording `why` for the next start, which resumes them.

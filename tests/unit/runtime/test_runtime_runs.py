@@ -7,6 +7,7 @@ the observer stands for a kind's object (what it shows, when it asks to abort).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -35,7 +36,7 @@ from operators.runtime.engine.runs import (
 )
 from operators.runtime.engine.slots import RunSlots
 from operators.runtime.serving.metrics import Metrics
-from pipelines.control import read_status
+from pipelines.control import read_status, runner_pid
 from tests.polling import wait_until
 
 
@@ -243,6 +244,48 @@ def test_the_runner_log_is_bounded_and_its_tail_is_the_latest_runners(tmp_path: 
     os.close(runs.open_runner_log(paths))
     assert paths.runner_log.stat().st_size < runs.RUNNER_LOG_LIMIT // 4 + 1024  # cut to its last quarter
     assert paths.runner_log.stat().st_mode & 0o777 == 0o600
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def test_runs_stopped_with_the_operator_leave_nothing_running_and_resume_saying_why(tmp_path: Path) -> None:
+    """Issue 27: Ctrl-C under `make run` left runners and their scripts running. `stop_runs` (the
+    operator interrupted) stops the runner and its script without ending the run; the next
+    supervision resumes it and says on the run that the operator had stopped it."""
+    ctx = context(tmp_path)
+    paths = paths_for(ctx)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    nap = (f"if [ -e {marks}/napped ]; then echo resumed; "
+           f"else touch {marks}/napped; echo $$ > {marks}/pid; exec sleep 600; fi")
+    request = RunRequest(paths, workflow(f"echo x >> {marks}/first", nap))
+
+    async def interrupted() -> tuple[int, int, list[str]]:
+        supervision = asyncio.create_task(follow_run(ctx, request, Observer()))
+        script = await asyncio.to_thread(wait_until, lambda: (marks / "pid").exists() and (marks / "pid").read_text(),
+                                         30, "the script sleeping")
+        runner = runner_pid(paths)
+        assert runner is not None
+        supervision.cancel()  # the operator's reconcilers stop first
+        with contextlib.suppress(asyncio.CancelledError):
+            await supervision
+        return int(script), runner, await asyncio.to_thread(runs.stop_runs, paths.state_dir, "Ctrl-C")
+
+    script, runner, stopped = asyncio.run(interrupted())
+    assert stopped == [paths.uid]
+    assert not _alive(runner) and not _alive(script)
+    assert {s["step"]: s["state"] for s in (read_status(paths) or {})["steps"]} == {"s0": "success", "s1": "running"}
+    followed = asyncio.run(follow_run(ctx, request, Observer(), starts=1))
+    assert followed.status["phase"] == "Succeeded" and (marks / "first").read_text() == "x\n"
+    (why,) = followed.restarts
+    assert why.startswith("the operator stopped it at ") and ": Ctrl-C;" in why
+    assert ctx.services.events.recorded[0][:2] == ("Normal", "RunnerRestarted")
+    assert not (paths.run_dir / runs.STOPPED).exists()
 
 
 def test_where_scripts_run_follows_the_operators_settings(tmp_path: Path) -> None:
