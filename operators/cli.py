@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import logging
 import os
 import sys
@@ -664,6 +665,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
             from operators.runtime.engine.runs import INTERRUPTED, stop_runs
 
             stop_runs(options.runs.state_dir, INTERRUPTED)
+    except OSError as error:
+        if error.errno != errno.EADDRINUSE:
+            raise
+        print(f"stead operator: {error.strerror}: another process (another `make run`?) listens there; "
+              "choose a free port with --health-port, --webhook-port or --config-api-port", file=sys.stderr)
+        return 1
     finally:
         if started is not None:
             # stdout may be a closed pipe (`make run | tee log`, then Ctrl-C): nothing written
