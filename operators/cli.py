@@ -639,6 +639,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         health_port=args.health_port,
         runs=RunSettings(state_dir=args.pipelines_state, **runs) if args.pipelines_state
         else RunSettings.beside(store_path, **runs),
+        stop_runs_on_interrupt=on_local_plane,  # `make run`, Ctrl-C: "stops everything", runs included
     )
     from operators.calm.vaultgc import VaultCollector
     from operators.graphs.autorunner import AutoRunner
@@ -659,8 +660,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             runner.run(run_operator(KINDS, options, addons=addons))
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt:  # before the operator was ready (its own handler then): the runs stop too
+        if options.stop_runs_on_interrupt and options.runs is not None:
+            from operators.runtime.engine.runs import INTERRUPTED, stop_runs
+
+            stop_runs(options.runs.state_dir, INTERRUPTED)
     except OSError as error:
         if error.errno != errno.EADDRINUSE:
             raise

@@ -24,9 +24,10 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType
+from types import FrameType, TracebackType
 from typing import Any, TextIO
 
 import yaml
@@ -48,6 +49,7 @@ from pipelines.model import Instance, Workflow
 from pipelines.paths import RunPaths
 from pipelines.runner import AlreadyRunning, Runner
 
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 EXIT_BAD_INPUT = 2
 EXIT_ALREADY_RUNNING = 4
 
@@ -130,8 +132,7 @@ def _load_workflow(path: Path) -> Workflow:
 
 def _command_run(args: argparse.Namespace) -> int:
     os.umask(0o077)  # the run's files are the runner's alone (pipelines.paths); scripts get 022 back
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format=LOG_FORMAT)
     try:
         workflow = _load_workflow(args.workflow)
     except (OSError, yaml.YAMLError, ValidationError) as exc:
@@ -176,6 +177,8 @@ def _command_run(args: argparse.Namespace) -> int:
         events=JsonLines(sys.stdout) if args.events == "stdout" else None,
     )
 
+    _mask_stderr(runner.masker)
+
     def on_signal(signum: int, frame: FrameType | None) -> None:
         logging.getLogger("pipelines").warning("signal %d: aborting run %s", signum, args.run_id)
         runner.abort()
@@ -190,6 +193,36 @@ def _command_run(args: argparse.Namespace) -> int:
     finally:
         local.close()
     return outcome.exit_code
+
+
+class _MaskingFormatter(logging.Formatter):
+    """Log lines (tracebacks included) masked as the run's output is: the operator keeps the runner's
+    stderr (``runner.log``) and shows its last lines when a runner has to be started again."""
+
+    def __init__(self, fmt: str, mask: Callable[[str], str]) -> None:
+        super().__init__(fmt)
+        self.mask = mask
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self.mask(super().format(record))
+
+
+def _mask_stderr(mask: Callable[[str], str]) -> None:
+    """Mask whatever the runner writes on stderr: its log records and uncaught exceptions (the
+    values a run revealed may be in an exception's message)."""
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(_MaskingFormatter(LOG_FORMAT, mask))
+
+    def excepthook(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:
+        sys.stderr.write(mask("".join(traceback.format_exception(kind, error, trace))))
+
+    def thread_excepthook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is not SystemExit:
+            sys.stderr.write(mask(f"in thread {args.thread.name if args.thread else '?'}:\n" + "".join(
+                traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))))
+
+    sys.excepthook = excepthook
+    threading.excepthook = thread_excepthook
 
 
 def _print_table(status: dict[str, Any]) -> None:

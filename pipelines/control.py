@@ -17,7 +17,9 @@ process with threads tolerates. The operator:
    SIGTERM to the runner (`RunProcess.abort`); retries with `clear_abort` and a new start under the
    same uid, which skips the steps that succeeded.
 
-`is_running` tells whether a live runner holds the run (an flock that dies with the process).
+`is_running` tells whether a live runner holds the run (an flock that dies with the process);
+`stop_runner` stops one and whatever its running steps started, without ending the run: the next
+start resumes it.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipelines.executors.script import kill_leftover, kill_marked
 from pipelines.model import Workflow
 from pipelines.paths import RunPaths, private_dir, write_private
 from pipelines.store import borrowed_store
@@ -177,6 +181,46 @@ def is_running(paths: RunPaths) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def runner_pid(paths: RunPaths) -> int | None:
+    """The pid of the live runner that holds the run's lock (it writes it there), or None."""
+    if not is_running(paths):
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        return int(paths.lock_file.read_text().strip())
+    return None
+
+
+def stop_runner(paths: RunPaths, grace: float = 5.0) -> bool:
+    """Stop the run's live runner and every process its running steps started, and leave the run as
+    it was: not aborted, its running steps still recorded as running, so that the next runner of the
+    uid resumes it (running those steps again, as after a crash). True if a runner was stopped.
+
+    The runner gets SIGKILL rather than SIGTERM: SIGTERM means abort (the run would end Aborted).
+    Its steps' processes live in sessions (and, as root, cgroups) of their own, so they are found as
+    a resumed runner finds its leftovers (`kill_leftover`), or by their marker when the step had not
+    recorded its process group yet. Jobs and ssh sessions are not touched: a resumed run finds its
+    Jobs again, and a remote command is ended by its host when the connection drops, or by the
+    resumed step's own check."""
+    pid = runner_pid(paths)
+    if pid is None:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + grace
+    while is_running(paths) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    status = read_status(paths) or {}
+    for record in status.get("steps") or []:
+        if record.get("state") != "running":
+            continue
+        key = f"{record['step']}@{record['target']}" if record.get("target") else str(record["step"])
+        marker = f"{paths.uid}/{key}"
+        pgid = record.get("pgid")
+        if not (isinstance(pgid, int) and pgid > 1 and kill_leftover(pgid, marker)):
+            kill_marked(marker)
+    return True
 
 
 def read_progress(paths: RunPaths) -> dict[str, Any] | None:

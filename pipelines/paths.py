@@ -7,6 +7,7 @@
     <state>/runs/<uid>/abort            exists = abort requested
     <state>/runs/<uid>/output/<key>.log the whole masked output of an instance, all attempts
     <state>/runs/<uid>/work/<key>/      the instance's working directory
+    <state>/runs/<uid>/runner.log       the runners' stderr (their caller keeps it bounded), masked
 
 Everything under the state directory is its owner's alone (directories 0700, files 0600): a run's
 workflow, outputs and store hold what other namespaces' scripts, running on the same host as
@@ -53,6 +54,10 @@ class RunPaths:
     @property
     def abort_file(self) -> Path:
         return self.run_dir / "abort"
+
+    @property
+    def runner_log(self) -> Path:
+        return self.run_dir / "runner.log"
 
     @property
     def output_dir(self) -> Path:

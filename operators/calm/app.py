@@ -21,7 +21,8 @@ with the failing task and the reason, state error. Then either set ``spec.softDe
 (Calm's soft delete: the app goes without running its delete action), or fix its inputs (a new
 generation runs the delete action again), or remove the finalizer by hand. An App that was never
 launched, was soft-deleted or whose delete action already ran goes at once; so does one whose
-namespace is being deleted (nothing can be created in it any more).
+namespace is being deleted (nothing can be created in it any more), with a Warning Event on the
+Namespace that says its delete action was not run (`_skipped_in_deleted_namespace`).
 
 Who writes what in status: the App's pipeline writes the snapshot, the initial entities and the
 state after create; ActionRuns write the lock, the current action, the state while and after they
@@ -406,8 +407,7 @@ async def delete(ctx: StepContext) -> Mapping[str, Any]:
                                run_body(obj, name, "delete", owned=False))
         except ApiError as error:
             if error.status == 403 and "terminat" in error.message:
-                log.warning("app %s/%s: its namespace is being deleted, so its delete action cannot run",
-                            obj.namespace, obj.name)
+                await _skipped_in_deleted_namespace(ctx)
                 return {}
             if error.status != 409:
                 raise TemporaryError("DeleteRunNotStarted", f"ActionRun {name} not created: {error.message}",
@@ -425,6 +425,34 @@ async def delete(ctx: StepContext) -> Mapping[str, Any]:
         "app go without it)",
         facts={**carry(fresh.get("status") or {}), "state": "error"},
     )
+
+
+DELETE_ACTION_SKIPPED = "AppDeleteActionSkipped"
+
+
+async def _skipped_in_deleted_namespace(ctx: StepContext) -> None:
+    """An App whose namespace is being deleted goes without its delete action: say so where it stays
+    visible. Not an Event on the App: its namespace takes no new object, Events included (and the App
+    goes within seconds); a Warning Event on the Namespace, which the API server keeps in namespace
+    `default` (`kubectl get events -n default --field-selector involvedObject.kind=Namespace`).
+
+    Why the action is not run there: nothing can be created in such a namespace (no ActionRun to
+    record the run, no Job for its scripts, no token of its service account), and the namespace
+    controller deletes its Secrets, service account and Roles meanwhile, so a run would fail half-way
+    at random. Delete the Apps first (`kubectl delete apps --all -n NS --wait`) to run their delete
+    actions, then the namespace (docs/calm.md)."""
+    obj = ctx.obj
+    uid = ""
+    with contextlib.suppress(ApiError):  # the Event is kept without the uid if the namespace may not be read
+        found = await ctx.services.kube.request("GET", f"/api/v1/namespaces/{obj.namespace}")
+        uid = str((found.get("metadata") or {}).get("uid") or "")
+    namespace = Observed(kind="Namespace", namespace="", name=obj.namespace, uid=uid, generation=0, labels={},
+                         spec={}, status={})
+    message = (f"app {obj.name}: its delete action was not run, as namespace {obj.namespace} is being deleted "
+               "(nothing can be created in it, its Secrets and service account are going); delete Apps before "
+               "their namespace to run their delete actions")
+    log.warning("%s", message)
+    ctx.services.events.record(namespace, "Warning", DELETE_ACTION_SKIPPED, message)
 
 
 async def admission(request: AdmissionRequest) -> None:

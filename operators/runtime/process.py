@@ -20,7 +20,7 @@ from operators.runtime.engine.addons import Addon
 from operators.runtime.engine.events import EventRecorder
 from operators.runtime.engine.outage import ApiHealth
 from operators.runtime.engine.reconciler import Reconciler
-from operators.runtime.engine.runs import RunSettings, discover_service_cidrs
+from operators.runtime.engine.runs import INTERRUPTED, RunSettings, discover_service_cidrs, stop_runs
 from operators.runtime.engine.services import Services
 from operators.runtime.engine.slots import RunSlots, default_limit
 from operators.runtime.kopfwiring import WebhookOptions, prepare_kopf
@@ -55,6 +55,9 @@ class OperatorOptions:
     """off: this replica owns every project (one replica). leases: project claims (`operators.runtime.shard`)."""
     lease_seconds: int = DEFAULT_DURATION
     """With sharding: the membership Lease's duration (adoption after a crash takes about this long)."""
+    stop_runs_on_interrupt: bool = False
+    """SIGINT (Ctrl-C on a terminal) stops the runs' runners and scripts too (`stop_runs`), which the
+    next start resumes; SIGTERM always leaves them running, for the next operator to follow."""
 
 
 async def run_operator(
@@ -149,7 +152,14 @@ async def run_operator(
         if options.shipped_objects:  # after the webhook serves: the shipped objects are admitted like any other
             _background(stack, apply_shipped(kube, kinds))
         kopf_stop = asyncio.Event()
-        _background(stack, _run_until_stopped(ready, stop, kopf_stop, sharding, quiesce))
+
+        async def interrupted() -> None:
+            """Ctrl-C: the runs stop with the operator (`OperatorOptions.stop_runs_on_interrupt`)."""
+            if options.stop_runs_on_interrupt:
+                stopped = await asyncio.to_thread(stop_runs, runs.state_dir, INTERRUPTED)
+                if stopped:
+                    log.info("stopped %d runs (the next start resumes them): %s", len(stopped), ", ".join(stopped))
+        _background(stack, _run_until_stopped(ready, stop, kopf_stop, sharding, quiesce, interrupted))
         freeze_startup_objects()
         await start_kopf(options.namespaces, kopf_stop, ready)
 
@@ -203,12 +213,20 @@ def _link_dependents(reconcilers: Sequence[Reconciler]) -> None:
 
 
 async def _run_until_stopped(ready: asyncio.Event, stop: asyncio.Event | None, kopf_stop: asyncio.Event,
-                             sharding: Sharding | None, quiesce: Callable[[], Awaitable[None]]) -> None:
+                             sharding: Sharding | None, quiesce: Callable[[], Awaitable[None]],
+                             interrupted: Callable[[], Awaitable[None]] | None = None) -> None:
     """Once ready, SIGTERM, SIGINT or `stop` ends the operator in order: with sharding, every project
     handed over first (drained, claims and membership released); then the watches and the reconcilers'
-    pending work are stopped here, and only then Kopf. (Kopf, stopping, waits up to 5 s for every task
-    created after it started before it cancels them: ours would be among them.)"""
+    pending work are stopped here (after SIGINT, `interrupted` then), and only then Kopf. (Kopf,
+    stopping, waits up to 5 s for every task created after it started before it cancels them: ours
+    would be among them.)"""
     leaving = asyncio.Event()
+    signals: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        signals.append(signum)
+        leaving.set()
+
     forward = asyncio.create_task(_set_when(stop, leaving)) if stop is not None else None
     waits = [asyncio.create_task(ready.wait()), asyncio.create_task(leaving.wait())]
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -217,7 +235,7 @@ async def _run_until_stopped(ready: asyncio.Event, stop: asyncio.Event | None, k
     if not leaving.is_set():
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):  # in place of Kopf's own, installed before `ready`
-            loop.add_signal_handler(signum, leaving.set)
+            loop.add_signal_handler(signum, on_signal, signum)
     try:
         if sharding is not None and not leaving.is_set():
             await sharding.member.run(leaving)
@@ -228,6 +246,8 @@ async def _run_until_stopped(ready: asyncio.Event, stop: asyncio.Event | None, k
         if forward is not None:
             forward.cancel()
         await quiesce()
+        if interrupted is not None and signal.SIGINT in signals:
+            await interrupted()
         kopf_stop.set()
 
 

@@ -278,6 +278,17 @@ def test_app_killed_runner_resumes_without_repeating_finished_steps(
     assert status["state"] == "Succeeded", status
     assert log.read_text() == "first\nlast\n"  # the first step was not run again
     assert status["runnerStarts"] == 2
+    # issue 27: the restart says why on the run (before: only an operator log line, no cause)
+    def restarted() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = json.loads(kubectl(
+            "get", "events", "-n", namespace, "-o", "json", "--field-selector",
+            "involvedObject.name=staged-1,reason=RunnerRestarted").stdout)["items"]
+        return found
+
+    events = wait_until(restarted, 10, "the RunnerRestarted Event")
+    assert [e["message"] for e in events] == [
+        "the run's runner is started again (start 2): it was killed by signal SIGKILL (the kernel's OOM killer, or "
+        "someone, sent it); it wrote nothing on its stderr"], events
 
 
 def test_untrusted_namespace_cannot_run_local_scripts(

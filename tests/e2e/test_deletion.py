@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 from tests.e2e.conftest import Kubectl, OperatorProcess
 from tests.e2e.test_apps import app, blueprint, small_spec
@@ -29,7 +30,8 @@ def test_a_deleted_namespace_leaves_no_retry_behind(operator: OperatorProcess, k
     def pending() -> float:
         return operator.metric("stead_reconcile_retries_pending", kind="ConfigValues")
 
-    namespace = f"t-deleted-{uuid.uuid4().hex[:6]}"  # not the fixture's: this test deletes it itself
+    # not the fixture's: this test deletes it itself; its scripts are trusted (t-test-app*) for the launched App
+    namespace = f"t-test-app-deleted-{uuid.uuid4().hex[:6]}"
     kubectl("create", "namespace", namespace)
     baseline = pending()
     kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "config-environment.yaml"),
@@ -48,8 +50,23 @@ def test_a_deleted_namespace_leaves_no_retry_behind(operator: OperatorProcess, k
     kubectl("apply", "-f", "-", input=json.dumps(app("waits", namespace, "idle")))
     wait_until(lambda: operator.metric("stead_reconcile_retries_pending", kind="App") > apps_pending, 30,
                "the App's retry to be scheduled")
+    # a launched App: its delete action cannot run in a namespace being deleted, and the Namespace says so
+    kubectl("apply", "-f", "-", input=json.dumps(blueprint("small", namespace, small_spec())))
+    kubectl("wait", "-n", namespace, "--timeout=30s", "--for=condition=Ready", "blueprint/small")
+    kubectl("apply", "-f", "-", input=json.dumps(app("launched", namespace, "small")))
+    kubectl("wait", "-n", namespace, "--timeout=60s", "--for=condition=Ready", "app/launched")
 
     kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=120s")
+
+    def skipped() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = json.loads(kubectl(
+            "get", "events", "-n", "default", "-o", "json", "--field-selector",
+            f"involvedObject.kind=Namespace,involvedObject.name={namespace}").stdout)["items"]
+        return found
+
+    events = wait_until(skipped, 30, "the Event on the Namespace that the App's delete action was skipped")
+    assert [(e["type"], e["reason"]) for e in events] == [("Warning", "AppDeleteActionSkipped")], events
+    assert events[0]["message"].startswith(f"app launched: its delete action was not run, as namespace {namespace}")
     wait_until(lambda: pending() <= baseline, 30, "no retry left for the deleted namespace's objects")
     wait_until(lambda: operator.metric("stead_reconcile_retries_pending", kind="App") <= apps_pending, 30,
                "the App's retry gone with it")

@@ -1,8 +1,9 @@
 """`make run`: `stead run --local always` starts a control plane (and its local node where the machine allows
-one), the operators; Ctrl-C stops all it started."""
+one), the operators; Ctrl-C stops all it started, the runs in flight included."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -65,15 +66,52 @@ def _plane_pids(home: Path, env: dict[str, str]) -> list[int]:
     return pids
 
 
+SLEEPER = {
+    "apiVersion": "stead.dev/v1alpha1", "kind": "Blueprint", "metadata": {"name": "sleeper"},
+    "spec": {"active": True, "substrates": [{"name": "host", "type": "Local"}],
+             "services": [{"name": "S", "actions": [
+                 {"name": "create", "tasks": [{"name": "nap", "type": "exec", "script": "sleep 600"}]}]}],
+             "deployments": [{"name": "tier", "substrate": "host", "services": ["S"]}]}}
+
+
+def _run_processes(run_uid: str) -> list[int]:
+    """The processes of a run's scripts: those whose environment carries the run's uid (STEAD_RUN)."""
+    needle = f"STEAD_RUN={run_uid}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if needle in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0") and _pid_alive(int(entry)):
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
 def test_run_local_starts_everything_and_ctrl_c_stops_it(tmp_path: Path, binaries: Binaries) -> None:
+    """Issue 27: Ctrl-C left a run's runner and its script running after the control plane was gone."""
     log = (tmp_path / "run.log").open("wb")
     proc, home, env, _ = _start(tmp_path, log)
     try:
         kubeconfig = home / "kubeconfig"
         kubectl = [str(binaries.kubectl), "--kubeconfig", str(kubeconfig)]
         subprocess.run([*kubectl, "apply", "-f", "examples/environment.yaml"], check=True, capture_output=True)
-        subprocess.run([*kubectl, "wait", "--for=condition=Ready", "environment/demo", "--timeout=30s"],
-                       check=True, capture_output=True)
+        subprocess.run([*kubectl, "apply", "-f", "-"], input=json.dumps(SLEEPER).encode(), check=True,
+                       capture_output=True)
+        subprocess.run([*kubectl, "wait", "--for=condition=Ready", "environment/demo", "bp/sleeper",
+                        "--timeout=30s"], check=True, capture_output=True)
+        subprocess.run([*kubectl, "apply", "-f", "-"], check=True, capture_output=True, input=json.dumps({
+            "apiVersion": "stead.dev/v1alpha1", "kind": "App", "metadata": {"name": "napper"},
+            "spec": {"blueprint": "sleeper"}}).encode())
+
+        def run_in_flight() -> tuple[int, list[int]] | None:
+            uid = subprocess.run([*kubectl, "get", "actionrun", "napper-create", "-o", "jsonpath={.metadata.uid}"],
+                                 capture_output=True, text=True).stdout.strip()
+            lock = home / "store-runs" / "runs" / uid / "lock"
+            scripts = _run_processes(uid) if uid else []
+            return (int(lock.read_text()), scripts) if scripts and lock.exists() else None
+
+        runner, scripts = wait_until(run_in_flight, 60, "the create run's script running", interval=0.5)
         pids = _plane_pids(home, env)
     finally:
         proc.send_signal(signal.SIGINT)
@@ -81,6 +119,8 @@ def test_run_local_starts_everything_and_ctrl_c_stops_it(tmp_path: Path, binarie
         log.close()
     assert code == 0
     assert not any(_pid_alive(p) for p in pids), "Ctrl-C left control-plane processes running"
+    assert not _pid_alive(runner), "Ctrl-C left the run's runner running"
+    assert not any(_pid_alive(p) for p in scripts), "Ctrl-C left the run's script running"
 
 
 def test_run_local_stops_what_it_started_when_its_output_pipe_is_gone(tmp_path: Path) -> None:

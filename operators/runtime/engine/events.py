@@ -20,6 +20,9 @@ from operators.runtime.serving.metrics import Metrics
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE = 1024
+CORE_KINDS = {"Namespace": "v1"}
+"""Kubernetes' own kinds Stead posts Events about (an App skipped in a namespace being deleted), and
+their apiVersion; every other kind is Stead's."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,8 @@ class EventRecorder:
         obj = event.obj
         # a cluster-scoped object's Events go to `default` (the API server allows no other namespace there)
         namespace = obj.namespace or "default"
-        involved = {"apiVersion": API_VERSION, "kind": obj.kind, "name": obj.name, "namespace": obj.namespace,
+        involved = {"apiVersion": CORE_KINDS.get(obj.kind, API_VERSION), "kind": obj.kind, "name": obj.name,
+                    "namespace": obj.namespace,
                     "uid": obj.uid}
         body = event_body(involved, namespace, event.type, event.reason, event.message, self._replica)
         await self._kube.request("POST", core_path("events", namespace), body)

@@ -11,7 +11,14 @@ second, only when what a user sees changed. It returns when the run is over.
 Everything a run needs to survive an operator restart is on disk under the run's directory:
 the workflow, the run store, and, once the outcome has reached the kind's objects, its
 conclusion (`write_conclusion`): a restarted operator finds the run, follows a runner still
-alive or starts it again, and a concluded run is never concluded twice.
+alive or starts it again, and a concluded run is never concluded twice. Runners live in sessions
+of their own, so an operator that stops (SIGTERM, a new version) leaves them running; an operator
+that the user interrupts on a terminal (`make run`, then Ctrl-C) stops them with it (`stop_runs`)
+and the next operator resumes them.
+
+A runner's stderr is kept in ``runner.log`` in the run's directory (bounded, masked by the runner),
+and a runner that has to be started again is explained on the run (`restart_reason`: its exit code
+or signal, or that the operator stopped it, and its last stderr lines) as a `RunnerRestarted` Event.
 
 Where scripts run is decided here, from the operator's settings: on this host (namespaces it
 trusts; when the operator is root, as a uid of the namespace's own, `script_uid`, or as
@@ -31,6 +38,8 @@ import fnmatch
 import functools
 import json
 import logging
+import os
+import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +49,7 @@ from typing import Any, Protocol
 
 import xxhash
 
+from operators.runtime.core.clock import utc_now
 from operators.runtime.core.pipeline import StepContext, TemporaryError
 from operators.runtime.engine.slots import RunSlots
 from operators.runtime.kube.client import ApiError, core_path, load_configuration
@@ -52,6 +62,7 @@ from pipelines.control import (
     request_abort,
     run_paths,
     start_run,
+    stop_runner,
 )
 from pipelines.hooks import new_run_key, seal
 from pipelines.kubeapi import CREDENTIALS_ENV, write_credentials
@@ -68,6 +79,13 @@ CONTROL_INTERVAL = 1.0
 TOKEN_SECONDS = 3600
 RUNNER_CREDENTIALS = "kube-credentials.json"
 """The runner's credentials (0600, in the run's directory): a token of the namespace's service account."""
+STOPPED = "stead-stopped.json"
+"""Written in the run's directory when the operator stopped its runner on purpose (`stop_runs`): the
+next start says so, instead of an unexplained exit."""
+RUNNER_LOG_LIMIT = 256 * 1024
+"""``runner.log`` beyond this size is cut to its last quarter before a runner is started."""
+RESTART_TAIL_LINES = 5
+RESTART_TAIL_CHARS = 300
 CONCLUSION = "stead-conclusion.json"
 """Written in the run's directory once the run's outcome reached the kind's objects: supervising
 it again (after an operator restart, or for an event that waited behind the run) repeats nothing."""
@@ -235,6 +253,8 @@ class Followed:
     starts: int
     writes: int
     aborted_for: str | None = None
+    restarts: list[str] = field(default_factory=list)
+    """Why the runner was started again, each time it was (`restart_reason`)."""
     status: Mapping[str, Any] = field(default_factory=dict)
     progress: Mapping[str, Any] = field(default_factory=dict)
 
@@ -363,9 +383,103 @@ async def start_runner(ctx: StepContext, request: RunRequest, jobs: bool) -> Run
         if request.kube_api:
             command["kube_api"] = "pipelines.kubeapi:from_environment"
             env = {CREDENTIALS_ENV: str(paths.run_dir / RUNNER_CREDENTIALS)}
-    return await start_run(paths, secret_key=key, hooks=request.hooks,
-                           extra=["--events", "none", *settings.ssh.runner_args(), *settings.runner_deny_args()],
-                           stderr=asyncio.subprocess.DEVNULL, env=env, http_allow=settings.http_allow, **command)
+    log_fd = open_runner_log(paths)
+    try:
+        return await start_run(paths, secret_key=key, hooks=request.hooks,
+                               extra=["--events", "none", *settings.ssh.runner_args(), *settings.runner_deny_args()],
+                               stderr=log_fd, env=env, http_allow=settings.http_allow, **command)
+    finally:
+        os.close(log_fd)
+
+
+RUNNER_START = "--- runner started at "
+
+
+def open_runner_log(paths: RunPaths) -> int:
+    """The runner's stderr: ``runner.log`` in the run's directory (0600), appended to, a line marking
+    each start; cut to its last quarter first when beyond `RUNNER_LOG_LIMIT`, so that a run restarted
+    many times keeps a bounded file. The runner masks what it writes there (`pipelines.__main__`)."""
+    path = paths.runner_log
+    with contextlib.suppress(FileNotFoundError):
+        if path.stat().st_size > RUNNER_LOG_LIMIT:
+            with path.open("rb") as old:
+                old.seek(-(RUNNER_LOG_LIMIT // 4), os.SEEK_END)
+                kept = old.read()
+            write_private(path, kept.decode("utf-8", "replace").partition("\n")[2])
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.write(fd, f"{RUNNER_START}{utc_now()} ---\n".encode())
+    return fd
+
+
+def runner_log_tail(paths: RunPaths, lines: int = RESTART_TAIL_LINES) -> list[str]:
+    """The last non-empty lines the latest runner wrote on its stderr (each cut to
+    `RESTART_TAIL_CHARS`), oldest first."""
+    try:
+        with paths.runner_log.open("rb") as file:
+            file.seek(max(0, file.seek(0, os.SEEK_END) - 16 * 1024))
+            text = file.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return []
+    latest = text.rpartition(RUNNER_START)[2].partition("\n")[2] if RUNNER_START in text else text
+    found = [line.rstrip() for line in latest.splitlines() if line.strip()]
+    return [line if len(line) <= RESTART_TAIL_CHARS else line[:RESTART_TAIL_CHARS] + "..." for line in found[-lines:]]
+
+
+def restart_reason(returncode: int | None, stopped: Mapping[str, Any] | None, tail: Sequence[str]) -> str:
+    """Why a runner is started again, for the run's `RunnerRestarted` Event and the operator's log.
+
+    `returncode`: the exit status of a runner this operator process started (negative: the signal that
+    killed it), None for one it did not (started before an operator restart); `stopped`: what
+    `stop_runs` recorded when the operator stopped it on purpose; `tail`: its last stderr lines."""
+    if stopped is not None:
+        why = f"the operator stopped it at {stopped.get('at', '?')}: {stopped.get('why', 'no reason recorded')}"
+    elif returncode is None:
+        why = "it ended while no operator process that started it was there to see how (exit status unknown)"
+    elif returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = str(-returncode)
+        why = f"it was killed by signal {name}" + (" (the kernel's OOM killer, or someone, sent it)"
+                                                  if name == "SIGKILL" else "")
+    else:
+        why = f"it exited with code {returncode} before the run ended"
+    said = "; its last stderr lines: " + " | ".join(tail) if tail else "; it wrote nothing on its stderr"
+    return why + said
+
+
+INTERRUPTED = "the operator was interrupted (Ctrl-C) and stopped its runs with it"
+
+
+def stop_runs(state_dir: Path, why: str) -> list[str]:
+    """Stop every live runner of this operator's runs (`pipelines.control.stop_runner`: the runner
+    and what its running steps started), recording `why` for the next start, which resumes them.
+    Returns the uids of the runs stopped. For an operator the user interrupts on a terminal."""
+    stopped: list[str] = []
+    root = state_dir / "runs"
+    if not root.is_dir():
+        return stopped
+    for run_dir in sorted(root.iterdir()):
+        try:
+            paths = run_paths(state_dir, run_dir.name)
+        except ValueError:
+            continue
+        if not is_running(paths):
+            continue
+        write_private(paths.run_dir / STOPPED, json.dumps({"at": utc_now(), "why": why}))
+        if stop_runner(paths):
+            stopped.append(paths.uid)
+        else:
+            (paths.run_dir / STOPPED).unlink(missing_ok=True)
+    return stopped
+
+
+def _read_stopped(paths: RunPaths) -> dict[str, Any] | None:
+    try:
+        data = json.loads((paths.run_dir / STOPPED).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 async def follow_run(ctx: StepContext, request: RunRequest, observer: RunObserver, *, starts: int = 0,
@@ -422,12 +536,16 @@ async def _follow(ctx: StepContext, request: RunRequest, observer: RunObserver, 
             if final and not alive:
                 break
             if not alive and not final and not is_running(paths):
-                if followed.starts >= MAX_RUNNER_STARTS:
+                stopped = _read_stopped(paths)
+                if followed.starts >= MAX_RUNNER_STARTS and stopped is None:
                     followed.aborted_for = f"the runner stopped {followed.starts} times before the run finished"
                     break
                 if process is not None or followed.starts:
-                    log.warning("run %s/%s: runner not running, starting it again", ctx.obj.namespace, ctx.obj.name)
+                    _restarted(ctx, followed, restart_reason(
+                        process.process.returncode if process is not None else None, stopped,
+                        await asyncio.to_thread(runner_log_tail, paths)), deliberate=stopped is not None)
                 process = await start_runner(ctx, request, jobs)
+                (paths.run_dir / STOPPED).unlink(missing_ok=True)
                 followed.starts += 1
             if time.monotonic() - last_control >= CONTROL_INTERVAL and not paths.abort_file.exists():
                 last_control = time.monotonic()
@@ -450,6 +568,14 @@ async def _follow(ctx: StepContext, request: RunRequest, observer: RunObserver, 
     finally:
         with contextlib.suppress(FileNotFoundError):
             (paths.run_dir / RUNNER_CREDENTIALS).unlink()
+
+
+def _restarted(ctx: StepContext, followed: Followed, why: str, deliberate: bool) -> None:
+    """Say on the run (an Event, the operator's log) why its runner is started again."""
+    message = f"the run's runner is started again (start {followed.starts + 1}): {why}"
+    followed.restarts.append(why)
+    log.warning("run %s/%s: %s", ctx.obj.namespace, ctx.obj.name, message)
+    ctx.services.events.record(ctx.obj, "Normal" if deliberate else "Warning", "RunnerRestarted", message)
 
 
 def _observe_steps(ctx: StepContext, status: Mapping[str, Any]) -> None:

@@ -146,6 +146,9 @@ class KubernetesJob:
         }
         return job, secret
 
+    def runs_as(self) -> str:
+        return f"uid {self.run_as_user} in a Job's Pod in namespace {self.namespace}"
+
     def execute(
         self, ctx: StepContext, interpreter: str, script: str, env: dict[str, str], on_line: LineSink
     ) -> int:

@@ -143,6 +143,10 @@ class LocalProcess:
             feeder.join(timeout=1.0)
             self._drop(workdir)
 
+    def runs_as(self) -> str:
+        """``uid N (name)``: `user`, or the runner's own user."""
+        return describe_uid(self.user.uid if self.user is not None else os.geteuid())
+
     def _workdir(self, ctx: StepContext) -> Path:
         if self.user is None:
             ctx.workdir.mkdir(parents=True, exist_ok=True)
@@ -220,6 +224,14 @@ class LocalProcess:
         if stop == "timeout":
             raise StepFailed(f"timed out after {ctx.timeout:g}s", exit_code=_exit_code(code))
         return _exit_code(code)
+
+
+def describe_uid(uid: int) -> str:
+    """``uid 1000 (alice)``; a uid without a passwd entry (the per-namespace script uids) says so."""
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid} (no user of that uid on this host)"
 
 
 def _long_line_piece(ctx: StepContext, buf: bytearray) -> bytes:

@@ -32,6 +32,12 @@ class ScriptBackend(Protocol):
         self, ctx: StepContext, interpreter: str, script: str, env: dict[str, str], on_line: LineSink
     ) -> int: ...
 
+    def runs_as(self) -> str:
+        """Who the scripts run as, for a failure's message: ``uid N (name)`` and where, when not here.
+        A script that cannot write where its author expected fails with a bare exit code otherwise
+        (a root operator runs scripts as an unprivileged uid of the namespace's own)."""
+        ...
+
 
 def script_env(ctx: StepContext) -> dict[str, str]:
     """The script's own variables: exported variables, then the step's ``env``, then Stead's."""
@@ -58,8 +64,16 @@ class ScriptExecutor:
     def run(self, ctx: StepContext) -> StepResult:
         code = self._run(ctx, lambda line, stream: None)
         if code != 0:
-            raise StepFailed(f"script exited with code {code}", exit_code=code)
+            raise self._failed(ctx, code)
         return StepResult(exit_code=0)
+
+    def _failed(self, ctx: StepContext, code: int) -> StepFailed:
+        """The failure of a script that exited with `code`, naming the user it ran as (also in the
+        step's log, with where that user may write)."""
+        who = self.backend.runs_as()
+        ctx.output(f"the script exited with code {code}; it ran as {who}: it may write its working directory "
+                   "(HOME) and /tmp, and elsewhere only what that user may", "stderr")
+        return StepFailed(f"script exited with code {code} (ran as {who})", exit_code=code)
 
     def _run(self, ctx: StepContext, on_line: LineSink) -> int:
         script = parameter(ctx, "script", str)
@@ -86,7 +100,7 @@ class SetVarExecutor(ScriptExecutor):
 
         code = self._run(ctx, collect)
         if code != 0:
-            raise StepFailed(f"script exited with code {code}", exit_code=code)
+            raise self._failed(ctx, code)
         missing = sorted(wanted - set(found))
         if missing:
             raise StepFailed(f"the script did not set {', '.join(missing)}", exit_code=0)

@@ -236,7 +236,8 @@ class ExecStep(SshStep[_Script]):
         outcome = await remote.run(ctx, plan.argv, script=plan.script, cwd=plan.cwd, what="script",
                                    on_line=on_line)
         if outcome.exit_code != 0:
-            raise StepFailed(f"script exited with code {outcome.exit_code}" + tail(outcome.last),
+            raise StepFailed(f"script exited with code {outcome.exit_code} (ran as {remote.target.user} on "
+                             f"{remote.target.address})" + tail(outcome.last),
                              exit_code=outcome.exit_code, details={"lastLines": outcome.last})
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -18,8 +18,17 @@ SNAPSHOT = {"name": "bp", "uid": "u-bp", "generation": 1, "spec": {}, "compiledS
 
 
 @dataclass
+class Events:
+    recorded: list[tuple[Observed, str, str, str]] = field(default_factory=list)
+
+    def record(self, obj: Observed, type_: str, reason: str, message: str) -> None:
+        self.recorded.append((obj, type_, reason, message))
+
+
+@dataclass
 class FakeServices:
     kube: FakeApi
+    events: Events = field(default_factory=Events)
 
 
 RUNS = "/apis/stead.dev/v1alpha1/namespaces/ns/actionruns"
@@ -103,10 +112,18 @@ def test_a_leftover_delete_run_of_an_earlier_app_is_replaced(kube: FakeApi) -> N
     assert conflict.value.reason == "DeleteRunConflict"
 
 
-def test_a_terminating_namespace_lets_the_app_go(kube: FakeApi) -> None:
+def test_a_terminating_namespace_lets_the_app_go_and_says_so_on_the_namespace(kube: FakeApi) -> None:
+    """Issue 27: the skipped delete action was a log line only. The namespace takes no Event any more:
+    a Warning Event on the Namespace (kept in `default`) says which App went without it."""
     kube.fail_with(ApiError(403, "unable to create new content in namespace ns because it is being terminated"),
                    "POST", RUNS)
-    assert asyncio.run(delete(ctx(app({"snapshot": SNAPSHOT, "state": "running"}), kube))) == {}
+    kube.add("/api/v1/namespaces/ns", {"metadata": {"name": "ns", "uid": "u-ns"}})
+    step = ctx(app({"snapshot": SNAPSHOT, "state": "running"}), kube)
+    assert asyncio.run(delete(step)) == {}
+    ((about, type_, reason, message),) = step.services.events.recorded
+    assert (about.kind, about.namespace, about.name, about.uid) == ("Namespace", "", "ns", "u-ns")
+    assert (type_, reason) == ("Warning", "AppDeleteActionSkipped")
+    assert message.startswith("app shop: its delete action was not run, as namespace ns is being deleted")
     kube.fail_with(ApiError(403, "forbidden by RBAC"), "POST", RUNS)
     with pytest.raises(TemporaryError):
         asyncio.run(delete(ctx(app({"snapshot": SNAPSHOT, "state": "running"}), kube)))

@@ -272,3 +272,29 @@ def test_the_operator_api_starts_watches_and_reads_a_run(tmp_path: Path, monkeyp
     assert read_output(paths, "env") == f"none none {paths.instance_workdir('env')}\n"
     assert read_output(paths, "login") == "logging in with ********\n"
     assert "pa55" not in json.dumps(read_status(paths)) + json.dumps(events)
+
+
+def test_the_runners_stderr_is_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator keeps the runner's stderr (runner.log) and quotes it on the run: log records and
+    uncaught exceptions pass the run's masker first."""
+    import io
+    import logging
+    import threading
+
+    from pipelines import __main__ as cli
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [handler])
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)
+    monkeypatch.setattr(sys, "stderr", stream)
+    cli._mask_stderr(lambda text: text.replace("hunter2", "********"))
+    logging.getLogger("pipelines.test").warning("password %s", "hunter2")
+    try:
+        raise RuntimeError("bad value hunter2")
+    except RuntimeError as error:
+        sys.excepthook(RuntimeError, error, error.__traceback__)
+    text = stream.getvalue()
+    assert "hunter2" not in text and "password ********" in text and "RuntimeError: bad value ********" in text

@@ -11,6 +11,7 @@ import contextlib
 import copy
 import ipaddress
 import os
+import pwd
 import re
 import threading
 import time
@@ -35,7 +36,7 @@ from pipelines.executors.delay import DelayExecutor
 from pipelines.executors.egress import EgressPolicy, host_addresses
 from pipelines.executors.http_request import HttpExecutor, json_path
 from pipelines.executors.kube import KubernetesExecutor, readiness
-from pipelines.executors.script import ScriptExecutor, SetVarExecutor, kill_leftover
+from pipelines.executors.script import ScriptExecutor, ScriptUser, SetVarExecutor, kill_leftover
 from pipelines.kubeapi import KubeApiError
 from tests.polling import wait_until
 
@@ -74,7 +75,21 @@ def test_exec_captures_exit_code_stdout_and_stderr(tmp_path: Path) -> None:
     with pytest.raises(StepFailed) as info:
         ScriptExecutor(LocalProcess()).run(ctx)
     assert info.value.exit_code == 7
-    assert out.text("stdout") == "out1\nout2" and out.text("stderr") == "err1"
+    assert out.text("stdout") == "out1\nout2" and out.text("stderr").startswith("err1\n")
+
+
+def test_a_failed_script_names_the_user_it_ran_as(tmp_path: Path) -> None:
+    """Issue 27: "script exited with code 2" alone left a user whose script could not write (it ran as
+    another uid under a root operator) guessing; the failure and the step's log name the user."""
+    ctx, out = make_ctx(tmp_path, {"script": "exit 2"})
+    with pytest.raises(StepFailed) as info:
+        ScriptExecutor(LocalProcess()).run(ctx)
+    me = f"uid {os.geteuid()} ({pwd.getpwuid(os.geteuid()).pw_name})"
+    assert info.value.message == f"script exited with code 2 (ran as {me})"
+    assert out.text("stderr") == (f"the script exited with code 2; it ran as {me}: it may write its working "
+                                  "directory (HOME) and /tmp, and elsewhere only what that user may")
+    assert LocalProcess(user=ScriptUser(1 << 30, 1 << 30)).runs_as() == \
+        f"uid {1 << 30} (no user of that uid on this host)"
 
 
 def test_exec_environment_workdir_and_interpreters(tmp_path: Path) -> None:

@@ -67,3 +67,27 @@ def test_an_event_a_deleted_namespace_refuses_is_not_a_warning(error: ApiError, 
     with caplog.at_level(logging.DEBUG, logger="operators.runtime.engine.events"):
         asyncio.run(post_one())
     assert [r.levelno for r in caplog.records if r.name == "operators.runtime.engine.events"] == [level]
+
+
+def test_an_event_about_a_namespace_is_posted_in_default_as_a_core_object() -> None:
+    """The Event that says an App's delete action was skipped (its namespace being deleted takes no Event)."""
+    posted: list[tuple[str, dict[str, Any]]] = []
+
+    class Kube:
+        async def request(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+            posted.append((path, body))
+            return body
+
+    async def post_one() -> None:
+        recorder = EventRecorder(Kube(), Metrics(), "r1")  # type: ignore[arg-type]
+        task = asyncio.create_task(recorder.run())
+        recorder.record(Observed("Namespace", "", "team-x", "u-ns", 0, {}, {}, {}), "Warning",
+                        "AppDeleteActionSkipped", "app shop: ...")
+        await recorder.drain()
+        task.cancel()
+
+    asyncio.run(post_one())
+    ((path, body),) = posted
+    assert path == "/api/v1/namespaces/default/events"
+    assert body["involvedObject"] == {"apiVersion": "v1", "kind": "Namespace", "name": "team-x", "namespace": "",
+                                      "uid": "u-ns"}

@@ -7,6 +7,7 @@ the observer stands for a kind's object (what it shows, when it asks to abort).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -35,14 +36,23 @@ from operators.runtime.engine.runs import (
 )
 from operators.runtime.engine.slots import RunSlots
 from operators.runtime.serving.metrics import Metrics
-from pipelines.control import read_status
+from pipelines.control import read_status, runner_pid
 from tests.polling import wait_until
+
+
+@dataclass
+class Events:
+    recorded: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def record(self, obj: Observed, type_: str, reason: str, message: str) -> None:
+        self.recorded.append((type_, reason, message))
 
 
 @dataclass
 class Services:
     runs: RunSettings
     kube: Any = None
+    events: Events = field(default_factory=Events)
     metrics: Metrics = field(default_factory=Metrics)
     run_slots: RunSlots = field(default_factory=lambda: RunSlots(4))
 
@@ -186,6 +196,96 @@ def test_a_killed_runner_is_started_again_and_the_count_carries_on(tmp_path: Pat
     assert followed.starts == 3  # one before (an operator restart), the first here, the one after the kill
     assert (marks / "first").read_text() == "x\n" and (marks / "last").read_text() == "x\n"
     assert read_status(paths) is not None
+    # issue 27: each restart says why on the run (before: a log line "runner not running", no cause)
+    unknown, killed = followed.restarts
+    assert unknown.startswith("it ended while no operator process that started it was there to see how")
+    assert killed.startswith("it was killed by signal SIGKILL") and killed.endswith("nothing on its stderr")
+    events = ctx.services.events.recorded
+    assert [(t, r) for t, r, _ in events] == [("Warning", "RunnerRestarted")] * 2
+    assert events[1][2] == f"the run's runner is started again (start 3): {killed}"
+    assert paths.runner_log.read_text().count(runs.RUNNER_START) == 2  # one per start here
+
+
+def test_a_runner_that_exits_is_explained_on_the_run_by_its_code_and_stderr(tmp_path: Path) -> None:
+    """Issue 27: a runner's stderr went to /dev/null, so a runner started again (once seen mid-run)
+    left nobody knowing why. A runner that cannot start (a files root that is no directory) says why
+    on its stderr; each restart shows its exit code and that line, until the run gives up."""
+    ctx = context(tmp_path, ssh=runs.SshOptions(files_root=tmp_path / "missing"))
+    followed = asyncio.run(follow_run(ctx, RunRequest(paths_for(ctx), workflow("true")), Observer()))
+    assert followed.aborted_for == f"the runner stopped {runs.MAX_RUNNER_STARTS} times before the run finished"
+    said = f"it exited with code 2 before the run ended; its last stderr lines: --ssh-files-root {tmp_path}/missing: " \
+           "not a directory"
+    assert followed.restarts == [said] * (runs.MAX_RUNNER_STARTS - 1)
+    assert ctx.services.events.recorded[0] == ("Warning", "RunnerRestarted",
+                                              f"the run's runner is started again (start 2): {said}")
+
+
+def test_a_restart_reason_names_the_exit_the_stop_and_the_last_stderr_lines() -> None:
+    tail = ["Traceback (most recent call last):", "MemoryError"]
+    assert runs.restart_reason(1, None, tail) == (
+        "it exited with code 1 before the run ended; its last stderr lines: Traceback (most recent call last): | "
+        "MemoryError")
+    assert runs.restart_reason(-signal.SIGSEGV, None, []) == (
+        "it was killed by signal SIGSEGV; it wrote nothing on its stderr")
+    assert runs.restart_reason(None, {"at": "2026-11-27T17:00:00Z", "why": "Ctrl-C"}, []) == (
+        "the operator stopped it at 2026-11-27T17:00:00Z: Ctrl-C; it wrote nothing on its stderr")
+
+
+def test_the_runner_log_is_bounded_and_its_tail_is_the_latest_runners(tmp_path: Path) -> None:
+    paths = paths_for(context(tmp_path))
+    paths.run_dir.mkdir(parents=True)
+    paths.runner_log.write_text("old\n" * (runs.RUNNER_LOG_LIMIT // 2))
+    os.close(runs.open_runner_log(paths))
+    assert runs.runner_log_tail(paths) == []  # the latest runner said nothing yet
+    with paths.runner_log.open("a") as log:
+        log.write("one\n\n" + "x" * 400 + "\n")
+    assert runs.runner_log_tail(paths) == ["one", "x" * runs.RESTART_TAIL_CHARS + "..."]
+    assert paths.runner_log.stat().st_size <= runs.RUNNER_LOG_LIMIT
+    os.close(runs.open_runner_log(paths))
+    assert paths.runner_log.stat().st_size < runs.RUNNER_LOG_LIMIT // 4 + 1024  # cut to its last quarter
+    assert paths.runner_log.stat().st_mode & 0o777 == 0o600
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def test_runs_stopped_with_the_operator_leave_nothing_running_and_resume_saying_why(tmp_path: Path) -> None:
+    """Issue 27: Ctrl-C under `make run` left runners and their scripts running. `stop_runs` (the
+    operator interrupted) stops the runner and its script without ending the run; the next
+    supervision resumes it and says on the run that the operator had stopped it."""
+    ctx = context(tmp_path)
+    paths = paths_for(ctx)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    nap = (f"if [ -e {marks}/napped ]; then echo resumed; "
+           f"else touch {marks}/napped; echo $$ > {marks}/pid; exec sleep 600; fi")
+    request = RunRequest(paths, workflow(f"echo x >> {marks}/first", nap))
+
+    async def interrupted() -> tuple[int, int, list[str]]:
+        supervision = asyncio.create_task(follow_run(ctx, request, Observer()))
+        script = await asyncio.to_thread(wait_until, lambda: (marks / "pid").exists() and (marks / "pid").read_text(),
+                                         30, "the script sleeping")
+        runner = runner_pid(paths)
+        assert runner is not None
+        supervision.cancel()  # the operator's reconcilers stop first
+        with contextlib.suppress(asyncio.CancelledError):
+            await supervision
+        return int(script), runner, await asyncio.to_thread(runs.stop_runs, paths.state_dir, "Ctrl-C")
+
+    script, runner, stopped = asyncio.run(interrupted())
+    assert stopped == [paths.uid]
+    assert not _alive(runner) and not _alive(script)
+    assert {s["step"]: s["state"] for s in (read_status(paths) or {})["steps"]} == {"s0": "success", "s1": "running"}
+    followed = asyncio.run(follow_run(ctx, request, Observer(), starts=1))
+    assert followed.status["phase"] == "Succeeded" and (marks / "first").read_text() == "x\n"
+    (why,) = followed.restarts
+    assert why.startswith("the operator stopped it at ") and ": Ctrl-C;" in why
+    assert ctx.services.events.recorded[0][:2] == ("Normal", "RunnerRestarted")
+    assert not (paths.run_dir / runs.STOPPED).exists()
 
 
 def test_where_scripts_run_follows_the_operators_settings(tmp_path: Path) -> None:
