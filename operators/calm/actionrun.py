@@ -1,9 +1,10 @@
 """The ActionRun kind: one run of an action on an App (docs/calm.md).
 
 Pipeline: Init (the app and the action exist) -> Pending (take the app's lock) -> Running
-(announced: build the workflow and run it) -> Provisioned. A run that fails or is aborted stops
-in Running, Stalled, with the failing task and the reason in status; `status.state` is the run's
-own phase (Pending, Running, Succeeded, Failed, Aborted).
+(announced: build the workflow and run it) -> Provisioned. A run that fails or is aborted, at
+whatever step, ends in phase `Failed` or `Aborted` (`runs.run_pipeline`), Stalled, with the failing
+task and the reason in status; `status.state` is the run's own phase (Pending, Running, Succeeded,
+Failed, Aborted).
 
 Running the workflow is the runtime's shared run supervision (`operators.runtime.engine.runs`): this
 module says what the run is (the action's workflow, the blueprint's secrets) and what the
@@ -49,7 +50,7 @@ from operators.calm.models import (
 )
 from operators.runtime.core.clock import utc_now, utc_seconds
 from operators.runtime.core.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
-from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, Pipeline, StepContext, TemporaryError
+from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, StepContext, TemporaryError
 from operators.runtime.core.ring import project_key
 from operators.runtime.engine.runs import (
     FINAL_RUN_STATES,
@@ -62,6 +63,7 @@ from operators.runtime.engine.runs import (
     follow_run,
     paths_for,
     read_conclusion,
+    run_pipeline,
     write_conclusion,
 )
 from operators.runtime.kube.client import ApiError, custom_path
@@ -77,7 +79,6 @@ HOOKS = "operators.calm.runhooks:hooks"
 TRANSITIONAL = {"create": "provisioning", "start": "starting", "stop": "stopping", "restart": "restarting",
                 "delete": "deleting"}
 AFTER = {"create": "running", "start": "running", "stop": "stopped", "restart": "running", "delete": "deleted"}
-
 
 class ActionRunSpec(Model):
     app: str = Field(min_length=1, max_length=253, description="The App (same namespace).")
@@ -522,12 +523,8 @@ KIND = Kind(
     "failing task with its reason. Set spec.abort to abort it.",
     spec_model=ActionRunSpec,
     status_model=ActionRunStatus,
-    pipeline=Pipeline(
-        phases=("Init", "Pending", "Running", "Provisioned"),
-        steps={"Init": validate, "Pending": take_lock, "Running": supervise},
-        update_phase="Running",
-        announce=frozenset({"Running"}),
-    ),
+    pipeline=run_pipeline(("Init", "Pending", "Running", "Provisioned"),
+                          {"Init": validate, "Pending": take_lock, "Running": supervise}),
     columns=COLUMNS,
     admission=admission,
 )

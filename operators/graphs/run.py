@@ -1,4 +1,5 @@
-"""A GraphRun, from its checks to its end: `Init -> Planning -> Running -> Provisioned`.
+"""A GraphRun, from its checks to its end: `Init -> Planning -> Running -> Provisioned` (a run that failed or
+was aborted, at whatever step: phase `Failed` or `Aborted`, `runs.run_pipeline`).
 
 - Init: the environment exists and says how to reach its nodes (`spec.ssh`, unless a dry run), and
   no other run is going on it (the admission webhook refuses the second with 409; this catches a
@@ -361,10 +362,11 @@ class _Observer:
 
 
 def _progress_text(saved: Mapping[str, Any], status: Mapping[str, Any], progress: Mapping[str, Any]) -> str:
-    """Planned instances finished / planned instances (noop and skipped ones are not work)."""
+    """Planned instances done / planned instances (noop and skipped ones are not work). Done is succeeded: a
+    failed or aborted instance did not do its work, so a run that failed never shows all of it done."""
     work = [sid for sid, item in saved["planned"].items() if item["state"] == "planned"]
     records = _records(status)
-    done = sum(1 for sid in work if (records.get(sid) or {}).get("state") in ("success", "failure", "aborted"))
+    done = sum(1 for sid in work if (records.get(sid) or {}).get("state") == "success")
     return f"{done}/{len(work)}"
 
 

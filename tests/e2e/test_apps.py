@@ -204,8 +204,10 @@ def test_app_user_actions_setvar_lock_abort_and_failure(
     app_status = get(kubectl, "app", "demo", namespace)["status"]
     assert app_status["state"] == "error" and app_status["failure"]["task"] == "boom"
     assert app_status.get("lock") is None
-    stalled = {c["type"]: c for c in get(kubectl, "actionrun", "fail-1", namespace)["status"]["conditions"]}
+    failed = get(kubectl, "actionrun", "fail-1", namespace)["status"]
+    stalled = {c["type"]: c for c in failed["conditions"]}
     assert stalled["Stalled"]["status"] == "True" and "boom" in stalled["Stalled"]["message"]
+    assert failed["phase"] == "Failed"  # not `Running`, as if it went on
 
 
 def test_app_scripts_run_as_an_unprivileged_user_out_of_reach_of_the_operator(

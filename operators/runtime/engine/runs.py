@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 import xxhash
 
-from operators.runtime.core.pipeline import StepContext, TemporaryError
+from operators.runtime.core.pipeline import PermanentError, Pipeline, StepContext, StepFn, TemporaryError
 from operators.runtime.engine.slots import RunSlots
 from operators.runtime.kube.client import ApiError, core_path, load_configuration
 from pipelines.control import (
@@ -61,6 +61,8 @@ from pipelines.paths import RunPaths, private_dir, write_private
 log = logging.getLogger(__name__)
 
 FINAL_RUN_STATES = frozenset({"Succeeded", "Failed", "Aborted"})
+ENDED_RUN_PHASES = frozenset({"Failed", "Aborted"})
+"""The phases of a run that ended without succeeding (a run that succeeded is `Provisioned`): its state."""
 MAX_RUNNER_STARTS = 5
 PATCH_INTERVAL = 1.0
 POLL_INTERVAL = 0.25
@@ -79,6 +81,31 @@ SecretReader = Callable[[AccountCredentials], Awaitable[str]]
 """Reads one secret's value when a runner starts. A Secret reference is read with the namespace's
 service account (the credentials it is given), wherever the run's scripts run: the operator's own
 rights never read a tenant's Secret, so a namespace reads only what its account may."""
+
+
+def run_pipeline(phases: tuple[str, ...], steps: Mapping[str, StepFn]) -> Pipeline:
+    """The pipeline of a run kind (ActionRun, GraphRun): its last step, which follows the run, is announced
+    and is where a spec change (`abort`) goes; and a run that ended shows it. A PermanentError whose facts
+    give the state `Failed` or `Aborted` is the run's end, whatever step raised it (a missing environment
+    at Init, a task at Running): the PHASE column says `Failed` or `Aborted`, never `Running` or `Planning`
+    as if the run went on, nor `Provisioned` as if it succeeded."""
+
+    def ending(step: StepFn) -> StepFn:
+        @functools.wraps(step)
+        async def wrapped(ctx: StepContext) -> Mapping[str, Any]:
+            try:
+                return await step(ctx)
+            except PermanentError as error:
+                state = error.facts.get("state")
+                if error.phase is None and state in ENDED_RUN_PHASES:
+                    error.phase = str(state)
+                raise
+
+        return wrapped
+
+    last = phases[-2]
+    return Pipeline(phases=phases, steps={phase: ending(step) for phase, step in steps.items()},
+                    update_phase=last, announce=frozenset({last}), ended=ENDED_RUN_PHASES)
 
 
 @dataclass(frozen=True)

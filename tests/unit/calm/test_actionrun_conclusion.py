@@ -1,14 +1,25 @@
-"""A concluded run is not concluded twice: the outcome on disk wins over a stale object body."""
+"""A concluded run is not concluded twice: the outcome on disk wins over a stale object body; the phase of
+a run that failed."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from operators.calm.actionrun import _finished_again, deleting_refusal, end_time, read_conclusion, write_conclusion
-from operators.runtime.core.pipeline import Observed, PermanentError, StepContext
+from operators.calm.actionrun import (
+    KIND,
+    _finished_again,
+    deleting_refusal,
+    end_time,
+    read_conclusion,
+    write_conclusion,
+)
+from operators.runtime.core.pipeline import Observed, PermanentError, StepContext, compose_status, run
 from pipelines.control import run_paths
+from tests.unit.fakeapi import FakeApi
 
 
 def test_the_conclusion_is_kept_on_disk_and_repeated_as_is(tmp_path: Path) -> None:
@@ -38,3 +49,16 @@ def test_the_end_time_is_the_runners_not_when_the_operator_noticed() -> None:
     assert end_time({"finishedAt": "2026-11-24T22:20:54.318Z"}, {}) == "2026-11-24T22:20:54Z"
     assert end_time({}, {"finishedAt": "2026-11-24T23:20:54.000+01:00"}) == "2026-11-24T22:20:54Z"
     assert end_time({}, {}).endswith("Z")  # a run that never started: now
+
+
+def test_a_run_that_failed_at_init_shows_phase_failed(kube: FakeApi) -> None:
+    """A run whose app does not exist ends at once: PHASE `Failed` (it showed `Running` or the phase it
+    stopped in, as if the run went on)."""
+    obj = Observed(kind="ActionRun", namespace="ns", name="r", uid="uid-1", generation=1, labels={},
+                   spec={"app": "nope", "action": "greet"}, status={})
+    outcome = asyncio.run(run(KIND.pipeline, obj, "Init", services=SimpleNamespace(kube=kube)))
+    status = compose_status(obj, outcome, "2026-01-01T00:00:00Z")
+    assert (status["phase"], status["state"]) == ("Failed", "Failed")
+    assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
+        ("Ready", "False", "AppNotFound"), ("Reconciling", "False", "AppNotFound"), ("Stalled", "True", "AppNotFound")]
+
