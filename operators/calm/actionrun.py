@@ -15,7 +15,6 @@ the end records the outcome in the App (its entities, state and failure) and rel
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import contextlib
@@ -62,6 +61,7 @@ from operators.runtime.engine.runs import (
     UntrustedNamespace,
     follow_run,
     paths_for,
+    read_account_secret,
     read_conclusion,
     run_pipeline,
     write_conclusion,
@@ -69,7 +69,6 @@ from operators.runtime.engine.runs import (
 from operators.runtime.kube.client import ApiError, custom_path
 from operators.runtime.secrets import VaultError
 from pipelines.control import read_progress
-from pipelines.kubeapi import KubeApiError, RestKubeApi
 from pipelines.paths import RunPaths
 
 log = logging.getLogger(__name__)
@@ -257,20 +256,8 @@ async def _secret_value(ctx: StepContext, blueprint: str, source: SecretSource, 
             raise PermanentError("SecretNotFound", str(error)) from None
     if source.secret_ref is not None:
         ref = source.secret_ref
-        who = f"service account {ctx.obj.namespace}/{ctx.services.runs.job_service_account}"
-        try:
-            api = RestKubeApi.from_credentials_file(await account())
-            secret = await asyncio.to_thread(api.get, "v1", "Secret", ctx.obj.namespace, ref.name)
-        except (KubeApiError, OSError, ValueError) as error:
-            why = (f"{who} may not read it (grant it get on Secret {ref.name}: see docs/calm.md#secrets)"
-                   if getattr(error, "status", None) == 403 else str(error))
-            raise PermanentError("SecretNotFound", f"Secret {ref.name}: {why}") from None
-        if secret is None:
-            raise PermanentError("SecretNotFound", f"Secret {ref.name}: not found in namespace {ctx.obj.namespace}")
-        data = secret.get("data") or {}
-        if ref.key not in data:
-            raise PermanentError("SecretNotFound", f"Secret {ref.name} has no key {ref.key}")
-        return base64.b64decode(data[ref.key]).decode()
+        return await read_account_secret(await account(), ctx.obj.namespace, ctx.services.runs.job_service_account,
+                                         ref.name, ref.key)
     raise PermanentError("SecretNotFound", "a secret has neither a vault reference nor a Secret reference")
 
 

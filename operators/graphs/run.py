@@ -26,8 +26,6 @@ Output tails are kept for failed instances only, for the same reason.
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import contextlib
 import functools
 import json
@@ -68,13 +66,13 @@ from operators.runtime.engine.runs import (
     RunRequest,
     follow_run,
     paths_for,
+    read_account_secret,
     read_conclusion,
     runner_credentials,
     write_conclusion,
 )
 from operators.runtime.kube.client import ApiError, custom_path
 from pipelines.control import read_progress
-from pipelines.kubeapi import KubeApiError, RestKubeApi
 from pipelines.paths import RunPaths
 
 log = logging.getLogger(__name__)
@@ -224,23 +222,12 @@ async def _read_secret(ctx: StepContext, ref: SecretKeyRef, what: str, credentia
         paths = paths_for(ctx)
         await runner_credentials(ctx, paths)
         credentials = paths.run_dir / RUNNER_CREDENTIALS
-    account = f"{ctx.obj.namespace}/{ctx.services.runs.job_service_account}"
     try:
-        api = RestKubeApi.from_credentials_file(credentials)
-        secret = await asyncio.to_thread(api.get, "v1", "Secret", ctx.obj.namespace, ref.name)
-    except (KubeApiError, OSError) as error:
-        why = f"service account {account} may not read it (grant it get on Secret {ref.name})" \
-            if getattr(error, "status", None) == 403 else str(error)
-        raise PermanentError("SecretNotFound", f"{what}: Secret {ref.name}: {why}",
-                             facts={"state": "Failed", "reason": f"Secret {ref.name} not readable"}) from None
-    if secret is None:
-        raise PermanentError("SecretNotFound", f"{what}: no Secret {ref.name} in namespace {ctx.obj.namespace}",
-                             facts={"state": "Failed", "reason": f"no Secret {ref.name}"})
-    value = (secret.get("data") or {}).get(ref.key)
-    if value is None:
-        raise PermanentError("SecretNotFound", f"{what}: Secret {ref.name} has no key {ref.key}",
-                             facts={"state": "Failed", "reason": f"Secret {ref.name} has no key {ref.key}"})
-    return base64.b64decode(value).decode()
+        return await read_account_secret(credentials, ctx.obj.namespace, ctx.services.runs.job_service_account,
+                                         ref.name, ref.key)
+    except PermanentError as error:  # which of the environment's Secrets, and the run is over
+        message = f"{what}: {error.message}"
+        raise PermanentError(error.reason, message, facts={"state": "Failed", "reason": message[:4096]}) from None
 
 
 def _instances_status(index: Mapping[str, Sequence[str]], records: Mapping[str, Mapping[str, Any]],

@@ -402,11 +402,15 @@ def test_the_nodes_key_is_read_as_the_namespace_s_service_account_never_the_oper
     assert followed.returncode == 1, followed.stdout + followed.stderr
     assert followed.stdout.rstrip().splitlines()[-1] == (
         f"reason: spec.ssh.knownHosts of the environment: Secret k: service account {namespace}/default may not "
-        "read it (grant it get on Secret k)"), followed.stdout
+        f"read it: it needs get on secrets/k in namespace {namespace} (kubectl -n {namespace} create role read-k "
+        f"--verb=get --resource=secrets --resource-name=k; kubectl -n {namespace} create rolebinding read-k "
+        f"--role=read-k --serviceaccount={namespace}:default)"), followed.stdout
     status = finished(kubectl, namespace, "no-rights")
-    assert status["state"] == "Failed", status
-    assert f"service account {namespace}/default may not read it" in json.dumps(
-        get(kubectl, "graphrun", "no-rights", namespace)["status"]["conditions"])
+    # forbidden, not "not found"; and the PHASE column says the run failed (it said `Planning`)
+    assert (status["state"], status["phase"]) == ("Failed", "Failed"), status
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    assert stalled["reason"] == "SecretForbidden" and f"service account {namespace}/default may not read it" in \
+        stalled["message"], stalled
 
 
 FAKE_PUPPET = r"""#!/bin/sh

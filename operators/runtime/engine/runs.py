@@ -26,6 +26,7 @@ networks ssh steps may reach although they are this host's, the files root, the 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import fnmatch
 import functools
@@ -54,7 +55,7 @@ from pipelines.control import (
     start_run,
 )
 from pipelines.hooks import new_run_key, seal
-from pipelines.kubeapi import CREDENTIALS_ENV, write_credentials
+from pipelines.kubeapi import CREDENTIALS_ENV, KubeApiError, RestKubeApi, write_credentials
 from pipelines.model import FINAL_STEP_STATES, Workflow
 from pipelines.paths import RunPaths, private_dir, write_private
 
@@ -354,6 +355,36 @@ async def runner_credentials(ctx: StepContext, paths: RunPaths) -> float:
     server, ca = await asyncio.to_thread(_api_server)
     write_credentials(paths.run_dir / RUNNER_CREDENTIALS, server, str(answer["status"]["token"]), ca)
     return time.monotonic() + seconds / 2
+
+
+def secret_forbidden(namespace: str, account: str, name: str) -> str:
+    """What a run says when its account may not read a Secret: the grant that is missing, as commands."""
+    role = f"read-{name}"[:253]
+    return (f"Secret {name}: service account {namespace}/{account} may not read it: it needs get on secrets/{name} "
+            f"in namespace {namespace} (kubectl -n {namespace} create role {role} --verb=get --resource=secrets "
+            f"--resource-name={name}; kubectl -n {namespace} create rolebinding {role} --role={role} "
+            f"--serviceaccount={namespace}:{account})")
+
+
+async def read_account_secret(credentials: Path, namespace: str, account: str, name: str, key: str) -> str:
+    """A key of a Secret of the run's namespace, read as the namespace's service account (`credentials`: a
+    token of it, `runner_credentials`), never with the operator's rights: a namespace reads only what its
+    own account may. A Secret that exists but may not be read is `SecretForbidden`, naming the missing
+    grant (it was reported as not found, and nothing said what to grant); one that does not exist, or
+    lacks the key, `SecretNotFound`; anything else `SecretUnreadable`. Messages never quote a value."""
+    try:
+        api = RestKubeApi.from_credentials_file(credentials)
+        secret = await asyncio.to_thread(api.get, "v1", "Secret", namespace, name)
+    except (KubeApiError, OSError, ValueError) as error:
+        if getattr(error, "status", None) == 403:
+            raise PermanentError("SecretForbidden", secret_forbidden(namespace, account, name)) from None
+        raise PermanentError("SecretUnreadable", f"Secret {name}: {error}") from None
+    if secret is None:
+        raise PermanentError("SecretNotFound", f"Secret {name}: not found in namespace {namespace}")
+    value = (secret.get("data") or {}).get(key)
+    if value is None:
+        raise PermanentError("SecretNotFound", f"Secret {name} has no key {key}")
+    return base64.b64decode(value).decode()
 
 
 async def start_runner(ctx: StepContext, request: RunRequest, jobs: bool) -> RunProcess:
