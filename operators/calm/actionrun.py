@@ -78,6 +78,39 @@ HOOKS = "operators.calm.runhooks:hooks"
 TRANSITIONAL = {"create": "provisioning", "start": "starting", "stop": "stopping", "restart": "restarting",
                 "delete": "deleting"}
 AFTER = {"create": "running", "start": "running", "stop": "stopped", "restart": "running", "delete": "deleted"}
+RESTING = ("running", "stopped")
+"""The states an app rests in between actions (`status.restingState`)."""
+
+
+def state_after_success(action: str, app_status: Mapping[str, Any]) -> str:
+    """The app's state once `action` succeeded: where the action leads. A system action leads to its own
+    state (stop: stopped; create, start, restart: running). Any other action (update, a user action)
+    neither starts nor stops the app: it leads to where the app rests, the state the last successful
+    action led to (`restingState`: a stop that succeeded and a start that failed after it leave
+    `stopped`). `error` is never kept: an update that succeeded after a failed one once left the app in
+    error for good. Apps from before `restingState` rest where their state says, else `running`."""
+    if action in AFTER:
+        return AFTER[action]
+    for state in (app_status.get("restingState"), app_status.get("state")):
+        if state in RESTING:
+            return str(state)
+    return "running"
+
+
+def state_during(action: str, app_status: Mapping[str, Any]) -> str:
+    """The app's state while `action` runs: a system action's own (stopping), else the state it was in."""
+    return TRANSITIONAL.get(action, app_status.get("state") or "running")
+
+
+def app_state_fields(action: str, app_status: Mapping[str, Any], succeeded: bool) -> dict[str, Any]:
+    """The App's state fields once `action` ended (`app_status`: the App as the run found it): where a success
+    leads (`state_after_success`, which also becomes where the app rests), or `error`, which changes nothing
+    of where it rests."""
+    if not succeeded:
+        return {"state": "error"}
+    after = state_after_success(action, app_status)
+    return {"state": after, **({"restingState": after} if after in RESTING else {})}
+
 
 class ActionRunSpec(Model):
     app: str = Field(min_length=1, max_length=253, description="The App (same namespace).")
@@ -223,7 +256,7 @@ async def take_lock(ctx: StepContext) -> Mapping[str, Any]:
         ttl = int((app.get("spec") or {}).get("lockTtlSeconds") or 3600)
         patch = {"lock": {"lockedBy": ctx.obj.name, "since": utc_now(), "ttlSeconds": ttl},
                  "currentAction": spec.action, "currentRun": ctx.obj.name,
-                 "state": TRANSITIONAL.get(spec.action, status.get("state") or "running")}
+                 "state": state_during(spec.action, status)}
         try:
             await patch_app(ctx, spec.app, patch, (app.get("metadata") or {}).get("resourceVersion"))
         except ApiError as error:
@@ -441,12 +474,11 @@ async def _conclude(ctx: StepContext, run: _Run, paths: RunPaths, facts: dict[st
     new_entities = {**entities, "deployments": deployments,
                     "properties": {**(entities.get("properties") or {}), **app_props}}
     spec = run.spec
-    app_state = (run.app.get("status") or {}).get("state")
+    app_fields = app_state_fields(spec.action, run.app.get("status") or {}, phase == "Succeeded")
     if phase == "Succeeded":
-        after = AFTER.get(spec.action, "running" if app_state in TRANSITIONAL.values() else app_state or "running")
-        fields: dict[str, Any] = {"state": after, "entities": new_entities, "lastRun": ctx.obj.name, "failure": None}
+        fields: dict[str, Any] = {**app_fields, "entities": new_entities, "lastRun": ctx.obj.name, "failure": None}
     else:
-        fields = {"state": "error", "entities": new_entities, "lastRun": ctx.obj.name,
+        fields = {**app_fields, "entities": new_entities, "lastRun": ctx.obj.name,
                   "failure": {"run": ctx.obj.name, "action": spec.action, "task": result["failedTask"],
                               "reason": reason, "at": at}}
     await _release(ctx, spec, fields)

@@ -1,20 +1,24 @@
-"""A concluded run is not concluded twice: the outcome on disk wins over a stale object body; the phase of
-a run that failed."""
+"""A concluded run is not concluded twice: the outcome on disk wins over a stale object body; where a run
+leaves its App; the phase of a run that failed."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from operators.calm.actionrun import (
     KIND,
     _finished_again,
+    app_state_fields,
     deleting_refusal,
     end_time,
     read_conclusion,
+    state_after_success,
+    state_during,
     write_conclusion,
 )
 from operators.runtime.core.pipeline import Observed, PermanentError, StepContext, compose_status, run
@@ -62,3 +66,36 @@ def test_a_run_that_failed_at_init_shows_phase_failed(kube: FakeApi) -> None:
     assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
         ("Ready", "False", "AppNotFound"), ("Reconciling", "False", "AppNotFound"), ("Stalled", "True", "AppNotFound")]
 
+
+def _after(*actions: tuple[str, bool], start: str = "running") -> str:
+    """The App's state after these actions, each succeeding or failing, as the runs write it: the lock
+    sets the state an action runs in, and its run finds the App so and records where it ended."""
+    status: dict[str, Any] = {"state": start, "restingState": start}
+    for action, succeeded in actions:
+        status["state"] = state_during(action, status)
+        status.update(app_state_fields(action, status, succeeded))
+    return str(status["state"])
+
+
+def test_an_action_that_succeeds_after_a_failed_one_leads_where_it_leads_and_error_is_gone() -> None:
+    """An App whose update failed kept `error` after later updates succeeded. A success leads where its
+    action leads (stop: stopped; an update: where the app rests, which only a successful start, stop...
+    changes), whatever failed before."""
+    update, start, stop, restart = "update", "start", "stop", "restart"
+    assert _after((update, False)) == "error"
+    assert _after((update, False), (update, True)) == "running"
+    assert _after((update, False), (update, False), (update, True)) == "running"
+    assert _after((update, False), (stop, True)) == "stopped"
+    assert _after((update, True), start="stopped") == "stopped"  # an update neither starts nor stops
+    assert _after((update, False), (update, True), start="stopped") == "stopped"
+    # a start that failed did not start the app: a later update leaves it stopped, not running
+    assert _after((start, False), start="stopped") == "error"
+    assert _after((start, False), (update, True), start="stopped") == "stopped"
+    assert _after((start, False), (stop, True), start="stopped") == "stopped"
+    assert _after((start, False), (start, True), start="stopped") == "running"
+    assert _after((stop, False), (update, True)) == "running"
+    assert _after((restart, False), ("scale-report", True)) == "running"
+    assert _after((stop, True), (restart, False), (restart, True)) == "running"
+    # an App from before restingState: where its state says it rests, else running
+    assert state_after_success(update, {"state": "stopped"}) == "stopped"
+    assert state_after_success(update, {"state": "error"}) == "running"
