@@ -1,9 +1,10 @@
 """The ActionRun kind: one run of an action on an App (docs/calm.md).
 
 Pipeline: Init (the app and the action exist) -> Pending (take the app's lock) -> Running
-(announced: build the workflow and run it) -> Provisioned. A run that fails or is aborted stops
-in Running, Stalled, with the failing task and the reason in status; `status.state` is the run's
-own phase (Pending, Running, Succeeded, Failed, Aborted).
+(announced: build the workflow and run it) -> Provisioned. A run that fails or is aborted, at
+whatever step, ends in phase `Failed` or `Aborted` (`runs.run_pipeline`), Stalled, with the failing
+task and the reason in status; `status.state` is the run's own phase (Pending, Running, Succeeded,
+Failed, Aborted).
 
 Running the workflow is the runtime's shared run supervision (`operators.runtime.engine.runs`): this
 module says what the run is (the action's workflow, the blueprint's secrets) and what the
@@ -14,7 +15,6 @@ the end records the outcome in the App (its entities, state and failure) and rel
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import contextlib
@@ -49,7 +49,7 @@ from operators.calm.models import (
 )
 from operators.runtime.core.clock import utc_now, utc_seconds
 from operators.runtime.core.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
-from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, Pipeline, StepContext, TemporaryError
+from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, StepContext, TemporaryError
 from operators.runtime.core.ring import project_key
 from operators.runtime.engine.runs import (
     FINAL_RUN_STATES,
@@ -61,13 +61,14 @@ from operators.runtime.engine.runs import (
     UntrustedNamespace,
     follow_run,
     paths_for,
+    read_account_secret,
     read_conclusion,
+    run_pipeline,
     write_conclusion,
 )
 from operators.runtime.kube.client import ApiError, custom_path
 from operators.runtime.secrets import VaultError
 from pipelines.control import read_progress
-from pipelines.kubeapi import KubeApiError, RestKubeApi
 from pipelines.paths import RunPaths
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,38 @@ HOOKS = "operators.calm.runhooks:hooks"
 TRANSITIONAL = {"create": "provisioning", "start": "starting", "stop": "stopping", "restart": "restarting",
                 "delete": "deleting"}
 AFTER = {"create": "running", "start": "running", "stop": "stopped", "restart": "running", "delete": "deleted"}
+RESTING = ("running", "stopped")
+"""The states an app rests in between actions (`status.restingState`)."""
+
+
+def state_after_success(action: str, app_status: Mapping[str, Any]) -> str:
+    """The app's state once `action` succeeded: where the action leads. A system action leads to its own
+    state (stop: stopped; create, start, restart: running). Any other action (update, a user action)
+    neither starts nor stops the app: it leads to where the app rests, the state the last successful
+    action led to (`restingState`: a stop that succeeded and a start that failed after it leave
+    `stopped`). `error` is never kept: an update that succeeded after a failed one once left the app in
+    error for good. Apps from before `restingState` rest where their state says, else `running`."""
+    if action in AFTER:
+        return AFTER[action]
+    for state in (app_status.get("restingState"), app_status.get("state")):
+        if state in RESTING:
+            return str(state)
+    return "running"
+
+
+def state_during(action: str, app_status: Mapping[str, Any]) -> str:
+    """The app's state while `action` runs: a system action's own (stopping), else the state it was in."""
+    return TRANSITIONAL.get(action, app_status.get("state") or "running")
+
+
+def app_state_fields(action: str, app_status: Mapping[str, Any], succeeded: bool) -> dict[str, Any]:
+    """The App's state fields once `action` ended (`app_status`: the App as the run found it): where a success
+    leads (`state_after_success`, which also becomes where the app rests), or `error`, which changes nothing
+    of where it rests."""
+    if not succeeded:
+        return {"state": "error"}
+    after = state_after_success(action, app_status)
+    return {"state": after, **({"restingState": after} if after in RESTING else {})}
 
 
 class ActionRunSpec(Model):
@@ -223,7 +256,7 @@ async def take_lock(ctx: StepContext) -> Mapping[str, Any]:
         ttl = int((app.get("spec") or {}).get("lockTtlSeconds") or 3600)
         patch = {"lock": {"lockedBy": ctx.obj.name, "since": utc_now(), "ttlSeconds": ttl},
                  "currentAction": spec.action, "currentRun": ctx.obj.name,
-                 "state": TRANSITIONAL.get(spec.action, status.get("state") or "running")}
+                 "state": state_during(spec.action, status)}
         try:
             await patch_app(ctx, spec.app, patch, (app.get("metadata") or {}).get("resourceVersion"))
         except ApiError as error:
@@ -256,20 +289,8 @@ async def _secret_value(ctx: StepContext, blueprint: str, source: SecretSource, 
             raise PermanentError("SecretNotFound", str(error)) from None
     if source.secret_ref is not None:
         ref = source.secret_ref
-        who = f"service account {ctx.obj.namespace}/{ctx.services.runs.job_service_account}"
-        try:
-            api = RestKubeApi.from_credentials_file(await account())
-            secret = await asyncio.to_thread(api.get, "v1", "Secret", ctx.obj.namespace, ref.name)
-        except (KubeApiError, OSError, ValueError) as error:
-            why = (f"{who} may not read it (grant it get on Secret {ref.name}: see docs/calm.md#secrets)"
-                   if getattr(error, "status", None) == 403 else str(error))
-            raise PermanentError("SecretNotFound", f"Secret {ref.name}: {why}") from None
-        if secret is None:
-            raise PermanentError("SecretNotFound", f"Secret {ref.name}: not found in namespace {ctx.obj.namespace}")
-        data = secret.get("data") or {}
-        if ref.key not in data:
-            raise PermanentError("SecretNotFound", f"Secret {ref.name} has no key {ref.key}")
-        return base64.b64decode(data[ref.key]).decode()
+        return await read_account_secret(await account(), ctx.obj.namespace, ctx.services.runs.job_service_account,
+                                         ref.name, ref.key)
     raise PermanentError("SecretNotFound", "a secret has neither a vault reference nor a Secret reference")
 
 
@@ -453,12 +474,11 @@ async def _conclude(ctx: StepContext, run: _Run, paths: RunPaths, facts: dict[st
     new_entities = {**entities, "deployments": deployments,
                     "properties": {**(entities.get("properties") or {}), **app_props}}
     spec = run.spec
-    app_state = (run.app.get("status") or {}).get("state")
+    app_fields = app_state_fields(spec.action, run.app.get("status") or {}, phase == "Succeeded")
     if phase == "Succeeded":
-        after = AFTER.get(spec.action, "running" if app_state in TRANSITIONAL.values() else app_state or "running")
-        fields: dict[str, Any] = {"state": after, "entities": new_entities, "lastRun": ctx.obj.name, "failure": None}
+        fields: dict[str, Any] = {**app_fields, "entities": new_entities, "lastRun": ctx.obj.name, "failure": None}
     else:
-        fields = {"state": "error", "entities": new_entities, "lastRun": ctx.obj.name,
+        fields = {**app_fields, "entities": new_entities, "lastRun": ctx.obj.name,
                   "failure": {"run": ctx.obj.name, "action": spec.action, "task": result["failedTask"],
                               "reason": reason, "at": at}}
     await _release(ctx, spec, fields)
@@ -522,12 +542,8 @@ KIND = Kind(
     "failing task with its reason. Set spec.abort to abort it.",
     spec_model=ActionRunSpec,
     status_model=ActionRunStatus,
-    pipeline=Pipeline(
-        phases=("Init", "Pending", "Running", "Provisioned"),
-        steps={"Init": validate, "Pending": take_lock, "Running": supervise},
-        update_phase="Running",
-        announce=frozenset({"Running"}),
-    ),
+    pipeline=run_pipeline(("Init", "Pending", "Running", "Provisioned"),
+                          {"Init": validate, "Pending": take_lock, "Running": supervise}),
     columns=COLUMNS,
     admission=admission,
 )

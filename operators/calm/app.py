@@ -139,6 +139,10 @@ class Failure(Model):
 class AppStatus(StatusBase):
     state: AppState | None = Field(None, description="provisioning, running, stopped, starting, stopping, "
                                    "restarting, deleting, deleted or error.")
+    resting_state: Literal["running", "stopped"] | None = Field(
+        None, description="Where the app rests between actions: the state its last successful action led to "
+        "(stop: stopped; create, start, restart: running). An action that neither starts nor stops the app "
+        "(update) ends here when it succeeds, whatever failed before it (error is not kept).")
     blueprint: str | None = Field(None, description="The blueprint it was launched from.")
     snapshot: Any = Field(
         None, description="The frozen copy of the blueprint (name, uid, generation, spec, compiledState)."

@@ -108,6 +108,8 @@ def format_graphs(items: Sequence[Mapping[str, Any]]) -> str:
 
 
 def progress_bar(progress: str | None, width: int = 20) -> str:
+    if progress and "/" not in progress:  # a dry run's "3 planned (dry run)": nothing ran, no bar
+        return progress
     done, total = _progress(progress)
     filled = 0 if total <= 0 else max(0, min(width, done * width // total))
     return "[" + "#" * filled + "." * (width - filled) + f"] {done}/{total}"
@@ -243,13 +245,17 @@ def render_run(obj: Mapping[str, Any], now: datetime | None = None) -> Renderabl
             for out in str(task.get("output") or "").splitlines()[-10:]:
                 leaf.add(Text(f"| {out}", style="dim", no_wrap=True, overflow="ellipsis"))
     done, total = _progress(status.get("progress"))
+    if status.get("progress") and "/" not in str(status["progress"]):  # a dry run: nothing ran, no bar
+        parts: list[RenderableType] = [tree, Text(str(status["progress"]), style="bold")]
+        parts.extend(Text(line, style="dim") for line in _footer(obj))
+        return Group(*parts)
     colour = {"Succeeded": "green", "Failed": "red", "Aborted": "magenta"}.get(state, "yellow")
     bar = Table.grid(padding=(0, 1))
     bar.add_row(ProgressBar(total=max(total, 1), completed=min(done, total) if total > 0 else 0, width=40,
                             complete_style=colour, finished_style=colour),
                 Text(f"{done}/{total}", style="bold"), Text(f"{(100 * done // total) if total > 0 else 0}%",
                                                             style="dim"))
-    parts: list[RenderableType] = [tree, bar]
+    parts = [tree, bar]
     parts.extend(Text(line, style="red" if line.startswith("reason") else "dim") for line in _footer(obj))
     return Group(*parts)
 

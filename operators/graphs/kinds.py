@@ -33,6 +33,7 @@ from operators.graphs.models import (
 from operators.runtime.core.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
 from operators.runtime.core.pipeline import KIND_CONDITIONS, PermanentError, Pipeline, StepContext, StepFn
 from operators.runtime.core.store import object_key
+from operators.runtime.engine.runs import run_pipeline
 from operators.runtime.kube.client import custom_path
 
 
@@ -42,6 +43,8 @@ class DeploymentGraphStatus(StatusBase):
     owner: str | None = Field(None, description="What the graph belongs to: release/NAME, plugin/NAME or "
                               "environment/NAME.")
     task_count: int | None = Field(None, description="How many tasks the graph has.")
+    type: str | None = Field(None, description="The graph's type, `default` when spec.type is not given (the "
+                             "TYPE column: a default is not written into the spec).")
 
 
 def _owner(spec: DeploymentGraphSpec) -> str:
@@ -68,7 +71,7 @@ async def check(ctx: StepContext) -> Mapping[str, Any]:
     if problems:
         raise PermanentError("InvalidSpec", "; ".join(problems))
     spec = DeploymentGraphSpec.model_validate(dict(ctx.obj.spec))
-    facts = {"owner": _owner(spec), "taskCount": len(spec.tasks)}
+    facts = {"owner": _owner(spec), "taskCount": len(spec.tasks), "type": spec.type}
     others = await _same_owner_and_type(ctx.services.kube, ctx.obj.namespace, ctx.obj.name, spec)
     if others and others[0] != ctx.obj.name:
         raise PermanentError("DuplicateGraph", f"DeploymentGraph {others[0]} is the {spec.type!r} graph of "
@@ -97,7 +100,7 @@ DEPLOYMENT_GRAPH_KIND = Kind(
     status_model=DeploymentGraphStatus,
     pipeline=Pipeline(phases=("Init", "Provisioned"), steps={"Init": check}),
     columns=(
-        PrinterColumn("Type", ".spec.type", description="The graph's type."),
+        PrinterColumn("Type", ".status.type", description="The graph's type (default when not given)."),
         PrinterColumn("Owner", ".status.owner", description="release/NAME, plugin/NAME or environment/NAME."),
         PrinterColumn("Tasks", ".status.taskCount", type="integer", description="How many tasks."),
     ),
@@ -114,16 +117,13 @@ GRAPH_RUN_KIND = Kind(
     "spec.abort to stop it.",
     spec_model=GraphRunSpec,
     status_model=GraphRunStatus,
-    pipeline=Pipeline(
-        phases=("Init", "Planning", "Running", "Provisioned"),
-        steps={"Init": run.validate, "Planning": run.plan, "Running": run.supervise},
-        update_phase="Running",
-        announce=frozenset({"Running"}),
-    ),
+    pipeline=run_pipeline(("Init", "Planning", "Running", "Provisioned"),
+                          {"Init": run.validate, "Planning": run.plan, "Running": run.supervise}),
     columns=(
         PrinterColumn("Environment", ".spec.environment", description="The environment."),
         PrinterColumn("State", ".status.state", description="Pending, Planning, Running, Succeeded, Failed, Aborted."),
-        PrinterColumn("Progress", ".status.progress", description="Planned task instances finished / planned."),
+        PrinterColumn("Progress", ".status.progress",
+                      description="Planned task instances succeeded / planned; a dry run: how many it planned."),
         PrinterColumn("Failed", ".status.failedTask", description="The first failed task instance (task@node)."),
         PrinterColumn("Trigger", ".spec.trigger.event", priority=1,
                       description="configChange or deploy_changes: a run Stead created itself (spec.trigger)."),

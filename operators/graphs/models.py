@@ -367,7 +367,7 @@ class GraphRunStatus(StatusBase):
 
     state: RunPhase | None = Field(None, description="Pending, Planning, Running, Succeeded, Failed or Aborted.")
     progress: Annotated[str, StringConstraints(max_length=32)] | None = Field(
-        None, description="Instances finished / total, e.g. 12/40.")
+        None, description="Instances succeeded / planned, e.g. 12/40; a dry run: \"40 planned (dry run)\".")
     nodes: list[NodeRunStatus] = Field(default_factory=list, max_length=MAX_NODES + 1,
                                        description="Per node, per task: state, times, attempts, output tail.")
     failed_task: Annotated[str, StringConstraints(max_length=512)] | None = Field(

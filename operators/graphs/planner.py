@@ -149,13 +149,19 @@ def make_plan_document(payload: Mapping[str, Any]) -> tuple[dict[str, Any], dict
     summary = {**the_plan.summary(), "outsideEdges": edges or None}
     facts: dict[str, Any] = {"plan": summary, "nodes": nodes_status, "omitted": omitted or None,
                              "progress": f"0/{runs}"}
-    if spec.dry_run:
+    if spec.dry_run:  # nothing runs: the plan is what it made (`0/3` beside Succeeded read as a run that did nothing)
         from operators.runtime.core.clock import utc_now
 
-        facts.update({"state": "Succeeded", "endTime": utc_now(), "reason": None})
+        facts.update({"state": "Succeeded", "endTime": utc_now(), "reason": None,
+                      "progress": dry_run_progress(runs)})
     document = {"facts": facts, "index": index, "planned": planned, "nodeData": data,
                 "workflow": workflow.model_dump(by_alias=True, mode="json")}
     return document, facts
+
+
+def dry_run_progress(planned: int) -> str:
+    """The progress of a dry run, which runs nothing: how many task instances it planned."""
+    return f"{planned} planned (dry run)"
 
 
 def mask_values(text: str, node_data: Mapping[str, Mapping[str, Any]]) -> str:

@@ -1,4 +1,5 @@
-"""A GraphRun, from its checks to its end: `Init -> Planning -> Running -> Provisioned`.
+"""A GraphRun, from its checks to its end: `Init -> Planning -> Running -> Provisioned` (a run that failed or
+was aborted, at whatever step: phase `Failed` or `Aborted`, `runs.run_pipeline`).
 
 - Init: the environment exists and says how to reach its nodes (`spec.ssh`, unless a dry run), and
   no other run is going on it (the admission webhook refuses the second with 409; this catches a
@@ -25,8 +26,6 @@ Output tails are kept for failed instances only, for the same reason.
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import contextlib
 import functools
 import json
@@ -67,13 +66,13 @@ from operators.runtime.engine.runs import (
     RunRequest,
     follow_run,
     paths_for,
+    read_account_secret,
     read_conclusion,
     runner_credentials,
     write_conclusion,
 )
 from operators.runtime.kube.client import ApiError, custom_path
 from pipelines.control import read_progress
-from pipelines.kubeapi import KubeApiError, RestKubeApi
 from pipelines.paths import RunPaths
 
 log = logging.getLogger(__name__)
@@ -223,23 +222,12 @@ async def _read_secret(ctx: StepContext, ref: SecretKeyRef, what: str, credentia
         paths = paths_for(ctx)
         await runner_credentials(ctx, paths)
         credentials = paths.run_dir / RUNNER_CREDENTIALS
-    account = f"{ctx.obj.namespace}/{ctx.services.runs.job_service_account}"
     try:
-        api = RestKubeApi.from_credentials_file(credentials)
-        secret = await asyncio.to_thread(api.get, "v1", "Secret", ctx.obj.namespace, ref.name)
-    except (KubeApiError, OSError) as error:
-        why = f"service account {account} may not read it (grant it get on Secret {ref.name})" \
-            if getattr(error, "status", None) == 403 else str(error)
-        raise PermanentError("SecretNotFound", f"{what}: Secret {ref.name}: {why}",
-                             facts={"state": "Failed", "reason": f"Secret {ref.name} not readable"}) from None
-    if secret is None:
-        raise PermanentError("SecretNotFound", f"{what}: no Secret {ref.name} in namespace {ctx.obj.namespace}",
-                             facts={"state": "Failed", "reason": f"no Secret {ref.name}"})
-    value = (secret.get("data") or {}).get(ref.key)
-    if value is None:
-        raise PermanentError("SecretNotFound", f"{what}: Secret {ref.name} has no key {ref.key}",
-                             facts={"state": "Failed", "reason": f"Secret {ref.name} has no key {ref.key}"})
-    return base64.b64decode(value).decode()
+        return await read_account_secret(credentials, ctx.obj.namespace, ctx.services.runs.job_service_account,
+                                         ref.name, ref.key)
+    except PermanentError as error:  # which of the environment's Secrets, and the run is over
+        message = f"{what}: {error.message}"
+        raise PermanentError(error.reason, message, facts={"state": "Failed", "reason": message[:4096]}) from None
 
 
 def _instances_status(index: Mapping[str, Sequence[str]], records: Mapping[str, Mapping[str, Any]],
@@ -361,10 +349,11 @@ class _Observer:
 
 
 def _progress_text(saved: Mapping[str, Any], status: Mapping[str, Any], progress: Mapping[str, Any]) -> str:
-    """Planned instances finished / planned instances (noop and skipped ones are not work)."""
+    """Planned instances done / planned instances (noop and skipped ones are not work). Done is succeeded: a
+    failed or aborted instance did not do its work, so a run that failed never shows all of it done."""
     work = [sid for sid, item in saved["planned"].items() if item["state"] == "planned"]
     records = _records(status)
-    done = sum(1 for sid in work if (records.get(sid) or {}).get("state") in ("success", "failure", "aborted"))
+    done = sum(1 for sid in work if (records.get(sid) or {}).get("state") == "success")
     return f"{done}/{len(work)}"
 
 

@@ -204,8 +204,15 @@ def test_app_user_actions_setvar_lock_abort_and_failure(
     app_status = get(kubectl, "app", "demo", namespace)["status"]
     assert app_status["state"] == "error" and app_status["failure"]["task"] == "boom"
     assert app_status.get("lock") is None
-    stalled = {c["type"]: c for c in get(kubectl, "actionrun", "fail-1", namespace)["status"]["conditions"]}
+    failed = get(kubectl, "actionrun", "fail-1", namespace)["status"]
+    stalled = {c["type"]: c for c in failed["conditions"]}
     assert stalled["Stalled"]["status"] == "True" and "boom" in stalled["Stalled"]["message"]
+    assert failed["phase"] == "Failed"  # not `Running`, as if it went on
+    # an action that succeeds later clears error: the app is where that action leads (it stayed in error)
+    apply(kubectl, action_run("greet-3", namespace, "demo", "greet"))
+    assert run_state(kubectl, namespace, "greet-3", "Succeeded", "Failed")["state"] == "Succeeded"
+    app_status = get(kubectl, "app", "demo", namespace)["status"]
+    assert (app_status["state"], app_status["restingState"], app_status.get("failure")) == ("running", "running", None)
 
 
 def test_app_scripts_run_as_an_unprivileged_user_out_of_reach_of_the_operator(

@@ -99,6 +99,8 @@ def test_release_and_environment_graphs_merge_and_run_in_the_planned_order(
     ], environment="env"))
     kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "30s",
             "deploymentgraph/r1-default", "deploymentgraph/env-default")
+    row = kubectl("get", "deploymentgraph", "r1-default", "-n", namespace, "--no-headers").stdout.split()
+    assert row[1:4] == ["Provisioned", "True", "default"], row  # TYPE of a graph without spec.type (was empty)
     apply(kubectl, graph_run("first", namespace))
     status = finished(kubectl, namespace, "first")
     assert status["state"] == "Succeeded", status
@@ -125,6 +127,9 @@ def test_a_failing_task_fails_the_run_naming_it_and_a_subset_runs_only_its_nodes
     status = finished(kubectl, namespace, "failing")
     assert status["state"] == "Failed" and status["failedTask"] == "boom@cmp-2", status
     assert "3" in status["reason"]
+    # the columns tell what is true now: PHASE Failed (it was Running), PROGRESS what succeeded (not 1/1)
+    row = kubectl("get", "graphrun", "failing", "-n", namespace, "--no-headers").stdout.split()
+    assert row[1:7] == ["Failed", "False", "env", "Failed", "0/1", "boom@cmp-2"], row
     assert states(status) == {"boom@cmp-1": "skipped", "boom@cmp-2": "failure"}
     events = json.loads(kubectl("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
     assert any(e["involvedObject"]["name"] == "failing" and "boom@cmp-2" in e["message"] for e in events)
@@ -151,7 +156,7 @@ def test_one_run_at_a_time_abort_and_a_dry_run_that_touches_nothing(kubectl: Kub
                "the slow task running on its node")
     kubectl("patch", "graphrun", "slow", "-n", namespace, "--type=merge", "-p", '{"spec": {"abort": true}}')
     status = finished(kubectl, namespace, "slow", seconds=60)
-    assert status["state"] == "Aborted", status
+    assert (status["state"], status["phase"]) == ("Aborted", "Aborted"), status
     # spec.abort stops running tasks (it does not let them finish): the task is aborted, its process gone
     assert states(status) == {"wait@ctl": "aborted"}, status
     wait_until(lambda: subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1, 10,
@@ -160,6 +165,7 @@ def test_one_run_at_a_time_abort_and_a_dry_run_that_touches_nothing(kubectl: Kub
     apply(kubectl, graph_run("plan-only", namespace, dryRun=True))
     status = finished(kubectl, namespace, "plan-only")
     assert status["state"] == "Succeeded" and status["plan"]["planned"] == 6
+    assert status["progress"] == "6 planned (dry run)", status  # not 0/6 beside Succeeded
     assert set(states(status).values()) == {"planned"} and order.read_text() == before
 
 
@@ -396,11 +402,15 @@ def test_the_nodes_key_is_read_as_the_namespace_s_service_account_never_the_oper
     assert followed.returncode == 1, followed.stdout + followed.stderr
     assert followed.stdout.rstrip().splitlines()[-1] == (
         f"reason: spec.ssh.knownHosts of the environment: Secret k: service account {namespace}/default may not "
-        "read it (grant it get on Secret k)"), followed.stdout
+        f"read it: it needs get on secrets/k in namespace {namespace} (kubectl -n {namespace} create role read-k "
+        f"--verb=get --resource=secrets --resource-name=k; kubectl -n {namespace} create rolebinding read-k "
+        f"--role=read-k --serviceaccount={namespace}:default)"), followed.stdout
     status = finished(kubectl, namespace, "no-rights")
-    assert status["state"] == "Failed", status
-    assert f"service account {namespace}/default may not read it" in json.dumps(
-        get(kubectl, "graphrun", "no-rights", namespace)["status"]["conditions"])
+    # forbidden, not "not found"; and the PHASE column says the run failed (it said `Planning`)
+    assert (status["state"], status["phase"]) == ("Failed", "Failed"), status
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    assert stalled["reason"] == "SecretForbidden" and f"service account {namespace}/default may not read it" in \
+        stalled["message"], stalled
 
 
 FAKE_PUPPET = r"""#!/bin/sh

@@ -50,10 +50,11 @@ def test_app_secret_ref_the_tenant_may_not_read_is_not_read_for_it(
         shown = tenant("get", "apps,actionruns,events", "-n", namespace, "-o", "yaml").stdout
         assert PASSWORD[::-1] not in shown and PASSWORD not in shown, "the Secret was read for the tenant"
         assert run["state"] == "Failed", run
-        assert (f"Secret admin-only: service account {namespace}/default may not read it "
-                "(grant it get on Secret admin-only") in run["reason"], run["reason"]
+        assert (f"Secret admin-only: service account {namespace}/default may not read it: it needs get on "
+                f"secrets/admin-only in namespace {namespace}") in run["reason"], run["reason"]
         stalled = wait_until(lambda n=name: _stalled(tenant, namespace, f"{n}-create"), 30, "the run Stalled")
-        assert stalled["reason"] == "SecretNotFound", stalled
+        assert stalled["reason"] == "SecretForbidden", stalled  # it exists: not SecretNotFound
+        assert run["phase"] == "Failed", run  # not `Running`
         assert PASSWORD not in (operator.log_path.read_text())
 
     # Once the namespace lets its account read the Secret, the same blueprint runs (and masking hides

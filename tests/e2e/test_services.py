@@ -316,6 +316,9 @@ def test_the_builtin_lifecycles_are_cluster_lifecycles_installed_with_the_crds(
     assert sorted(shipped) == sorted(names)
     assert all("namespace" not in o["metadata"] for o in shipped.values())
     assert shipped["simple"]["status"]["stateCount"] == len(BUILTINS["simple"].states)
+    # `kubectl get stead` lists every kind (docs/README.md), the cluster-wide lifecycles too
+    everything = kubectl("get", "stead", "-n", namespace, "-o", "name").stdout.split()
+    assert {f"clusterlifecycle.stead.dev/{n}" for n in names} <= set(everything), everything
     # validated at apply time like a Lifecycle
     broken = {"apiVersion": API, "kind": "ClusterLifecycle", "metadata": {"name": f"broken-{namespace}"},
               "spec": {"initialState": "start", "states": [{"name": "start"}],

@@ -119,13 +119,18 @@ class Pipeline:
 
     `update_phase` is where a spec change (a new generation) restarts an object that was seen
     before; `announce` lists phases whose entry is written to status before their step runs,
-    for steps long enough that a user should see them.
+    for steps long enough that a user should see them. `ended` lists the phases, beside the
+    pipeline's own, of an object whose work is over without being Provisioned (a run that failed:
+    `Failed`; `PermanentError.phase` puts it there): a spec change restarts it from `update_phase`,
+    and its steps only confirm the end, so no phase of theirs is announced (a failed run never
+    shows `Running` again).
     """
 
     phases: tuple[str, ...]
     steps: Mapping[str, StepFn]
     update_phase: str = INIT
     announce: frozenset[str] = field(default_factory=frozenset)
+    ended: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         if len(self.phases) < 2 or self.phases[0] != INIT or self.phases[-1] != PROVISIONED:
@@ -135,6 +140,8 @@ class Pipeline:
             raise ValueError(f"phases without a step: {missing}")
         if self.update_phase not in self.phases[:-1]:
             raise ValueError(f"update phase {self.update_phase!r} is not a phase with a step")
+        if self.ended & set(self.phases):
+            raise ValueError(f"ended phases are not the pipeline's own: {sorted(self.ended & set(self.phases))}")
 
 
 @dataclass(frozen=True)
@@ -193,10 +200,10 @@ def plan(pipeline: Pipeline, obj: Observed, stored: StoredRecord | None) -> Plan
     if stored is None and at_generation and phase == PROVISIONED and cond.is_true(conds, cond.READY):
         return Adopt()
     if not at_generation:
-        return Run(pipeline.update_phase if phase in pipeline.phases else INIT)
+        return Run(pipeline.update_phase if phase in pipeline.phases or phase in pipeline.ended else INIT)
     if phase in pipeline.phases and phase != PROVISIONED:
         return Run(str(phase))
-    return Run(pipeline.update_phase if phase == PROVISIONED else INIT)
+    return Run(pipeline.update_phase if phase == PROVISIONED or phase in pipeline.ended else INIT)
 
 
 @dataclass(frozen=True)
@@ -218,13 +225,15 @@ async def run(
 
     Unexpected exceptions are temporary: a bug or an outage should be retried with backoff
     and shown as `Reconciling`, not crash the operator. Bad input must be reported by the
-    step as a `PermanentError`.
+    step as a `PermanentError`. An object that has ended (`Pipeline.ended`) announces nothing:
+    its steps confirm the end, and its phase must not flicker back to one it left.
     """
     facts: dict[str, Any] = {}
     index = pipeline.phases.index(start)
+    ended = obj.status.get("phase") in pipeline.ended
     while pipeline.phases[index] != PROVISIONED:
         phase = pipeline.phases[index]
-        if on_enter is not None and phase in pipeline.announce:
+        if on_enter is not None and phase in pipeline.announce and not ended:
             await on_enter(phase, facts)
         try:
             facts.update(await pipeline.steps[phase](StepContext(obj=obj, facts=facts, services=services)))

@@ -33,6 +33,7 @@ networks ssh steps may reach although they are this host's, the files root, the 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import fnmatch
 import functools
@@ -50,7 +51,7 @@ from typing import Any, Protocol
 import xxhash
 
 from operators.runtime.core.clock import utc_now
-from operators.runtime.core.pipeline import StepContext, TemporaryError
+from operators.runtime.core.pipeline import PermanentError, Pipeline, StepContext, StepFn, TemporaryError
 from operators.runtime.engine.slots import RunSlots
 from operators.runtime.kube.client import ApiError, core_path, load_configuration
 from pipelines.control import (
@@ -65,13 +66,15 @@ from pipelines.control import (
     stop_runner,
 )
 from pipelines.hooks import new_run_key, seal
-from pipelines.kubeapi import CREDENTIALS_ENV, write_credentials
+from pipelines.kubeapi import CREDENTIALS_ENV, KubeApiError, RestKubeApi, write_credentials
 from pipelines.model import FINAL_STEP_STATES, Workflow
 from pipelines.paths import RunPaths, private_dir, write_private
 
 log = logging.getLogger(__name__)
 
 FINAL_RUN_STATES = frozenset({"Succeeded", "Failed", "Aborted"})
+ENDED_RUN_PHASES = frozenset({"Failed", "Aborted"})
+"""The phases of a run that ended without succeeding (a run that succeeded is `Provisioned`): its state."""
 MAX_RUNNER_STARTS = 5
 PATCH_INTERVAL = 1.0
 POLL_INTERVAL = 0.25
@@ -97,6 +100,31 @@ SecretReader = Callable[[AccountCredentials], Awaitable[str]]
 """Reads one secret's value when a runner starts. A Secret reference is read with the namespace's
 service account (the credentials it is given), wherever the run's scripts run: the operator's own
 rights never read a tenant's Secret, so a namespace reads only what its account may."""
+
+
+def run_pipeline(phases: tuple[str, ...], steps: Mapping[str, StepFn]) -> Pipeline:
+    """The pipeline of a run kind (ActionRun, GraphRun): its last step, which follows the run, is announced
+    and is where a spec change (`abort`) goes; and a run that ended shows it. A PermanentError whose facts
+    give the state `Failed` or `Aborted` is the run's end, whatever step raised it (a missing environment
+    at Init, a task at Running): the PHASE column says `Failed` or `Aborted`, never `Running` or `Planning`
+    as if the run went on, nor `Provisioned` as if it succeeded."""
+
+    def ending(step: StepFn) -> StepFn:
+        @functools.wraps(step)
+        async def wrapped(ctx: StepContext) -> Mapping[str, Any]:
+            try:
+                return await step(ctx)
+            except PermanentError as error:
+                state = error.facts.get("state")
+                if error.phase is None and state in ENDED_RUN_PHASES:
+                    error.phase = str(state)
+                raise
+
+        return wrapped
+
+    last = phases[-2]
+    return Pipeline(phases=phases, steps={phase: ending(step) for phase, step in steps.items()},
+                    update_phase=last, announce=frozenset({last}), ended=ENDED_RUN_PHASES)
 
 
 @dataclass(frozen=True)
@@ -347,6 +375,36 @@ async def runner_credentials(ctx: StepContext, paths: RunPaths) -> float:
     server, ca = await asyncio.to_thread(_api_server)
     write_credentials(paths.run_dir / RUNNER_CREDENTIALS, server, str(answer["status"]["token"]), ca)
     return time.monotonic() + seconds / 2
+
+
+def secret_forbidden(namespace: str, account: str, name: str) -> str:
+    """What a run says when its account may not read a Secret: the grant that is missing, as commands."""
+    role = f"read-{name}"[:253]
+    return (f"Secret {name}: service account {namespace}/{account} may not read it: it needs get on secrets/{name} "
+            f"in namespace {namespace} (kubectl -n {namespace} create role {role} --verb=get --resource=secrets "
+            f"--resource-name={name}; kubectl -n {namespace} create rolebinding {role} --role={role} "
+            f"--serviceaccount={namespace}:{account})")
+
+
+async def read_account_secret(credentials: Path, namespace: str, account: str, name: str, key: str) -> str:
+    """A key of a Secret of the run's namespace, read as the namespace's service account (`credentials`: a
+    token of it, `runner_credentials`), never with the operator's rights: a namespace reads only what its
+    own account may. A Secret that exists but may not be read is `SecretForbidden`, naming the missing
+    grant (it was reported as not found, and nothing said what to grant); one that does not exist, or
+    lacks the key, `SecretNotFound`; anything else `SecretUnreadable`. Messages never quote a value."""
+    try:
+        api = RestKubeApi.from_credentials_file(credentials)
+        secret = await asyncio.to_thread(api.get, "v1", "Secret", namespace, name)
+    except (KubeApiError, OSError, ValueError) as error:
+        if getattr(error, "status", None) == 403:
+            raise PermanentError("SecretForbidden", secret_forbidden(namespace, account, name)) from None
+        raise PermanentError("SecretUnreadable", f"Secret {name}: {error}") from None
+    if secret is None:
+        raise PermanentError("SecretNotFound", f"Secret {name}: not found in namespace {namespace}")
+    value = (secret.get("data") or {}).get(key)
+    if value is None:
+        raise PermanentError("SecretNotFound", f"Secret {name} has no key {key}")
+    return base64.b64decode(value).decode()
 
 
 async def start_runner(ctx: StepContext, request: RunRequest, jobs: bool) -> RunProcess:

@@ -143,9 +143,9 @@ def crd_for(kind: Kind) -> dict[str, Any]:
                 "singular": kind.singular,
                 "listKind": f"{kind.kind}List",
                 "shortNames": list(kind.short_names),
-                # `kubectl get stead` lists a namespace's objects: cluster-wide ones (the built-in
-                # lifecycles) would head every such list, so they are not in the category
-                **({} if kind.cluster_scoped else {"categories": [CATEGORY]}),
+                # `kubectl get stead` lists every kind, the cluster-wide ClusterLifecycles too (docs/README.md
+                # promises it: a user looking for the lifecycles a ServiceEntity may name finds them there)
+                "categories": [CATEGORY],
             },
             "versions": [
                 {

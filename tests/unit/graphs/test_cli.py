@@ -511,3 +511,15 @@ def test_plan_that_fails_says_why_and_exits_1(seeded: FakeApi, capsys: pytest.Ca
     seeded.answer(RUNS, operator)
     assert run(seeded, "plan", "-e", "env-1", "-n", NS) == 1
     assert capsys.readouterr().out.splitlines() == ["environment env-1, types default: no plan", f"reason: {message}"]
+
+
+def test_a_dry_run_shows_what_it_planned_not_an_empty_bar(seeded: FakeApi) -> None:
+    from rich.console import Console
+
+    assert graph_cli.progress_bar("3 planned (dry run)") == "3 planned (dry run)"  # was "[....] 0/0"
+    seeded.add(f"{RUNS}/dry", graph_run("dry", status("Succeeded", "3 planned (dry run)")))
+    console = Console(file=io.StringIO(), width=120, record=True, color_system=None)
+    words = canonical_argv(["graph", "status", "dry", "-n", NS])
+    assert asyncio.run(graph_cli._status(seeded, _parser(words).parse_args(words), console=console)) == 0
+    text = console.export_text()
+    assert "3 planned (dry run)" in text and "0/0" not in text and "0%" not in text

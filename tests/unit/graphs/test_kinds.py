@@ -13,6 +13,7 @@ from operators.environment.models import EnvironmentSpec
 from operators.graphs import kinds, run
 from operators.graphs.output import read_plan
 from operators.graphs.planner import STATUS_INSTANCES
+from operators.runtime.core import pipeline as engine
 from operators.runtime.core.kinds import AdmissionRequest, Refusal
 from operators.runtime.core.pipeline import Observed, PermanentError, StepContext
 from operators.runtime.engine.runs import RunSettings, paths_for
@@ -99,11 +100,44 @@ def test_a_dry_run_plans_from_the_merged_graph_and_ends_without_a_workflow_run(t
     api = FakeApi()
     seed(api)
     facts = asyncio.run(run.plan(ctx(api, tmp_path, dryRun=True)))
-    assert facts["state"] == "Succeeded" and facts["plan"]["planned"] == 2 and facts["progress"] == "0/2"
+    # what it planned, not "0/2" beside Succeeded (a run that did nothing)
+    assert facts["state"] == "Succeeded" and facts["plan"]["planned"] == 2
+    assert facts["progress"] == "2 planned (dry run)"
     assert {(n["name"], t["task"], t["state"]) for n in facts["nodes"] for t in n["tasks"]} == {
         ("ctl", "db", "planned"), ("cmp", "app", "planned")}
     saved = read_plan(paths_for(ctx(api, tmp_path)).run_dir)
     assert saved is not None and len(saved["workflow"]["steps"]) == 2
+
+
+def test_a_run_that_failed_at_init_shows_failed_not_planning(tmp_path: Path) -> None:
+    """The PHASE column of a run that failed says so, whatever step ended it: a run that failed at Init once
+    showed `Planning`, a failed one `Running`."""
+    api = FakeApi()
+    outcome = asyncio.run(engine.run(kinds.GRAPH_RUN_KIND.pipeline, ctx(api, tmp_path).obj, "Init",
+                                     services=ctx(api, tmp_path).services))
+    status = engine.compose_status(ctx(api, tmp_path).obj, outcome, "2026-01-01T00:00:00Z")
+    assert (status["phase"], status["state"]) == ("Failed", "Failed")
+    assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
+        ("Ready", "False", "EnvironmentNotFound"), ("Reconciling", "False", "EnvironmentNotFound"),
+        ("Stalled", "True", "EnvironmentNotFound")]
+
+
+def test_a_graph_of_the_default_type_shows_its_type(tmp_path: Path) -> None:
+    """spec.type's default is not written into the spec (the CRD has no defaults): the TYPE column reads the
+    status, which the check fills."""
+    api = FakeApi()
+    body = {"kind": "DeploymentGraph", "metadata": {"name": "g", "namespace": NS, "uid": "u", "generation": 1},
+            "spec": {"release": "r2", "tasks": [shell("x", ["*"])]}}
+    step = StepContext(obj=Observed.from_body(body), facts={}, services=SimpleNamespace(kube=api))
+    assert asyncio.run(kinds.check(step))["type"] == "default"
+    assert [c.json_path for c in kinds.DEPLOYMENT_GRAPH_KIND.columns if c.name == "Type"] == [".status.type"]
+
+
+def test_a_failed_run_is_not_all_done() -> None:
+    saved = {"planned": {s: {"task": s, "state": "planned"} for s in ("a", "b", "c")}}
+    status = {"steps": [{"step": "a", "state": "success"}, {"step": "b", "state": "failure"},
+                        {"step": "c", "state": "aborted"}]}
+    assert run._progress_text(saved, status, {}) == "1/3"  # was 3/3: a full bar for a failed run
 
 
 def test_planning_problems_stall_the_run_naming_them(tmp_path: Path) -> None:

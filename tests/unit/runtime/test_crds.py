@@ -50,8 +50,7 @@ def test_schemas_are_structural_and_described() -> None:
         spec = schema["properties"]["spec"]
         assert all("description" in p for p in spec["properties"].values())
         assert version["subresources"] == {"status": {}}
-        # `kubectl get stead` lists a namespace's objects, not the cluster-wide built-ins
-        assert crd["spec"]["names"].get("categories") == (None if kind.cluster_scoped else ["stead"])
+        assert crd["spec"]["names"].get("categories") == ["stead"]  # `kubectl get stead`: every kind
         names = [c["name"] for c in version["additionalPrinterColumns"]]
         assert names[:2] == ["Phase", "Ready"] and names[-1] == "Age"
         yaml.safe_load(crdgen.render(kind))

@@ -178,3 +178,45 @@ def test_a_failing_step_can_still_record_facts() -> None:
     status = engine.compose_status(_obj(), outcome, NOW)
     assert status["state"] == "Error" and status["errors"] == ["S1 -> S2 -> S1"]
     assert status["seen"] == [] and cond.is_true(status["conditions"], "Stalled")
+
+
+def test_a_run_that_failed_shows_phase_failed_whatever_step_ended_it() -> None:
+    """Run kinds (`run_pipeline`): a PermanentError giving the state Failed or Aborted ends the run, and the
+    PHASE column says so (a failed run showed `Running`, one that failed at Init `Planning`); other errors
+    keep the phase they stopped in; a stalled run is left alone at its generation as before, and a spec
+    change (abort: true) on it goes to its last step without announcing `Running` again."""
+    from operators.runtime.engine.runs import run_pipeline
+
+    async def failed(ctx: StepContext) -> Mapping[str, Any]:
+        raise PermanentError("RunFailed", "task x: exit 2", facts={"state": "Failed"})
+
+    async def aborted(ctx: StepContext) -> Mapping[str, Any]:
+        raise PermanentError("RunAborted", "aborted", facts={"state": "Aborted"})
+
+    async def bad_input(ctx: StepContext) -> Mapping[str, Any]:
+        raise PermanentError("UnknownAction", "spec.action: no such action")
+
+    for where in ("Init", "Running"):
+        for step, phase in ((failed, "Failed"), (aborted, "Aborted"), (bad_input, where)):
+            pipe = run_pipeline(("Init", "Running", "Provisioned"), {"Init": _ok, "Running": _ok, where: step})
+            outcome = asyncio.run(engine.run(pipe, _obj(), "Init"))
+            status = engine.compose_status(_obj(), outcome, NOW)
+            assert status["phase"] == phase, (where, step)
+            assert cond.is_true(status["conditions"], cond.STALLED)
+            assert not cond.is_true(status["conditions"], cond.READY)
+            assert isinstance(engine.plan(pipe, _obj(status=status), None), Skip)
+    pipe = run_pipeline(("Init", "Running", "Provisioned"), {"Init": _ok, "Running": failed})
+    ended = engine.compose_status(_obj(), asyncio.run(engine.run(pipe, _obj(), "Init")), NOW)
+    assert engine.plan(pipe, _obj(2, status=ended), None) == Run("Running")
+    entered: list[str] = []
+
+    async def on_enter(phase: str, facts: Mapping[str, Any]) -> None:
+        entered.append(phase)
+
+    again = asyncio.run(engine.run(pipe, _obj(2, status=ended), "Running", on_enter=on_enter))
+    assert entered == [] and engine.compose_status(_obj(2, status=ended), again, NOW)["phase"] == "Failed"
+    asyncio.run(engine.run(pipe, _obj(), "Init", on_enter=on_enter))
+    assert entered == ["Running"]  # a run going on announces its last step
+    with pytest.raises(ValueError, match="ended phases"):
+        Pipeline(phases=("Init", "Failed", "Provisioned"), steps={"Init": _ok, "Failed": _ok},
+                 ended=frozenset({"Failed"}))

@@ -28,6 +28,7 @@ from operators.runtime.core.kinds import AdmissionRequest, Refusal
 from operators.runtime.core.pipeline import Observed, PermanentError, StepContext
 from operators.runtime.core.store import LocalStore
 from operators.runtime.secrets import Entry, MasterKey, MemoryClusterCopy, Vault
+from pipelines.kubeapi import KubeApiError
 from tests.unit.fakeapi import FakeApi
 
 T = TypeVar("T")
@@ -253,6 +254,56 @@ def test_a_run_opens_only_its_blueprints_secret_in_its_own_namespace_and_says_no
             run(_secret_value(ctx(namespace), blueprint, source, no_account))
         assert failed.value.reason == "SecretNotFound" and VALUE not in str(failed.value)
 
+
+
+class SecretsAsTheAccount:
+    """What the namespace's service account gets when it asks for a Secret (RestKubeApi's `get`)."""
+
+    def __init__(self, answer: dict[str, Any] | KubeApiError | None) -> None:
+        self.answer = answer
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        if isinstance(self.answer, KubeApiError):
+            raise self.answer
+        return self.answer
+
+
+@pytest.mark.parametrize(("answer", "reason", "said"), [
+    (KubeApiError(403, 'secrets "db" is forbidden'), "SecretForbidden",
+     "Secret db: service account team/default may not read it: it needs get on secrets/db in namespace team "
+     "(kubectl -n team create role read-db --verb=get --resource=secrets --resource-name=db; kubectl -n team "
+     "create rolebinding read-db --role=read-db --serviceaccount=team:default)"),
+    (None, "SecretNotFound", "Secret db: not found in namespace team"),
+    ({"data": {"other": "eA=="}}, "SecretNotFound", "Secret db has no key password"),
+    (KubeApiError(500, "etcd is down"), "SecretUnreadable", "Secret db: 500: etcd is down"),
+])
+def test_a_secret_the_runs_account_may_not_read_is_forbidden_naming_the_grant(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, answer: Any, reason: str, said: str) -> None:
+    """A Secret that exists but that the run's account may not get was reported as `SecretNotFound`: it is
+    `SecretForbidden`, and the message gives the grant that is missing, for an App's run and a GraphRun alike."""
+    from operators.graphs.run import _read_secret
+    from operators.runtime.core.refs import SecretKeyRef
+    from operators.runtime.engine.runs import RunSettings
+    from pipelines.kubeapi import RestKubeApi
+
+    monkeypatch.setattr(RestKubeApi, "from_credentials_file",
+                        classmethod(lambda cls, path: SecretsAsTheAccount(answer)))
+    run_obj = Observed(kind="ActionRun", namespace=TEAM, name="r", uid="u", generation=1, labels={}, spec={}, status={})
+    step = StepContext(obj=run_obj, facts={}, services=SimpleNamespace(runs=RunSettings(state_dir=tmp_path)))
+
+    async def account() -> Path:
+        return tmp_path / "credentials.json"
+
+    source = SecretSource.model_validate({"secretRef": {"name": "db", "key": "password"}})
+    with pytest.raises(PermanentError) as app_run:
+        run(_secret_value(step, "web", source, account))
+    assert (app_run.value.reason, app_run.value.message) == (reason, said)
+    with pytest.raises(PermanentError) as graph_run:
+        run(_read_secret(step, SecretKeyRef(name="db", key="password"), "spec.ssh.privateKey of the environment",
+                         tmp_path / "credentials.json"))
+    where = "spec.ssh.privateKey of the environment"
+    assert (graph_run.value.reason, graph_run.value.message) == (reason, f"{where}: {said}")
+    assert graph_run.value.facts["state"] == "Failed"
 
 # --- collecting unreferenced entries -------------------------------------------------------------
 
