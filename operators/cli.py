@@ -379,7 +379,8 @@ def _operator_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--ssh-allow", action="append", default=[], metavar="CIDR", type=_network,
                      help="a network that ssh tasks (Calm's Existing substrates, deployment graphs' nodes) may "
                      "reach although it is not public (private, loopback, link-local, the operator's own "
-                     "addresses); repeatable; default: none")
+                     "addresses); repeatable; default: none, but on the local control plane Stead starts, its "
+                     "demo SSH node's address (`stead cluster demo-node`)")
     run.add_argument("--ssh-files-root", type=_directory, metavar="DIR",
                      help="the only directory whose files ssh.copy_files and ssh.sync tasks may send to nodes "
                      "(default: none, those tasks fail)")
