@@ -22,8 +22,10 @@ $(STAMP): pyproject.toml
 controlplane: venv ## build (once) and cache kube-apiserver, kube-controller-manager, kubectl, etcd, helm, kubelet, kube-scheduler
 	$(BIN)/stead cluster build
 
+# ARGS: more flags of `stead operator` (`make run ARGS='--ssh-allow 10.20.0.0/24 -v'`).
+ARGS ?=
 run: venv ## start a local control plane unless a cluster is reachable, install CRDs, run the operators
-	$(BIN)/stead operator --local auto
+	$(BIN)/stead operator --local auto $(ARGS)
 
 # The chart on the local node, as on a real cluster: the image built with buildah, loaded into the
 # node's containerd (no registry), and installed by helm; the operator authenticates with its

@@ -17,6 +17,7 @@ from operators.cluster.ports import PORT_SETTINGS, Ports, choose_ports, parse_po
 
 if TYPE_CHECKING:
     from operators.cluster import LocalControlPlane, LocalNode, NodeNetwork
+    from operators.cluster.sshd import DemoNodeInfo
     from operators.runtime.engine.addons import Addon
     from operators.runtime.engine.runs import SshOptions
 
@@ -267,7 +268,9 @@ def _cluster_actions(cluster: argparse.ArgumentParser) -> None:
                         ("kubectl", "print the path of the cached kubectl of the pinned Kubernetes version"),
                         ("helm", "print the path of the cached helm of the pinned version"),
                         ("build", "build and cache the binaries"),
-                        ("load-image", "copy an image from buildah's storage (`make image`) into the node")]:
+                        ("load-image", "copy an image from buildah's storage (`make image`) into the node"),
+                        ("demo-node", "print a Secret and an Environment that reach the plane's demo SSH node, "
+                         "for `kubectl apply -f -` (it holds the node's private key)")]:
         action = csub.add_parser(name, help=help_, description=help_)
         action.set_defaults(func=_cmd_cluster, action=name)
         if name == "up":
@@ -276,6 +279,15 @@ def _cluster_actions(cluster: argparse.ArgumentParser) -> None:
                                     help=f"the {setting.label} port (default: ${setting.variable}, else the port "
                                     f"this home used last, else {setting.default})")
             _node_argument(action)
+        if name == "demo-node":
+            action.add_argument("-n", "--namespace", default="default",
+                                help="the namespace of the Secret and the Environment (default: default)")
+            action.add_argument("--name", default="demo-node", type=_object_name,
+                                help="the name of the Secret, the Environment and its node (default: demo-node)")
+            action.add_argument("--release", default="demo",
+                                help="the Environment's release: its graphs are the release's (default: demo)")
+            action.add_argument("--role", action="append", dest="roles", metavar="ROLE",
+                                help="a role of the node, repeatable (default: controller and compute)")
         if name == "load-image":
             action.add_argument("image", help="an image reference in buildah's storage, e.g. localhost/stead:dev")
 
@@ -368,7 +380,8 @@ def _operator_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--ssh-allow", action="append", default=[], metavar="CIDR", type=_network,
                      help="a network that ssh tasks (Calm's Existing substrates, deployment graphs' nodes) may "
                      "reach although it is not public (private, loopback, link-local, the operator's own "
-                     "addresses); repeatable; default: none")
+                     "addresses); repeatable; default: none, but on the local control plane Stead starts, its "
+                     "demo SSH node's address (`stead cluster demo-node`)")
     run.add_argument("--ssh-files-root", type=_directory, metavar="DIR",
                      help="the only directory whose files ssh.copy_files and ssh.sync tasks may send to nodes "
                      "(default: none, those tasks fail)")
@@ -385,6 +398,15 @@ def _operator_arguments(run: argparse.ArgumentParser) -> None:
                      "may use at 64 MiB a run, between 2 and 64)")
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=_cmd_run)
+
+
+def _object_name(text: str) -> str:
+    import re
+
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Kubernetes name (lower-case letters, digits and '-', "
+                                         "at most 63)")
+    return text
 
 
 def _namespaced_name(text: str) -> tuple[str, str]:
@@ -490,16 +512,28 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
             node = _start_node(plane, args.node)
             if node is not None:
                 print(f"node {node.name} Ready ({node.network.node_ip} on bridge {node.network.bridge})")
+            _start_demo_node(plane)
         elif args.action == "down":
             _stop_local(_local_plane())
             print("control plane stopped")
+        elif args.action == "demo-node":
+            from operators.cluster.sshd import DemoNode
+
+            try:
+                sys.stdout.write(DemoNode(_home()).manifest(
+                    args.namespace, args.name, args.release, args.roles or ["controller", "compute"]))
+            except RuntimeError as error:
+                print(f"stead cluster demo-node: {error}", file=sys.stderr)
+                return 1
         elif args.action == "load-image":
             LocalNode(_local_plane()).load_image(args.image)
             print(f"{args.image} loaded into the local node")
         else:
             plane = _local_plane()
             status = plane.status()
-            print(status.describe(extra=LocalNode(plane).status().rows()))
+            from operators.cluster.sshd import DemoNode
+
+            print(status.describe(extra=[*LocalNode(plane).status().rows(), DemoNode(plane.home).status_row()]))
             return 0 if status.running else 3
     except PortInUse as error:
         setting = next(s for s in PORT_SETTINGS if s.field == error.field)
@@ -546,11 +580,20 @@ def script_uids(given: str, user: str, euid: int) -> tuple[int, int] | None:
     return parse_uid_range(given, euid)
 
 
-def ssh_options(args: argparse.Namespace) -> SshOptions:
-    """The runners' ssh settings from `stead operator`'s --ssh-* flags."""
+def ssh_allow(explicit: Sequence[str], demo_node: str | None) -> tuple[str, ...]:
+    """The networks ssh steps may reach although not public: those `--ssh-allow` names, and on the local
+    plane Stead started, its demo node's address (`demo_node`; None elsewhere): the tour reaches it
+    with no flag, as `--trust-local-namespaces` lets it run scripts. Nothing else of loopback."""
+    from operators.cluster.sshd import demo_allow_network
+
+    return tuple(dict.fromkeys([*explicit, *demo_allow_network(demo_node)]))
+
+
+def ssh_options(args: argparse.Namespace, demo_node: str | None = None) -> SshOptions:
+    """The runners' ssh settings from `stead operator`'s --ssh-* flags (and the local plane's demo node)."""
     from operators.runtime.engine.runs import SshOptions
 
-    return SshOptions(allow=tuple(args.ssh_allow), files_root=args.ssh_files_root,
+    return SshOptions(allow=ssh_allow(args.ssh_allow, demo_node), files_root=args.ssh_files_root,
                       reboot_command=args.ssh_reboot_command or None)
 
 
@@ -573,6 +616,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     kubeconfig: Path | None = args.kubeconfig
     started = None
     on_local_plane = False
+    demo_node: str | None = None
     if args.local != "never":
         from operators.cluster import ControlPlaneError, reaches_cluster
 
@@ -591,6 +635,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 if not was_running:
                     _stop_local(plane)
                 return 1
+            demo = _start_demo_node(plane)
+            demo_node = demo.address if demo is not None else None
             started = None if was_running else plane
             on_local_plane = True
             kubeconfig = info.kubeconfig
@@ -623,7 +669,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 job_image=args.job_image, job_service_account=args.job_service_account,
                 http_allow=tuple(args.http_allow_networks), service_cidrs=tuple(args.service_cidr),
                 max_concurrent=args.max_concurrent_runs,
-                ssh=ssh_options(args))
+                ssh=ssh_options(args, demo_node))
     options = OperatorOptions(
         store_path=store_path,
         replica=args.replica,
@@ -702,10 +748,27 @@ def _start_node(plane: LocalControlPlane, policy: str) -> LocalNode | None:
     return node
 
 
-def _stop_local(plane: LocalControlPlane) -> None:
-    """The local node (if one ran) and then the plane of its home."""
-    from operators.cluster import LocalNode
+def _start_demo_node(plane: LocalControlPlane) -> DemoNodeInfo | None:
+    """The plane's demo SSH node (operators/cluster/sshd.py), started or found running; None after saying
+    why not (no sshd here): the plane runs without it."""
+    from operators.cluster.sshd import DemoNode
 
+    try:
+        info = DemoNode(plane.home).up()
+    except RuntimeError as error:
+        _say(f"no demo SSH node: {error}")
+        return None
+    _say(f"demo SSH node at {info.address}:{info.port} (user {info.user}): `stead cluster demo-node -n NAMESPACE "
+         "| kubectl apply -f -` gives a namespace its Secret and Environment")
+    return info
+
+
+def _stop_local(plane: LocalControlPlane) -> None:
+    """The demo node, the local node (if one ran) and then the plane of their home."""
+    from operators.cluster import LocalNode
+    from operators.cluster.sshd import DemoNode
+
+    DemoNode(plane.home).down()
     LocalNode(plane).down()
     plane.down()
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import getpass
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -39,25 +38,25 @@ from pathlib import Path
 
 import pytest
 
+from operators.cluster.processes import descendants_of
+from operators.cluster.sshd import (
+    SYSTEM_PATH,
+    banner,
+    keygen,
+    known_hosts_line,
+    prepare_privilege_separation,
+    render_config,
+    sshd_unavailable_reason,
+)
+
 SSHD = os.environ.get("STEAD_TEST_SSHD", "/usr/sbin/sshd")
 ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 _READY_SECONDS = 30.0
-_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def available() -> str | None:
     """Why real sshd tests cannot run here, or None when they can."""
-    if not os.access(SSHD, os.X_OK):
-        return f"{SSHD} is missing: `make ssh-tools` installs openssh-server (as root)"
-    if shutil.which("ssh-keygen") is None:
-        return "ssh-keygen is missing (openssh-client)"
-    return None
-
-
-def _keygen(path: Path, comment: str) -> str:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-                   check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    return Path(f"{path}.pub").read_text().strip()
+    return sshd_unavailable_reason(SSHD)
 
 
 def _port_free_on_all(addresses: Sequence[str]) -> int:
@@ -78,16 +77,6 @@ def _port_free_on_all(addresses: Sequence[str]) -> int:
         if ok:
             return port
     raise RuntimeError(f"no port free on all of {', '.join(addresses)}")
-
-
-def banner(address: str, port: int, timeout: float = 1.0) -> bool:
-    """True when an SSH server answers with its banner on address:port."""
-    try:
-        with socket.create_connection((address, port), timeout=timeout) as sock:
-            sock.settimeout(timeout)
-            return sock.recv(64).startswith(b"SSH-")
-    except OSError:
-        return False
 
 
 @dataclass
@@ -135,7 +124,7 @@ class SshNode:
         process, self.process = self.process, None
         if process is None:
             return
-        descendants = _descendants_of(process.pid)  # before the listener dies and they are reparented
+        descendants = descendants_of(process.pid)  # before the listener dies and they are reparented
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         for pid in descendants:
@@ -150,32 +139,11 @@ class SshNode:
     def set_path(self, path: str | None) -> None:
         """Give this node's sessions another PATH (None: the usual one) and restart its sshd."""
         lines = self.config.read_text().splitlines()
-        usual = f"{self.bin}:{_SYSTEM_PATH}"
+        usual = f"{self.bin}:{SYSTEM_PATH}"
         setenv = f"SetEnv NODE_DIR={self.dir} HOME={self.dir} TMPDIR={self.dir / 'tmp'} PATH={path or usual}"
         lines = [setenv if line.startswith("SetEnv ") else line for line in lines]
         self.config.write_text("\n".join(lines) + "\n")
         self.restart()
-
-
-def _descendants_of(pid: int) -> list[int]:
-    """Every process below `pid`: sshd's per-connection processes are their own sessions (setsid),
-    so killing the listener's process group does not reach them, nor the commands they run."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        parents.setdefault(ppid, []).append(int(entry.name))
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        children = parents.get(todo.pop(), [])
-        found.extend(children)
-        todo.extend(children)
-    return found
 
 
 @dataclass
@@ -206,12 +174,11 @@ class SshNodes:
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o755)
         client = self.root / "client_key"
-        self.public_key = _keygen(client, "stead-test-client")
+        self.public_key = keygen(client, "stead-test-client")
         self.private_key = client.read_text()
         authorized = self.root / "authorized_keys"
         authorized.write_text(self.public_key + "\n")
-        if os.geteuid() == 0:
-            Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation's chroot (Debian)
+        prepare_privilege_separation()
         for attempt in range(5):
             self.port = _port_free_on_all(self.addresses)
             try:
@@ -232,32 +199,15 @@ class SshNodes:
             os.chmod(home, 0o755)
             host_key = home / "ssh_host_ed25519_key"
             if not host_key.exists():
-                _keygen(host_key, address)
-            key_type, key_blob = Path(f"{host_key}.pub").read_text().split()[:2]
-            path = f"{home / 'bin'}:{_SYSTEM_PATH}"
+                keygen(host_key, address)
+            path = f"{home / 'bin'}:{SYSTEM_PATH}"
             config = home / "sshd_config"
-            config.write_text("\n".join([
-                f"ListenAddress {address}:{self.port}",
-                f"HostKey {host_key}",
-                f"PidFile {home / 'sshd.pid'}",
-                f"AuthorizedKeysFile {authorized}",
-                f"AllowUsers {self.user}",
-                "PermitRootLogin prohibit-password",
-                "PubkeyAuthentication yes",
-                "PasswordAuthentication no",
-                "KbdInteractiveAuthentication no",
-                "StrictModes no",
-                "UsePAM no",
-                "UseDNS no",
-                "LogLevel VERBOSE",
-                "MaxStartups 200",
-                "MaxSessions 50",
-                "Subsystem sftp internal-sftp",
-                f'SetEnv NODE_DIR={home} HOME={home} TMPDIR={home / "tmp"} PATH={path}',
-                "",
-            ]))
+            config.write_text(render_config(
+                address=address, port=self.port, host_key=host_key, pid_file=home / "sshd.pid",
+                authorized_keys=authorized, user=self.user,
+                environment={"NODE_DIR": str(home), "HOME": str(home), "TMPDIR": str(home / "tmp"), "PATH": path}))
             node = SshNode(address=address, port=self.port, dir=home, config=config,
-                           host_key_line=f"[{address}]:{self.port} {key_type} {key_blob}", log=home / "sshd.log")
+                           host_key_line=known_hosts_line(address, self.port, host_key), log=home / "sshd.log")
             self.nodes.append(node)
             node.start()
 

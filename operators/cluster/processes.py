@@ -250,3 +250,23 @@ class ProcessTable:
                 self.record_path(record.name).unlink(missing_ok=True)
         return alive
 
+
+
+def descendants_of(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc. A server's per-connection processes may be sessions of
+    their own (sshd's are), which killing the server's process group does not reach, nor what they run:
+    read them before the server dies and they are reparented."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _proc_stat_fields(int(entry.name))
+        if fields and len(fields) > 1 and fields[1].isdigit():
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found.extend(children)
+        todo.extend(children)
+    return found

@@ -42,6 +42,12 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
+SSH_ALLOW_HINT = "an operator allows a network with `stead operator --ssh-allow CIDR` (the chart's actions.ssh.allow)"
+HTTP_ALLOW_HINT = ("an operator allows a network with `stead operator --http-allow-networks CIDR` (the chart's "
+                   "actions.http.allowNetworks)")
+"""What a refusal tells the user: the operator's real flag (the runner's own flags are not the user's to set)."""
+
+
 class EgressRefused(OSError):
     """A connection to an address `http` steps may not reach; the message names the address class."""
 
@@ -132,8 +138,8 @@ class EgressPolicy:
 
         def refused(host: str, why: str) -> EgressRefused:
             return EgressRefused(f"refused to connect to {host}: {why}, which http steps may not reach (the "
-                                 "operator's own ports, cloud metadata, the cluster's private networks); an "
-                                 "operator can allow a network with --http-allow-networks")
+                                 "operator's own ports, cloud metadata, the cluster's private networks); "
+                                 f"{HTTP_ALLOW_HINT}")
 
         def guarded_connect(address: tuple[str, int], timeout: Any = None, source_address: Any = None,
                             ) -> socket.socket:

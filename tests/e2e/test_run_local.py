@@ -14,6 +14,7 @@ from typing import IO
 from operators.cli import PORT_VARIABLES
 from operators.cluster import Binaries, LocalControlPlane, LocalNode
 from operators.cluster.node import node_unavailable_reason
+from operators.cluster.sshd import DemoNode, sshd_unavailable_reason
 from tests.e2e.conftest import STEAD, free_port, wait_until
 
 
@@ -55,10 +56,15 @@ def _start(tmp_path: Path, output: int | IO[bytes]) -> tuple[subprocess.Popen[by
 
 
 def _plane_pids(home: Path, env: dict[str, str]) -> list[int]:
-    """The plane's processes, and its node's where this machine runs one (then Ready)."""
+    """The plane's processes, and its node's where this machine runs one (then Ready), and its demo SSH
+    node's where sshd is installed (then answering)."""
     plane = LocalControlPlane(home, **{arg: int(env[var]) for arg, var in PORT_VARIABLES.items()})
     pids = list(plane.status().pids.values())
     assert len(pids) == 3 and all(_pid_alive(p) for p in pids)
+    if sshd_unavailable_reason() is None:
+        demo = DemoNode(home)
+        assert demo.running() is not None, demo.status_row()
+        pids.append(json.loads((demo.dir / "run" / "sshd.json").read_text())["pid"])
     if node_unavailable_reason() is None:
         node = LocalNode(plane).status()
         assert node.ready and len(node.pids) == 3, node

@@ -35,7 +35,7 @@ from typing import TypeVar
 import asyncssh
 
 from pipelines.executors.base import ParameterError, StepAborted, StepContext, StepFailed
-from pipelines.executors.egress import EgressPolicy
+from pipelines.executors.egress import SSH_ALLOW_HINT, EgressPolicy
 
 T = TypeVar("T")
 
@@ -441,8 +441,8 @@ async def _open_socket(target: Target, policy: EgressPolicy, seconds: float) -> 
         why = policy.refusal(str(address[0]))
         if why is not None:  # never a packet to a refused address (no probing of its ports)
             raise StepFailed(f"refused to connect to {target.address}: {why}, which ssh steps may not reach "
-                             "(the operator's own ports, cloud metadata, the cluster's private networks); an "
-                             "operator can allow a network with --ssh-allow")
+                             "(the operator's own ports, cloud metadata, the cluster's private networks); "
+                             f"{SSH_ALLOW_HINT}")
         sock = socket.socket(family, kind, proto)
         sock.setblocking(False)
         try:
@@ -456,8 +456,8 @@ async def _open_socket(target: Target, policy: EgressPolicy, seconds: float) -> 
         if why is not None:
             sock.close()
             raise StepFailed(f"refused to connect to {target.address}: {why}, which ssh steps may not reach "
-                             "(the operator's own ports, cloud metadata, the cluster's private networks); an "
-                             "operator can allow a network with --ssh-allow")
+                             "(the operator's own ports, cloud metadata, the cluster's private networks); "
+                             f"{SSH_ALLOW_HINT}")
         return sock
     raise Unreachable(f"cannot connect to {target.address} port {target.port}: {'; '.join(errors)}")
 

@@ -345,6 +345,7 @@ def test_http_to_the_runners_own_host_is_refused_by_default(tmp_path: Path, http
     with pytest.raises(StepFailed) as refused:
         HttpExecutor().run(ctx)
     assert "http step 's1'" in str(refused.value) and "which http steps may not reach" in str(refused.value)
+    assert "`stead operator --http-allow-networks CIDR`" in str(refused.value)
     assert http_server.hits == {}
 
 

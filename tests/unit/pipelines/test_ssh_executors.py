@@ -3,7 +3,7 @@
 Each test names a node by address and sees where a command ran through ``$NODE_DIR`` (that node's
 directory, set by its sshd). Processes on the "nodes" are processes of this machine, so a test can
 check that a stopped command is really gone. The egress policy refuses loopback by default: the
-executors here are built with 127.0.0.0/8 allowed, as the runner's ``--ssh-allow`` does.
+executors here are built with 127.0.0.0/8 allowed, as `stead operator --ssh-allow` does (passed on to the runner).
 """
 
 from __future__ import annotations
@@ -269,6 +269,8 @@ def test_egress_to_loopback_is_refused_unless_allowed(tmp_path: Path, nodes: Ssh
     marker = nodes.node(A).dir / "egress-ran"
     failure, _ = fails(tmp_path, nodes, "ssh.shell", {"cmd": f"touch {marker}"}, A, settings=SshSettings())
     assert "refused to connect to 127.0.0.2" in failure.message and "loopback" in failure.message
+    # the flag the user can set, not the runner's own (issue 27)
+    assert "`stead operator --ssh-allow CIDR` (the chart's actions.ssh.allow)" in failure.message
     assert not marker.exists()
     # the default registry carries the same rule
     executor = default_executors()["ssh.shell"]
