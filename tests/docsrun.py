@@ -3,7 +3,8 @@ reader reads them and run the way a reader runs them, one terminal per page.
 
 Reading a page (`read_page`):
 - A fenced ```sh block is run; other fences (yaml, json) are not.
-- A *step* is a command line with its continuation lines (a trailing backslash, an open quote) and the bodies
+- A *step* is a command line with its continuation lines (a trailing backslash, pipe, `&&` or `||`, an
+  open quote) and the bodies
   of its heredocs.
 - `#` lines right after a step (no blank line between) are that step's expected output; a `#` line after a
   blank line, or at the start of a block, is a comment. A ```output fence right after an sh block is the
@@ -77,6 +78,11 @@ def _unclosed_quote(text: str) -> bool:
     return False
 
 
+def _continued(command: str) -> bool:
+    """Whether bash reads on: a trailing backslash, pipe or `&&`/`||`, or a quote still open."""
+    return command.rstrip().endswith(("\\", "|", "&&")) or _unclosed_quote(command)
+
+
 def read_steps(lines: Sequence[str], first: int) -> list[Step]:
     """The steps of an sh block whose first line is line `first` of its page."""
     steps: list[Step] = []
@@ -97,7 +103,7 @@ def read_steps(lines: Sequence[str], first: int) -> list[Step]:
             continue
         command = [line]
         terminators = [match.group(2) for match in HEREDOC.finditer(line)]
-        while (command[-1].endswith("\\") or _unclosed_quote("\n".join(command))) and index + 1 < len(lines):
+        while _continued("\n".join(command)) and index + 1 < len(lines):
             index += 1
             command.append(lines[index])
             terminators += [match.group(2) for match in HEREDOC.finditer(lines[index])]

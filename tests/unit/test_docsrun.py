@@ -32,6 +32,9 @@ printf 'a\\n' \\
   'b'
 echo 'two
 lines'
+echo piped |
+  cat &&
+  true
 ```
 
 <!-- docs-test: skip needs a real cloud -->
@@ -61,18 +64,19 @@ hello from an alias
 
 def test_a_page_is_read_as_steps_with_their_expected_output_and_marked_skips() -> None:
     page = read_page("p.md", PAGE)
-    assert [block.line for block in page.blocks] == [5, 26, 34, 39]
+    assert [block.line for block in page.blocks] == [5, 29, 37, 42]
     first = page.blocks[0].steps
-    assert [step.line for step in first] == [6, 9, 13, 19, 21]
+    assert [step.line for step in first] == [6, 9, 13, 19, 21, 23]
     assert first[0].expected == []
     assert first[1].expected == [(10, "hello world")]
     assert first[2].command.splitlines()[-1] == "EOF" and first[2].expected == [
         (17, "# NOT OUTPUT: THE HEREDOC'S BODY"), (18, "IT'S")]
     assert first[3].command == "printf 'a\\n' \\\n  'b'"
     assert first[4].command == "echo 'two\nlines'"
+    assert first[5].command == "echo piped |\n  cat &&\n  true"
     assert page.blocks[1].skip == "needs a real cloud" and page.blocks[1].steps == ()
-    assert [s.line for s in page.skipped] == [26]
-    assert page.blocks[3].steps[0].expected == [(44, "hello from an alias"), (45, ".../docs")]
+    assert [s.line for s in page.skipped] == [29]
+    assert page.blocks[3].steps[0].expected == [(47, "hello from an alias"), (48, ".../docs")]
 
 
 def test_output_is_matched_in_order_with_collapsed_whitespace_and_ellipses() -> None:
@@ -104,7 +108,7 @@ def terminal(tmp_path: Path) -> Terminal:
 
 def test_a_page_runs_in_one_terminal_exports_aliases_and_cd_carrying_over(terminal: Terminal) -> None:
     page = read_page("p.md", PAGE)
-    assert len(list(run_page(page, terminal))) == 8  # the skipped block's `exit 3` never ran
+    assert len(list(run_page(page, terminal))) == 9  # the skipped block's `exit 3` never ran
 
 
 @pytest.mark.parametrize("block, where, says", [
