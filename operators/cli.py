@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import logging
 import os
 import sys
@@ -660,6 +661,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
             runner.run(run_operator(KINDS, options, addons=addons))
     except KeyboardInterrupt:
         pass
+    except OSError as error:
+        if error.errno != errno.EADDRINUSE:
+            raise
+        print(f"stead operator: {error.strerror}: another process (another `make run`?) listens there; "
+              "choose a free port with --health-port, --webhook-port or --config-api-port", file=sys.stderr)
+        return 1
     finally:
         if started is not None:
             # stdout may be a closed pipe (`make run | tee log`, then Ctrl-C): nothing written

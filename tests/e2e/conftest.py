@@ -49,6 +49,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
+DOCS_SKIPPED = pytest.StashKey[list[str]]()
+"""The doc blocks a page marked `docs-test: skip` (tests/e2e/test_docs.py): reported, never silently dropped."""
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    skipped = config.stash.get(DOCS_SKIPPED, [])
+    if skipped:
+        terminalreporter.write_line(f"docs: {len(skipped)} shell blocks marked as not runnable here were not run:")
+        for where in skipped:
+            terminalreporter.write_line(f"  {where}")
+
+
 @pytest.fixture(scope="session")
 def binaries() -> Binaries:
     return ensure_binaries(progress=lambda line: print(line, file=sys.stderr))
