@@ -9,7 +9,7 @@ Two kinds of rule, refused differently:
   These are the lifecycle's business: a validating transfer takes its error path with them as the
   reason (Inmanta's way: a bad create lands in `rejected`, where an update can fix it).
 
-Messages name the attribute by path (`spec.attributes.port`, `candidateAttributes.port`) and never
+Messages name the attribute by path (`spec.attributes.port`, `status.activeAttributes.port`) and never
 quote a value: an attribute may be large, and the message goes into Events and logs.
 """
 

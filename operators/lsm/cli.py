@@ -5,7 +5,7 @@ ServiceInstance objects, as `kubectl` would write them; docs/services.md).
                                                    Ready) and the built-in lifecycles
     stead service list ENTITY [-o json|yaml]       its instances: name, identity, state, version, age
     stead service create ENTITY NAME --attr k=v... values read by the attribute's type (int, float,
-                                                   bool; dict and list as JSON)
+                                                   bool; dict and list as JSON; `create --help`)
     stead service get ID [-o json|yaml]            state, version, the attribute sets, ways out
     stead service update ID --attr k=v...          the client's attributes with these changed, sent with
                                                    the version read (spec.currentVersion)
@@ -88,20 +88,38 @@ def typed_value(text: str, kind: str | None) -> Any:
         if kind is None:
             return text
     except ValueError:
-        raise CliError(f"{text!r} is not a {kind} (dict and list values are JSON)") from None
+        raise CliError(f"{text!r} is not {_READ_AS.get(str(kind), kind)}") from None
     return text
+
+
+_READ_AS = {"int": "an int", "float": "a float (a number)", "bool": "a bool (true/yes/1/on or false/no/0/off)",
+            "dict": "a dict (a JSON object)", "list": "a list (a JSON array)"}
+
+ATTR_HELP = """--attr NAME=VALUE, once per attribute (split at the first '='). VALUE is read by the type the entity
+gives the attribute (`stead service catalog -o yaml` shows the types):
+
+  string       as written                            --attr who=world
+  int, float   a number                              --attr replicas=3 --attr size=1.5
+  bool         true, yes, 1, on / false, no, 0, off  --attr public=yes
+  dict, list   JSON (quoted for the shell)           --attr tags='["web","eu"]' --attr limits='{"cpu":2}'
+
+An empty VALUE of a non-string attribute is null: not set (update: removed). A VALUE that does not read
+as its type is refused here, before anything is sent; a NAME the entity does not have is sent as a
+string, and the admission webhook refuses it (422, naming spec.attributes.NAME)."""
+"""How `--attr` values are read, as `create --help` and `update --help` print it (a test keeps it true)."""
 
 
 def typed_attrs(given: Mapping[str, str], entity: Mapping[str, Any] | None) -> dict[str, Any]:
     types = {str(a.get("name")): a.get("type") for a in ((entity or {}).get("spec") or {}).get("attributes") or []}
     out: dict[str, Any] = {}
     for key, text in given.items():
+        if text == "" and types.get(key) not in (None, "string"):
+            out[key] = None  # null: not set, or removed by an update
+            continue
         try:
             out[key] = typed_value(text, types.get(key))
         except CliError as error:
             raise CliError(f"--attr {key}: {error}") from None
-        if text == "" and types.get(key) not in (None, "string"):
-            out[key] = None
     return out
 
 
@@ -416,6 +434,7 @@ def _run_command(args: argparse.Namespace) -> int:
 def add_service_actions(service: argparse.ArgumentParser) -> None:
     """`stead service catalog|list|create|get|update|set-state|delete|log`."""
     sub = service.add_subparsers(metavar="ACTION")
+    raw = argparse.RawDescriptionHelpFormatter
     ident = "the instance: its name, its uid, or IDENTITY=VALUE"
     catalog = sub.add_parser("catalog", help="the namespace's service entities and the built-in lifecycles")
     cluster_arguments(catalog, _run_command, output=True)
@@ -424,20 +443,28 @@ def add_service_actions(service: argparse.ArgumentParser) -> None:
     listing.add_argument("entity")
     cluster_arguments(listing, _run_command, output=True)
     listing.set_defaults(handler=_list)
-    create = sub.add_parser("create", help="create an instance of an entity")
-    create.add_argument("entity")
-    create.add_argument("name")
-    create.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE")
+    create = sub.add_parser("create", help="create an instance of an entity", formatter_class=raw,
+                            description="Create a ServiceInstance of ENTITY named NAME with the attributes given.",
+                            epilog=f"{ATTR_HELP}\n\nexample:\n  stead service create greeter hello -n demo "
+                            "--attr name=hello --attr who=world")
+    create.add_argument("entity", metavar="ENTITY", help="the ServiceEntity (stead service catalog lists them)")
+    create.add_argument("name", metavar="NAME", help="the ServiceInstance's name")
+    create.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE",
+                        help="an attribute's value, read by its type (below); repeat for each attribute")
     cluster_arguments(create, _run_command)
     create.set_defaults(handler=_create)
     get = sub.add_parser("get", help="an instance: state, version, attribute sets, ways out")
     get.add_argument("id", help=ident)
     cluster_arguments(get, _run_command, output=True)
     get.set_defaults(handler=_get)
-    update = sub.add_parser("update", help="change attributes (sent with the current version)")
+    update = sub.add_parser("update", help="change attributes (sent with the current version)", formatter_class=raw,
+                            description="Send the instance's attributes with these changed (spec.attributes), "
+                            "at the version read (spec.currentVersion).",
+                            epilog=f"{ATTR_HELP}\n\nexample:\n  stead service update hello -n demo --attr who=everyone")
     update.add_argument("id", help=ident)
     update.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE",
-                        help="an attribute's new value (empty: removed, for a non-string one)")
+                        help="an attribute's new value, read by its type (below; empty: removed, for a non-string "
+                        "one); repeat for each attribute")
     cluster_arguments(update, _run_command)
     update.set_defaults(handler=_update)
     set_state = sub.add_parser("set-state", help="request a state (an apiSetState transfer), at the current version")

@@ -424,15 +424,22 @@ def _ways(world: World, status: ServiceInstanceStatus) -> str:
     return f"ways out: {'; '.join(ways)}" if ways else "no way out"
 
 
+REFUSED, REJECTED, FAILED = "Refused", "Rejected", "Failed"
+"""The phases of a settled instance that waits for its client (Stalled), in place of `Realizing`, which
+would say its App is still being worked on: its last request was refused, its attributes failed
+validation, or its deployment failed. The STATE column says where its lifecycle holds it."""
+
+
 def settled_problem(world: World, status: ServiceInstanceStatus, generation: int) -> PermanentError | None:
     """Why a settled instance waits for its client (Stalled), or None when it is where it should be."""
     refused = status.refused
     if refused is not None and refused.generation == generation:
-        return PermanentError(refused.reason, f"{refused.message} ({_ways(world, status)})")
+        return PermanentError(refused.reason, f"{refused.message} ({_ways(world, status)})", phase=REFUSED)
     last = status.log[-1] if status.log else None
     if last is not None and last.error and last.to == status.state:
-        reason = "ValidationFailed" if status.validation_problems else "DeploymentFailed"
-        return PermanentError(reason, f'state "{status.state}": {last.message or reason} ({_ways(world, status)})')
+        reason, phase = ("ValidationFailed", REJECTED) if status.validation_problems else ("DeploymentFailed", FAILED)
+        return PermanentError(reason, f'state "{status.state}": {last.message or reason} ({_ways(world, status)})',
+                              phase=phase)
     return None
 
 
@@ -458,7 +465,7 @@ async def take_in(ctx: StepContext) -> Mapping[str, Any]:
     try:
         status, transfers = await take_client_triggers(world, spec, status, ctx.obj.generation)
     except Refused as refusal:  # a creation the webhook would have refused (it was bypassed)
-        raise PermanentError(refusal.reason, refusal.message) from None
+        raise PermanentError(refusal.reason, refusal.message, phase=REFUSED) from None
     except LifecycleError as error:
         raise PermanentError(error.reason, error.message) from None
     record_transfers(ctx, transfers)

@@ -6,6 +6,9 @@
 | ClusterLifecycle (`clc`) | the same, cluster-scoped (the built-ins are shipped as ClusterLifecycles) |
 | ServiceEntity (`se`) | `Init → Validated → Provisioned` (its lifecycle and Blueprint found and fit) |
 | ServiceInstance (`si`) | `Init → Realizing → Provisioned` (triggers taken in; its App where the state wants it) |
+
+A ServiceInstance that settles waiting for its client shows `Rejected`, `Failed` or `Refused` instead
+(`instance.settled_problem`), never the `Realizing` it stopped in.
 """
 
 from __future__ import annotations

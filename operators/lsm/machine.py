@@ -71,8 +71,15 @@ bound holds for lifecycles that bypassed it (created with the webhook off)."""
 LOG_LIMIT = 50
 """The transfers an instance's status keeps (the oldest go first): an object's size is bounded."""
 
-Validator = Callable[[Mapping[str, Any]], list[str]]
-"""Extra validation of an attribute set (the Blueprint's variable rules): the problems, or none."""
+Validator = Callable[[Mapping[str, Any], str], list[str]]
+"""Extra validation of an attribute set (the Blueprint's variable rules): the problems, or none, each
+naming the attribute under the path given (how the user sees the set, `SET_PATHS`)."""
+
+SET_PATHS = {"candidate": "spec.attributes", "active": "status.activeAttributes",
+             "rollback": "status.rollbackAttributes"}
+"""How validation problems name an attribute set: the candidate set is what the client wrote in
+`spec.attributes` (with the entity's defaults), so its problems name that field, where a fix goes; the
+active and rollback sets exist only in status."""
 
 
 class Refused(Refusal):
@@ -408,10 +415,10 @@ class _Run:
         """The problems of the set the source state validates: types, identity, injected checks."""
         ctx = self.ctx
         which = source.validate_self or "candidate"
-        path = f"{which}Attributes"
+        path = SET_PATHS[which]
         values = self.sets[which]
         if values is None:
-            return [f"{path}: there is no {which} attribute set to validate"]
+            return [f"status.{which}Attributes: there is no {which} attribute set to validate"]
         problems = set_problems(ctx.entity, ctx.entity_name, values, path)
         identity, value = ctx.entity.identity, identity_value(ctx.entity, values)
         if value is not None:
@@ -420,7 +427,7 @@ class _Run:
                 problems.append(f"{path}.{identity}: service identity {identity}={value} is already used by service "
                                 f"instance {other}")
         if not problems and ctx.check is not None:
-            problems = ctx.check(values)  # the Blueprint's rules read well-typed values only
+            problems = ctx.check(values, path)  # the Blueprint's rules read well-typed values only
         return problems
 
     def settle(self) -> None:

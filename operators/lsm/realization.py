@@ -84,12 +84,13 @@ def _property(entities: Mapping[str, Any], mapping: OutputMapping) -> str | None
     return None
 
 
-def blueprint_rules(entity: ServiceEntitySpec, blueprint: BlueprintSpec, path: str = "attributes") -> Validator:
+def blueprint_rules(entity: ServiceEntitySpec, blueprint: BlueprintSpec) -> Validator:
     """A validation of attribute sets by the Blueprint's runtime variables (types, options, regex,
-    mandatory ones), as launching the App would check its inputs; each problem names the attribute."""
+    mandatory ones), as launching the App would check its inputs; each problem names the attribute under
+    the set's path."""
     variable_of = {m.variable: m.attribute for m in entity.realization.inputs} if entity.realization else {}
 
-    def check(values: Mapping[str, Any]) -> list[str]:
+    def check(values: Mapping[str, Any], path: str) -> list[str]:
         out = []
         for problem in input_problems(blueprint, app_inputs(entity, values), field=""):
             variable, _, rest = problem.removeprefix(".").partition(": ")

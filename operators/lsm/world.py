@@ -148,10 +148,10 @@ def lazy_rules(entity: ServiceEntitySpec, blueprint: Mapping[str, Any]) -> Valid
     """The Blueprint's variable rules as a validation, its spec parsed only if a validation runs."""
     parsed: list[Validator] = []
 
-    def check(values: Mapping[str, Any]) -> list[str]:
+    def check(values: Mapping[str, Any], path: str) -> list[str]:
         if not parsed:
             parsed.append(blueprint_rules(entity, BlueprintSpec.model_validate(dict(blueprint))))
-        return parsed[0](values)
+        return parsed[0](values, path)
 
     return check
 

@@ -183,7 +183,9 @@ def test_app_service_simple_lifecycle_walk(operator: OperatorProcess, kubectl: K
     rejected = in_state(kubectl, namespace, "db-1", "update_rejected", version_above=version)
     assert walk(rejected, version) == [("up", "update_start", "on_update"),
                                        ("update_start", "update_rejected", "auto")]
-    assert rejected["validationProblems"] == ["attributes.who (Blueprint variable who): 'Bad1' does not match '[a-z]+'"]
+    assert rejected["validationProblems"] == [
+        "spec.attributes.who (Blueprint variable who): 'Bad1' does not match '[a-z]+'"]
+    assert rejected["phase"] == "Rejected"  # what is true now, not Realizing
     stalled = condition(rejected, "Stalled")
     assert stalled["status"] == "True" and stalled["reason"] == "ValidationFailed"
     assert "state request up" in stalled["message"]  # the way out is shown
@@ -217,7 +219,7 @@ def test_app_service_simple_lifecycle_walk(operator: OperatorProcess, kubectl: K
     failed = in_state(kubectl, namespace, "db-1", "update_failed", version_above=version)
     assert walk(failed, version)[-1] == ("update_inprogress", "update_failed", "resource_based")
     assert failed["activeAttributes"]["who"] == "boom" and failed["rollbackAttributes"]["who"] == "two"
-    assert condition(failed, "Stalled")["reason"] == "DeploymentFailed"
+    assert condition(failed, "Stalled")["reason"] == "DeploymentFailed" and failed["phase"] == "Failed"
     assert "update action failed" in failed["log"][-1]["message"]
     writes["update + App fails"] = patches(audit, mark, "serviceinstances", "db-1")
     assert writes["update + App fails"] == 2

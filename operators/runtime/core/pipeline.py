@@ -28,14 +28,21 @@ class PermanentError(Exception):
     """The object cannot progress until its spec changes: it ends in `Stalled`, not in a retry loop.
 
     `facts` are status fields the failing step still wants recorded (for example the list of
-    compile errors and a domain state such as `Error`).
+    compile errors and a domain state such as `Error`). `phase` is what the object shows instead of
+    the phase whose step raised, when that phase would tell an untruth: an outcome that ends the
+    object's work in failure (a ServiceInstance whose deployment failed is `Failed`, not
+    `Realizing`). It names a failure, never `Provisioned`: Ready is False.
     """
 
-    def __init__(self, reason: str, message: str, facts: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, reason: str, message: str, facts: Mapping[str, Any] | None = None,
+                 phase: str | None = None) -> None:
+        if phase == PROVISIONED:
+            raise ValueError("a PermanentError is no success: its phase cannot be Provisioned")
         super().__init__(message)
         self.reason = reason
         self.message = message
         self.facts = dict(facts or {})
+        self.phase = phase
 
 
 class TemporaryError(Exception):
@@ -235,7 +242,8 @@ def compose_status(obj: Observed, outcome: Outcome, now: str) -> dict[str, Any]:
     """The whole status an outcome stands for: kind facts, phase and the three conditions.
 
     A failed run shows the phase it stopped in, so a user sees how far the object got (a
-    Blueprint stalled in `Validated` passed validation and failed to compile).
+    Blueprint stalled in `Validated` passed validation and failed to compile), unless the error
+    names the failure it is (`PermanentError.phase`).
     """
     previous = obj.status.get("conditions") or []
     gen = obj.generation
@@ -250,7 +258,7 @@ def compose_status(obj: Observed, outcome: Outcome, now: str) -> dict[str, Any]:
             cond.condition(cond.STALLED, "False", PROVISIONED, "", gen, now, previous),
         ]
     elif isinstance(error, PermanentError):
-        status["phase"] = outcome.phase
+        status["phase"] = error.phase or outcome.phase
         conditions = [
             cond.condition(cond.READY, "False", error.reason, error.message, gen, now, previous),
             cond.condition(cond.RECONCILING, "False", error.reason, "", gen, now, previous),

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import copy
-import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from operators.calm.validation import spec_problems
@@ -264,9 +262,6 @@ def big_spec(services: int) -> dict[str, Any]:
     return spec
 
 
-@pytest.mark.parametrize("services", [800])
-def test_it_is_fast_enough_for_a_webhook(services: int) -> None:
-    spec = big_spec(services)
-    start = time.perf_counter()
-    assert spec_problems(spec) == []
-    assert time.perf_counter() - start < 1.0
+def test_a_blueprint_of_800_chained_services_is_valid() -> None:
+    """The webhook's size: how long it takes is bench/compile.py's (`spec_problems` at 800 services), not a test's."""
+    assert spec_problems(big_spec(800)) == []

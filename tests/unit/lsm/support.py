@@ -66,4 +66,4 @@ def steps(outcome: Outcome) -> list[tuple[str | None, str, str]]:
 
 def failing(*problems: str) -> Validator:
     """A Blueprint check that always finds these problems."""
-    return lambda values: list(problems)
+    return lambda values, path: list(problems)

@@ -99,6 +99,8 @@ def test_an_update_action_that_fails_leaves_the_instance_stalled_with_the_ways_o
     assert isinstance(outcome.error, PermanentError) and outcome.error.reason == "DeploymentFailed"
     assert "update action failed at apply: exited with code 1" in outcome.error.message
     assert "state request rollback [rollback]" in outcome.error.message  # the way out is shown
+    assert obj.status["phase"] == "Failed"  # what is true now: not Realizing, not Provisioned
+    assert {c["type"]: c["status"] for c in obj.status["conditions"]}["Ready"] == "False"
     assert world.events.events[-1][:3] == ("db-1", "Warning", "TransferError")
     # roll back: the previous set goes to the App again
     obj, outcome = run(world, requested(obj, "rollback"))
@@ -125,7 +127,8 @@ def test_an_update_failing_validation_is_rejected_and_set_state_clears_its_candi
     obj, outcome = run(world, updated(up(world), who="Bad1"))
     assert obj.status["state"] == "update_rejected"
     assert isinstance(outcome.error, PermanentError) and outcome.error.reason == "ValidationFailed"
-    assert obj.status["validationProblems"] == ["attributes.who (Blueprint variable who): 'Bad1' does not match "
+    assert obj.status["phase"] == "Rejected"
+    assert obj.status["validationProblems"] == ["spec.attributes.who (Blueprint variable who): 'Bad1' does not match "
                                                 "'[a-z]+'"]
     assert world.kube.objects[f"{APPS}/db-1"]["metadata"]["generation"] == 1  # the App never saw it
     obj, outcome = run(world, requested(obj, "up"))
@@ -138,11 +141,23 @@ def test_a_state_request_refused_after_admission_is_recorded_and_handled_once(wo
     stale = requested(obj, "up", version=3)  # the webhook was bypassed (or the instance moved on meanwhile)
     obj, outcome = run(world, stale)
     assert isinstance(outcome.error, PermanentError) and outcome.error.reason == "StaleVersion"
+    assert obj.status["phase"] == "Refused"
     assert obj.status["stateRequest"] == {"target": "up", "currentVersion": 3}
     assert obj.status["refused"]["trigger"] == "api_set_state" and obj.status["refused"]["generation"] == 2
     assert obj.status["version"] == 4
     again, outcome = run(world, obj)  # the same spec seen again: not taken in twice
     assert again.status == obj.status
+
+
+def test_a_creation_that_fails_validation_shows_phase_rejected_and_ready_false(world: World) -> None:
+    obj, outcome = run(world, observed(instance_spec(who="Bad1")))
+    assert walk(obj.status) == [(None, "start", "create"), ("start", "rejected", "auto")]
+    assert isinstance(outcome.error, PermanentError) and outcome.error.reason == "ValidationFailed"
+    conditions = {c["type"]: c["status"] for c in obj.status["conditions"]}
+    assert (obj.status["phase"], conditions["Ready"], conditions["Stalled"]) == ("Rejected", "False", "True")
+    assert f"{APPS}/db-1" not in world.kube.objects
+    fixed, outcome = run(world, updated(obj, who="two"))  # fixed by an update: Realizing again, then Provisioned
+    assert fixed.status["phase"] == "Realizing" and fixed.status["state"] == "creating"
 
 
 def test_an_update_refused_after_admission_is_not_retried_at_the_same_generation(world: World) -> None:

@@ -68,9 +68,9 @@ def test_a_creation_that_fails_validation_is_rejected_with_the_reasons_and_fixed
     assert steps(out)[-1] == ("start", "rejected", "auto")
     status = out.status
     assert (status.state, status.version, status.model_state) == ("rejected", 2, "candidate")
-    assert status.validation_problems == ["candidateAttributes.port: expected int, got string"]
+    assert status.validation_problems == ["spec.attributes.port: expected int, got string"]
     assert out.transfers[-1].error is True
-    assert "validation failed: candidateAttributes.port: expected int, got string" in str(out.transfers[-1].message)
+    assert "validation failed: spec.attributes.port: expected int, got string" in str(out.transfers[-1].message)
     assert status.candidate_attributes == {**CLIENT, "port": "5432", "size": None, "tags": ["db"]}
     assert status.active_attributes is None
     assert status.ways_out == ["update -> start", "delete -> terminated"]
@@ -118,7 +118,7 @@ def test_a_duplicate_identity_found_by_validation_rejects() -> None:
     out = advance(context(others={"db-1": "db-0"}), status, Auto())
     assert out.status.state == "rejected"
     assert out.status.validation_problems == [
-        "candidateAttributes.name: service identity name=db-1 is already used by service instance db-0"]
+        "spec.attributes.name: service identity name=db-1 is already used by service instance db-0"]
 
 
 def test_a_second_create_of_the_same_instance_changes_nothing() -> None:
@@ -159,7 +159,7 @@ def test_an_update_is_validated_promoted_and_deployed_keeping_the_old_values_for
 
 
 def test_an_update_that_fails_validation_is_rejected_then_aborted_by_a_state_request() -> None:
-    ctx = context(check=lambda values: [] if values.get("port") != 1 else ["Blueprint variable port: too low"])
+    ctx = context(check=lambda values, path: [] if values.get("port") != 1 else ["Blueprint variable port: too low"])
     up = _up(ctx)
     rejected = advance(ctx, up, Update({**CLIENT, "port": 1}, current_version=4)).status
     assert (rejected.state, rejected.version, rejected.model_state) == ("update_rejected", 6, "active")
@@ -433,9 +433,10 @@ def test_a_validation_checks_the_set_the_source_state_names() -> None:
     bad_active = advance(ctx, at("a", 1, lifecycle=lifecycle, candidate=FULL, active={**FULL, "size": "big"}),
                          SetState("b"))
     assert bad_active.status.state == "bad"
-    assert bad_active.status.validation_problems == ["activeAttributes.size: expected float, got string"]
+    assert bad_active.status.validation_problems == ["status.activeAttributes.size: expected float, got string"]
     no_active = advance(ctx, at("a", 1, lifecycle=lifecycle, candidate=FULL), SetState("b"))
-    assert no_active.status.validation_problems == ["activeAttributes: there is no active attribute set to validate"]
+    assert no_active.status.validation_problems == [
+        "status.activeAttributes: there is no active attribute set to validate"]
     good = advance(ctx, at("a", 1, lifecycle=lifecycle, candidate={"port": "x"}, active={**FULL, "size": 2}),
                    SetState("b"))
     assert good.status.state == "b"
@@ -499,4 +500,4 @@ def test_testing_basic_lifecycle_validates_promotes_and_a_rejection_is_final() -
     assert stuck.transfers == ()
     rejected = create(ctx, {**CLIENT, "port": None}).status
     assert (rejected.state, rejected.deleted) == ("rejected", True)
-    assert rejected.validation_problems == ["candidateAttributes.port: required (null given)"]
+    assert rejected.validation_problems == ["spec.attributes.port: required (null given)"]

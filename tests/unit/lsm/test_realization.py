@@ -3,14 +3,20 @@ Blueprint's variable rules as a validation of an attribute set."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from operators.calm.compiler import compile_blueprint
 from operators.calm.models import BlueprintSpec
 from operators.lsm import ServiceEntitySpec
 from operators.lsm.realization import app_inputs, app_outputs, as_input, blueprint_rules, from_property
 from tests.unit.lsm.support import ENTITY, ENTITY_SPEC, FULL
+
+ROOT = Path(__file__).resolve().parents[3]
 
 REALIZED = ServiceEntitySpec.model_validate({
     **ENTITY_SPEC,
@@ -80,10 +86,38 @@ def test_the_blueprints_variable_rules_validate_a_set_naming_the_attribute() -> 
         {"name": "db_extra", "runtime": True},
     ]})
     check = blueprint_rules(REALIZED, blueprint)
-    assert check({**FULL, "tags": {}, "size": 1.0}) == []
-    assert check({**FULL, "name": "DB", "port": 1}) == [
-        "attributes.name (Blueprint variable db_name): 'DB' does not match '[a-z0-9-]+'",
-        "attributes.port (Blueprint variable db_port): '1' is not one of 5432, 5433",
-        "attributes.tags (Blueprint variable db_tags): '[\"db\"]': not a JSON object (type dict)",
-        "attributes.size (Blueprint variable db_size): required (a mandatory runtime variable without a default)",
+    assert check({**FULL, "tags": {}, "size": 1.0}, "spec.attributes") == []
+    assert check({**FULL, "name": "DB", "port": 1}, "spec.attributes") == [
+        "spec.attributes.name (Blueprint variable db_name): 'DB' does not match '[a-z0-9-]+'",
+        "spec.attributes.port (Blueprint variable db_port): '1' is not one of 5432, 5433",
+        "spec.attributes.tags (Blueprint variable db_tags): '[\"db\"]': not a JSON object (type dict)",
+        "spec.attributes.size (Blueprint variable db_size): required (a mandatory runtime variable without a default)",
     ]
+
+
+def test_the_greeter_examples_update_action_publishes_again_what_the_entity_reads_back() -> None:
+    """examples/service-entity.yaml: an r attribute read from a property (`address`) must follow an update,
+    so the compiled `update` action sets that property again on the same entity, as `create` does."""
+    docs = {d["kind"]: d for d in yaml.safe_load_all((ROOT / "examples" / "service-entity.yaml").read_text())}
+    raw = docs["Blueprint"]
+    result = compile_blueprint(BlueprintSpec.model_validate(raw["spec"]), None)
+    assert result.ok, result.errors
+    entity = ServiceEntitySpec.model_validate(docs["ServiceEntity"]["spec"])
+    assert entity.realization is not None and entity.realization.outputs
+
+    def sets(action: str) -> set[tuple[str | None, str]]:
+        """(target, variable) of every setvar task of an application action, read from the task's spec."""
+        compiled = next(a for a in result.actions if a.name == action and a.owner is None)
+        found = set()
+        for task in compiled.tasks:
+            if task.type == "setvar":
+                node: Any = raw  # task.source is its field, e.g. spec.actions[0].tasks[1]
+                for key, index in re.findall(r"(\w+)(?:\[(\d+)\])?", task.source):
+                    node = node[key][int(index)] if index else node[key]
+                found |= {(task.target, variable) for variable in node["variables"]}
+        return found
+
+    for output in entity.realization.outputs:
+        kind, name, variable = output.property_.split("_", 2)
+        assert kind == "Service" and output.deployment is not None
+        assert (name, variable) in sets("create") and (name, variable) in sets("update"), output

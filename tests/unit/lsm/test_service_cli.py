@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -102,11 +104,30 @@ def test_create_reads_values_by_the_attribute_types(seeded: FakeApi, capsys: pyt
     assert (made["apiVersion"], made["kind"]) == ("stead.dev/v1alpha1", "ServiceInstance")
     assert "serviceinstance/hi created" in capsys.readouterr().out
     assert run(seeded, "create", "greeter", "bad", "-n", NS, "--attr", "replicas=many") == 1
-    assert capsys.readouterr().err == "stead service: --attr replicas: 'many' is not a int (dict and list values " \
-                                      "are JSON)\n"
+    assert capsys.readouterr().err == "stead service: --attr replicas: 'many' is not an int\n"
     assert run(seeded, "create", "nosuch", "x", "-n", NS) == 1
     assert "no service entity 'nosuch'" in capsys.readouterr().err
     assert path("bad") not in seeded.objects and seeded.count("POST") == 1
+
+
+def test_create_help_explains_how_attr_values_are_read_and_its_examples_read_so(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for action in ("create", "update"):
+        with pytest.raises(SystemExit):
+            _parser(["service", action, "--help"]).parse_args(["service", action, "--help"])
+        assert service_cli.ATTR_HELP in capsys.readouterr().out
+    table = [line for line in service_cli.ATTR_HELP.splitlines() if line.startswith("  ")]
+    given = service_cli.parse_attrs([shlex.split(word)[0] for line in table
+                                     for word in re.findall(r"--attr (\S+)", line)])
+    entity = {"spec": {"attributes": [{"name": "who", "type": "string"}, {"name": "replicas", "type": "int"},
+                                      {"name": "size", "type": "float"}, {"name": "public", "type": "bool"},
+                                      {"name": "tags", "type": "list"}, {"name": "limits", "type": "dict"}]}}
+    assert service_cli.typed_attrs(given, entity) == {"who": "world", "replicas": 3, "size": 1.5, "public": True,
+                                                      "tags": ["web", "eu"], "limits": {"cpu": 2}}
+    assert service_cli.typed_attrs({"replicas": "", "who": ""}, entity) == {"replicas": None, "who": ""}
+    assert service_cli.typed_attrs({"colour": "1"}, entity) == {"colour": "1"}  # unknown: the webhook refuses it
+    with pytest.raises(service_cli.CliError, match=r"--attr tags: '\{\}' is not a list \(a JSON array\)"):
+        service_cli.typed_attrs({"tags": "{}"}, entity)
 
 
 def test_an_id_is_a_name_a_uid_or_the_identity(seeded: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:

@@ -147,6 +147,16 @@ def test_compose_status_sets_the_three_conditions() -> None:
     assert cond.is_true(retrying["conditions"], "Reconciling") and retrying["phase"] == "Init"
 
 
+def test_a_permanent_error_may_name_the_failure_it_is_as_the_phase_but_never_provisioned() -> None:
+    failed = engine.compose_status(_obj(), engine.Outcome("Validated", {}, PermanentError("Bad", "x", phase="Failed")),
+                                   NOW)
+    assert failed["phase"] == "Failed" and not cond.is_true(failed["conditions"], "Ready")
+    assert isinstance(engine.plan(_pipe(), _obj(status=failed), None), Skip)  # stalled: waits for a spec change
+    assert engine.plan(_pipe(), _obj(generation=2, status=failed), None) == Run("Init")
+    with pytest.raises(ValueError, match="cannot be Provisioned"):
+        PermanentError("Bad", "x", phase="Provisioned")
+
+
 def test_unchanged_conditions_keep_their_transition_time() -> None:
     first = _provisioned()
     again = engine.compose_status(_obj(status=first), engine.Outcome("Provisioned", {}), LATER)
