@@ -43,16 +43,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from operators import API_VERSION
+from operators.graphs.objects import GRAPHS
 from operators.runtime.core.clock import parse_instant
 from operators.runtime.kube.commands import CommandError, cluster_arguments, refusals_as_lines, with_cluster
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
-    from operators.runtime.kube.client import Requester
+    from operators.runtime.kube.api import Requester
 
 COMMAND = "stead graph"
-GRAPHS = "deploymentgraphs"
 RUNS = "graphruns"
 ENVIRONMENTS = "environments"
 """The kinds' plurals in API paths, as the models declare them (a test checks that they agree)."""
@@ -62,7 +62,7 @@ LEVELS = {"all": "all", "release": "release", "plugins": "plugins", "env_only": 
 
 
 def _path(plural: str, namespace: str, name: str | None = None) -> str:
-    from operators.runtime.kube.client import custom_path
+    from operators.runtime.kube.api import custom_path
 
     return custom_path(plural, namespace, name)
 
@@ -73,7 +73,7 @@ def _owner(args: argparse.Namespace) -> tuple[str, str]:
 
 async def _environment(kube: Requester, namespace: str, name: str) -> dict[str, Any]:
     """The Environment object, or a CommandError naming the environments there."""
-    from operators.runtime.kube.client import ApiError
+    from operators.runtime.kube.api import ApiError
 
     try:
         return await kube.request("GET", _path(ENVIRONMENTS, namespace, name))
@@ -97,7 +97,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def format_graphs(items: Sequence[Mapping[str, Any]]) -> str:
-    from operators.graphs.api import owner_of, type_of
+    from operators.graphs.objects import owner_of, type_of
 
     rows = []
     for item in items:
@@ -322,7 +322,7 @@ async def _download(kube: Requester, args: argparse.Namespace) -> int:
 
 
 async def _list(kube: Requester, args: argparse.Namespace) -> int:
-    from operators.graphs.api import graph_items, owner_of
+    from operators.graphs.objects import graph_items, owner_of
 
     items = await graph_items(kube, args.namespace)
     if args.env:
@@ -342,7 +342,7 @@ async def _list(kube: Requester, args: argparse.Namespace) -> int:
 
 
 async def _delete(kube: Requester, args: argparse.Namespace) -> int:
-    from operators.graphs.api import find_graph, graph_items, owner_of, type_of
+    from operators.graphs.objects import find_graph, graph_items, owner_of, type_of
 
     kind, owner = _owner(args)
     items = await graph_items(kube, args.namespace)
@@ -431,8 +431,9 @@ async def _known_types(kube: Requester, args: argparse.Namespace, env: Mapping[s
     plan nothing and succeed)."""
     from pydantic import ValidationError
 
-    from operators.graphs.api import environment_graph_types, graph_items
+    from operators.graphs.api import environment_graph_types
     from operators.graphs.kept import no_such_type
+    from operators.graphs.objects import graph_items
 
     try:
         types = environment_graph_types(await graph_items(kube, args.namespace), args.env, env)
@@ -455,7 +456,7 @@ async def _plan(kube: Requester, args: argparse.Namespace) -> int:
     import asyncio
     import time
 
-    from operators.runtime.kube.client import ApiError
+    from operators.runtime.kube.api import ApiError
 
     spec = {**run_spec(args), "dryRun": True}
     spec.pop("noop", None)
@@ -552,7 +553,7 @@ async def _status(kube: Requester, args: argparse.Namespace, console: Console | 
 
 
 async def _get_run(kube: Requester, args: argparse.Namespace) -> dict[str, Any]:
-    from operators.runtime.kube.client import ApiError
+    from operators.runtime.kube.api import ApiError
 
     try:
         return await kube.request("GET", _path(RUNS, args.namespace, args.run))

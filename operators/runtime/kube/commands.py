@@ -3,7 +3,8 @@
 (an API error, an unreachable API server, an unusable kubeconfig, a malformed argument), never a traceback.
 
 Imports are made when a command runs: `stead --help` and the commands that need no cluster must not pay
-for aiohttp and the Kubernetes client.
+for them. The client is the light one (`operators.runtime.kube.light`: the standard library's HTTP), never
+aiohttp or the `kubernetes` package, unless the kubeconfig is of a form only that package reads.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from operators.runtime.kube.client import KubeClient
+    from operators.runtime.kube.api import HeaderRequester
 
 
 class CommandError(Exception):
@@ -50,7 +51,7 @@ def pairs(items: Sequence[str], what: str) -> dict[str, str]:
 
 async def refusals_as_lines(command: str, body: Awaitable[int]) -> int:
     """`body`'s exit code; a CommandError or an API error is one line on stderr (`<command>: ...`) and 1."""
-    from operators.runtime.kube.client import ApiError
+    from operators.runtime.kube.api import ApiError
 
     try:
         return int(await body)
@@ -61,24 +62,23 @@ async def refusals_as_lines(command: str, body: Awaitable[int]) -> int:
     return 1
 
 
-async def with_cluster(command: str, kubeconfig: Path | None, handler: Callable[[KubeClient], Awaitable[int]]) -> int:
+async def with_cluster(command: str, kubeconfig: Path | None,
+                       handler: Callable[[HeaderRequester], Awaitable[int]]) -> int:
     """Run `handler` with a client of the cluster the kubeconfig names (None: the usual lookup)."""
-    import aiohttp
-    from kubernetes.config.config_exception import ConfigException
-
-    from operators.runtime.kube.client import KubeClient, load_access
+    from operators.runtime.kube.kubeconfig import KubeconfigError
+    from operators.runtime.kube.light import LightClient, load_cluster_access
 
     try:
-        access = load_access(kubeconfig)
-    except (ConfigException, OSError) as error:
+        access = load_cluster_access(kubeconfig)
+    except (KubeconfigError, OSError) as error:
         print(f"{command}: no usable kubeconfig: {one_line(str(error))}", file=sys.stderr)
         return 1
-    async with KubeClient(access) as kube:
+    async with LightClient(access) as kube:
         try:
             return await refusals_as_lines(command, handler(kube))
         except BrokenPipeError:
             raise  # stdout's reader went away (`| head -1`): no API error; `stead` ends quietly
-        except (aiohttp.ClientError, OSError) as error:
+        except OSError as error:
             print(f"{command}: cannot reach the API server at {access.server}: {one_line(str(error))}",
                   file=sys.stderr)
             return 1
