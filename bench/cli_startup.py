@@ -15,8 +15,10 @@ Bytecode is cached as after `pip install` (a temporary PYTHONPYCACHEPREFIX: noth
 PYTHONDONTWRITEBYTECODE is dropped for the commands); one warm-up run of each command fills the cache.
 Each timed run is a median of `--runs` (default 15). With `--baseline-tree DIR` (a checkout of the code to
 compare with, e.g. `git worktree add /tmp/base main`), every command runs alternately from DIR's code and
-this tree's, so that both see the same machine; the report gives both medians and their ratio. The
-machine's load average is printed too: on a shared machine figures move with it, their ratio much less.
+this tree's, so that both see the same machine; the report gives both medians and their ratio, of wall
+time and of the command process's CPU time (user + system). The machine's load average is printed too: on
+a shared machine wall times move with it, CPU times and ratios much less; at idle, wall time is about the
+CPU time plus the API server's answers.
 
     .venv/bin/python bench/cli_startup.py --baseline-tree /path/to/main-checkout [--runs 15]
 """
@@ -27,6 +29,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -116,13 +119,17 @@ def environment(tree: Path, kubeconfig: Path, pycache: Path) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(tree), "KUBECONFIG": str(kubeconfig), "PYTHONPYCACHEPREFIX": str(pycache)}
 
 
-def once(tree: Path, argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
-    """One command from `tree`'s code: its wall time, and what it did. `-P`: the working directory is not
-    put on the path (a checkout there would shadow `tree`)."""
+def once(tree: Path, argv: list[str], env: dict[str, str], cwd: Path
+         ) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """One command from `tree`'s code: its wall time, its CPU time (user + system), and what it did. `-P`: the
+    working directory is not put on the path (a checkout there would shadow `tree`)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-P", "-c", MAIN, *argv], env=env, cwd=cwd, capture_output=True,
                           text=True, timeout=120)
-    return time.perf_counter() - started, done
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), done
 
 
 def main() -> int:
@@ -142,27 +149,32 @@ def main() -> int:
             env = {name: environment(tree, kubeconfig, work / "pycache") for name, tree in trees.items()}
             for name, tree in trees.items():  # warm-up (fills the bytecode cache) and a check of what runs
                 for argv in COMMANDS.values():
-                    _, done = once(tree, argv, env[name], work)
+                    _, _, done = once(tree, argv, env[name], work)
                     if done.returncode != 0 or not done.stdout.strip():
                         log(f"{name} ({tree}): stead {' '.join(argv)} failed ({done.returncode}): {done.stderr}")
                         return 1
             log(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             times: dict[tuple[str, str], list[float]] = {(n, c): [] for n in trees for c in COMMANDS}
+            cpu: dict[tuple[str, str], list[float]] = {(n, c): [] for n in trees for c in COMMANDS}
             for _ in range(args.runs):
                 for command, argv in COMMANDS.items():
                     for name, tree in trees.items():
-                        seconds, _ = once(tree, argv, env[name], work)
+                        seconds, used, _ = once(tree, argv, env[name], work)
                         times[name, command].append(seconds)
+                        cpu[name, command].append(used)
             log(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    report(times, trees, args.runs)
-    return 0
-
-
-def report(times: dict[tuple[str, str], list[float]], trees: dict[str, Path], runs: int) -> None:
-    print(f"stead start-up, wall seconds, median (min) of {runs} runs each" +
+    print(f"stead start-up, median (min) of {args.runs} runs each" +
           (", the two trees alternately" if len(trees) > 1 else ""))
     for name, tree in trees.items():
         print(f"  {name}: {tree}")
+    print("wall seconds")
+    report(times, trees)
+    print("CPU seconds of the command's process (user + system): less moved by other load than wall time")
+    report(cpu, trees)
+    return 0
+
+
+def report(times: dict[tuple[str, str], list[float]], trees: dict[str, Path]) -> None:
     header = f"{'command':<16}" + "".join(f"{name:>18}" for name in trees)
     print(header + ("     this/baseline" if "baseline" in trees else "") + "   target")
     for command in COMMANDS:

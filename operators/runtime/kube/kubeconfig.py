@@ -105,7 +105,9 @@ def _documents(paths: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
         except OSError as error:
             raise KubeconfigError(f"{path}: cannot be read: {error.strerror}") from None
         try:
-            document = yaml.safe_load(text) or {}
+            # libyaml's safe loader where PyYAML has it: a kubeconfig of many clusters, their CAs inline, is
+            # tens of KiB, which the pure-Python one takes tens of milliseconds to read
+            document = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
         except yaml.YAMLError as error:
             raise KubeconfigError(f"{path}: not valid YAML: {str(error).splitlines()[0]}") from None
         if not isinstance(document, dict):
