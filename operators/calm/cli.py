@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from operators import API_VERSION
 from operators.runtime.core.clock import parse_instant
-from operators.runtime.kube.commands import pairs, with_cluster
+from operators.runtime.kube.commands import pairs, pause, run_to_end, with_cluster
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -189,9 +189,7 @@ def render_run(obj: Mapping[str, Any], tail: int | None = 0, now: datetime | Non
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    import asyncio
-
-    return asyncio.run(_call(args))
+    return run_to_end(_call(args))
 
 
 async def _call(args: argparse.Namespace) -> int:
@@ -243,7 +241,6 @@ def _final(obj: Mapping[str, Any]) -> bool:
 
 async def _logs(kube: Requester, args: argparse.Namespace, console: Console | None = None) -> int:
     """Print the run (plain text, a rich view on a terminal, or -o json|yaml); -f: until it is final."""
-    import asyncio
 
     from operators.runtime.kube.api import custom_path
 
@@ -252,7 +249,7 @@ async def _logs(kube: Requester, args: argparse.Namespace, console: Console | No
     if output:
         obj = await kube.request("GET", path)
         while args.follow and not _final(obj):
-            await asyncio.sleep(1.0)
+            await pause(1.0)
             obj = await kube.request("GET", path)
         print(dump_status(obj, output))
         return _exit_code(obj)
@@ -270,13 +267,12 @@ async def _logs(kube: Requester, args: argparse.Namespace, console: Console | No
             shown = text
         if _final(obj):
             return _exit_code(obj)
-        await asyncio.sleep(1.0)
+        await pause(1.0)
 
 
 async def _logs_rich(kube: Requester, args: argparse.Namespace, path: str, tail: int | None,
                      console: Console | None) -> int:
     """The terminal view: printed once, or (-f) redrawn in place every second until the run is final."""
-    import asyncio
 
     from rich.console import Console
     from rich.live import Live
@@ -288,7 +284,7 @@ async def _logs_rich(kube: Requester, args: argparse.Namespace, path: str, tail:
         return _exit_code(obj)
     with Live(render_run(obj, tail=tail or 0), console=console, auto_refresh=False, transient=False) as live:
         while not _final(obj):
-            await asyncio.sleep(1.0)
+            await pause(1.0)
             obj = await kube.request("GET", path)
             live.update(render_run(obj, tail=tail or 0), refresh=True)
     return _exit_code(obj)

@@ -45,7 +45,14 @@ from typing import TYPE_CHECKING, Any
 from operators import API_VERSION
 from operators.graphs.objects import GRAPHS
 from operators.runtime.core.clock import parse_instant
-from operators.runtime.kube.commands import CommandError, cluster_arguments, refusals_as_lines, with_cluster
+from operators.runtime.kube.commands import (
+    CommandError,
+    cluster_arguments,
+    pause,
+    refusals_as_lines,
+    run_to_end,
+    with_cluster,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -453,7 +460,6 @@ PLAN_SECONDS = 120.0
 async def _plan(kube: Requester, args: argparse.Namespace) -> int:
     """The plan a run of these types would follow, made by the operator's own planner (a dry-run GraphRun: the
     nodes' configuration and the last run's data as a run sees them), printed and the dry run deleted."""
-    import asyncio
     import time
 
     from operators.runtime.kube.api import ApiError
@@ -468,7 +474,7 @@ async def _plan(kube: Requester, args: argparse.Namespace) -> int:
         if time.monotonic() > deadline:
             raise CommandError(f"graphrun/{name} was not planned within {PLAN_SECONDS:g}s (is the operator running?); "
                                "it is left for you to look at")
-        await asyncio.sleep(getattr(args, "interval", PLAN_INTERVAL))
+        await pause(getattr(args, "interval", PLAN_INTERVAL))
         obj = await kube.request("GET", path)
     try:
         await kube.request("DELETE", path)
@@ -526,7 +532,6 @@ def _final(obj: Mapping[str, Any]) -> bool:
 async def _status(kube: Requester, args: argparse.Namespace, console: Console | None = None) -> int:
     """Print the run (plain text, a rich tree on a terminal, or -o json|yaml); -f: until it ends, then the
     exit code says whether it succeeded."""
-    import asyncio
 
     path = _path(RUNS, args.namespace, args.run)
     follow, output = getattr(args, "follow", False), getattr(args, "output", None)
@@ -534,7 +539,7 @@ async def _status(kube: Requester, args: argparse.Namespace, console: Console | 
     obj = await _get_run(kube, args)
     if output:
         while follow and not _final(obj):
-            await asyncio.sleep(interval)
+            await pause(interval)
             obj = await kube.request("GET", path)
         print(dump(obj.get("status") or {}, output))
         return _exit_code(obj)
@@ -548,7 +553,7 @@ async def _status(kube: Requester, args: argparse.Namespace, console: Console | 
             shown = text
         if not follow or _final(obj):
             return _exit_code(obj)
-        await asyncio.sleep(interval)
+        await pause(interval)
         obj = await kube.request("GET", path)
 
 
@@ -569,7 +574,6 @@ async def _get_run(kube: Requester, args: argparse.Namespace) -> dict[str, Any]:
 async def _status_rich(kube: Requester, path: str, obj: dict[str, Any], follow: bool, interval: float,
                        console: Console | None) -> int:
     """The terminal view: printed once, or (-f) redrawn in place until the run ends."""
-    import asyncio
 
     from rich.console import Console
     from rich.live import Live
@@ -580,7 +584,7 @@ async def _status_rich(kube: Requester, path: str, obj: dict[str, Any], follow: 
         return _exit_code(obj)
     with Live(render_run(obj), console=console, auto_refresh=False, transient=False) as live:
         while not _final(obj):
-            await asyncio.sleep(interval)
+            await pause(interval)
             obj = await kube.request("GET", path)
             live.update(render_run(obj), refresh=True)
     return _exit_code(obj)
@@ -688,9 +692,7 @@ async def dispatch(kube: Requester, args: argparse.Namespace) -> int:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    import asyncio
-
-    return asyncio.run(with_cluster(COMMAND, args.kubeconfig, lambda kube: args.handler(kube, args)))
+    return run_to_end(with_cluster(COMMAND, args.kubeconfig, lambda kube: args.handler(kube, args)))
 
 
 # --- the parser -------------------------------------------------------------------------------------

@@ -32,7 +32,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from operators import API_VERSION
-from operators.runtime.kube.commands import CommandError, cluster_arguments, pairs, refusals_as_lines, with_cluster
+from operators.runtime.kube.commands import (
+    CommandError,
+    cluster_arguments,
+    pairs,
+    refusals_as_lines,
+    run_to_end,
+    with_cluster,
+)
 
 if TYPE_CHECKING:
     from operators.runtime.kube.api import Requester
@@ -403,9 +410,7 @@ async def dispatch(kube: Requester | Kube, args: argparse.Namespace) -> int:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    import asyncio
-
-    return asyncio.run(with_cluster("stead service", args.kubeconfig, lambda kube: args.handler(kube, args)))
+    return run_to_end(with_cluster("stead service", args.kubeconfig, lambda kube: args.handler(kube, args)))
 
 
 # --- the parser -------------------------------------------------------------------------------------

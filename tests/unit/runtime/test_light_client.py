@@ -204,3 +204,20 @@ def test_an_api_server_that_is_not_there_names_its_address(tmp_path: Path) -> No
     with pytest.raises(ApiUnreachable, match=r"^0: GET /api: API server unreachable: cannot connect to host "
                                              r"127\.0\.0\.1:1: Connection refused$"):
         asyncio.run(LightClient(access).request("GET", "/api"))
+
+
+def test_a_command_runs_to_its_end_without_an_event_loop() -> None:
+    from operators.runtime.kube.commands import pause, run_to_end
+
+    async def command() -> int:
+        await pause(0)
+        return 3
+
+    assert run_to_end(command()) == 3
+
+    async def suspends() -> int:
+        await asyncio.sleep(0)  # an event loop's wait: nothing here would ever resume it
+        return 0
+
+    with pytest.raises(RuntimeError, match="awaited an event loop's future"):
+        run_to_end(suspends())
