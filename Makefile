@@ -13,11 +13,16 @@ IMAGE  ?= localhost/stead:dev
 
 venv: $(STAMP)
 
+# One line before each long step (pip is quiet, and the first install takes minutes); nothing once the
+# stamp is newer than pyproject.toml.
 $(STAMP): pyproject.toml
+	@echo "venv: creating the virtual environment $(VENV)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "venv: installing Stead and its dependencies into $(VENV) (pip; this takes a few minutes the first time)"
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
+	@echo "venv: ready"
 
 controlplane: venv ## build (once) and cache kube-apiserver, kube-controller-manager, kubectl, etcd, helm, kubelet, kube-scheduler
 	$(BIN)/stead cluster build

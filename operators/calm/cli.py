@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from operators import API_VERSION
 from operators.runtime.core.clock import parse_instant
-from operators.runtime.kube.commands import pairs, with_cluster
+from operators.runtime.kube.commands import pairs, pause, run_to_end, with_cluster
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
-    from operators.runtime.kube.client import KubeClient
+    from operators.runtime.kube.api import Requester
 
 PLURALS = {"App": "apps", "ActionRun": "actionruns", "Blueprint": "blueprints"}
 """The kinds' plurals in API paths, as `operators.calm.models` declares them (a test checks that they
@@ -189,9 +189,7 @@ def render_run(obj: Mapping[str, Any], tail: int | None = 0, now: datetime | Non
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    import asyncio
-
-    return asyncio.run(_call(args))
+    return run_to_end(_call(args))
 
 
 async def _call(args: argparse.Namespace) -> int:
@@ -200,8 +198,8 @@ async def _call(args: argparse.Namespace) -> int:
     return await with_cluster("stead", args.kubeconfig, lambda kube: args.handler(kube, args))
 
 
-async def _launch(kube: KubeClient, args: argparse.Namespace) -> int:
-    from operators.runtime.kube.client import ApiError, custom_path
+async def _launch(kube: Requester, args: argparse.Namespace) -> int:
+    from operators.runtime.kube.api import ApiError, custom_path
 
     try:  # an App of a blueprint that does not exist would only wait, Stalled: say so now
         await kube.request("GET", custom_path(PLURALS["Blueprint"], args.namespace, args.blueprint))
@@ -220,8 +218,8 @@ async def _launch(kube: KubeClient, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _run_action(kube: KubeClient, args: argparse.Namespace) -> int:
-    from operators.runtime.kube.client import custom_path
+async def _run_action(kube: Requester, args: argparse.Namespace) -> int:
+    from operators.runtime.kube.api import custom_path
 
     body = {"apiVersion": API_VERSION, "kind": "ActionRun",
             "metadata": {"generateName": f"{args.app}-{args.action}-"[:60].lower().replace("_", "-"),
@@ -241,18 +239,17 @@ def _final(obj: Mapping[str, Any]) -> bool:
     return (obj.get("status") or {}).get("state") in FINAL
 
 
-async def _logs(kube: KubeClient, args: argparse.Namespace, console: Console | None = None) -> int:
+async def _logs(kube: Requester, args: argparse.Namespace, console: Console | None = None) -> int:
     """Print the run (plain text, a rich view on a terminal, or -o json|yaml); -f: until it is final."""
-    import asyncio
 
-    from operators.runtime.kube.client import custom_path
+    from operators.runtime.kube.api import custom_path
 
     path = custom_path(PLURALS["ActionRun"], args.namespace, args.run)
     output, tail = getattr(args, "output", None), getattr(args, "tail", None)
     if output:
         obj = await kube.request("GET", path)
         while args.follow and not _final(obj):
-            await asyncio.sleep(1.0)
+            await pause(1.0)
             obj = await kube.request("GET", path)
         print(dump_status(obj, output))
         return _exit_code(obj)
@@ -270,13 +267,12 @@ async def _logs(kube: KubeClient, args: argparse.Namespace, console: Console | N
             shown = text
         if _final(obj):
             return _exit_code(obj)
-        await asyncio.sleep(1.0)
+        await pause(1.0)
 
 
-async def _logs_rich(kube: KubeClient, args: argparse.Namespace, path: str, tail: int | None,
+async def _logs_rich(kube: Requester, args: argparse.Namespace, path: str, tail: int | None,
                      console: Console | None) -> int:
     """The terminal view: printed once, or (-f) redrawn in place every second until the run is final."""
-    import asyncio
 
     from rich.console import Console
     from rich.live import Live
@@ -288,14 +284,14 @@ async def _logs_rich(kube: KubeClient, args: argparse.Namespace, path: str, tail
         return _exit_code(obj)
     with Live(render_run(obj, tail=tail or 0), console=console, auto_refresh=False, transient=False) as live:
         while not _final(obj):
-            await asyncio.sleep(1.0)
+            await pause(1.0)
             obj = await kube.request("GET", path)
             live.update(render_run(obj, tail=tail or 0), refresh=True)
     return _exit_code(obj)
 
 
-async def _abort(kube: KubeClient, args: argparse.Namespace) -> int:
-    from operators.runtime.kube.client import custom_path
+async def _abort(kube: Requester, args: argparse.Namespace) -> int:
+    from operators.runtime.kube.api import custom_path
 
     await kube.request("PATCH", custom_path(PLURALS["ActionRun"], args.namespace, args.run), {"spec": {"abort": True}},
                        content_type="application/merge-patch+json")
@@ -359,8 +355,8 @@ def dump_deps(obj: Mapping[str, Any], fmt: str) -> str:
     return str(yaml.safe_dump(entries, sort_keys=False, allow_unicode=True)).rstrip("\n")
 
 
-async def _deps(kube: KubeClient, args: argparse.Namespace) -> int:
-    from operators.runtime.kube.client import custom_path
+async def _deps(kube: Requester, args: argparse.Namespace) -> int:
+    from operators.runtime.kube.api import custom_path
 
     obj = await kube.request("GET", custom_path(PLURALS["Blueprint"], args.namespace, args.name))
     print(dump_deps(obj, args.output) if args.output else format_deps(obj))

@@ -5,9 +5,9 @@ the lookup trace), `schema` (the JSON Schema subset of resource definitions), `m
 kinds' models and semantic checks), `history` (versions as immutable ConfigMaps),
 `repository` (the HTTP API's storage over Kubernetes), `cache` (its reads from a watch-fed
 cache), `auth` (TokenReview/SubjectAccessReview and Basic), `api` (the HTTP API's routes and handlers),
-`server` (the API as an addon of the operator process, over TLS), `cli` (`stead config`),
-`kubeconfig` (the CLI's credentials from a kubeconfig), `reconcile` (pipeline steps, the
-admission check, and what a ConfigValues depends on), `kinds` (the two kinds).
+`server` (the API as an addon of the operator process, over TLS), `cli` (`stead config`; it reads the
+kubeconfig with `operators.runtime.kube.kubeconfig`), `reconcile` (pipeline steps, the admission check, and
+what a ConfigValues depends on), `kinds` (the two kinds).
 
 The kinds are imported on first use (`operators.config.KINDS`), not with the package: `stead
 config` imports `operators.config.cli`, and must not pay for the models and the Kubernetes client.

@@ -10,7 +10,7 @@ each other. They live in `check_args`, a pure function, so they are tested witho
 Start-up is kept short: this module imports only the standard library's light modules at the
 top; yaml, ssl, urllib.request, the schema reader (jsonschema) and rich are imported where they
 are needed, and the kubeconfig is read without the Kubernetes client library
-(`operators.config.kubeconfig`).
+(`operators.runtime.kube.kubeconfig`).
 """
 
 from __future__ import annotations
@@ -307,7 +307,7 @@ class Connection:
 
 def _kubeconfig(args: argparse.Namespace) -> tuple[Any, str]:
     """The kubeconfig's current user (None when there is none), and what was looked at, for messages."""
-    from operators.config.kubeconfig import KubeconfigError, current_user, kubeconfig_paths
+    from operators.runtime.kube.kubeconfig import KubeconfigError, current_user, kubeconfig_paths
 
     paths = kubeconfig_paths(args.kubeconfig)
     looked = ", ".join(str(p) for p in paths)

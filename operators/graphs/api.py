@@ -26,7 +26,7 @@ list, create, update, delete), `graphruns.stead.dev` (create) for an execution, 
 namespace (`?namespace=`, default the server's).
 
 The helpers that find, write and merge graphs (`graph_items`, `find_graph`, `save_graph`, `levels_of`) are
-shared with `stead graph` (`operators.graphs.cli`).
+shared with `stead graph` (`operators.graphs.cli`); those that need no models are in `operators.graphs.objects`.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ from operators.graphs.models import (
     Task,
     check_tasks,
 )
+from operators.graphs.objects import find_graph, graph_items, graph_name, owner_of, type_of
 from operators.graphs.output import (
     PAGE_BYTES,
     Ambiguous,
@@ -84,7 +85,6 @@ from pipelines.model import NAME_PATTERN
 from pipelines.paths import RunPaths
 
 PREFIX = "/api/v1"
-OWNER_KINDS = ("release", "plugin", "environment")
 MODEL_OF = {"release": "release", "plugin": "plugin", "environment": "cluster"}
 """Stead's owner kinds -> Fuel's relation models (an Environment is a Fuel cluster)."""
 KIND_OF = {"release": "release", "plugin": "plugin", "cluster": "environment", "environment": "environment"}
@@ -97,36 +97,6 @@ URL is refused before it is looked up."""
 
 
 # --- shared with `stead graph` ----------------------------------------------------------------------
-
-
-def owner_of(item: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(owner kind, owner name) of a DeploymentGraph object, as written (None when it names none)."""
-    spec = item.get("spec") or {}
-    return next(((kind, str(spec[kind])) for kind in OWNER_KINDS if spec.get(kind)), None)
-
-
-def type_of(item: Mapping[str, Any]) -> str:
-    return str((item.get("spec") or {}).get("type") or "default")
-
-
-def graph_name(kind: str, owner: str, graph_type: str) -> str:
-    """The object name of a new graph: `<owner kind>-<owner>-<type>`, made a valid name (lower case,
-    `_` as `-`, at most 253 characters)."""
-    raw = f"{kind}-{owner}-{graph_type}".lower().replace("_", "-")
-    name = re.sub(r"[^a-z0-9.-]", "-", raw)[:253].strip("-.")
-    return name or "graph"
-
-
-async def graph_items(kube: Requester, namespace: str) -> list[dict[str, Any]]:
-    """The namespace's DeploymentGraph objects, oldest first."""
-    listed = await kube.request("GET", custom_path(DEPLOYMENT_GRAPH.plural, namespace))
-    items = [dict(item) for item in listed.get("items") or []]
-    return sorted(items, key=lambda i: (str(i["metadata"].get("creationTimestamp") or ""), str(i["metadata"]["name"])))
-
-
-def find_graph(items: Sequence[Mapping[str, Any]], kind: str, owner: str, graph_type: str) -> dict[str, Any] | None:
-    """The graph of (owner, type) among `items` (the oldest, if the webhook was bypassed)."""
-    return next((dict(i) for i in items if owner_of(i) == (kind, owner) and type_of(i) == graph_type), None)
 
 
 def tasks_of(item: Mapping[str, Any]) -> list[Task]:

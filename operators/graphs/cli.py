@@ -43,16 +43,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from operators import API_VERSION
+from operators.graphs.objects import GRAPHS
 from operators.runtime.core.clock import parse_instant
-from operators.runtime.kube.commands import CommandError, cluster_arguments, refusals_as_lines, with_cluster
+from operators.runtime.kube.commands import (
+    CommandError,
+    cluster_arguments,
+    pause,
+    refusals_as_lines,
+    run_to_end,
+    with_cluster,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
-    from operators.runtime.kube.client import Requester
+    from operators.runtime.kube.api import Requester
 
 COMMAND = "stead graph"
-GRAPHS = "deploymentgraphs"
 RUNS = "graphruns"
 ENVIRONMENTS = "environments"
 """The kinds' plurals in API paths, as the models declare them (a test checks that they agree)."""
@@ -62,7 +69,7 @@ LEVELS = {"all": "all", "release": "release", "plugins": "plugins", "env_only": 
 
 
 def _path(plural: str, namespace: str, name: str | None = None) -> str:
-    from operators.runtime.kube.client import custom_path
+    from operators.runtime.kube.api import custom_path
 
     return custom_path(plural, namespace, name)
 
@@ -73,7 +80,7 @@ def _owner(args: argparse.Namespace) -> tuple[str, str]:
 
 async def _environment(kube: Requester, namespace: str, name: str) -> dict[str, Any]:
     """The Environment object, or a CommandError naming the environments there."""
-    from operators.runtime.kube.client import ApiError
+    from operators.runtime.kube.api import ApiError
 
     try:
         return await kube.request("GET", _path(ENVIRONMENTS, namespace, name))
@@ -97,7 +104,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def format_graphs(items: Sequence[Mapping[str, Any]]) -> str:
-    from operators.graphs.api import owner_of, type_of
+    from operators.graphs.objects import owner_of, type_of
 
     rows = []
     for item in items:
@@ -328,7 +335,7 @@ async def _download(kube: Requester, args: argparse.Namespace) -> int:
 
 
 async def _list(kube: Requester, args: argparse.Namespace) -> int:
-    from operators.graphs.api import graph_items, owner_of
+    from operators.graphs.objects import graph_items, owner_of
 
     items = await graph_items(kube, args.namespace)
     if args.env:
@@ -348,7 +355,7 @@ async def _list(kube: Requester, args: argparse.Namespace) -> int:
 
 
 async def _delete(kube: Requester, args: argparse.Namespace) -> int:
-    from operators.graphs.api import find_graph, graph_items, owner_of, type_of
+    from operators.graphs.objects import find_graph, graph_items, owner_of, type_of
 
     kind, owner = _owner(args)
     items = await graph_items(kube, args.namespace)
@@ -437,8 +444,9 @@ async def _known_types(kube: Requester, args: argparse.Namespace, env: Mapping[s
     plan nothing and succeed)."""
     from pydantic import ValidationError
 
-    from operators.graphs.api import environment_graph_types, graph_items
+    from operators.graphs.api import environment_graph_types
     from operators.graphs.kept import no_such_type
+    from operators.graphs.objects import graph_items
 
     try:
         types = environment_graph_types(await graph_items(kube, args.namespace), args.env, env)
@@ -458,10 +466,9 @@ PLAN_SECONDS = 120.0
 async def _plan(kube: Requester, args: argparse.Namespace) -> int:
     """The plan a run of these types would follow, made by the operator's own planner (a dry-run GraphRun: the
     nodes' configuration and the last run's data as a run sees them), printed and the dry run deleted."""
-    import asyncio
     import time
 
-    from operators.runtime.kube.client import ApiError
+    from operators.runtime.kube.api import ApiError
 
     spec = {**run_spec(args), "dryRun": True}
     spec.pop("noop", None)
@@ -473,7 +480,7 @@ async def _plan(kube: Requester, args: argparse.Namespace) -> int:
         if time.monotonic() > deadline:
             raise CommandError(f"graphrun/{name} was not planned within {PLAN_SECONDS:g}s (is the operator running?); "
                                "it is left for you to look at")
-        await asyncio.sleep(getattr(args, "interval", PLAN_INTERVAL))
+        await pause(getattr(args, "interval", PLAN_INTERVAL))
         obj = await kube.request("GET", path)
     try:
         await kube.request("DELETE", path)
@@ -531,7 +538,6 @@ def _final(obj: Mapping[str, Any]) -> bool:
 async def _status(kube: Requester, args: argparse.Namespace, console: Console | None = None) -> int:
     """Print the run (plain text, a rich tree on a terminal, or -o json|yaml); -f: until it ends, then the
     exit code says whether it succeeded."""
-    import asyncio
 
     path = _path(RUNS, args.namespace, args.run)
     follow, output = getattr(args, "follow", False), getattr(args, "output", None)
@@ -539,7 +545,7 @@ async def _status(kube: Requester, args: argparse.Namespace, console: Console | 
     obj = await _get_run(kube, args)
     if output:
         while follow and not _final(obj):
-            await asyncio.sleep(interval)
+            await pause(interval)
             obj = await kube.request("GET", path)
         print(dump(obj.get("status") or {}, output))
         return _exit_code(obj)
@@ -553,12 +559,12 @@ async def _status(kube: Requester, args: argparse.Namespace, console: Console | 
             shown = text
         if not follow or _final(obj):
             return _exit_code(obj)
-        await asyncio.sleep(interval)
+        await pause(interval)
         obj = await kube.request("GET", path)
 
 
 async def _get_run(kube: Requester, args: argparse.Namespace) -> dict[str, Any]:
-    from operators.runtime.kube.client import ApiError
+    from operators.runtime.kube.api import ApiError
 
     try:
         return await kube.request("GET", _path(RUNS, args.namespace, args.run))
@@ -574,7 +580,6 @@ async def _get_run(kube: Requester, args: argparse.Namespace) -> dict[str, Any]:
 async def _status_rich(kube: Requester, path: str, obj: dict[str, Any], follow: bool, interval: float,
                        console: Console | None) -> int:
     """The terminal view: printed once, or (-f) redrawn in place until the run ends."""
-    import asyncio
 
     from rich.console import Console
     from rich.live import Live
@@ -585,7 +590,7 @@ async def _status_rich(kube: Requester, path: str, obj: dict[str, Any], follow: 
         return _exit_code(obj)
     with Live(render_run(obj), console=console, auto_refresh=False, transient=False) as live:
         while not _final(obj):
-            await asyncio.sleep(interval)
+            await pause(interval)
             obj = await kube.request("GET", path)
             live.update(render_run(obj), refresh=True)
     return _exit_code(obj)
@@ -693,9 +698,7 @@ async def dispatch(kube: Requester, args: argparse.Namespace) -> int:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    import asyncio
-
-    return asyncio.run(with_cluster(COMMAND, args.kubeconfig, lambda kube: args.handler(kube, args)))
+    return run_to_end(with_cluster(COMMAND, args.kubeconfig, lambda kube: args.handler(kube, args)))
 
 
 # --- the parser -------------------------------------------------------------------------------------

@@ -32,10 +32,17 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from operators import API_VERSION
-from operators.runtime.kube.commands import CommandError, cluster_arguments, pairs, refusals_as_lines, with_cluster
+from operators.runtime.kube.commands import (
+    CommandError,
+    cluster_arguments,
+    pairs,
+    refusals_as_lines,
+    run_to_end,
+    with_cluster,
+)
 
 if TYPE_CHECKING:
-    from operators.runtime.kube.client import Requester
+    from operators.runtime.kube.api import Requester
 
 ENTITIES = "serviceentities"
 INSTANCES = "serviceinstances"
@@ -54,7 +61,7 @@ CliError = CommandError
 
 
 def _path(plural: str, namespace: str, name: str | None = None) -> str:
-    from operators.runtime.kube.client import custom_path
+    from operators.runtime.kube.api import custom_path
 
     return custom_path(plural, namespace, name)
 
@@ -128,7 +135,7 @@ def typed_attrs(given: Mapping[str, str], entity: Mapping[str, Any] | None) -> d
 
 async def find_instance(kube: Kube, namespace: str, ident: str) -> dict[str, Any]:
     """The instance an ID names: a name, a uid, or `<identity>=<value>` (CliError when none or several)."""
-    from operators.runtime.kube.client import ApiError
+    from operators.runtime.kube.api import ApiError
 
     if "=" not in ident and not UID.match(ident):
         try:
@@ -312,7 +319,7 @@ async def _catalog(kube: Kube, args: argparse.Namespace) -> int:
 
 
 async def _list(kube: Kube, args: argparse.Namespace) -> int:
-    from operators.runtime.kube.client import ApiError
+    from operators.runtime.kube.api import ApiError
 
     try:
         await kube.request("GET", _path(ENTITIES, args.namespace, args.entity))
@@ -332,7 +339,7 @@ async def _list(kube: Kube, args: argparse.Namespace) -> int:
 
 
 async def _create(kube: Kube, args: argparse.Namespace) -> int:
-    from operators.runtime.kube.client import ApiError
+    from operators.runtime.kube.api import ApiError
 
     given = parse_attrs(args.attr)
     try:
@@ -362,7 +369,7 @@ async def _update(kube: Kube, args: argparse.Namespace) -> int:
     obj = await find_instance(kube, args.namespace, args.id)
     name, spec = obj["metadata"]["name"], obj.get("spec") or {}
     entity = None
-    from operators.runtime.kube.client import ApiError
+    from operators.runtime.kube.api import ApiError
 
     try:
         entity = await kube.request("GET", _path(ENTITIES, args.namespace, str(spec.get("entity"))))
@@ -421,9 +428,7 @@ async def dispatch(kube: Requester | Kube, args: argparse.Namespace) -> int:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    import asyncio
-
-    return asyncio.run(with_cluster("stead service", args.kubeconfig, lambda kube: args.handler(kube, args)))
+    return run_to_end(with_cluster("stead service", args.kubeconfig, lambda kube: args.handler(kube, args)))
 
 
 # --- the parser -------------------------------------------------------------------------------------

@@ -12,63 +12,29 @@ from __future__ import annotations
 import json
 import os
 import ssl
-import urllib.parse
-from collections.abc import AsyncGenerator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import aiohttp
 from kubernetes import client as kclient
 from kubernetes import config as kconfig
 
-from operators import GROUP, VERSION
-
-USER_AGENT = "stead-operator"
-
-
-class ApiError(Exception):
-    """A non-2xx answer, with the status code and the API server's message (never a body dump)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{status}: {message}")
-        self.status = status
-        self.message = message
-
-
-class ApiUnreachable(ApiError):
-    """No answer from the API server (connection refused or reset, TLS failure, timeout): an
-    outage, never the fault of the object being worked on. Status 0: no HTTP answer at all."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(0, message)
-
-
-OUTAGE_STATUSES = frozenset({429, 502, 503, 504})
-"""Answers that mean the API server (or etcd behind it) cannot serve now, whatever was asked."""
-
-
-def is_outage(error: BaseException) -> bool:
-    """Whether `error`, or an error it was raised from or while handling, says the API server is
-    unreachable or overloaded (a step often wraps an ApiError in an error of its own)."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, ApiUnreachable) or (
-                isinstance(current, ApiError) and current.status in OUTAGE_STATUSES):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
-
-
-@dataclass(frozen=True)
-class ClusterAccess:
-    """Where the API server is and how to authenticate to it."""
-
-    server: str
-    ssl_context: ssl.SSLContext
-    headers: dict[str, str] = field(default_factory=dict)
+# What every client shares lives in `api` (standard library only, for the CLI's light client); named here
+# again for the many modules that import it from this one.
+from operators.runtime.kube.api import OUTAGE_STATUSES as OUTAGE_STATUSES
+from operators.runtime.kube.api import USER_AGENT as USER_AGENT
+from operators.runtime.kube.api import ApiError as ApiError
+from operators.runtime.kube.api import ApiUnreachable as ApiUnreachable
+from operators.runtime.kube.api import ClusterAccess as ClusterAccess
+from operators.runtime.kube.api import HeaderRequester as HeaderRequester
+from operators.runtime.kube.api import Requester as Requester
+from operators.runtime.kube.api import _message
+from operators.runtime.kube.api import core_path as core_path
+from operators.runtime.kube.api import custom_path as custom_path
+from operators.runtime.kube.api import is_outage as is_outage
+from operators.runtime.kube.api import list_all as list_all
+from operators.runtime.kube.api import segment as segment
 
 
 def load_configuration(kubeconfig: Path | None = None) -> kclient.Configuration:
@@ -112,53 +78,6 @@ def load_access(kubeconfig: Path | None = None) -> ClusterAccess:
     if token:
         headers["Authorization"] = f"Bearer {token}"
     return ClusterAccess(server=cfg.host.rstrip("/"), ssl_context=context, headers=headers)
-
-
-def segment(name: str) -> str:
-    """A name as one URL path segment, percent-escaped.
-
-    Names reach API-server paths from URLs and specs: unescaped, `?` (or `%3F` decoded on the
-    way in) would add query parameters and `/` or `..` path segments (another namespace's
-    Secret). No Kubernetes name is empty, `.` or `..`: those are refused outright.
-    """
-    if name in ("", ".", ".."):
-        raise ValueError(f"{name!r} is not a Kubernetes object name")
-    return urllib.parse.quote(name, safe="")
-
-
-def custom_path(plural: str, namespace: str | None = None, name: str | None = None) -> str:
-    """The path of Stead's custom resources, of one namespace, or one object."""
-    path = f"/apis/{GROUP}/{VERSION}"
-    if namespace:
-        path += f"/namespaces/{segment(namespace)}"
-    path += f"/{plural}"
-    if name:
-        path += f"/{segment(name)}"
-    return path
-
-
-def core_path(plural: str, namespace: str, name: str | None = None) -> str:
-    """The path of a core (v1) namespaced resource, or one object of it; names escaped."""
-    path = f"/api/v1/namespaces/{segment(namespace)}/{plural}"
-    return path if name is None else f"{path}/{segment(name)}"
-
-
-class Requester(Protocol):
-    """The one method of `KubeClient` most code needs: a test puts a fake API in its place."""
-
-    async def request(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-        params: dict[str, str] | None = None,
-    ) -> dict[str, Any]: ...
-
-
-class HeaderRequester(Protocol):
-    """A `Requester` that also sends headers of the caller's choosing (`KubeClient`, the tests' fake)."""
-
-    async def request(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-        params: dict[str, str] | None = None, headers: Sequence[tuple[str, str]] = (),
-    ) -> dict[str, Any]: ...
 
 
 class Impersonating:
@@ -305,23 +224,3 @@ class KubeClient:
         )
 
 
-async def list_all(api: Requester, path: str, params: Mapping[str, str] | None = None, page_size: int = 500
-                   ) -> tuple[list[dict[str, Any]], str]:
-    """Every item a LIST of `path` answers, read `page_size` at a time (`limit`/`continue`), and the
-    listing's resourceVersion (what a watch resumes from)."""
-    query = {**(params or {}), "limit": str(page_size)}
-    items: list[dict[str, Any]] = []
-    while True:
-        page = await api.request("GET", path, params=query)
-        items.extend(page.get("items") or [])
-        meta = page.get("metadata") or {}
-        if not meta.get("continue"):
-            return items, str(meta.get("resourceVersion") or "")
-        query = {**query, "continue": str(meta["continue"])}
-
-
-def _message(text: str) -> str:
-    try:
-        return str(json.loads(text).get("message") or text[:200])
-    except (ValueError, AttributeError):
-        return text[:200]

@@ -128,7 +128,7 @@ def no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
     async def sleep(_: float) -> None:
         return None
 
-    monkeypatch.setattr(asyncio, "sleep", sleep)  # cli._logs polls once a second
+    monkeypatch.setattr(cli, "pause", sleep)  # cli._logs polls once a second
 
 
 def test_not_on_a_terminal_the_plain_text_is_printed_as_before(capsys: pytest.CaptureFixture[str]) -> None:

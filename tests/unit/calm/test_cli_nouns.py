@@ -148,6 +148,33 @@ def test_kubeconfig_and_kubectl_paths_import_nothing_heavy(tmp_path: Path) -> No
         assert _heavy(modules) == set(), action
 
 
+CLUSTER_HEAVY = ("kubernetes", "aiohttp", "urllib3", "requests", "pydantic", "kopf", "operators.runtime.kube.client",
+                 "operators.catalog", "operators.calm.models", "operators.graphs.models", "operators.graphs.api",
+                 "operators.lsm.models", "operators.config.models", "operators.config.api", "rich", "lmdb", "luigi",
+                 "granian", "cryptography", "networkx", "asyncio")
+"""What a command that talks to the cluster must not import (issue 27: importing the `kubernetes` package and
+aiohttp was most of the 0.9-1.9 s of `stead actionrun logs`, asyncio a third of what was left: the commands
+run without an event loop, `run_to_end`); PyYAML it needs, for the kubeconfig."""
+
+
+@pytest.mark.parametrize("argv", [["actionrun", "logs", "r"], ["service", "list", "e"], ["graph", "list"]])
+def test_the_cluster_commands_import_neither_the_kubernetes_client_nor_aiohttp(tmp_path: Path, argv: list[str]) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("""apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+""")
+    modules = _modules_after(f"import contextlib, io, operators.cli as c\nerr = io.StringIO()\n"
+                             f"with contextlib.redirect_stderr(err):\n"
+                             f"    code = c.main({[*argv, '--kubeconfig', str(kubeconfig)]!r})\n"
+                             f"assert code == 1 and 'cannot connect to host 127.0.0.1:1' in err.getvalue(), "
+                             f"err.getvalue()")
+    assert {m for m in modules if any(m == h or m.startswith(h + ".") for h in CLUSTER_HEAVY)} == set()
+
+
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     from importlib.metadata import version
 

@@ -77,7 +77,7 @@ def test_the_order_token_variable_basic_then_the_kubeconfigs_token_then_its_cert
 
 
 def _user(config: Path) -> tuple[Any, str]:
-    from operators.config.kubeconfig import current_user
+    from operators.runtime.kube.kubeconfig import current_user
 
     user = current_user([config])
     assert user is not None
