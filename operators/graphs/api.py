@@ -666,10 +666,11 @@ class GraphsApi(ExtensionBase):
         query = Query(node=self._query_name(call, "node", _NODE), task=self._query_name(call, "task", _TASK),
                       graph_type=self._query_name(call, "type", _TYPE), state=state, run=run,
                       limit=_count(call, "limit", 1, MAX_PAGE) or 100, before=before)
-        path = history_path(state_dir, namespace, environment)
+        # 404 naming the environments there; the history is this Environment's (its uid), never that of an
+        # Environment of the same name that was there before (a namespace re-created may be another tenant's)
+        found = await self._environment(namespace, environment)
+        path = history_path(state_dir, namespace, environment, str(found["metadata"]["uid"]))
         page = await asyncio.to_thread(lambda: HistoryStore(path, create=False).read(query))
-        if not page.entries and before is None:
-            await self._environment(namespace, environment)  # 404 naming the environments there
         if fmt == "csv":
             headers = {"X-Continue": page.next_token} if page.next_token else None
             return Response(200, to_csv(page.entries).encode(), "text/csv; charset=utf-8", headers)

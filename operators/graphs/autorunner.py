@@ -10,6 +10,9 @@ The values compared with are kept per environment in the store (`auto-run` datab
 effective values of the resources the graph's `refreshOn` names, as of the last run created (or when the
 environment opted in). They move forward when a run is created, or when a change calls for none. A replica
 that takes the project over starts from what it sees then (a change made during the hand-over makes no run).
+A baseline and the driver's state are the Environment's own (its `metadata.uid`): an Environment deleted
+and created again under the same name (a namespace re-created may be another tenant's) starts afresh, with
+`AutoRunArmed` again, even when this replica never saw the deletion (it was down meanwhile).
 
 Visible: a `GraphRun` labelled `stead.dev/created-by: stead-auto-run`, its `spec.trigger` saying why; Events
 on the Environment: `AutoRunArmed` (values recorded: changes from now on count), `AutoRunCreated` (naming
@@ -64,10 +67,13 @@ class Baseline:
 
     nodes: tuple[str, ...]
     values: Mapping[str, Mapping[str, Any]]
+    uid: str = ""
+    """The Environment's `metadata.uid` the baseline was taken of ("" in one kept before uids: nobody's)."""
 
 
 class BaselineStore:
-    """The baselines in the operator's LMDB store, keyed `<namespace>/<environment>`."""
+    """The baselines in the operator's LMDB store, keyed `<namespace>/<environment>`, each naming the
+    Environment (uid) it is of."""
 
     def __init__(self, store: LocalStore) -> None:
         self._env, self._db = store.open_db(AUTO_RUN_DB)
@@ -78,10 +84,11 @@ class BaselineStore:
         if raw is None:
             return None
         data = json.loads(raw)
-        return Baseline(tuple(data.get("nodes") or ()), data.get("values") or {})
+        return Baseline(tuple(data.get("nodes") or ()), data.get("values") or {}, str(data.get("uid") or ""))
 
     def put(self, key: str, baseline: Baseline) -> None:
-        text = json.dumps({"nodes": list(baseline.nodes), "values": baseline.values}, separators=(",", ":"))
+        text = json.dumps({"nodes": list(baseline.nodes), "values": baseline.values, "uid": baseline.uid},
+                          separators=(",", ":"))
         with self._env.begin(db=self._db, write=True) as txn:
             txn.put(key.encode(), text.encode())
 
@@ -92,6 +99,7 @@ class BaselineStore:
 
 @dataclass
 class _State:
+    uid: str = ""  # the Environment's metadata.uid: another one under the same name starts afresh
     stamp: tuple[int, str] = (-1, "")
     pending: Pending | None = None
     queued: bool = False
@@ -151,7 +159,10 @@ class AutoRunner:
                 self._off.add(key)
             return
         self._off.discard(key)
-        state = self._states.setdefault(key, _State())
+        uid = str((body.get("metadata") or {}).get("uid") or "")
+        state = self._states.get(key)
+        if state is None or state.uid != uid:  # first sight, or another Environment of the same name
+            state = self._states[key] = _State(uid)
         merge = MergedGraphStore(services.store).get(namespace, name, auto.graph_type)
         # what may have changed: anything of the namespace's configuration, or the merged graph (its refreshOn)
         stamp = (repository.cache.stamp(namespace), merge.digest if merge is not None else "")
@@ -162,13 +173,15 @@ class AutoRunner:
         values = values_by_node(spec, snapshot, resources_read(tasks))
         nodes = tuple(n.name for n in spec.nodes)
         baseline = baselines.get(key)
+        if baseline is not None and baseline.uid != uid:  # an Environment's before this one: not its base
+            baseline = None
         environment = Observed.from_body({**body, "kind": "Environment"})
         watching = _armed(auto, tasks)
         if watching != state.watching:  # opted in, or the graph names other keys now: say what counts
             state.watching = watching
             services.events.record(environment, "Normal", "AutoRunArmed", watching)
         if baseline is None:
-            baselines.put(key, Baseline(nodes, values))
+            baselines.put(key, Baseline(nodes, values, uid))
             state.stamp = stamp
             return
         triggers = _triggers(auto, tasks, baseline, nodes, values)
@@ -177,7 +190,7 @@ class AutoRunner:
             state.pending = note(state.pending, self.clock())
         state.seen = (nodes, values)
         if not triggers:
-            baselines.put(key, Baseline(nodes, values))  # nothing to run: what is in force now is the base
+            baselines.put(key, Baseline(nodes, values, uid))  # nothing to run: what is in force now is the base
             state.pending, state.queued = None, False
             return
         assert state.pending is not None
@@ -200,9 +213,9 @@ class AutoRunner:
         run = str((created.get("metadata") or {}).get("name") or "")
         if trigger.event == "deploy_changes":  # the new nodes' values become the base; other changes wait
             kept = {n: v for n, v in baseline.values.items() if n in baseline.nodes}
-            baselines.put(key, Baseline(nodes, {**{n: v for n, v in values.items() if n not in kept}, **kept}))
+            baselines.put(key, Baseline(nodes, {**{n: v for n, v in values.items() if n not in kept}, **kept}, uid))
         else:
-            baselines.put(key, Baseline(nodes, values))
+            baselines.put(key, Baseline(nodes, values, uid))
         state.pending = note(None, self.clock()) if len(triggers) > 1 else None
         state.queued = False
         log.info("auto-run of environment %s: GraphRun %s created: %s", key, run, trigger.reason)

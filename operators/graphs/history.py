@@ -12,10 +12,16 @@ most `MAX_ENTRIES` entries per environment (the oldest go first). A noop entry l
 `RESOURCES_KEPT` resources (the count is exact).
 
 **Where**: one LMDB environment per Stead environment, under the runs' state directory
-(`graph-history/<namespace>/<environment>`), beside the runs' own files: the operator writes it, the API
-(in the operator's process or its workers) reads it. One per environment rather than one for all: LMDB
-tells its users apart by pid, and a Stead environment's runs are handled by one replica at a time (its
-project's holder), as `pipelines.store` explains for runs.
+(`graph-history/<namespace>/<environment>/<uid>`, the Environment's `metadata.uid`), beside the runs' own
+files: the operator writes it, the API (in the operator's process or its workers) reads it. One per
+environment rather than one for all: LMDB tells its users apart by pid, and a Stead environment's runs are
+handled by one replica at a time (its project's holder), as `pipelines.store` explains for runs.
+
+**Whose**: the namespace is the tenant boundary, and a namespace deleted and re-created may be someone
+else's: an Environment of the same name there is another object (another uid), and its history starts
+empty. Keying by uid holds even when the operator never saw the deletion (it was down), and no process
+can read the old history through a handle it kept open: the writer drops the other uids' histories of the
+name (`drop_others`, closing this process's handles) when it first records for a uid.
 
 The entries' logic (`entries_from_records`, `to_csv`, paging tokens) is pure; `HistoryStore` is the LMDB part
 (lmdb is imported when a store is opened: `stead graph history` formats entries without it).
@@ -27,6 +33,7 @@ import csv
 import io
 import json
 import re
+import shutil
 import struct
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -56,6 +63,7 @@ CSV_COLUMNS = ("finished", "run", "type", "node", "task", "state", "duration", "
                "wouldChange", "resources", "reason")
 MAP_SIZE = 1 << 30
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_UID = re.compile(r"^[0-9A-Za-z][-0-9A-Za-z]{0,62}$")
 _ENTRIES, _INSTANCES, _RECORDED = b"entries", b"instances", b"recorded"
 
 
@@ -201,17 +209,46 @@ class Page:
     next_token: str | None = None
 
 
-def history_path(state_dir: Path, namespace: str, environment: str) -> Path:
-    """Where an environment's history lives (ValueError for a name that is not an object name: it names a
-    directory)."""
+def history_path(state_dir: Path, namespace: str, environment: str, uid: str) -> Path:
+    """Where the history of the Environment `uid` (its `metadata.uid`) lives (ValueError for a name that is
+    not an object name, or a uid that is not one: they name directories)."""
     for what, name in (("namespace", namespace), ("environment", environment)):
         if not _NAME.match(name):
             raise ValueError(f"{what} {name!r} is not an object name")
-    return state_dir / HISTORY_DIR / namespace / environment
+    if not _UID.match(uid):
+        raise ValueError(f"environment uid {uid[:80]!r} is not an object's uid")
+    return state_dir / HISTORY_DIR / namespace / environment / uid
 
 
 _OPEN: dict[str, lmdb.Environment] = {}
 _LOCK = threading.Lock()
+_CURRENT: dict[Path, str] = {}
+"""Per `<namespace>/<environment>` directory, the uid this process last dropped the others for."""
+
+
+def drop_others(path: Path) -> list[str]:
+    """Remove the histories of the other Environments that had this one's namespace and name (another uid,
+    or the layout before uids: files right in the directory), closing this process's handles of them, so
+    that neither their data nor their file descriptors outlive them. `path` is `history_path`'s. What was
+    removed (names in the directory); checked once per uid in a process (a directory listing)."""
+    parent, uid = path.parent, path.name
+    with _LOCK:
+        if _CURRENT.get(parent) == uid:
+            return []
+        dropped = []
+        for other in sorted(parent.iterdir()) if parent.is_dir() else []:
+            if other.name == uid:
+                continue
+            env = _OPEN.pop(str(other), None)
+            if env is not None:
+                env.close()
+            if other.is_dir() and not other.is_symlink():
+                shutil.rmtree(other)
+            else:
+                other.unlink()
+            dropped.append(other.name)
+        _CURRENT[parent] = uid
+        return dropped
 
 
 def _environment(path: Path, create: bool) -> lmdb.Environment | None:
@@ -240,6 +277,7 @@ def close_all() -> None:
         for env in _OPEN.values():
             env.close()
         _OPEN.clear()
+        _CURRENT.clear()
 
 
 def _seq_key(seq: int) -> bytes:
@@ -363,6 +401,6 @@ class HistoryStore:
 
 __all__ = [
     "CSV_COLUMNS", "FINISHED", "HISTORY_DIR", "MAX_ENTRIES", "MAX_PAGE", "PER_INSTANCE", "RESOURCES_KEPT",
-    "HistoryEntry", "HistoryStore", "Page", "Query", "decode_token", "duration", "encode_token",
+    "HistoryEntry", "HistoryStore", "Page", "Query", "decode_token", "drop_others", "duration", "encode_token",
     "entries_from_records", "history_path", "noop_report", "to_csv",
 ]

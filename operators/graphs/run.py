@@ -41,7 +41,7 @@ from operators.config.levels import NODE_LEVEL, ROLE_LEVEL, node_ident
 from operators.config.merge import effective
 from operators.config.repository import KubeConfigRepository, Snapshot
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec, SshAccess
-from operators.graphs.history import FINISHED, HistoryStore, entries_from_records, history_path
+from operators.graphs.history import FINISHED, HistoryStore, drop_others, entries_from_records, history_path
 from operators.graphs.kept import MergedGraphStore, SourceGraph, graph_types, no_such_type, plan_input
 from operators.graphs.merge import MergeError
 from operators.graphs.models import (
@@ -302,16 +302,19 @@ async def plan(ctx: StepContext) -> Mapping[str, Any]:
 
 
 def record_history(ctx: StepContext, saved: Mapping[str, Any], records: Mapping[str, Mapping[str, Any]],
-                   seen: set[str]) -> None:
-    """Add the run's instances that finished since the last call (not in `seen`) to the environment's
-    history (`operators.graphs.history`). A history that cannot be written is logged, never the run's
+                   seen: set[str], environment_uid: str) -> None:
+    """Add the run's instances that finished since the last call (not in `seen`) to the history of the
+    Environment `environment_uid` (`operators.graphs.history`; an Environment of the same name before it is
+    another's: its history is dropped). A history that cannot be written is logged, never the run's
     failure: the run's own records hold what it did."""
     fresh = {sid: r for sid, r in records.items() if sid not in seen and r.get("state") in FINISHED}
     if not fresh:
         return
     environment = str(ctx.obj.spec.get("environment") or "")
     try:
-        store = HistoryStore(history_path(Path(ctx.services.runs.state_dir), ctx.obj.namespace, environment))
+        path = history_path(Path(ctx.services.runs.state_dir), ctx.obj.namespace, environment, environment_uid)
+        drop_others(path)
+        store = HistoryStore(path)
         store.record(entries_from_records(ctx.obj.name, ctx.obj.uid, saved["index"], fresh, saved["planned"]))
     except (OSError, ValueError, lmdb.Error) as error:
         log.warning("GraphRun %s/%s: its history could not be recorded: %s", ctx.obj.namespace, ctx.obj.name, error)
@@ -323,8 +326,8 @@ class _Observer:
     """What a GraphRun shows of its run: progress and its nodes' task states; aborts on `spec.abort`. Each
     instance that finished is recorded in the environment's history when the status reports it."""
 
-    def __init__(self, ctx: StepContext, saved: Mapping[str, Any]) -> None:
-        self.ctx, self.saved = ctx, saved
+    def __init__(self, ctx: StepContext, saved: Mapping[str, Any], environment_uid: str) -> None:
+        self.ctx, self.saved, self.environment_uid = ctx, saved, environment_uid
         self.recorded: set[str] = set()
 
     async def abort(self) -> Abort | None:
@@ -336,7 +339,7 @@ class _Observer:
 
     def progress_patch(self, status: Mapping[str, Any], progress: Mapping[str, Any]) -> Mapping[str, Any]:
         records = _records(status)
-        record_history(self.ctx, self.saved, records, self.recorded)
+        record_history(self.ctx, self.saved, records, self.recorded, self.environment_uid)
         nodes, omitted = _instances_status(self.saved["index"], records, self.saved["planned"])
         return {"progress": _progress_text(self.saved, status, progress), "nodes": nodes, "omitted": omitted or None}
 
@@ -372,15 +375,17 @@ async def supervise(ctx: StepContext) -> Mapping[str, Any]:
     if saved is None:
         raise PermanentError("PlanLost", "the run's plan is gone from the operator's volume: create a new GraphRun",
                              facts={**facts, "state": "Failed", "reason": "plan lost"})
-    env = await _environment(ctx, spec.environment)
+    body = await _environment_object(ctx, spec.environment)
+    env = _environment_spec(spec.environment, body)
+    environment_uid = str((body.get("metadata") or {}).get("uid") or "")
     if env.ssh is None:
         raise PermanentError("NoSshAccess", f"Environment {spec.environment} has no spec.ssh any more",
                              facts={**facts, "state": "Failed", "reason": "no spec.ssh"})
     key = functools.partial(_key_reader, ctx, env.ssh.private_key)
     request = RunRequest(paths, saved["workflow"], secrets={KEY_SECRET: key})
-    followed = await follow_run(ctx, request, _Observer(ctx, saved), starts=int(facts.get("runnerStarts") or 0),
-                                writes=int(facts.get("statusWrites") or 0))
-    return await _conclude(ctx, spec, saved, paths, facts, followed)
+    followed = await follow_run(ctx, request, _Observer(ctx, saved, environment_uid),
+                                starts=int(facts.get("runnerStarts") or 0), writes=int(facts.get("statusWrites") or 0))
+    return await _conclude(ctx, spec, saved, paths, facts, followed, environment_uid)
 
 
 async def _key_reader(ctx: StepContext, ref: SecretKeyRef, account: AccountCredentials) -> str:
@@ -388,13 +393,13 @@ async def _key_reader(ctx: StepContext, ref: SecretKeyRef, account: AccountCrede
 
 
 async def _conclude(ctx: StepContext, spec: GraphRunSpec, saved: Mapping[str, Any], paths: RunPaths,
-                    facts: dict[str, Any], followed: Followed) -> Mapping[str, Any]:
+                    facts: dict[str, Any], followed: Followed, environment_uid: str) -> Mapping[str, Any]:
     status, progress = followed.status, followed.progress
     state = str(status.get("phase") or progress.get("phase") or "Failed")
     if followed.aborted_for is not None or state not in FINAL_RUN_STATES:
         state = "Failed"
     records = _records(status)
-    record_history(ctx, saved, records, set())
+    record_history(ctx, saved, records, set(), environment_uid)
     nodes, omitted = _instances_status(saved["index"], records, saved["planned"])
     failed = next(((sid, r) for sid, r in records.items() if r.get("state") == "failure"), None)
     failed_task = None

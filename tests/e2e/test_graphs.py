@@ -603,3 +603,21 @@ def test_the_auto_run_example_plans_a_refresh_and_an_added_nodes_reexecution(
     assert status["state"] == "Succeeded" and second["spec"]["trigger"]["event"] == "deploy_changes"
     assert second["spec"]["trigger"]["nodes"] == ["node-4"]
     assert {k for k, v in states(status).items() if v == "planned"} == {f"hosts@node-{i}" for i in range(1, 5)}
+
+    # The Environment deleted and made again under its name (as in a namespace re-created, maybe another
+    # tenant's): another object, armed afresh from its own values; the old one's baseline does not carry over.
+    old = get(kubectl, "environment", "auto-demo", namespace)
+    kubectl("delete", "environment", "auto-demo", "-n", namespace, "--wait=true", "--timeout=30s")
+    apply(kubectl, {"apiVersion": old["apiVersion"], "kind": "Environment", "spec": old["spec"],
+                    "metadata": {"name": "auto-demo", "namespace": namespace,
+                                 "labels": old["metadata"].get("labels") or {}}})
+    uid = get(kubectl, "environment", "auto-demo", namespace)["metadata"]["uid"]
+    assert uid != old["metadata"]["uid"]
+
+    def armed_again() -> bool:
+        events = kubectl("get", "events", "-n", namespace, "--field-selector", "reason=AutoRunArmed",
+                         "-o", "json").stdout
+        return any(e["involvedObject"].get("uid") == uid for e in json.loads(events)["items"])
+
+    wait_until(armed_again, 30, "the re-created environment's auto-run armed", interval=0.2)
+    assert len(auto_runs()) == 2

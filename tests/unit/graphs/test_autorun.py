@@ -360,8 +360,9 @@ def test_no_run_unless_opted_in_and_the_environments_project_is_ours(
 def test_opting_out_forgets_the_baseline_so_opting_in_again_starts_afresh(tmp_path: Path) -> None:
     world = World(tmp_path, {"onConfigChange": True, "debounceSeconds": 0})
     world.look()
+    uid = world.api.objects[custom_path(ENVIRONMENTS, NS, "env")]["metadata"]["uid"]
     assert world.baselines.get(f"{NS}/env") == Baseline(("ctl", "cmp-1", "cmp-2"), {
-        n: {"astute": {"nova": {"debug": False}}, "neutron_config": {}} for n in ("ctl", "cmp-1", "cmp-2")})
+        n: {"astute": {"nova": {"debug": False}}, "neutron_config": {}} for n in ("ctl", "cmp-1", "cmp-2")}, uid)
     world.auto = None
     world.put(ENVIRONMENTS, "env", world.env_spec())
     world.look()
@@ -372,6 +373,26 @@ def test_opting_out_forgets_the_baseline_so_opting_in_again_starts_afresh(tmp_pa
     world.look()
     world.look()
     assert world.runs() == [] and world.events.reasons() == ["AutoRunArmed", "AutoRunArmed"]
+
+
+def test_an_environment_made_again_under_the_same_name_is_armed_afresh_from_its_own_values(tmp_path: Path) -> None:
+    """The namespace deleted and re-created (maybe another tenant's), unseen by the driver: the Environment's
+    uid differs, so neither the baseline nor the Events of the one before carry over."""
+    world = World(tmp_path, {"onConfigChange": True, "debounceSeconds": 0})
+    world.look()
+    first = world.baselines.get(f"{NS}/env")
+    assert first is not None and first.uid
+    path = custom_path(ENVIRONMENTS, NS, "env")
+    del world.api.objects[path]
+    world.set_debug(True)  # the new Environment's values differ from the old baseline's
+    body = world.api.add(path, {"spec": world.env_spec()})
+    world.cache.apply("MODIFIED", ENVIRONMENTS, copy.deepcopy(body))
+    world.look()
+    world.look()
+    assert world.runs() == [] and world.events.reasons() == ["AutoRunArmed", "AutoRunArmed"]
+    again = world.baselines.get(f"{NS}/env")
+    assert again is not None and again.uid == body["metadata"]["uid"] != first.uid
+    assert again.values["ctl"]["astute"] == {"nova": {"debug": True}}
 
 
 def test_a_graph_that_names_new_keys_says_so_and_their_changes_count_from_then_on(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
+import lmdb
 import pytest
 
 from operators.config.api import ConfigApi
@@ -28,6 +29,7 @@ from operators.graphs.history import (
     Query,
     close_all,
     decode_token,
+    drop_others,
     entries_from_records,
     history_path,
     to_csv,
@@ -157,11 +159,41 @@ def test_pages_follow_one_another_with_the_filters_until_the_last(tmp_path: Path
 
 
 def test_a_missing_history_reads_empty_and_is_not_created(tmp_path: Path) -> None:
-    path = history_path(tmp_path, NS, "env")
+    path = history_path(tmp_path, NS, "env", "uid-a")
     assert HistoryStore(path, create=False).read(Query()).entries == []
     assert not path.exists()
     with pytest.raises(ValueError, match="environment"):
-        history_path(tmp_path, NS, "../x")
+        history_path(tmp_path, NS, "../x", "uid-a")
+    with pytest.raises(ValueError, match="uid"):
+        history_path(tmp_path, NS, "env", "../a")
+
+
+def test_an_environment_of_the_same_name_again_sees_none_of_the_history_before_it(tmp_path: Path) -> None:
+    """A namespace deleted and re-created may be another tenant's: the history is the Environment's (uid)."""
+    before = history_path(tmp_path, NS, "env", "uid-a")
+    assert drop_others(before) == []
+    HistoryStore(before).record([entry("r1"), entry("r2", task="netconfig", state="failure")])
+    again = history_path(tmp_path, NS, "env", "uid-b")
+    assert HistoryStore(again, create=False).read(Query()).entries == []  # a reader of the new one
+    assert drop_others(again) == ["uid-a"]  # its first record drops the other's, files and handle
+    assert not before.exists()
+    store = HistoryStore(again)
+    store.record([entry("r3")])
+    assert [e.run for e in store.read(Query()).entries] == ["r3"]
+    assert HistoryStore(before, create=False).read(Query()).entries == []  # not served from a kept handle
+
+
+def test_dropping_the_other_histories_closes_their_handles_and_removes_the_layout_before_uids(
+        tmp_path: Path) -> None:
+    old = history_path(tmp_path, NS, "env", "uid-a")
+    store = HistoryStore(old)
+    store.record([entry("r1")])
+    legacy = old.parent / "data.mdb"  # the layout before uids: the files right in the directory
+    legacy.write_bytes(b"")
+    drop_others(history_path(tmp_path, NS, "env", "uid-b"))
+    assert sorted(p.name for p in old.parent.iterdir()) == []
+    with pytest.raises(lmdb.Error):  # closed: its file descriptors went with it
+        store.count()
 
 
 def test_csv_has_a_header_and_one_row_per_entry_quoted_as_rfc_4180() -> None:
@@ -191,9 +223,9 @@ def _get(api: ConfigApi, path: str, query: str = "", token: str = "good") -> tup
 
 
 def test_the_api_pages_filters_and_exports_csv_for_who_may_list_runs(kube: FakeApi, tmp_path: Path) -> None:
-    kube.add(custom_path(ENVIRONMENT.plural, NS, "env"), {"apiVersion": "stead.dev/v1alpha1", "kind": "Environment",
-                                                          "spec": {"release": "r", "nodes": []}})
-    store = HistoryStore(history_path(tmp_path, NS, "env"))
+    env = kube.add(custom_path(ENVIRONMENT.plural, NS, "env"), {
+        "apiVersion": "stead.dev/v1alpha1", "kind": "Environment", "spec": {"release": "r", "nodes": []}})
+    store = HistoryStore(history_path(tmp_path, NS, "env", env["metadata"]["uid"]))
     for n in range(3):
         store.record([entry(f"r{n}"), entry(f"r{n}", task="netconfig", state="failure")])
     auth = NamespaceAuth(NS, "list")
@@ -218,6 +250,11 @@ def test_the_api_pages_filters_and_exports_csv_for_who_may_list_runs(kube: FakeA
     for query in ("state=planned", "continue=12", "limit=0", "format=xml", "task=-x"):
         status, body, _ = _get(api, path, f"namespace=team&{query}")
         assert status == 400 and query.split("=")[0] in body["message"], (query, body)
+    del kube.objects[custom_path(ENVIRONMENT.plural, NS, "env")]  # the namespace deleted and made again
+    kube.add(custom_path(ENVIRONMENT.plural, NS, "env"), {
+        "apiVersion": "stead.dev/v1alpha1", "kind": "Environment", "spec": {"release": "r", "nodes": []}})
+    status, body, _ = _get(api, path, "namespace=team")
+    assert status == 200 and body["entries"] == []  # none of the Environment's before it
 
 
 # --- puppet's noop report -----------------------------------------------------------------------------------
