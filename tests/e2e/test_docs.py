@@ -106,16 +106,33 @@ def test_the_page_runs_as_written(name: str, docs_plane: DocsPlane, tmp_path: Pa
         f"{name}:{block.line}: {block.skip}" for block in page.skipped)
     before = _namespaces(docs_plane)
     terminal = Terminal(ROOT, docs_plane.env, tmp_path)
+    failed: str | None = None
     try:
         for _ in run_page(page, terminal):
             pass
     except StepFailed as failure:
-        pytest.fail(str(failure), pytrace=False)  # the page and line say where; the runner's frames do not
+        failed = f"{failure}\n{_what_the_plane_shows(docs_plane)}"
     finally:
         terminal.close()
         for namespace in sorted(_namespaces(docs_plane) - before):
             subprocess.run([*docs_plane.kubectl, "delete", namespace, "--wait=false"], capture_output=True,
                            check=False)
+    if failed is not None:
+        pytest.fail(failed, pytrace=False)  # the page and line say where; the runner's frames do not
+
+
+def _what_the_plane_shows(plane: DocsPlane) -> str:
+    """What a reader would look at next: the Stead objects and the operator's last log lines."""
+    objects = subprocess.run([*plane.kubectl, "get", "stead", "-A", "-o", "wide"], capture_output=True, text=True,
+                             check=False)
+    why = subprocess.run([*plane.kubectl, "get", "stead", "-A", "-o", "jsonpath={range .items[?(@.status.conditions)]}"
+                          "{.kind} {.metadata.namespace}/{.metadata.name}: "
+                          "{.status.conditions[?(@.status==\"True\")].message}{\"\\n\"}{end}"],
+                         capture_output=True, text=True, check=False)
+    log = plane.log.read_text(errors="replace").splitlines()[-40:]
+    return "--- kubectl get stead -A:\n" + objects.stdout + objects.stderr + \
+        "--- their conditions' messages:\n" + why.stdout + why.stderr + \
+        "--- make run's last lines:\n" + "\n".join(log)
 
 
 def test_a_second_make_run_says_the_port_is_taken_and_leaves_the_first_running(docs_plane: DocsPlane,
