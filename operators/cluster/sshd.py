@@ -90,7 +90,13 @@ def render_config(*, address: str, port: int, host_key: Path, pid_file: Path, au
                   environment: Mapping[str, str] = {}) -> str:
     """An sshd_config for one user logging in with a key only: no PAM, no DNS, no password, the given
     variables set in every session. As root, root may log in with a key (``prohibit-password``); as
-    another user sshd runs without privilege separation and only that user can log in."""
+    another user sshd runs without privilege separation and only that user can log in.
+
+    Sessions do not run the user's ``~/.bashrc``: bash reads it for a command over ssh only at shell
+    level 1, and ``SHLVL=1`` in the session makes it 2. These nodes are this machine's user, whose rc
+    files are not the node's: on these machines root's runs ``pyenv rehash``, which waits up to a minute
+    on a lock file that a session killed mid-rehash (an aborted task) leaves behind, so every later task
+    hung until its timeout."""
     lines = [
         f"ListenAddress {address}:{port}",
         f"HostKey {host_key}",
@@ -109,8 +115,7 @@ def render_config(*, address: str, port: int, host_key: Path, pid_file: Path, au
         "MaxSessions 50",
         "Subsystem sftp internal-sftp",
     ]
-    if environment:
-        lines.append("SetEnv " + " ".join(f"{name}={value}" for name, value in environment.items()))
+    lines.append("SetEnv " + " ".join(f"{name}={value}" for name, value in {"SHLVL": "1", **environment}.items()))
     return "\n".join([*lines, ""])
 
 

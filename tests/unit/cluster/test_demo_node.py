@@ -111,10 +111,12 @@ def test_the_demo_node_answers_with_its_printed_key_and_stops_with_all_its_sessi
     assert f"{DEMO_ADDRESS}:{info.port}" in row and "PRIVATE KEY" not in row
     assert "PRIVATE KEY" not in demo.log.read_text()
 
-    done = _ssh(demo, manifest, tmp_path, "echo ran as $(id -un); setsid nohup sleep 300 >/dev/null 2>&1 & echo $!")
+    done = _ssh(demo, manifest, tmp_path, "echo ran as $(id -un) at shell level $SHLVL; "
+                "setsid nohup sleep 300 >/dev/null 2>&1 & echo $!")
     out, _ = done.communicate(timeout=30)
     assert done.returncode == 0, out
-    assert f"ran as {info.user}" in out
+    # level 2: bash did not read the user's ~/.bashrc (read at level 1 only), which is this machine's, not the node's
+    assert f"ran as {info.user} at shell level 2" in out
     daemon = int(out.split()[-1])  # left its session: only the node's mark in its environment finds it
     running = _ssh(demo, manifest, tmp_path, "sleep 300")  # a task still running
     try:
