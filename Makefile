@@ -48,8 +48,9 @@ typecheck: venv
 crds: venv ## regenerate crds/ from the models
 	$(BIN)/stead crds
 
+# pytest-xdist: two workers, the unit tests by module (module-scoped fixtures, e.g. sshd nodes, start once).
 unit: venv ssh-tools
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -n 2 --dist loadscope tests/unit
 
 image-tools: ## buildah and mmdebstrap, installed with apt-get when missing (as root; tests/e2e/test_image.py needs them)
 	sh scripts/build-image.sh tools
