@@ -87,9 +87,12 @@ node-tools: ## containerd, runc and the CNI plugins, installed with apt-get when
 e2e: venv controlplane image-tools ssh-tools node-tools
 	$(BIN)/pytest -q tests/e2e
 
+# One worker runs the whole e2e session (tests/conftest.py makes tests/e2e a single loadscope scope:
+# one control plane, one node, the tests in their order) while the other takes the unit tests on the
+# core the e2e session leaves idle as it waits on the API server, leases and steps.
 test: venv controlplane image-tools ssh-tools node-tools lint typecheck
 	$(BIN)/stead crds --check
-	$(BIN)/pytest -q --durations=25 tests
+	$(BIN)/pytest -q -n 2 --dist loadscope --durations=25 tests
 
 bench: venv controlplane
 	$(BIN)/python bench/pipeline_throughput.py
