@@ -55,8 +55,9 @@ typecheck: venv
 crds: venv ## regenerate crds/ from the models
 	$(BIN)/stead crds
 
+# pytest-xdist: two workers, the unit tests by module (module-scoped fixtures, e.g. sshd nodes, start once).
 unit: venv ssh-tools
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -n 2 --dist loadscope tests/unit
 
 image-tools: ## buildah and mmdebstrap, installed with apt-get when missing (as root; tests/e2e/test_image.py needs them)
 	sh scripts/build-image.sh tools
@@ -93,9 +94,12 @@ node-tools: ## containerd, runc and the CNI plugins, installed with apt-get when
 e2e: venv controlplane image-tools ssh-tools node-tools
 	$(BIN)/pytest -q tests/e2e
 
+# One worker runs the whole e2e session (tests/conftest.py makes tests/e2e a single loadscope scope:
+# one control plane, one node, the tests in their order) while the other takes the unit tests on the
+# core the e2e session leaves idle as it waits on the API server, leases and steps.
 test: venv controlplane image-tools ssh-tools node-tools lint typecheck
 	$(BIN)/stead crds --check
-	$(BIN)/pytest -q --durations=25 tests
+	$(BIN)/pytest -q -n 2 --dist loadscope --durations=25 tests
 
 bench: venv controlplane
 	$(BIN)/python bench/pipeline_throughput.py
