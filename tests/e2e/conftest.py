@@ -49,12 +49,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
-DOCS_SKIPPED = pytest.StashKey[list[str]]()
-"""The doc blocks a page marked `docs-test: skip` (tests/e2e/test_docs.py): reported, never silently dropped."""
+DOCS_SKIPPED = "docs-skipped"
+"""The `user_properties` entry of a docs test (tests/e2e/test_docs.py) naming each block its page marked
+`docs-test: skip`: reported at the end of the run, never silently dropped. (A report's properties reach the
+terminal from an xdist worker too.)"""
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    skipped = config.stash.get(DOCS_SKIPPED, [])
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    skipped = [value for reports in terminalreporter.stats.values() for report in reports
+               if getattr(report, "when", None) == "call"
+               for name, value in getattr(report, "user_properties", ()) if name == DOCS_SKIPPED]
     if skipped:
         terminalreporter.write_line(f"docs: {len(skipped)} shell blocks marked as not runnable here were not run:")
         for where in skipped:

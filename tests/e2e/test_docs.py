@@ -102,8 +102,7 @@ def test_every_page_with_commands_is_run() -> None:
 def test_the_page_runs_as_written(name: str, docs_plane: DocsPlane, tmp_path: Path,
                                   request: pytest.FixtureRequest) -> None:
     page = read_page(name, (ROOT / name).read_text())
-    request.config.stash.setdefault(DOCS_SKIPPED, []).extend(
-        f"{name}:{block.line}: {block.skip}" for block in page.skipped)
+    request.node.user_properties.extend((DOCS_SKIPPED, f"{name}:{block.line}: {block.skip}") for block in page.skipped)
     before = _namespaces(docs_plane)
     terminal = Terminal(ROOT, docs_plane.env, tmp_path)
     failed: str | None = None
