@@ -33,6 +33,7 @@ from operators.cluster.processes import (
     ProcessRecord,
     ProcessTable,
     descendants_of,
+    port_in_use,
     process_cmdline,
     process_is_running,
     process_start_ticks,
@@ -131,16 +132,6 @@ def free_port(address: str) -> int:
     with socket.socket() as probe:
         probe.bind((address, 0))
         return int(probe.getsockname()[1])
-
-
-def port_free(address: str, port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((address, port))
-        except OSError:
-            return False
-    return True
 
 
 def demo_allow_network(address: str | None) -> tuple[str, ...]:
@@ -255,7 +246,7 @@ class DemoNode:
         (self.dir / "tmp").mkdir(exist_ok=True)
         prepare_privilege_separation()
         last = self.recorded()
-        port = last.port if last is not None and port_free(self.address, last.port) else free_port(self.address)
+        port = last.port if last is not None and not port_in_use(last.port, self.address) else free_port(self.address)
         for attempt in range(3):
             try:
                 return self._start(port, authorized)
