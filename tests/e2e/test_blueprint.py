@@ -172,7 +172,9 @@ def test_three_tier_example_compiles_then_becomes_active(
     status = observed(kubectl, namespace, "three-tier", 2)
     ready(kubectl, namespace, "three-tier")
     assert status["state"] == "Active" and condition(status, "Ready")["observedGeneration"] == 2
-    table = kubectl("get", "stead", "-n", namespace).stdout.splitlines()
+    # one table per kind; the cluster's ClusterLifecycles are listed too (`kubectl get stead` is every kind)
+    tables = kubectl("get", "stead", "-n", namespace).stdout.strip().split("\n\n")
+    table = next(t.split("\n") for t in tables if "blueprint.stead.dev/" in t)
     assert table[0].split() == ["NAME", "PHASE", "READY", "STATE", "SERVICES", "ACTIONS", "AGE"]
     row = table[1].split()
     assert row[0].endswith("three-tier") and row[1:6] == ["Provisioned", "True", "Active", "3", "6"]

@@ -24,7 +24,9 @@ def test_example_becomes_ready_with_its_story_in_columns_and_events(
     status = json.loads(kubectl("get", "env", "demo", "-n", namespace, "-o", "json").stdout)["status"]
     assert status["phase"] == "Provisioned" and status["observedGeneration"] == 1
     assert status["nodeCount"] == 3 and status["roles"] == {"cinder": 1, "compute": 2, "controller": 1}
-    table = kubectl("get", "stead", "-n", namespace).stdout.split("\n")
+    # one table per kind; the cluster's ClusterLifecycles are listed too (`kubectl get stead` is every kind)
+    tables = kubectl("get", "stead", "-n", namespace).stdout.strip().split("\n\n")
+    table = next(t.split("\n") for t in tables if "environment.stead.dev/" in t)
     assert table[0].split() == ["NAME", "PHASE", "READY", "RELEASE", "NODES", "GRAPHS", "AGE"]  # no graphs: empty
     row = table[1].split()
     assert row[0].endswith("demo") and row[1:5] == ["Provisioned", "True", "mitaka-9.0", "3"]

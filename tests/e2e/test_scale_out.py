@@ -507,7 +507,9 @@ def claim_deletes(writes: list[Write], projects: set[str]) -> list[tuple[str, st
 
 
 def stead_objects(kubectl: Kubectl, namespace: str) -> list[str]:
-    return kubectl("get", "stead", "-n", namespace, "-o", "name").stdout.split()
+    """The namespace's Stead objects (`kubectl get stead` lists the cluster's ClusterLifecycles too)."""
+    return [o for o in kubectl("get", "stead", "-n", namespace, "-o", "name").stdout.split()
+            if not o.startswith("clusterlifecycle.")]
 
 
 def test_the_claim_of_a_project_whose_objects_are_all_deleted_goes_and_comes_back_afresh(
