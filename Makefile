@@ -94,12 +94,14 @@ node-tools: ## containerd, runc and the CNI plugins, installed with apt-get when
 e2e: venv controlplane image-tools ssh-tools node-tools
 	$(BIN)/pytest -q tests/e2e
 
-# One worker runs the whole e2e session (tests/conftest.py makes tests/e2e a single loadscope scope:
-# one control plane, one node, the tests in their order) while the other takes the unit tests on the
-# core the e2e session leaves idle as it waits on the API server, leases and steps.
+# Serial for now. `PYTEST_ARGS='-n 2 --dist loadscope'` runs the unit tests beside the e2e session
+# (tests/conftest.py keeps tests/e2e in one worker: one control plane, one node, the tests in their
+# order). Measured on subsets only; it becomes the default once a whole run has shown the lease and
+# timing tests hold beside a second worker.
+PYTEST_ARGS ?=
 test: venv controlplane image-tools ssh-tools node-tools lint typecheck
 	$(BIN)/stead crds --check
-	$(BIN)/pytest -q -n 2 --dist loadscope --durations=25 tests
+	$(BIN)/pytest -q $(PYTEST_ARGS) --durations=25 tests
 
 bench: venv controlplane
 	$(BIN)/python bench/pipeline_throughput.py
