@@ -333,12 +333,17 @@ def in_jobs(ctx: StepContext, request: RunRequest) -> bool:
         "or runs them as Jobs in the namespace with --exec-in-jobs")
 
 
-def read_conclusion(paths: RunPaths) -> dict[str, Any] | None:
+def _read_record(path: Path) -> dict[str, Any] | None:
+    """A JSON object the operator wrote in a run's directory; None when absent or unreadable."""
     try:
-        data = json.loads((paths.run_dir / CONCLUSION).read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def read_conclusion(paths: RunPaths) -> dict[str, Any] | None:
+    return _read_record(paths.run_dir / CONCLUSION)
 
 
 def write_conclusion(paths: RunPaths, result: Mapping[str, Any]) -> None:
@@ -533,11 +538,7 @@ def stop_runs(state_dir: Path, why: str) -> list[str]:
 
 
 def _read_stopped(paths: RunPaths) -> dict[str, Any] | None:
-    try:
-        data = json.loads((paths.run_dir / STOPPED).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return _read_record(paths.run_dir / STOPPED)
 
 
 async def follow_run(ctx: StepContext, request: RunRequest, observer: RunObserver, *, starts: int = 0,
