@@ -252,6 +252,19 @@ class ProcessTable:
 
 
 
+def marked_processes(mark: bytes) -> list[int]:
+    """The processes, other than this one, whose environment holds `mark` (``NAME=value``): what a
+    demo node's sessions started, daemons that left their session included (unless they cleared their
+    environment); a run's scripts (``STEAD_RUN=uid``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if mark in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+    return found
+
+
 def descendants_of(pid: int) -> list[int]:
     """Every process below `pid`, from /proc. A server's per-connection processes may be sessions of
     their own (sshd's are), which killing the server's process group does not reach, nor what they run:

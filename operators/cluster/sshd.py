@@ -33,6 +33,7 @@ from operators.cluster.processes import (
     ProcessRecord,
     ProcessTable,
     descendants_of,
+    marked_processes,
     port_in_use,
     process_cmdline,
     process_is_running,
@@ -140,18 +141,6 @@ def demo_allow_network(address: str | None) -> tuple[str, ...]:
     nothing new, as the local plane's namespaces may run scripts on this host anyway
     (`--trust-local-namespaces`)."""
     return () if address is None else (f"{address}/32",)
-
-
-def marked_processes(mark: bytes) -> list[int]:
-    """The processes whose environment holds `mark` (``NAME=value``): what a node's sessions started,
-    daemons that left their session included (unless they cleared their environment)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            with contextlib.suppress(OSError):
-                if mark in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-    return found
 
 
 class _SshdTable(ProcessTable):

@@ -14,6 +14,7 @@ from typing import IO
 from operators.cli import PORT_VARIABLES
 from operators.cluster import Binaries, LocalControlPlane, LocalNode
 from operators.cluster.node import node_unavailable_reason
+from operators.cluster.processes import marked_processes
 from operators.cluster.sshd import DemoNode, sshd_unavailable_reason
 from tests.e2e.conftest import STEAD, free_port, wait_until
 
@@ -82,16 +83,7 @@ SLEEPER = {
 
 def _run_processes(run_uid: str) -> list[int]:
     """The processes of a run's scripts: those whose environment carries the run's uid (STEAD_RUN)."""
-    needle = f"STEAD_RUN={run_uid}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if needle in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0") and _pid_alive(int(entry)):
-                    found.append(int(entry))
-            except OSError:
-                continue
-    return found
+    return [pid for pid in marked_processes(f"STEAD_RUN={run_uid}".encode()) if _pid_alive(pid)]
 
 
 def test_run_local_starts_everything_and_ctrl_c_stops_it(tmp_path: Path, binaries: Binaries) -> None:

@@ -15,7 +15,7 @@ import operators.cluster
 import operators.cluster.sshd
 import operators.runtime.process
 from operators.cli import main, ssh_allow
-from operators.cluster.processes import process_is_running
+from operators.cluster.processes import marked_processes, process_is_running
 from operators.cluster.sshd import DEMO_ADDRESS, DemoNode, DemoNodeInfo, sshd_unavailable_reason
 from pipelines.executors.egress import EgressPolicy
 from tests.polling import wait_until
@@ -120,13 +120,13 @@ def test_the_demo_node_answers_with_its_printed_key_and_stops_with_all_its_sessi
     daemon = int(out.split()[-1])  # left its session: only the node's mark in its environment finds it
     running = _ssh(demo, manifest, tmp_path, "sleep 300")  # a task still running
     try:
-        wait_until(lambda: len([p for p in Path("/proc").glob("*/environ") if _marked(p, demo)]) >= 2, 10,
+        wait_until(lambda: len(marked_processes(_mark(demo))) >= 2, 10,
                    "the running session's command")
         listener = demo.running()
         assert listener is not None
         DemoNode(demo.dir.parent).down()  # another process: `stead cluster down`
         wait_until(lambda: not process_is_running(daemon), 10, "the daemon a session left behind to be gone")
-        assert not [p for p in Path("/proc").glob("*/environ") if _marked(p, demo)]
+        assert not marked_processes(_mark(demo))
         running.wait(timeout=10)  # its connection is gone with the server
     finally:
         running.kill()
@@ -139,11 +139,8 @@ def test_the_demo_node_answers_with_its_printed_key_and_stops_with_all_its_sessi
         == secret
 
 
-def _marked(environ: Path, node: DemoNode) -> bool:
-    try:
-        return f"STEAD_DEMO_NODE={node.dir}".encode() in environ.read_bytes().split(b"\0")
-    except OSError:
-        return False
+def _mark(node: DemoNode) -> bytes:
+    return f"STEAD_DEMO_NODE={node.dir}".encode()
 
 
 def test_without_sshd_the_plane_says_why_and_runs_on(
