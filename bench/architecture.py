@@ -11,7 +11,8 @@ Issue 28 asks for figures before and after its refactor; this script is how they
   in functions or under TYPE_CHECKING);
 - private names across modules: `from M import _x` where M is another module of `operators` or
   `pipelines` (relative imports resolved) and `_x` starts with one underscore (dunders are not private);
-  each imported name counts once per importing statement;
+  each imported name counts once per importing statement; and `m._x` where `m` names another such module
+  (bound by `import` or `from P import m`);
 - function-local imports: `import` statements inside a function body, in all, and per package
   (`operators.calm`, `operators.runtime`, `pipelines`...);
 - spec re-parses: calls `X.model_validate(dict(...))`, the shape of `model_validate(dict(ctx.obj.spec))`
@@ -183,6 +184,25 @@ def _docstrings(tree: ast.Module) -> set[int]:
     return ids
 
 
+def _private_attributes(module: Module, known: set[str]) -> Iterator[str]:
+    """`m._x` in `module`, where `m` is a name it binds to another module of the tree."""
+    bound: dict[str, str] = {}
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in PACKAGES:
+                    bound[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else (
+                        alias.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(module, node)
+            bound.update({alias.asname or alias.name: f"{base}.{alias.name}" for alias in node.names
+                          if f"{base}.{alias.name}" in known})
+    for node in ast.walk(module.tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name) and bound.get(node.value.id, module.name) != module.name):
+            yield f"{module.path}:{node.lineno} {bound[node.value.id]}.{node.attr}"
+
+
 def count(root: Path) -> Counts:
     modules = load_modules(root)
     counts = Counts(modules=len(modules), mean_lines=round(sum(m.lines for m in modules) / len(modules), 1))
@@ -214,6 +234,7 @@ def count(root: Path) -> Counts:
                         counts.upward_type_checking.append(f"{module.path}:{statement.line} -> {target}")
             if module.domain is None and target.split(".")[:2] in (["operators", d] for d in DOMAINS):
                 domain_files.add(module.path)
+        counts.private_imports.extend(_private_attributes(module, {m.name for m in modules}))
         docstrings = _docstrings(module.tree)
         for node in ast.walk(module.tree):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
