@@ -119,6 +119,8 @@ class RestKubeApi:
     @classmethod
     def from_kubeconfig(cls, path: Path, context: str | None = None) -> RestKubeApi:
         """The current (or named) context of an explicit kubeconfig: token or client certificate."""
+        # here, not above: only an explicit kubeconfig needs the kubernetes client, which takes
+        # about a second to import (more on a loaded machine); runners on in-cluster credentials never pay for it
         from kubernetes import client as kclient
         from kubernetes import config as kconfig
 

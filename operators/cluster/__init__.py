@@ -21,8 +21,9 @@ or `stead cluster --help` do not import what starting a plane needs (cryptograph
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from operators.runtime.lazy import front_door
 
 if TYPE_CHECKING:
     from operators.cluster.build import Binaries, ControlPlaneError, cache_root, cached_kubectl, ensure_binaries
@@ -30,31 +31,6 @@ if TYPE_CHECKING:
     from operators.cluster.home import default_home
     from operators.cluster.node import LocalNode, NodeNetwork, NodeUnavailable
     from operators.cluster.probes import reaches_cluster
-
-_MODULES = {
-    "Binaries": "build",
-    "ControlPlaneError": "build",
-    "cache_root": "build",
-    "cached_kubectl": "build",
-    "ensure_binaries": "build",
-    "ClusterInfo": "controlplane",
-    "ClusterStatus": "controlplane",
-    "LocalControlPlane": "controlplane",
-    "PortInUse": "controlplane",
-    "default_home": "home",
-    "LocalNode": "node",
-    "NodeNetwork": "node",
-    "NodeUnavailable": "node",
-    "reaches_cluster": "probes",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
-
 
 __all__ = [
     "Binaries",
@@ -72,3 +48,5 @@ __all__ = [
     "ensure_binaries",
     "reaches_cluster",
 ]
+
+__getattr__, __dir__ = front_door(__name__, __file__, __all__)

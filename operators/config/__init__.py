@@ -15,7 +15,9 @@ config` imports `operators.config.cli`, and must not pay for the models and the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from operators.runtime.lazy import front_door
 
 if TYPE_CHECKING:
     from operators.config.kinds import COMPONENT_KIND, KINDS, VALUES_KIND
@@ -23,9 +25,4 @@ if TYPE_CHECKING:
 __all__ = ["COMPONENT_KIND", "KINDS", "VALUES_KIND"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from operators.config import kinds
-
-        return getattr(kinds, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = front_door(__name__, __file__, __all__)

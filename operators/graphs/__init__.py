@@ -7,11 +7,13 @@ merged graphs as kept in the store (`kept`) and a run's output as its files hold
 kinds (`kinds`, `run`; `with_merged_graphs`, the graphs' part of the Environment kind), the HTTP API
 and the CLI build on the names exported here.
 
-Every name is imported on first use (as `operators.lsm` does): `stead graph` starts without pydantic,
+Every name is imported on first use (`operators.runtime.lazy`): `stead graph` starts without pydantic,
 yaql and the Kubernetes client, and the pure core does not pay for the kinds.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from operators.runtime.lazy import front_door
 
 if TYPE_CHECKING:
     from operators.graphs.conditions import ConditionError, compile_expression, condition_problem, evaluate
@@ -123,71 +125,4 @@ __all__ = [
 ]
 
 
-_HOMES: dict[str, str] = {
-    "ANCHOR": "expansion",
-    "ConditionError": "conditions",
-    "CrossDependency": "models",
-    "DEPLOYMENT_GRAPH": "models",
-    "DEPLOYMENT_GRAPH_KIND": "kinds",
-    "DeploymentGraphSpec": "models",
-    "Expansion": "expansion",
-    "FaultToleranceGroup": "plan",
-    "FuelFormatError": "fuel",
-    "GRAPH_RUN": "models",
-    "GRAPH_RUN_KIND": "kinds",
-    "GraphError": "expansion",
-    "GraphNode": "expansion",
-    "GraphPlan": "plan",
-    "GraphRunSpec": "models",
-    "GraphRunStatus": "models",
-    "GraphSelection": "models",
-    "KINDS": "kinds",
-    "MergeError": "merge",
-    "MergedGraph": "merge",
-    "NOOP_STEP": "plan",
-    "NodeRunStatus": "models",
-    "OUTSIDE_RULE": "plan",
-    "OutsideEdge": "plan",
-    "Plan": "plan",
-    "PlanError": "plan",
-    "PlanSummary": "models",
-    "PlannedInstance": "plan",
-    "STAGES": "models",
-    "STEP_TYPES": "plan",
-    "Strategy": "models",
-    "Subgraph": "models",
-    "TASK_TYPES": "models",
-    "Task": "models",
-    "TaskCondition": "models",
-    "TaskRunStatus": "models",
-    "check_graph": "models",
-    "check_tasks": "models",
-    "compile_expression": "conditions",
-    "condition_problem": "conditions",
-    "dump_tasks": "fuel",
-    "evaluate": "conditions",
-    "expand": "expansion",
-    "fault_tolerance": "expansion",
-    "load_dir": "fuel",
-    "load_file": "fuel",
-    "load_tasks": "fuel",
-    "make_plan": "plan",
-    "merge_graphs": "merge",
-    "merge_specs": "merge",
-    "plan_run": "plan",
-    "step_id": "plan",
-    "task_from_fuel": "fuel",
-    "task_to_fuel": "fuel",
-    "to_workflow": "plan",
-    "with_merged_graphs": "kinds",
-}
-"""Where each exported name lives (imported on first use)."""
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"operators.graphs.{home}"), name)
+__getattr__, __dir__ = front_door(__name__, __file__, __all__)

@@ -13,7 +13,9 @@ The kinds the operator serves (`KINDS`: steps, admission, the App that realizes 
 kinds, nor `stead service` for the models.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from operators.runtime.lazy import front_door
 
 if TYPE_CHECKING:
     from operators.lsm.attributes import service_entity_problems
@@ -80,23 +82,4 @@ __all__ = [
 ]
 
 
-_HOMES = {
-    "service_entity_problems": "attributes", "BUILTINS": "builtin", "KINDS": "kinds",
-    **dict.fromkeys(("config_problems", "lifecycle_problems", "model_states", "resource_intent"), "lifecycle"),
-    **dict.fromkeys(("Auto", "Context", "Create", "Delete", "LifecycleError", "Outcome", "Refused", "ResourceOutcome",
-                     "SetState", "Trigger", "Update", "advance", "pending_request"), "machine"),
-    **dict.fromkeys(("LIFECYCLE", "SERVICE_ENTITY", "SERVICE_INSTANCE", "LifecycleSpec", "LifecycleStatus",
-                     "ServiceEntitySpec", "ServiceEntityStatus", "ServiceInstanceSpec", "ServiceInstanceStatus"),
-                    "models"),
-}
-"""Where each name of the package lives: imported on first use, so that `stead service` (operators.lsm.cli)
-starts without the models (pydantic) and the engine."""
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"operators.lsm.{home}"), name)
+__getattr__, __dir__ = front_door(__name__, __file__, __all__)

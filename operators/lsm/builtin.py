@@ -3,7 +3,7 @@
 
 They have the states and transfers of Inmanta's standard lifecycles (`lsm::fsm::simple` as its
 published graph draws it, `lsm::fsm::service`, and the small `basic_lifecycle` of Inmanta's docs),
-written here as Stead's own data; see /work/shared/notes/lsm.md for the facts they come from.
+written here as Stead's own data, from Inmanta's public docs (github.com/inmanta/inmanta-core, docs/lsm/).
 
 Where Inmanta publishes no state flags (`designed`, `update_designed`, `update_designed_failed`
 of `service`) they are chosen here: `designed` deploys nothing but takes part in the other

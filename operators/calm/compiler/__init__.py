@@ -31,7 +31,7 @@ How a compile goes, and why:
    through the others are kept) and oriented: dependencies first for create, start and restart,
    dependents first for stop and delete.
 7. Calm's rules for user edits (an app-level action named like a system action in
-   spec.actions) use `previous` (`CompiledState`): see `_Edits`.
+   spec.actions) use `previous` (`CompiledState`): see `UserEdits`.
 
 The package: `structures` (results and internal structures), `state` (what the parts share),
 `fragments` (steps 2-3), `analysis` (step 4), `links` (steps 5-6), `edits` (step 7), `steps`

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from operators.calm import macros
-from operators.calm.compiler.state import _State
+from operators.calm.compiler.state import CompileState
 from operators.calm.compiler.structures import (
     APPLICATION,
     MOMENT_BUILTINS,
@@ -22,7 +22,7 @@ from operators.calm.models import (
 )
 
 
-class _Analysis(_State):
+class MacroAnalysis(CompileState):
     def build_context(self, expansions: Iterable[Expansion]) -> None:
         """The macro context of the blueprint: every entity with its declared variables, the
         attributes its type gives (a Local or Existing substrate's address) and every attribute a

@@ -11,7 +11,7 @@ from operators.calm.models import (
 )
 
 
-class _Edits:
+class UserEdits:
     """Calm's rules for user-edited system actions, across compiles.
 
     An app-level action named like a system action in spec.actions is the user's edit of it. An

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from operators.calm.compiler.state import _State
+from operators.calm.compiler.state import CompileState
 from operators.calm.compiler.structures import (
     MAX_TASKS_PER_ACTION,
     EdgeDef,
@@ -13,10 +13,10 @@ from operators.calm.compiler.structures import (
     Link,
     RunbookDef,
     TaskDef,
-    _chain,
-    _join,
-    _runbookdef,
-    _taskdef,
+    chain_edges,
+    runbook_def,
+    task_def,
+    task_path,
 )
 from operators.calm.models import (
     SYSTEM_ACTIONS,
@@ -26,7 +26,7 @@ from operators.calm.models import (
 from operators.calm.validation import callable_actions, substrate_texts
 
 
-class _Fragments(_State):
+class FragmentBuilder(CompileState):
     def build_fragments(self) -> None:
         spec = self.spec
         for i, substrate in enumerate(spec.substrates):
@@ -36,15 +36,15 @@ class _Fragments(_State):
             for action, key, runbook in (("create", "install", package.install),
                                          ("delete", "uninstall", package.uninstall)):
                 if runbook is not None and runbook.tasks:
-                    self.fragments[f"Package/{package.name}/{action}"] = _runbookdef(
+                    self.fragments[f"Package/{package.name}/{action}"] = runbook_def(
                         f"Package/{package.name}/{action}", runbook, f"{path}.{key}")
         for i, service in enumerate(spec.services):
             for j, service_action in enumerate(service.actions):
                 key = f"Service/{service.name}/{service_action.name}"
-                self.fragments[key] = _runbookdef(key, service_action, f"spec.services[{i}].actions[{j}]")
+                self.fragments[key] = runbook_def(key, service_action, f"spec.services[{i}].actions[{j}]")
         for i, named in enumerate(spec.runbooks):
             key = f"Runbook/{named.name}"
-            self.fragments[key] = _runbookdef(key, named, f"spec.runbooks[{i}]")
+            self.fragments[key] = runbook_def(key, named, f"spec.runbooks[{i}]")
         for name in self.entity_order():
             kind = self.index.kind_of(name)
             for action in SYSTEM_ACTIONS:
@@ -61,7 +61,7 @@ class _Fragments(_State):
         for key, runbook in (("preCreate", substrate.pre_create), ("postCreate", substrate.post_create),
                              ("postDelete", substrate.post_delete)):
             if runbook is not None and runbook.tasks:
-                self.fragments[f"Substrate/{name}/{key}"] = _runbookdef(
+                self.fragments[f"Substrate/{name}/{key}"] = runbook_def(
                     f"Substrate/{name}/{key}", runbook, f"{path}.{key}")
 
         def call(key: str) -> TaskDef | None:
@@ -91,7 +91,8 @@ class _Fragments(_State):
             steps.append(post)
         if steps:
             self.fragments[f"Substrate/{name}/create"] = RunbookDef(
-                f"Substrate/{name}/create", path, tuple(steps), _chain(steps, path, "a substrate's steps run in order"))
+                f"Substrate/{name}/create", path, tuple(steps),
+                chain_edges(steps, path, "a substrate's steps run in order"))
         steps = []
         if substrate.type == "Kubernetes":
             steps.append(TaskDef("remove", "kubernetes", f"{path}.manifest", target=name,
@@ -101,7 +102,8 @@ class _Fragments(_State):
             steps.append(post_delete)
         if steps:
             self.fragments[f"Substrate/{name}/delete"] = RunbookDef(
-                f"Substrate/{name}/delete", path, tuple(steps), _chain(steps, path, "a substrate's steps run in order"))
+                f"Substrate/{name}/delete", path, tuple(steps),
+                chain_edges(steps, path, "a substrate's steps run in order"))
 
     def expand(self, label: str, root: RunbookDef, default_target: str | None) -> Expansion:
         expansion = Expansion(label)
@@ -112,7 +114,7 @@ class _Fragments(_State):
                      stack: tuple[str, ...]) -> None:
         for task in runbook.tasks:
             target = task.target if task.target is not None else default_target
-            inst = Inst(_join(prefix, task.name), prefix, task, target)
+            inst = Inst(task_path(prefix, task.name), prefix, task, target)
             exp.add(inst)
             if len(exp.insts) > MAX_TASKS_PER_ACTION:
                 exp.errors.append(f"{task.source}: action {exp.label} expands to more than {MAX_TASKS_PER_ACTION} "
@@ -136,7 +138,8 @@ class _Fragments(_State):
             if child is not None:
                 self._expand_into(exp, child, inst.id, callee_target, (*stack, key))
         for edge in runbook.edges:
-            exp.links.append(Link(_join(prefix, edge.src), _join(prefix, edge.dst), edge.reason, edge.source, edge.why))
+            exp.links.append(Link(task_path(prefix, edge.src), task_path(prefix, edge.dst), edge.reason, edge.source,
+                                  edge.why))
 
     def callee(self, task: TaskDef, target: str | None) -> tuple[str, str | None] | str:
         """The fragment a callRunbook task runs and the default target inside it, or a problem."""
@@ -167,7 +170,7 @@ class _Fragments(_State):
         out: list[tuple[Literal["Application", "Service"], str | None, Expansion]] = []
         for i, action in enumerate(self.spec.actions):
             if action.name not in SYSTEM_ACTIONS:
-                root = _runbookdef(f"Application/{action.name}", action, f"spec.actions[{i}]")
+                root = runbook_def(f"Application/{action.name}", action, f"spec.actions[{i}]")
                 out.append(("Application", None, self.expand(action.name, root, None)))
         for service in self.spec.services:
             for action in service.actions:
@@ -181,7 +184,7 @@ class _Fragments(_State):
         part in it) plus the user's tasks (one with an entity's name replaces its call), and the
         user's edges, which replace the generated ones."""
         source = f"spec.actions[{i}]"
-        own = [_taskdef(t, f"{source}.tasks[{j}]") for j, t in enumerate(edit.tasks)]
+        own = [task_def(t, f"{source}.tasks[{j}]") for j, t in enumerate(edit.tasks)]
         names = {t.name for t in own}
         tasks = [t for t in self.system_root(action).tasks if t.name not in names] + own
         edges = tuple(EdgeDef(e.from_, e.to, "user", f"{source}.edges[{k}]", f"edge {e.from_} -> {e.to} of the edit")

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import networkx as nx
 
-from operators.calm.compiler.state import _State
+from operators.calm.compiler.state import CompileState
 from operators.calm.compiler.structures import REVERSED, Dep, EdgeReason, Expansion, Link, lift
 from operators.calm.models import (
     SYSTEM_ACTIONS,
@@ -19,7 +19,7 @@ from operators.calm.models import (
 )
 
 
-class _Links(_State):
+class LinkBuilder(CompileState):
     def entity_graph(self, promoted: Sequence[tuple[Dep, str, str]]) -> nx.DiGraph:
         """X -> Y when X depends on Y: inherent, explicit and promoted implicit dependencies.
         Deployments are nodes that depend on their members, so that depending on a deployment

@@ -13,7 +13,10 @@ from operators.calm.models import (
 from operators.calm.validation import Index, build_index
 
 
-class _State:
+class CompileState:
+    """The state one compile's parts (FragmentBuilder, MacroAnalysis, LinkBuilder) share: public so that each
+    part, in its own module, can build on it."""
+
     def __init__(self, spec: BlueprintSpec, previous: CompiledState | None,
                  parsed: dict[str, macros.Template]) -> None:
         self.spec = spec

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from operators.calm import macros
-from operators.calm.compiler.analysis import _Analysis
-from operators.calm.compiler.edits import _Edits
-from operators.calm.compiler.fragments import _Fragments
-from operators.calm.compiler.links import _Links
-from operators.calm.compiler.structures import CompileResult, Dep, Expansion, Link, MacroDecision, _digest
+from operators.calm.compiler.analysis import MacroAnalysis
+from operators.calm.compiler.edits import UserEdits
+from operators.calm.compiler.fragments import FragmentBuilder
+from operators.calm.compiler.links import LinkBuilder
+from operators.calm.compiler.structures import CompileResult, Dep, Expansion, Link, MacroDecision, json_digest
 from operators.calm.models import (
     SYSTEM_ACTIONS,
     BlueprintSpec,
@@ -28,7 +28,7 @@ def compile_blueprint(spec: BlueprintSpec, previous: CompiledState | None = None
     return _Compiler(spec, previous, parsed).run()
 
 
-class _Compiler(_Fragments, _Analysis, _Links):
+class _Compiler(FragmentBuilder, MacroAnalysis, LinkBuilder):
     def run(self) -> CompileResult:
         spec = self.spec
         self.build_fragments()
@@ -53,8 +53,9 @@ class _Compiler(_Fragments, _Analysis, _Links):
             return self.failed()
 
         dependency_list = self.dependency_list(tops)
-        digest = _digest(sorted(_digest(e.model_dump(by_alias=True, exclude={"source"})) for e in dependency_list))
-        decide = _Edits(self.previous, digest, {n: (i, _digest(a.model_dump(by_alias=True, mode="json")))
+        digest = json_digest(sorted(json_digest(e.model_dump(by_alias=True, exclude={"source"}))
+                                    for e in dependency_list))
+        decide = UserEdits(self.previous, digest, {n: (i, json_digest(a.model_dump(by_alias=True, mode="json")))
                                                  for n, (i, a) in edits.items()})
 
         actions: list[CompiledAction] = []

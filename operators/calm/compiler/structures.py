@@ -221,15 +221,18 @@ def lift(getter: str, setter: str) -> tuple[str | None, str, str] | None:
     return parent, "/".join(s[: i + 1]), "/".join(g[: i + 1])
 
 
-def _join(prefix: str | None, name: str) -> str:
+def task_path(prefix: str | None, name: str) -> str:
+    """A task instance's id: its path of names under its caller's (`S1/install/configure`)."""
     return name if prefix is None else f"{prefix}/{name}"
 
 
-def _digest(data: Any) -> str:
+def json_digest(data: Any) -> str:
+    """SHA-256 of canonical JSON: equal data, equal digest, across compiles (the dependency list, edits)."""
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _taskdef(task: Task, source: str) -> TaskDef:
+def task_def(task: Task, source: str) -> TaskDef:
+    """A spec task as the compiler keeps it, its texts named by their path in the spec (`source`)."""
     sets = tuple(task.variables)
     if task.http is not None:
         sets += tuple(v.name for v in task.http.response_variables)
@@ -247,8 +250,9 @@ def _taskdef(task: Task, source: str) -> TaskDef:
     )
 
 
-def _runbookdef(key: str, runbook: Runbook, source: str) -> RunbookDef:
-    tasks = tuple(_taskdef(t, f"{source}.tasks[{j}]") for j, t in enumerate(runbook.tasks))
+def runbook_def(key: str, runbook: Runbook, source: str) -> RunbookDef:
+    """A spec runbook as a fragment: its tasks and its spec edges, each naming where it comes from."""
+    tasks = tuple(task_def(t, f"{source}.tasks[{j}]") for j, t in enumerate(runbook.tasks))
     edges = tuple(
         EdgeDef(e.from_, e.to, "spec", f"{source}.edges[{k}]", f"edge {e.from_} -> {e.to}")
         for k, e in enumerate(runbook.edges)
@@ -256,5 +260,6 @@ def _runbookdef(key: str, runbook: Runbook, source: str) -> RunbookDef:
     return RunbookDef(key, source, tasks, edges)
 
 
-def _chain(tasks: Sequence[TaskDef], source: str, why: str) -> tuple[EdgeDef, ...]:
+def chain_edges(tasks: Sequence[TaskDef], source: str, why: str) -> tuple[EdgeDef, ...]:
+    """Inherent edges that run `tasks` one after the other, in order (a generated runbook's steps)."""
     return tuple(EdgeDef(a.name, b.name, "inherent", source, why) for a, b in itertools.pairwise(tasks))

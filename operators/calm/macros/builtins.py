@@ -54,7 +54,7 @@ BUILTINS: Final[Mapping[str, Builtin]] = MappingProxyType(
     }
 )
 
-_CONTEXT_BUILTINS: Final = MappingProxyType(
+CONTEXT_BUILTINS: Final = MappingProxyType(
     {
         "calm_array_index": "array_index",
         "calm_blueprint_name": "blueprint_name",
@@ -84,7 +84,7 @@ def _parse_moment(text: str) -> time_of_day | datetime | None:
         return None
 
 
-def _window(
+def within_window(
     first: str, second: str, position: int, macro: str | None
 ) -> tuple[time_of_day, time_of_day] | tuple[datetime, datetime]:
     """calm_is_within's window: two times of day (daily, may wrap midnight) or two ISO 8601 moments."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final, Literal, TypeAlias
 
-from operators.calm.macros.lexer import _NAME
+from operators.calm.macros.lexer import NAME_PATTERN
 
 EntityKind: TypeAlias = Literal["Application", "Substrate", "Deployment", "Package", "Service"]
 ENTITY_KINDS: Final[tuple[EntityKind, ...]] = ("Application", "Substrate", "Deployment", "Package", "Service")
@@ -18,7 +18,7 @@ MacroValue: TypeAlias = str | int | Sequence[str | int]
 """A value a macro can read: text, a number, or one value per replica (a sequence, rendered as a
 comma-separated list and indexable with ``[i]``)."""
 
-_Value: TypeAlias = str | int | tuple[str | int, ...]
+EvaluatedValue: TypeAlias = str | int | tuple[str | int, ...]
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ class MacroContext:
 
 
 def _check_object_name(name: str, what: str) -> None:
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise ValueError(f"{what} {name!r} is not an identifier ([A-Za-z_][A-Za-z0-9_]*): macros could not name it")
     if name in ENTITY_KINDS:
         raise ValueError(f"{what} {name!r} is a kind: @@{{{name}.x}}@@ means the {name} around the task")

@@ -11,11 +11,11 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from datetime import time as time_of_day
 
-from operators.calm.macros.builtins import _CONTEXT_BUILTINS, BUILTINS, MOMENT_BUILTINS, _window
-from operators.calm.macros.context import BuiltinValues, MacroContext, MacroValue, Secret, _Value
-from operators.calm.macros.lexer import _WHOLE_NUMBER, CLOSE, MAX_INT_DIGITS, OPEN, SECRET_MASK, MacroError
-from operators.calm.macros.parser import _as_template
-from operators.calm.macros.resolution import RuntimeNames, RuntimeValues, _Resolver, check
+from operators.calm.macros.builtins import BUILTINS, CONTEXT_BUILTINS, MOMENT_BUILTINS, within_window
+from operators.calm.macros.context import BuiltinValues, EvaluatedValue, MacroContext, MacroValue, Secret
+from operators.calm.macros.lexer import CLOSE, MAX_INT_DIGITS, OPEN, SECRET_MASK, WHOLE_NUMBER, MacroError
+from operators.calm.macros.parser import as_template
+from operators.calm.macros.resolution import Resolver, RuntimeNames, RuntimeValues, check
 from operators.calm.macros.tree import (
     BinaryOp,
     Call,
@@ -31,7 +31,7 @@ from operators.calm.macros.tree import (
 )
 
 
-def _normalize(value: MacroValue | Secret, position: int, macro: str | None) -> _Value:
+def _normalize(value: MacroValue | Secret, position: int, macro: str | None) -> EvaluatedValue:
     """A value as the evaluator handles it; booleans read as YAML writes them (true/false)."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -50,13 +50,13 @@ def _normalize(value: MacroValue | Secret, position: int, macro: str | None) -> 
     raise MacroError(f"a value of type {type(value).__name__} cannot be used in a macro", position, macro)
 
 
-def _text(value: _Value) -> str:
+def _text(value: EvaluatedValue) -> str:
     if isinstance(value, tuple):
         return ",".join(str(item) for item in value)
     return str(value)
 
 
-def _apply_pure(name: str, args: Sequence[_Value], position: int, macro: str | None) -> _Value:
+def _apply_pure(name: str, args: Sequence[EvaluatedValue], position: int, macro: str | None) -> EvaluatedValue:
     """The built-ins that are functions of their arguments only (safe to run before the run)."""
     if name == "calm_string":
         return _text(args[0])
@@ -64,7 +64,7 @@ def _apply_pure(name: str, args: Sequence[_Value], position: int, macro: str | N
         value = args[0]
         if isinstance(value, int):
             return value
-        if isinstance(value, str) and _WHOLE_NUMBER.fullmatch(value.strip()):
+        if isinstance(value, str) and WHOLE_NUMBER.fullmatch(value.strip()):
             return int(value.strip())
         raise MacroError("calm_int: the value is not a whole number", position, macro)
     if name == "calm_b64encode":
@@ -77,7 +77,7 @@ def _apply_pure(name: str, args: Sequence[_Value], position: int, macro: str | N
     raise AssertionError(f"not a pure built-in: {name}")
 
 
-def _binary(node: BinaryOp, left: _Value, right: _Value, macro: str | None) -> _Value:
+def _binary(node: BinaryOp, left: EvaluatedValue, right: EvaluatedValue, macro: str | None) -> EvaluatedValue:
     if isinstance(left, int) and isinstance(right, int):
         return left + right if node.operator == "+" else left - right
     if node.operator == "+" and isinstance(left, str) and isinstance(right, str):
@@ -91,7 +91,7 @@ def _binary(node: BinaryOp, left: _Value, right: _Value, macro: str | None) -> _
     )
 
 
-def _index(node: Index, target: _Value, index: _Value, macro: str | None) -> _Value:
+def _index(node: Index, target: EvaluatedValue, index: EvaluatedValue, macro: str | None) -> EvaluatedValue:
     if not isinstance(index, int):
         raise MacroError("an index must be a whole number: convert with calm_int(...)", node.position, macro)
     items: Sequence[str | int]
@@ -114,7 +114,7 @@ def _is_within(now: datetime, first: str, second: str, position: int, macro: str
     taken in the clock's zone."""
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
-    window = _window(first, second, position, macro)
+    window = within_window(first, second, position, macro)
     if isinstance(window[0], datetime) and isinstance(window[1], datetime):
         start, end = (m if m.tzinfo is not None else m.replace(tzinfo=now.tzinfo) for m in window)
         if start > end:
@@ -128,7 +128,9 @@ def _is_within(now: datetime, first: str, second: str, position: int, macro: str
     return "1" if clock_time >= start_time or clock_time <= end_time else "0"
 
 
-def _strftime(now: datetime, args: Sequence[_Value], default: str, name: str, position: int, macro: str | None) -> str:
+def _strftime(
+    now: datetime, args: Sequence[EvaluatedValue], default: str, name: str, position: int, macro: str | None
+) -> str:
     if args and not isinstance(args[0], str):
         raise MacroError(f"{name}: the format must be text (a strftime format)", position, macro)
     fmt = args[0] if args and isinstance(args[0], str) else default
@@ -138,10 +140,10 @@ def _strftime(now: datetime, args: Sequence[_Value], default: str, name: str, po
         raise MacroError(f"{name}: invalid format", position, macro) from None
 
 
-def _context_builtin(name: str, values: BuiltinValues) -> _Value | None:
+def _context_builtin(name: str, values: BuiltinValues) -> EvaluatedValue | None:
     """The app-dependent built-ins; None while the context does not know them."""
-    if name in _CONTEXT_BUILTINS:
-        value: str | int | None = getattr(values, _CONTEXT_BUILTINS[name])
+    if name in CONTEXT_BUILTINS:
+        value: str | int | None = getattr(values, CONTEXT_BUILTINS[name])
         return value
     if name in ("calm_unique", "calm_unique_hash"):
         if values.application_uuid is None:
@@ -166,7 +168,7 @@ class _Renderer:
     ) -> None:
         self.context = context
         self.values = values
-        self.resolver = _Resolver(context, values.keys())
+        self.resolver = Resolver(context, values.keys())
         self.secrets = secrets
         self.clock = clock
         self.random_source = random_source
@@ -179,7 +181,7 @@ class _Renderer:
             self.fetched[secret.reference] = self.secrets(secret.reference)
         return self.fetched[secret.reference]
 
-    def evaluate(self, node: Node, macro: str) -> _Value:
+    def evaluate(self, node: Node, macro: str) -> EvaluatedValue:
         if isinstance(node, StringLiteral | IntLiteral):
             return node.value
         if isinstance(node, Ref | CredRef):
@@ -190,7 +192,7 @@ class _Renderer:
             return _index(node, self.evaluate(node.target, macro), self.evaluate(node.index, macro), macro)
         return _binary(node, self.evaluate(node.left, macro), self.evaluate(node.right, macro), macro)
 
-    def reference(self, ref: Ref | CredRef, macro: str) -> _Value:
+    def reference(self, ref: Ref | CredRef, macro: str) -> EvaluatedValue:
         resolution = self.resolver.resolve(ref, macro)
         if resolution.credential is not None:
             credential = resolution.credential
@@ -209,7 +211,7 @@ class _Renderer:
             )
         return _normalize(stored, ref.position, macro)
 
-    def call(self, node: Call, macro: str) -> _Value:
+    def call(self, node: Call, macro: str) -> EvaluatedValue:
         args = [self.evaluate(arg, macro) for arg in node.args]
         if node.name == "calm_time":
             return _strftime(self.clock(), args, "%H:%M:%S", node.name, node.position, macro)
@@ -259,7 +261,7 @@ def render(
     (default: now in UTC) and `random_source` (default: the system's) make the time and random
     built-ins testable. Raises MacroError on the first macro that cannot be evaluated; what the
     `secrets` callable raises (a vault failure is not a template error) passes through unchanged."""
-    parsed = _as_template(template)
+    parsed = as_template(template)
     renderer = _Renderer(
         context,
         _as_value_map(values),
@@ -281,7 +283,7 @@ class _Folded:
     """A sub-expression after partial evaluation: its run-time form and, when known now, its value."""
 
     node: Node
-    value: _Value | None
+    value: EvaluatedValue | None
 
 
 class _PartialRenderer:
@@ -289,7 +291,7 @@ class _PartialRenderer:
 
     def __init__(self, context: MacroContext, runtime_names: RuntimeNames) -> None:
         self.context = context
-        self.resolver = _Resolver(context, runtime_names)
+        self.resolver = Resolver(context, runtime_names)
 
     def fold(self, node: Node, macro: str) -> _Folded:
         if isinstance(node, StringLiteral | IntLiteral):
@@ -375,7 +377,7 @@ def partial_render(
     ``@@{Application.x}@@``, sub-expressions known now folded into literals. Resolved values that
     contain ``@@{`` are protected (see `_protect`). Raises the first `check` error, or MacroError
     when an attribute has no value yet and no task sets it, or a built-in fails on known arguments."""
-    parsed = _as_template(template)
+    parsed = as_template(template)
     errors = check(parsed, context, runtime_names)
     if errors:
         raise errors[0]

@@ -21,9 +21,9 @@ to exhaust the interpreter's stack (only `MacroError` may come out of `parse`)."
 MAX_INT_DIGITS: Final = 40
 """Longest number literal: far beyond any real index or port, far below Python's int/str limit."""
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DIGITS = re.compile(r"[0-9]+")
-_WHOLE_NUMBER = re.compile(rf"[+-]?[0-9]{{1,{MAX_INT_DIGITS}}}")
+WHOLE_NUMBER = re.compile(rf"[+-]?[0-9]{{1,{MAX_INT_DIGITS}}}")
 _WHITESPACE: Final = frozenset(" \t\r\n")
 _DIGIT_CHARS: Final = frozenset("0123456789")
 _ESCAPES: Final = MappingProxyType({"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t", "r": "\r"})
@@ -99,7 +99,7 @@ def tokenize(text: str) -> list[Token]:
     token (so a lone ``@@``, braces or ``}@@`` are plain text). Inside, tokens are read up to ``}@@``.
     """
     tokens: list[Token] = []
-    for piece in _pieces(text):
+    for piece in split_pieces(text):
         if isinstance(piece, Token):
             tokens.append(piece)
         else:
@@ -107,7 +107,7 @@ def tokenize(text: str) -> list[Token]:
     return tokens
 
 
-def _pieces(text: str) -> Iterator[Token | list[Token]]:
+def split_pieces(text: str) -> Iterator[Token | list[Token]]:
     """The outside state: TEXT tokens, and each macro's token list lexed by the inside state."""
     position = 0
     while True:
@@ -142,7 +142,7 @@ def _lex_macro(text: str, start: int) -> list[Token]:
             return tokens
         if text.startswith(OPEN, position):
             raise MacroError("a macro cannot contain another macro ('@@{' inside '@@{ ... }@@')", position)
-        name = _NAME.match(text, position)
+        name = NAME_PATTERN.match(text, position)
         if name:
             tokens.append(Token(TokenKind.NAME, name.group(), position, name.end()))
             position = name.end()

@@ -6,7 +6,7 @@ import difflib
 from collections.abc import Iterable
 
 from operators.calm.macros.builtins import BUILTINS
-from operators.calm.macros.lexer import MAX_DEPTH, MacroError, Token, TokenKind, _pieces
+from operators.calm.macros.lexer import MAX_DEPTH, MacroError, Token, TokenKind, split_pieces
 from operators.calm.macros.tree import (
     BinaryOp,
     Call,
@@ -29,7 +29,7 @@ def parse(text: str) -> Template:
     if not isinstance(text, str):
         raise TypeError(f"parse() takes a str, not {type(text).__name__}")
     parts: list[Part] = []
-    for piece in _pieces(text):
+    for piece in split_pieces(text):
         if isinstance(piece, Token):
             parts.append(Text(piece.value, piece.position))
         else:
@@ -164,7 +164,7 @@ class _Parser:
     def call(self, name: Token) -> Call:
         builtin = BUILTINS.get(name.value)
         if builtin is None:
-            raise MacroError(f"unknown function '{name.value}'{_suggest(name.value, BUILTINS)}", name.position)
+            raise MacroError(f"unknown function '{name.value}'{did_you_mean(name.value, BUILTINS)}", name.position)
         self.advance()  # '('
         args: list[Node] = []
         if self.peek().kind is not TokenKind.RPAREN:
@@ -188,10 +188,12 @@ class _Parser:
         return Call(builtin.name, tuple(args), name.position)
 
 
-def _suggest(word: str, choices: Iterable[str]) -> str:
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """The error messages' hint: the closest known name, if one is close (a typo)."""
     close = difflib.get_close_matches(word, list(choices), n=1)
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
-def _as_template(template: Template | str) -> Template:
+def as_template(template: Template | str) -> Template:
+    """A template parsed once: callers pass what they parsed already, or the text."""
     return template if isinstance(template, Template) else parse(template)

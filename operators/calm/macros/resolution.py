@@ -6,10 +6,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeAlias
 
-from operators.calm.macros.builtins import _window
+from operators.calm.macros.builtins import within_window
 from operators.calm.macros.context import ENTITY_KINDS, Credential, Entity, MacroContext, MacroValue, namespaced_name
 from operators.calm.macros.lexer import MacroError
-from operators.calm.macros.parser import _as_template, _suggest
+from operators.calm.macros.parser import as_template, did_you_mean
 from operators.calm.macros.tree import (
     BinaryOp,
     Call,
@@ -73,10 +73,13 @@ def resolve(
     runtime_names: RuntimeNames = frozenset(),
 ) -> Resolution:
     """What a reference names in the context; MacroError (at the reference) when it names nothing."""
-    return _Resolver(context, runtime_names).resolve(ref, None)
+    return Resolver(context, runtime_names).resolve(ref, None)
 
 
-class _Resolver:
+class Resolver:
+    """What a reference names in a context (or that it waits for run time): shared by the checks and the
+    renderers, which keep one per template."""
+
     def __init__(self, context: MacroContext, runtime_names: RuntimeNames) -> None:
         self.context = context
         self.runtime_names = runtime_names
@@ -96,7 +99,7 @@ class _Resolver:
         known = [entity.name for entity in self.context.entities] + [c.name for c in self.context.credentials]
         raise MacroError(
             f"unknown object '{ref.object}': not an entity, a credential or one of {', '.join(ENTITY_KINDS)}"
-            f"{_suggest(ref.object, known)}",
+            f"{did_you_mean(ref.object, known)}",
             ref.position,
             macro,
         )
@@ -182,14 +185,15 @@ class _Resolver:
         known |= {attribute for owner, attribute in self.runtime_names if owner is None}
         known |= {attribute for owner, attribute in self.runtime_names if any(e.name == owner for e in lineage)}
         what = f"attribute '{ref.attribute}' of '{ref.object}'" if ref.object else f"name '{ref.attribute}'"
-        return MacroError(f"unknown {what} (looked in {where}){_suggest(ref.attribute, known)}", ref.position, macro)
+        hint = did_you_mean(ref.attribute, known)
+        return MacroError(f"unknown {what} (looked in {where}){hint}", ref.position, macro)
 
 
 def bind(template: Template | str, context: MacroContext) -> Template:
     """The template with each `Ref` that reads a credential (``db.username``) rewritten as a `CredRef`.
 
     Parsing cannot tell them apart (same syntax); the context knows the credential names."""
-    template = _as_template(template)
+    template = as_template(template)
 
     def rebuild(node: Node) -> Node:
         if isinstance(node, Ref):
@@ -224,7 +228,7 @@ def references(template: Template | str, *, context: MacroContext | None = None)
     The compiler matches them against what the tasks of an action set (implicit dependencies).
     With a context, references to credentials are left out (they are not attributes anybody sets)."""
     found: list[Ref] = []
-    for macro in _as_template(template).macros:
+    for macro in as_template(template).macros:
         for node in walk(macro.expression):
             if not isinstance(node, Ref):
                 continue
@@ -248,9 +252,9 @@ def check(
 
     Returns every problem (empty when all is well), each at its position with its macro; the
     caller adds the task's name. Also checks the literal windows of calm_is_within."""
-    resolver = _Resolver(context, runtime_names)
+    resolver = Resolver(context, runtime_names)
     errors: list[MacroError] = []
-    for macro in _as_template(template).macros:
+    for macro in as_template(template).macros:
         for node in walk(macro.expression):
             if isinstance(node, Ref | CredRef):
                 try:
@@ -264,7 +268,7 @@ def check(
             ):
                 first, second = (arg.value for arg in node.args if isinstance(arg, StringLiteral))
                 try:
-                    _window(first, second, node.position, macro.source)
+                    within_window(first, second, node.position, macro.source)
                 except MacroError as error:
                     errors.append(error)
     return sorted(errors, key=lambda error: error.position)

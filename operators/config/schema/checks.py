@@ -39,20 +39,20 @@ from operators.config.schema.dialect import (
     TYPES,
     ReferenceRefused,
     Validator,
-    _registry,
+    local_registry,
 )
 from operators.runtime.core.regex import RegexError
 
 
 def schema_problems(schema: Any, path: str = "schema") -> list[str]:
     """What is wrong with a schema itself, each message naming the path inside the schema."""
-    return [f"{path}{problem}" for problem in _checked(schema)[0]]
+    return [f"{path}{problem}" for problem in checked(schema)[0]]
 
 
-def _checked(schema: Any) -> tuple[tuple[str, ...], Any]:
+def checked(schema: Any) -> tuple[tuple[str, ...], Any]:
     """The schema's problems (messages after the path prefix) and, when it has none, its validator."""
     if isinstance(schema, bool):
-        return (), Validator(schema, registry=_registry(), format_checker=FORMAT_CHECKER)
+        return (), Validator(schema, registry=local_registry(), format_checker=FORMAT_CHECKER)
     if not isinstance(schema, Mapping):
         return (f": a schema is a mapping (or true/false), got a {type_name(schema)}",), None
     depth = _depth(schema)
@@ -68,14 +68,14 @@ def _checked(schema: Any) -> tuple[tuple[str, ...], Any]:
 def _compiled(text: str) -> tuple[tuple[str, ...], Any]:
     schema = json.loads(text)
     found = [*_meta_problems(schema), *_structure_problems(schema)]
-    found.sort(key=lambda item: _order(schema, item[0]))
-    problems = tuple(dict.fromkeys(_render(where) + ": " + message for where, message in found))
+    found.sort(key=lambda item: author_order(schema, item[0]))
+    problems = tuple(dict.fromkeys(render_path(where) + ": " + message for where, message in found))
     if problems:
         return problems, None
     expansion = _expansion_problem(schema)
     if expansion:
         return (expansion,), None
-    return (), Validator(schema, registry=_registry(), format_checker=FORMAT_CHECKER)
+    return (), Validator(schema, registry=local_registry(), format_checker=FORMAT_CHECKER)
 
 
 def _depth(value: Any) -> int:
@@ -167,7 +167,7 @@ def _structure_problems(schema: Any) -> Iterator[tuple[tuple[Any, ...], str]]:
     """What the meta-schema lets through: unknown keywords, other dialects, unchecked formats,
     long patterns, and references that do not resolve inside the schema."""
     try:
-        resolver = _registry().resolver_with_root(DRAFT202012.create_resource(schema))
+        resolver = local_registry().resolver_with_root(DRAFT202012.create_resource(schema))
     except Exception:  # a malformed $id: `_walk` or the meta-schema says so
         resolver = None
     yield from _walk(schema, (), resolver, _uses(schema, "patternProperties"))
@@ -255,7 +255,7 @@ def _reference_problem(resolver: Any, ref: str) -> str | None:
 
 def _expansion_problem(schema: Any) -> str | None:
     """A reference cycle that stays on the same value, or too many subschemas once expanded."""
-    resolver = _registry().resolver_with_root(DRAFT202012.create_resource(schema))
+    resolver = local_registry().resolver_with_root(DRAFT202012.create_resource(schema))
     sizes: dict[int, int] = {}
     stack: list[tuple[int, bool]] = []  # (id of a schema being expanded, reached in place from its parent)
 
@@ -313,12 +313,12 @@ class _TooDeep(Exception):
     pass
 
 
-def _render(where: Sequence[Any]) -> str:
+def render_path(where: Sequence[Any]) -> str:
     """`.properties.a[0]`: the suffix of a path, as Stead writes field paths."""
     return "".join(f"[{segment}]" if isinstance(segment, int) else f".{segment}" for segment in where)
 
 
-def _order(document: Any, where: Sequence[Any]) -> tuple[int, ...]:
+def author_order(document: Any, where: Sequence[Any]) -> tuple[int, ...]:
     """Sort key of a path: the position of each segment in its container, as the author wrote it."""
     key: list[int] = []
     current = document

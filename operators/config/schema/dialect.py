@@ -110,7 +110,7 @@ def _refuse(uri: str) -> Resource[Any]:
     raise ReferenceRefused(f"{uri}: only references inside the schema are allowed")
 
 
-def _registry() -> Registry[Any]:
+def local_registry() -> Registry[Any]:
     """An empty registry that retrieves nothing (jsonschema adds the bundled meta-schemas)."""
     return Registry(retrieve=_refuse)  # type: ignore[call-arg]
 

@@ -10,7 +10,7 @@ from jsonschema import (  # type: ignore[import-untyped]  # no stubs shipped; ty
 from referencing.exceptions import Unresolvable
 
 from operators.config.keys import type_name
-from operators.config.schema.checks import _checked, _order, _render
+from operators.config.schema.checks import author_order, checked, render_path
 from operators.config.schema.dialect import search
 
 # The order of messages about one value: what it is before what it holds.
@@ -28,7 +28,7 @@ def validate(value: Any, schema: Any, path: str = "data") -> list[str]:
     A schema with problems (see `schema_problems`) checks nothing here: it was refused when
     its ConfigComponent was applied, and the caller says so.
     """
-    problems, validator = _checked(schema)
+    problems, validator = checked(schema)
     if validator is None:
         return [f"{path}: cannot be checked, the schema is invalid (schema{problems[0]})"]
     found: list[tuple[tuple[Any, ...], Any, str]] = []
@@ -42,8 +42,8 @@ def validate(value: Any, schema: Any, path: str = "data") -> list[str]:
         return [f"{path}: cannot be checked, a reference of the schema does not resolve ({error})"]
     typed = {where for where, keyword, _ in found if keyword == "type"}
     kept = [item for item in found if item[1] == "type" or item[0] not in typed]  # the rest repeats the type error
-    kept.sort(key=lambda item: (_order(value, item[0]), RANK.get(item[1], len(RANK))))
-    return list(dict.fromkeys(f"{path}{_render(where)}: {message}" for where, _, message in kept))
+    kept.sort(key=lambda item: (author_order(value, item[0]), RANK.get(item[1], len(RANK))))
+    return list(dict.fromkeys(f"{path}{render_path(where)}: {message}" for where, _, message in kept))
 
 
 def _value_messages(error: ValidationError, validator: Any) -> list[tuple[tuple[Any, ...], str]]:

@@ -10,18 +10,18 @@ from typing import Protocol
 from operators.runtime.core.ring import PROJECT_LABEL
 from operators.runtime.kube.client import ApiError, Requester
 from operators.runtime.secrets.keys import (
-    _DNS_SUBDOMAIN,
-    _TRANSPORT_ERRORS,
     ATTEMPTS,
+    DNS_SUBDOMAIN,
     KEY_SECRET,
     PART_OF,
     SECRET_PREFIX,
+    TRANSPORT_ERRORS,
     VAULT_LABEL,
     ClusterCopyError,
-    _b64,
-    _backoff,
-    _is_uuid,
-    _unb64,
+    b64,
+    backoff,
+    is_uuid,
+    unb64,
 )
 
 
@@ -59,7 +59,7 @@ class MemoryClusterCopy:
 def vault_secret_name(project: str) -> str:
     """`stead-vault-<project>`; a project that is no valid Secret name (upper case, `_`) gets a hash suffix,
     and so does a project named `key`, whose plain name would be the master key Secret's."""
-    if _DNS_SUBDOMAIN.fullmatch(project) and SECRET_PREFIX + project != KEY_SECRET:
+    if DNS_SUBDOMAIN.fullmatch(project) and SECRET_PREFIX + project != KEY_SECRET:
         return SECRET_PREFIX + project
     slug = re.sub(r"[^a-z0-9.-]+", "-", project.lower()).strip("-.")[:40]
     digest = hashlib.sha256(project.encode()).hexdigest()[:10]
@@ -101,7 +101,7 @@ class SecretClusterCopy:
     async def save_many(self, project: str, blobs: Mapping[str, bytes]) -> None:
         if not blobs:
             return
-        data = {uuid: _b64(blob) for uuid, blob in blobs.items()}
+        data = {uuid: b64(blob) for uuid, blob in blobs.items()}
         patch = {"metadata": {"labels": self._labels(project)}, "data": data}
         for attempt in range(ATTEMPTS):
             try:
@@ -110,11 +110,11 @@ class SecretClusterCopy:
                 return
             except ApiError as error:
                 if error.status == 409:  # a conflicting write: patch again, after a short pause
-                    await _backoff(attempt)
+                    await backoff(attempt)
                     continue
                 if error.status != 404:
                     raise self._failed(project, "save", error) from error
-            except _TRANSPORT_ERRORS as error:
+            except TRANSPORT_ERRORS as error:
                 raise self._failed(project, "save", error) from error
             try:
                 await self._kube.request("POST", self._path(), {
@@ -126,7 +126,7 @@ class SecretClusterCopy:
             except ApiError as error:
                 if error.status != 409:  # 409: created meanwhile by someone else, patch it
                     raise self._failed(project, "create", error) from error
-            except _TRANSPORT_ERRORS as error:
+            except TRANSPORT_ERRORS as error:
                 raise self._failed(project, "create", error) from error
         raise ClusterCopyError(f"vault copy of project {project}: save still conflicting after {ATTEMPTS} attempts")
 
@@ -139,7 +139,7 @@ class SecretClusterCopy:
             if error.status == 404:
                 return
             raise self._failed(project, "remove", error) from error
-        except _TRANSPORT_ERRORS as error:
+        except TRANSPORT_ERRORS as error:
             raise self._failed(project, "remove", error) from error
         if secret.get("data"):
             return
@@ -152,7 +152,7 @@ class SecretClusterCopy:
         except ApiError as error:
             if error.status not in (404, 409):  # gone already, or written again since: keep it
                 raise self._failed(project, "delete of the empty Secret", error) from error
-        except _TRANSPORT_ERRORS as error:
+        except TRANSPORT_ERRORS as error:
             raise self._failed(project, "delete of the empty Secret", error) from error
 
     async def load(self, project: str) -> dict[str, bytes]:
@@ -163,16 +163,16 @@ class SecretClusterCopy:
             if error.status == 404:
                 return {}
             raise self._failed(project, "load", error) from error
-        except _TRANSPORT_ERRORS as error:
+        except TRANSPORT_ERRORS as error:
             raise self._failed(project, "load", error) from error
         data: dict[str, str] = secret.get("data") or {}
-        return {uuid: _unb64(encoded) or b"" for uuid, encoded in data.items() if _is_uuid(uuid)}
+        return {uuid: unb64(encoded) or b"" for uuid, encoded in data.items() if is_uuid(uuid)}
 
     async def projects(self) -> list[str]:
         """The projects that have a cluster copy (for an operator that lost its whole volume)."""
         try:
             listing = await self._kube.request("GET", self._path(), params={"labelSelector": f"{VAULT_LABEL}=true"})
-        except (ApiError, *_TRANSPORT_ERRORS) as error:
+        except (ApiError, *TRANSPORT_ERRORS) as error:
             raise ClusterCopyError(f"listing the vault copies in namespace {self.namespace} failed: "
                                    f"{error}") from error
         found = {((item.get("metadata") or {}).get("labels") or {}).get(PROJECT_LABEL)

@@ -13,7 +13,14 @@ from operators.runtime.core.store import LocalStore
 from operators.runtime.kube.client import ApiError, Requester
 from operators.runtime.secrets.blob import blob_header, decrypt, encrypt
 from operators.runtime.secrets.copies import ClusterCopy, SecretClusterCopy
-from operators.runtime.secrets.keys import VAULT_DB, MasterKey, VaultError, _check, _is_uuid, load_or_create_master_key
+from operators.runtime.secrets.keys import (
+    VAULT_DB,
+    MasterKey,
+    VaultError,
+    check_project,
+    is_uuid,
+    load_or_create_master_key,
+)
 from pipelines.masking import Masker
 
 log = logging.getLogger(__name__)
@@ -104,7 +111,7 @@ class Vault:
         With `owner`, a secret stored by any other object is refused with the same message as a
         missing one: a reference tells nothing about secrets that are not its object's.
         """
-        _check(project, uuid)
+        check_project(project, uuid)
         blob = self._blob(project, uuid)
         if owner is not None and (blob is None or blob_header(blob).owner != owner):
             raise VaultError(f"secret {uuid} is not one of {owner}'s in namespace {project}")
@@ -123,8 +130,8 @@ class Vault:
         copy here (issue 25, finding 7). Nothing is written back, so a replica that does not hold
         the project changes nothing of it.
         """
-        _check(project)
-        missing = {uuid for uuid in uuids if _is_uuid(uuid) and self._blob(project, uuid) is None}
+        check_project(project)
+        missing = {uuid for uuid in uuids if is_uuid(uuid) and self._blob(project, uuid) is None}
         if not missing:
             return 0
         async with self._lock(project):
@@ -136,25 +143,25 @@ class Vault:
 
     async def refreshed(self, project: str, uuid: str, owner: str | None = None) -> str:
         """`get`, after `fetch`ing the entry when this store lacks it."""
-        _check(project, uuid)
+        check_project(project, uuid)
         await self.fetch(project, [uuid])
         return self.get(project, uuid, owner)
 
     def owner_of(self, project: str, uuid: str) -> str | None:
         """Who stored a secret ("" for a version 1 blob), or None when the project has no such uuid."""
-        _check(project, uuid)
+        check_project(project, uuid)
         blob = self._blob(project, uuid)
         return None if blob is None else blob_header(blob).owner
 
     def entries(self, project: str) -> list[Entry]:
         """A project's secrets as (uuid, owner, created), without decrypting any."""
-        _check(project)
+        check_project(project)
         return [Entry(uuid, header.owner, header.created)
                 for uuid, header in ((u, blob_header(b)) for u, b in self._items(project))]
 
     def uuids(self, project: str) -> list[str]:
         """The uuids of a project's secrets, sorted."""
-        _check(project)
+        check_project(project)
         return [uuid for uuid, _ in self._items(project)]
 
     def projects(self) -> list[str]:
@@ -190,7 +197,7 @@ class Vault:
         nothing behind, and its answer (a fresh uuid and a ciphertext under a fresh nonce) says
         nothing about what the vault holds.
         """
-        _check(project)
+        check_project(project)
         plaintext: bytes | None = None
         with contextlib.suppress(UnicodeEncodeError):  # it carries the whole string: raise our own, below
             plaintext = value.encode("utf-8")
@@ -206,7 +213,7 @@ class Vault:
         `owner` in its authenticated header, and not replace another owner's entry. Messages
         name no value.
         """
-        _check(project, uuid)
+        check_project(project, uuid)
         if not self._opens(project, uuid, blob):
             return (f"{uuid}: its sealed value does not open for namespace {project} (sealed for another "
                     "namespace or uuid, altered, or under a master key this operator no longer holds)")
@@ -247,7 +254,7 @@ class Vault:
         With `owner`, a secret stored by another object is left alone (and False returned): an
         object that names another's uuid cannot delete it.
         """
-        _check(project, uuid)
+        check_project(project, uuid)
         async with self._lock(project):
             blob = self._blob(project, uuid)
             if owner is not None and (blob is None or blob_header(blob).owner != owner):
@@ -302,7 +309,7 @@ class Vault:
         hand) is written back to the cluster. When both hold a uuid and both decrypt, the
         cluster's wins (it is written first, so it is never older).
         """
-        _check(project)
+        check_project(project)
         async with self._lock(project):
             remote = await self._cluster.load(project)
             local = dict(self._items(project))
@@ -325,7 +332,7 @@ class Vault:
         return Recovery(restored=len(restore), repaired=len(repair), refused=tuple(refused))
 
     def _opens(self, project: str, uuid: str, blob: bytes) -> bool:
-        if not _is_uuid(uuid):
+        if not is_uuid(uuid):
             return False
         try:
             decrypt(self._keys, project, uuid, blob)

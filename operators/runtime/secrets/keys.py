@@ -39,7 +39,7 @@ ATTEMPTS = 5
 _KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 # A project is a namespace name or a `stead.dev/project` label value.
 _PROJECT = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 
 class VaultError(Exception):
@@ -50,10 +50,10 @@ class ClusterCopyError(VaultError):
     """The cluster copy could not be read or written; nothing was changed locally."""
 
 
-_TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
+TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 
 
-async def _backoff(attempt: int) -> None:
+async def backoff(attempt: int) -> None:
     """A short, growing, jittered pause before retrying a conflict, so that racers spread out."""
     await asyncio.sleep(0.02 * (2 ** attempt) * (0.5 + secrets.randbelow(1000) / 1000))
 
@@ -109,8 +109,8 @@ class MasterKey:
 
     def to_secret_data(self) -> dict[str, str]:
         """The `data` of the key Secret (base64 values, as the API wants them)."""
-        data = {CURRENT_FIELD: _b64(self._current.encode())}
-        data.update({KEY_FIELD_PREFIX + key_id: _b64(key) for key_id, key in self._keys.items()})
+        data = {CURRENT_FIELD: b64(self._current.encode())}
+        data.update({KEY_FIELD_PREFIX + key_id: b64(key) for key_id, key in self._keys.items()})
         return data
 
     @classmethod
@@ -120,14 +120,14 @@ class MasterKey:
         for field, encoded in data.items():
             if field.startswith(KEY_FIELD_PREFIX):
                 key_id = field.removeprefix(KEY_FIELD_PREFIX)
-                decoded = _unb64(encoded)
+                decoded = unb64(encoded)
                 if decoded is None:
                     raise VaultError(f"master key {key_id} is not valid base64")
                 keys[key_id] = decoded
         if not keys:
             raise VaultError(f"the master key Secret holds no `{KEY_FIELD_PREFIX}<id>` entry")
         if CURRENT_FIELD in data:
-            raw_current = _unb64(data[CURRENT_FIELD])
+            raw_current = unb64(data[CURRENT_FIELD])
             if raw_current is None:
                 raise VaultError("the master key Secret's `current` is not valid base64")
             current = raw_current.decode("ascii", "replace").strip()
@@ -167,7 +167,7 @@ async def _read_key_secret(kube: Requester, namespace: str, name: str) -> dict[s
         if error.status == 404:
             return None
         raise _key_failed(namespace, name, "read", error) from error
-    except _TRANSPORT_ERRORS as error:
+    except TRANSPORT_ERRORS as error:
         raise _key_failed(namespace, name, "read", error) from error
 
 
@@ -199,7 +199,7 @@ async def load_or_create_master_key(kube: Requester, namespace: str, name: str =
         except ApiError as error:
             if error.status != 409:
                 raise _key_failed(namespace, name, "create", error) from error
-        except _TRANSPORT_ERRORS as error:
+        except TRANSPORT_ERRORS as error:
             raise _key_failed(namespace, name, "create", error) from error
     raise VaultError(f"master key Secret {namespace}/{name}: still absent after {ATTEMPTS} create races")
 
@@ -225,8 +225,8 @@ async def _update_key_secret(
         except ApiError as error:
             if error.status != 409:  # 409: changed since our read, start again from a fresh read
                 raise _key_failed(namespace, name, action, error) from error
-            await _backoff(attempt)
-        except _TRANSPORT_ERRORS as error:
+            await backoff(attempt)
+        except TRANSPORT_ERRORS as error:
             raise _key_failed(namespace, name, action, error) from error
     raise VaultError(f"master key Secret {namespace}/{name}: {action} still conflicting after {ATTEMPTS} attempts")
 
@@ -245,25 +245,29 @@ async def retire_master_key(kube: Requester, namespace: str, key_id: str, name: 
     return await _update_key_secret(kube, namespace, name, lambda keys: keys.without(key_id), "retiring a key")
 
 
-def _is_uuid(uuid: str) -> bool:
+def is_uuid(uuid: str) -> bool:
+    """A secret reference is a canonical, lower-case uuid: anything else is refused, not normalised."""
     try:
         return str(uuidlib.UUID(uuid)) == uuid
     except ValueError:
         return False
 
 
-def _check(project: str, uuid: str | None = None) -> None:
+def check_project(project: str, uuid: str | None = None) -> None:
+    """Refuse a project (and reference) that could not name a Secret's label or key: before any I/O."""
     if not _PROJECT.fullmatch(project):
         raise VaultError(f"invalid project name {project!r}: want a namespace name or label value")
-    if uuid is not None and not _is_uuid(uuid):
+    if uuid is not None and not is_uuid(uuid):
         raise VaultError(f"invalid secret reference {uuid!r}: want a lower-case uuid")
 
 
-def _b64(raw: bytes) -> str:
+def b64(raw: bytes) -> str:
+    """Bytes as the text a Secret's data holds."""
     return base64.b64encode(raw).decode("ascii")
 
 
-def _unb64(encoded: str) -> bytes | None:
+def unb64(encoded: str) -> bytes | None:
+    """A Secret's data back to bytes, None when it is not base64 (a damaged copy, reported by the caller)."""
     try:
         return base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError):

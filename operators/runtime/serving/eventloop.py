@@ -12,7 +12,7 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     loop carries the watches, the webhooks and the configuration API, and uvloop's transports
     and TLS cost about a fifth less CPU per request than asyncio's (bench/config_lookup.py)."""
     try:
-        import uvloop
+        import uvloop  # here, not above: optional (without it, asyncio's own loop)
     except ImportError:
         return None
     return uvloop.new_event_loop

@@ -9,10 +9,8 @@ from typing import Any
 from operators.config.auth import Access, Identity
 from operators.graphs import STAGES, GraphNode, Task, load_tasks
 
-_SHARED = next((d for d in (Path(__file__).resolve().parents[3].parent / "shared", Path("/work/shared")) if d.is_dir()),
-               Path("/work/shared"))
-FUEL_LIBRARY = _SHARED / "data/fuel-library/openstack-network-tasks.yaml"
-"""Fuel's published task file, in `../shared` beside the checkout (a worktree elsewhere: /work/shared)."""
+FUEL_LIBRARY = Path(__file__).resolve().parents[2] / "data/fuel-library/openstack-network-tasks.yaml"
+"""Fuel's published task file, in the repository with its licence and origin (tests/data/fuel-library/)."""
 
 EXTERNAL = {
     # tasks of other fuel-library modules that openstack-network's tasks name, with the tags they run on
