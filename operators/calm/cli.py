@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from operators import API_VERSION
+from operators.calm.names import ACTIONRUN_ACTIONS
 from operators.runtime.core.clock import parse_instant
 from operators.runtime.kube.commands import pairs, pause, run_to_end, with_cluster
 
@@ -396,11 +397,6 @@ def add_app_actions(app: argparse.ArgumentParser) -> None:
     run.add_argument("--tail", type=_lines, metavar="N", help="on a terminal: the last N output lines per replica")
     _common(run)
     run.set_defaults(handler=_run_action)
-
-
-ACTIONRUN_ACTIONS = ("logs", "abort")
-"""The actions of `stead actionrun`: after `stead run`, one of them makes `run` the ActionRun's short name
-(anything else after `stead run` is the operator's older spelling)."""
 
 
 def add_actionrun_actions(runs: argparse.ArgumentParser) -> None:

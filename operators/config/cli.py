@@ -95,8 +95,13 @@ class RequestFailed(Exception):
 
 def add_config_commands(subparsers: Any) -> None:
     """Add `config` and its actions to the `stead` command's subparsers."""
-    config = subparsers.add_parser("config", help="read and change configuration values",
-                                   description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_actions(subparsers.add_parser("config", help="read and change configuration values"))
+
+
+def add_config_actions(config: argparse.ArgumentParser) -> None:
+    """Add the actions of `stead config` to its parser (described by `HELP`)."""
+    config.description = HELP
+    config.formatter_class = argparse.RawDescriptionHelpFormatter
     actions = config.add_subparsers(metavar="ACTION")
     specs = [
         ("get", "print the effective values (or one key) of a resource",
