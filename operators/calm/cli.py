@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from operators import API_VERSION
 from operators.calm.names import ACTIONRUN_ACTIONS
+from operators.runtime.cli.output import dump
 from operators.runtime.core.clock import parse_instant
 from operators.runtime.kube.commands import pairs, pause, run_to_end, with_cluster
 
@@ -83,14 +84,7 @@ def run_status(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 def dump_status(obj: Mapping[str, Any], fmt: str) -> str:
     """One JSON or YAML document of the run's status."""
-    status = run_status(obj)
-    if fmt == "json":
-        import json
-
-        return json.dumps(status, indent=2)
-    import yaml
-
-    return str(yaml.safe_dump(status, sort_keys=False, allow_unicode=True)).rstrip("\n")
+    return dump(run_status(obj), fmt)
 
 
 
@@ -346,14 +340,7 @@ def format_deps(obj: Mapping[str, Any]) -> str:
 
 def dump_deps(obj: Mapping[str, Any], fmt: str) -> str:
     """The dependency list as one JSON or YAML document (a list, as the status holds it)."""
-    entries = list((obj.get("status") or {}).get("dependencyList") or [])
-    if fmt == "json":
-        import json
-
-        return json.dumps(entries, indent=2)
-    import yaml
-
-    return str(yaml.safe_dump(entries, sort_keys=False, allow_unicode=True)).rstrip("\n")
+    return dump(list((obj.get("status") or {}).get("dependencyList") or []), fmt)
 
 
 async def _deps(kube: Requester, args: argparse.Namespace) -> int:

@@ -29,7 +29,7 @@ def test_the_kinds_are_the_domains_kinds_in_order_the_environment_extended_by_gr
 
 
 def test_the_api_extensions_are_the_domains_factories() -> None:
-    assert API_EXTENSIONS == (InventoryApi, GraphsApi)
+    assert (InventoryApi, GraphsApi) == API_EXTENSIONS
 
 
 def _addons(settings: OperatorSettings, tmp_path: Path) -> list[object]:
