@@ -1,4 +1,9 @@
-"""`stead` (also `kubectl stead`): run the operators, generate CRDs, drive the local control plane."""
+"""`stead` (also `kubectl stead`): run the operators, generate CRDs, drive the local control plane.
+
+Split by job: this module is `main`, the index of the nouns and `stead crds`; `operators.cli.operator` is
+`stead operator` (its flags are the settings tree's, `operators.runtime.settings`); `operators.cli.cluster`
+is `stead cluster` and the local control plane `stead operator --local` starts. The domains' nouns are
+their own (`Domain.cli`), built with the CLI kit (`operators.runtime.cli`)."""
 
 from __future__ import annotations
 

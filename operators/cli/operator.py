@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from operators.cli import cluster as local
-from operators.runtime.settings import OperatorSettings, RunsSettings, add_flags, from_args
+from operators.runtime.settings import OperatorSettings, RunnerSettings, add_flags, from_args
 
 if TYPE_CHECKING:
     from operators.runtime.engine.runs import SshOptions
@@ -75,7 +75,7 @@ def ssh_options(args: argparse.Namespace, demo_node: str | None = None) -> SshOp
     return runner_ssh(from_args(args).runs, demo_node)
 
 
-def runner_ssh(runs: RunsSettings, demo_node: str | None = None) -> SshOptions:
+def runner_ssh(runs: RunnerSettings, demo_node: str | None = None) -> SshOptions:
     """The runners' ssh settings from the operator's settings (and the local plane's demo node)."""
     from operators.runtime.engine.runs import SshOptions
 

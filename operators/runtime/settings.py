@@ -288,7 +288,7 @@ class HealthSettings:
 
 
 @dataclass(frozen=True)
-class RunsSettings:
+class RunnerSettings:
     """How workflow runs are started: where scripts run and as whom, what their tasks may reach."""
 
     trust_local_namespaces: list[str] | None = field(
@@ -458,7 +458,7 @@ class OperatorSettings:
     webhook: WebhookSettings = field(default_factory=WebhookSettings)
     config_api: ConfigApiSettings = field(default_factory=ConfigApiSettings)
     health: HealthSettings = field(default_factory=HealthSettings)
-    runs: RunsSettings = field(default_factory=RunsSettings)
+    runs: RunnerSettings = field(default_factory=RunnerSettings)
     vault: VaultSettings = field(default_factory=VaultSettings)
     slots: SlotsSettings = field(default_factory=SlotsSettings)
     log: LogSettings = field(default_factory=LogSettings)
