@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from operators import API_VERSION
 from operators.calm.names import ACTIONRUN_ACTIONS
+from operators.runtime.cli.commands import pairs, pause, run_to_end, with_cluster
 from operators.runtime.cli.output import dump
 from operators.runtime.core.clock import parse_instant
-from operators.runtime.kube.commands import pairs, pause, run_to_end, with_cluster
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType

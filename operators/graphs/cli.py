@@ -43,8 +43,7 @@ from typing import TYPE_CHECKING, Any
 from operators import API_VERSION
 from operators.graphs.objects import GRAPHS
 from operators.graphs.views import format_graphs, format_history, format_plan, format_run, render_run
-from operators.runtime.cli.output import dump
-from operators.runtime.kube.commands import (
+from operators.runtime.cli.commands import (
     CommandError,
     cluster_arguments,
     pause,
@@ -52,6 +51,7 @@ from operators.runtime.kube.commands import (
     run_to_end,
     with_cluster,
 )
+from operators.runtime.cli.output import dump
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from operators import API_VERSION
 from operators.runtime.cli import output
-from operators.runtime.cli.output import dump
-from operators.runtime.kube.commands import (
+from operators.runtime.cli.commands import (
     CommandError,
     cluster_arguments,
     pairs,
@@ -42,6 +41,7 @@ from operators.runtime.kube.commands import (
     run_to_end,
     with_cluster,
 )
+from operators.runtime.cli.output import dump
 
 if TYPE_CHECKING:
     from operators.runtime.kube.api import Requester
