@@ -47,6 +47,7 @@ from operators.calm.models import (
     KnownHosts,
     SecretSource,
 )
+from operators.calm.names import ACTIONRUN_SHORT_NAMES
 from operators.runtime.core.clock import utc_now, utc_seconds
 from operators.runtime.core.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
 from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, StepContext, TemporaryError
@@ -537,7 +538,7 @@ async def admission(request: AdmissionRequest) -> None:
 KIND = Kind(
     kind=ACTIONRUN.kind,
     plural=ACTIONRUN.plural,
-    short_names=("ar", "run"),
+    short_names=ACTIONRUN_SHORT_NAMES,
     description="One run of an action on an App: progress, the run log tree per task and replica, and the "
     "failing task with its reason. Set spec.abort to abort it.",
     spec_model=ActionRunSpec,

@@ -43,6 +43,7 @@ from pydantic import Field
 
 from operators import API_VERSION
 from operators.calm.models import ACTIONRUN, APP, BLUEPRINT, BlueprintSpec
+from operators.calm.names import APP_SHORT_NAMES
 from operators.calm.validation import type_problem
 from operators.calm.workflow import layout
 from operators.runtime.core import conditions as cond
@@ -489,7 +490,7 @@ async def admission(request: AdmissionRequest) -> None:
 KIND = Kind(
     kind=APP.kind,
     plural=APP.plural,
-    short_names=("app",),
+    short_names=APP_SHORT_NAMES,
     description="An application launched from an Active Blueprint: a frozen snapshot of it, the user's "
     "inputs, the live entities, the lock and the state of its last actions.",
     spec_model=AppSpec,

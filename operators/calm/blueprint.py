@@ -18,6 +18,7 @@ from typing import Any
 
 from operators.calm.compiler import compile_blueprint
 from operators.calm.models import APP, BLUEPRINT, PRINTER_COLUMNS, BlueprintSpec, BlueprintStatus, CompiledState
+from operators.calm.names import BLUEPRINT_SHORT_NAMES
 from operators.calm.validation import spec_problems
 from operators.runtime.core.kinds import AdmissionRequest, Kind, Refusal
 from operators.runtime.core.pipeline import PermanentError, Pipeline, StepContext, TemporaryError
@@ -300,7 +301,7 @@ def _scrub_last_applied(text: str, refs: Mapping[str, Mapping[str, str]]) -> str
 KIND = Kind(
     kind=BLUEPRINT.kind,
     plural=BLUEPRINT.plural,
-    short_names=("bp",),
+    short_names=BLUEPRINT_SHORT_NAMES,
     description="A Calm application blueprint: variables, credentials, substrates, packages, services, "
     "deployments and actions. Compiled into system actions; Active blueprints launch Apps.",
     spec_model=BlueprintSpec,

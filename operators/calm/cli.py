@@ -27,8 +27,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from operators import API_VERSION
+from operators.calm.names import ACTIONRUN_ACTIONS
+from operators.runtime.cli.commands import pairs, pause, run_to_end, with_cluster
+from operators.runtime.cli.output import dump
 from operators.runtime.core.clock import parse_instant
-from operators.runtime.kube.commands import pairs, pause, run_to_end, with_cluster
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -82,14 +84,7 @@ def run_status(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 def dump_status(obj: Mapping[str, Any], fmt: str) -> str:
     """One JSON or YAML document of the run's status."""
-    status = run_status(obj)
-    if fmt == "json":
-        import json
-
-        return json.dumps(status, indent=2)
-    import yaml
-
-    return str(yaml.safe_dump(status, sort_keys=False, allow_unicode=True)).rstrip("\n")
+    return dump(run_status(obj), fmt)
 
 
 
@@ -345,14 +340,7 @@ def format_deps(obj: Mapping[str, Any]) -> str:
 
 def dump_deps(obj: Mapping[str, Any], fmt: str) -> str:
     """The dependency list as one JSON or YAML document (a list, as the status holds it)."""
-    entries = list((obj.get("status") or {}).get("dependencyList") or [])
-    if fmt == "json":
-        import json
-
-        return json.dumps(entries, indent=2)
-    import yaml
-
-    return str(yaml.safe_dump(entries, sort_keys=False, allow_unicode=True)).rstrip("\n")
+    return dump(list((obj.get("status") or {}).get("dependencyList") or []), fmt)
 
 
 async def _deps(kube: Requester, args: argparse.Namespace) -> int:
@@ -396,11 +384,6 @@ def add_app_actions(app: argparse.ArgumentParser) -> None:
     run.add_argument("--tail", type=_lines, metavar="N", help="on a terminal: the last N output lines per replica")
     _common(run)
     run.set_defaults(handler=_run_action)
-
-
-ACTIONRUN_ACTIONS = ("logs", "abort")
-"""The actions of `stead actionrun`: after `stead run`, one of them makes `run` the ActionRun's short name
-(anything else after `stead run` is the operator's older spelling)."""
 
 
 def add_actionrun_actions(runs: argparse.ArgumentParser) -> None:

@@ -35,17 +35,15 @@ imported by the command that uses them (rich only to draw on a terminal).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from operators import API_VERSION
 from operators.graphs.objects import GRAPHS
-from operators.runtime.core.clock import parse_instant
-from operators.runtime.kube.commands import (
+from operators.graphs.views import format_graphs, format_history, format_plan, format_run, render_run
+from operators.runtime.cli.commands import (
     CommandError,
     cluster_arguments,
     pause,
@@ -53,9 +51,10 @@ from operators.runtime.kube.commands import (
     run_to_end,
     with_cluster,
 )
+from operators.runtime.cli.output import dump
 
 if TYPE_CHECKING:
-    from rich.console import Console, RenderableType
+    from rich.console import Console
 
     from operators.runtime.kube.api import Requester
 
@@ -91,188 +90,6 @@ async def _environment(kube: Requester, namespace: str, name: str) -> dict[str, 
     names = sorted(str(i["metadata"]["name"]) for i in listed.get("items") or [])
     raise CommandError(f"no environment {name!r} in namespace {namespace} (environments here: "
                        f"{', '.join(names) or 'none'})")
-
-
-# --- formatting -------------------------------------------------------------------------------------
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns as kubectl prints them: upper-case headers, two spaces apart."""
-    cells = [list(headers), *([str(c) for c in row] for row in rows)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
-
-
-def format_graphs(items: Sequence[Mapping[str, Any]]) -> str:
-    from operators.graphs.objects import owner_of, type_of
-
-    rows = []
-    for item in items:
-        owner = owner_of(item)
-        rows.append((str(item["metadata"]["name"]), type_of(item), f"{owner[0]}/{owner[1]}" if owner else "-",
-                     str(len((item.get("spec") or {}).get("tasks") or []))))
-    return table(("NAME", "TYPE", "OWNER", "TASKS"), rows)
-
-
-def progress_bar(progress: str | None, width: int = 20) -> str:
-    if progress and "/" not in progress:  # a dry run's "3 planned (dry run)": nothing ran, no bar
-        return progress
-    done, total = _progress(progress)
-    filled = 0 if total <= 0 else max(0, min(width, done * width // total))
-    return "[" + "#" * filled + "." * (width - filled) + f"] {done}/{total}"
-
-
-def _progress(progress: str | None) -> tuple[int, int]:
-    done, _, total = str(progress or "0/0").partition("/")
-    return (int(done), int(total)) if done.isdigit() and total.isdigit() else (0, 0)
-
-
-
-
-def took(task: Mapping[str, Any], now: datetime | None = None) -> str:
-    """How long a task took (or has been running): 0.4s, 12s, 1m05s."""
-    start = parse_instant(task.get("started"))
-    if start is None:
-        return ""
-    end = parse_instant(task.get("finished")) or now or datetime.now(UTC)
-    seconds = max(0.0, (end - start).total_seconds())
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    return f"{whole}s" if whole < 60 else f"{whole // 60}m{whole % 60:02d}s"
-
-
-def _header(obj: Mapping[str, Any]) -> str:
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    types = ",".join(str(g.get("type") or "default") for g in spec.get("graphs") or [])
-    mode = " (dry run)" if spec.get("dryRun") else " (noop)" if spec.get("noop") else ""
-    return (f"graphrun/{obj['metadata']['name']}  environment {spec.get('environment')}  types {types}{mode}  "
-            f"{status.get('state') or 'Pending'}")
-
-
-def _footer(obj: Mapping[str, Any]) -> list[str]:
-    status = obj.get("status") or {}
-    lines = []
-    if status.get("omitted"):
-        lines.append(f"({status['omitted']} more task instances not listed in the status)")
-    plan = status.get("plan") or {}
-    if plan.get("outsideSubset"):
-        lines.append(f"{plan['outsideSubset']} dependencies on nodes outside the subset counted as satisfied")
-    stalled = next((c for c in status.get("conditions") or []
-                    if c.get("type") == "Stalled" and c.get("status") == "True" and c.get("message")), None)
-    if stalled is not None and status.get("state") in ("Failed", "Aborted"):
-        # the condition's message says what to do (grant the account get on the Secret, name one of the types);
-        # status.reason is the short form
-        lines.append(f"reason: {stalled['message']}")
-    elif status.get("reason"):
-        lines.append(f"reason: {status.get('failedTask') or ''} {status['reason']}".replace("  ", " "))
-    return lines
-
-
-def would_change(task: Mapping[str, Any]) -> str:
-    """What a noop run found would change for a task (its status' `noop`), in a line; "" when none."""
-    noop = task.get("noop")
-    if not isinstance(noop, Mapping):
-        return ""
-    count = int(noop.get("wouldChange") or 0)
-    if not count:
-        return "nothing would change"
-    listed = ", ".join(str(r) for r in noop.get("resources") or [])
-    more = f" and {noop['more']} more" if noop.get("more") else ""
-    return f"{count} would change" + (f": {listed}{more}" if listed else "")
-
-
-def format_run(obj: Mapping[str, Any], now: datetime | None = None) -> str:
-    """A GraphRun as `stead graph status` prints it: a header, each node with its tasks (state, attempts,
-    time, reason; failed tasks' output tails), the progress, and why it failed."""
-    status = obj.get("status") or {}
-    lines = [_header(obj)]
-    for node in status.get("nodes") or []:
-        lines.append(str(node.get("name") or "(anchors)"))
-        tasks = node.get("tasks") or []
-        for n, task in enumerate(tasks):
-            branch = "└─" if n == len(tasks) - 1 else "├─"
-            extra = [f"attempts {task['attempts']}"] if task.get("attempts") else []
-            if took(task, now):
-                extra.append(took(task, now))
-            if task.get("reason"):
-                extra.append(str(task["reason"]))
-            if would_change(task):
-                extra.append(would_change(task))
-            lines.append(f"  {branch} {task['task']}  {task['state']}" + "".join(f"  {e}" for e in extra))
-            for line in str(task.get("output") or "").splitlines()[-10:]:
-                lines.append(f"  {'  ' if n == len(tasks) - 1 else '│ '}   | {line}")
-    if not status.get("nodes"):
-        lines.append("(no plan yet)")
-    lines.append(f"progress {progress_bar(status.get('progress'))}")
-    lines.extend(_footer(obj))
-    return "\n".join(lines)
-
-
-STYLES = {"planned": ("◷", "dim"), "pending": ("◷", "dim"), "running": ("●", "bold yellow"),
-          "success": ("✔", "green"), "failure": ("✖", "bold red"), "aborted": ("⊘", "magenta"),
-          "skipped": ("○", "dim"), "noop": ("◌", "cyan"), "Pending": ("◷", "dim"), "Planning": ("◷", "yellow"),
-          "Running": ("●", "bold yellow"), "Succeeded": ("✔", "bold green"), "Failed": ("✖", "bold red"),
-          "Aborted": ("⊘", "bold magenta")}
-
-
-def render_run(obj: Mapping[str, Any], now: datetime | None = None) -> RenderableType:
-    """The terminal view of a GraphRun (what `-f` redraws in place): a tree of nodes and their tasks with
-    state marks, and a progress bar of the planned task instances finished."""
-    from rich.console import Group
-    from rich.progress_bar import ProgressBar
-    from rich.table import Table
-    from rich.text import Text
-    from rich.tree import Tree
-
-    status = obj.get("status") or {}
-    state = str(status.get("state") or "Pending")
-
-    def mark(value: str) -> Text:
-        glyph, style = STYLES.get(value, ("?", ""))
-        return Text(f"{glyph} {value}", style=style)
-
-    tree = Tree(Text.assemble((_header(obj).rsplit("  ", 1)[0], "bold"), "  ", mark(state)))
-    for node in status.get("nodes") or []:
-        tasks = node.get("tasks") or []
-        done = sum(1 for t in tasks if t.get("state") in ("success", "failure", "aborted", "skipped", "noop"))
-        branch = tree.add(Text.assemble((str(node.get("name") or "(anchors)"), "bold cyan"),
-                                        (f"  {done}/{len(tasks)}", "dim")))
-        for task in tasks:
-            extra = [f"attempts {task['attempts']}"] if task.get("attempts") else []
-            if took(task, now):
-                extra.append(took(task, now))
-            line = Text.assemble((str(task["task"]), "bold"), "  ", mark(str(task.get("state"))),
-                                 ("".join(f"  {e}" for e in extra), "dim"))
-            if task.get("reason"):
-                line.append(f"  {task['reason']}", style="red" if task.get("state") == "failure" else "dim")
-            if would_change(task):
-                line.append(f"  {would_change(task)}", style="cyan")
-            leaf = branch.add(line)
-            for out in str(task.get("output") or "").splitlines()[-10:]:
-                leaf.add(Text(f"| {out}", style="dim", no_wrap=True, overflow="ellipsis"))
-    done, total = _progress(status.get("progress"))
-    if status.get("progress") and "/" not in str(status["progress"]):  # a dry run: nothing ran, no bar
-        parts: list[RenderableType] = [tree, Text(str(status["progress"]), style="bold")]
-        parts.extend(Text(line, style="dim") for line in _footer(obj))
-        return Group(*parts)
-    colour = {"Succeeded": "green", "Failed": "red", "Aborted": "magenta"}.get(state, "yellow")
-    bar = Table.grid(padding=(0, 1))
-    bar.add_row(ProgressBar(total=max(total, 1), completed=min(done, total) if total > 0 else 0, width=40,
-                            complete_style=colour, finished_style=colour),
-                Text(f"{done}/{total}", style="bold"), Text(f"{(100 * done // total) if total > 0 else 0}%",
-                                                            style="dim"))
-    parts = [tree, bar]
-    parts.extend(Text(line, style="red" if line.startswith("reason") else "dim") for line in _footer(obj))
-    return Group(*parts)
-
-
-def dump(value: Any, fmt: str) -> str:
-    if fmt == "json":
-        return json.dumps(value, indent=2)
-    import yaml
-
-    return str(yaml.safe_dump(value, sort_keys=False, allow_unicode=True)).rstrip("\n")
 
 
 # --- the actions ------------------------------------------------------------------------------------
@@ -494,39 +311,6 @@ async def _plan(kube: Requester, args: argparse.Namespace) -> int:
     return _exit_code(obj)
 
 
-def format_plan(obj: Mapping[str, Any]) -> str:
-    """A dry run as `stead graph plan` prints it: per node its task instances numbered in the order they run
-    (state, and why when not planned), the anchors, the counts, and the dependencies on nodes outside the
-    subset, counted as satisfied."""
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    types = ", ".join(str(g.get("type") or "default") for g in spec.get("graphs") or [])
-    if status.get("state") != "Succeeded":
-        return "\n".join([f"environment {spec.get('environment')}, types {types}: no plan", *_footer(obj)])
-    lines = [f"environment {spec.get('environment')}, types {types}: the plan (nothing ran)"]
-    for node in status.get("nodes") or []:
-        lines.append(str(node.get("name") or "(anchors: stages and groups, on no node)"))
-        for n, task in enumerate(node.get("tasks") or [], start=1):
-            why = f"  {task['reason']}" if task.get("reason") else ""
-            lines.append(f"  {n:>3}. {task['task']}  {task['state']}{why}")
-    plan = status.get("plan") or {}
-    lines.append(f"{plan.get('planned', 0)} task instances run, {plan.get('skipped', 0)} skipped, "
-                 f"{plan.get('noop', 0)} noop; {plan.get('edges', 0)} dependencies")
-    if status.get("omitted"):
-        lines.append(f"({status['omitted']} more task instances not listed)")
-    outside = int(plan.get("outsideSubset") or 0)
-    if outside:
-        lines.append(f"{outside} dependencies on nodes outside the subset, counted as satisfied (those nodes are taken "
-                     "as their last run left them):")
-        edges = plan.get("outsideEdges") or []
-        many = len({e.get("type") for e in edges}) > 1
-        for edge in edges:
-            lines.append(f"  {edge['dependent']} waits for {edge['dependency']}"
-                         + (f"  ({edge['type']})" if many else ""))
-        if outside > len(edges):
-            lines.append(f"  (and {outside - len(edges)} more)")
-    return "\n".join(lines)
-
-
 def _exit_code(obj: Mapping[str, Any]) -> int:
     return 0 if (obj.get("status") or {}).get("state") in (None, "Pending", "Planning", "Running", "Succeeded") else 1
 
@@ -603,7 +387,7 @@ def _logs(args: argparse.Namespace) -> int:
     out. The output is masked as the runner stored it."""
     from urllib.parse import quote
 
-    from operators.config.cli import RequestFailed, UsageError, call
+    from operators.runtime.cli.client import RequestFailed, UsageError, call
 
     base = f"{str(args.server).rstrip('/')}/api/v1/graphruns/{quote(args.run, safe='')}/output"
     filters = {k: v for k, v in (("node", args.node), ("task", args.task), ("type", args.type)) if v}
@@ -637,30 +421,14 @@ def _logs(args: argparse.Namespace) -> int:
     return 0
 
 
-HISTORY_COLUMNS = ("FINISHED", "RUN", "TYPE", "NODE", "TASK", "STATE", "DURATION", "ATTEMPTS", "CHANGES")
-
-
-def format_history(entries: Sequence[Mapping[str, Any]]) -> str:
-    """History entries (the API's JSON) as a table; CHANGES is what a noop run found would change."""
-    rows = []
-    for e in entries:
-        noop = e.get("noop")
-        changes = "" if not isinstance(noop, Mapping) else str(noop.get("wouldChange", 0))
-        took = "" if e.get("duration") is None else f"{float(e['duration']):g}s"
-        rows.append((str(e.get("finished") or "-"), str(e["run"]), str(e.get("type") or ""),
-                     str(e.get("node") or "(anchor)"), str(e["task"]), str(e["state"]), took,
-                     str(e.get("attempts") or 0), changes))
-    return table(HISTORY_COLUMNS, rows)
-
-
 def _history(args: argparse.Namespace) -> int:
     """Print the environment's history from the operator's API (`GET /api/v1/clusters/<env>/history/`): a
     table, JSON or CSV, newest first; a page (`--limit`) at a time unless `--all`, the next page's
     `--continue` token on stderr."""
     from urllib.parse import quote
 
-    from operators.config.cli import RequestFailed, UsageError, call
     from operators.graphs.history import HistoryEntry, to_csv
+    from operators.runtime.cli.client import RequestFailed, UsageError, call
 
     url = f"{str(args.server).rstrip('/')}/api/v1/clusters/{quote(args.env, safe='')}/history/"
     query = {k: str(v) for k, v in (("node", args.node), ("task", args.task), ("type", args.type),
@@ -796,7 +564,7 @@ def add_graph_actions(graph: argparse.ArgumentParser) -> None:
     logs.add_argument("-T", "--task", help="only this task's instances")
     logs.add_argument("-t", "--type", help="only this graph type's instances")
     logs.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's, else default)")
-    from operators.config.cli import api_arguments
+    from operators.runtime.cli.client import api_arguments
 
     api_arguments(logs)
     logs.set_defaults(func=_logs)

@@ -32,7 +32,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from operators import API_VERSION
-from operators.runtime.kube.commands import (
+from operators.runtime.cli import output
+from operators.runtime.cli.commands import (
     CommandError,
     cluster_arguments,
     pairs,
@@ -40,6 +41,7 @@ from operators.runtime.kube.commands import (
     run_to_end,
     with_cluster,
 )
+from operators.runtime.cli.output import dump
 
 if TYPE_CHECKING:
     from operators.runtime.kube.api import Requester
@@ -199,12 +201,8 @@ def age(created: Any, now: datetime | None = None) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns as kubectl prints them: upper-case headers, two spaces apart."""
-    if not rows:
-        return ""
-    cells = [list(headers), *([str(c) for c in row] for row in rows)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+    """The kit's table (`operators.runtime.cli.output`), and nothing, not even the headers, without rows."""
+    return output.table(headers, rows) if rows else ""
 
 
 def _ready(obj: Mapping[str, Any]) -> str:
@@ -212,14 +210,6 @@ def _ready(obj: Mapping[str, Any]) -> str:
         if condition.get("type") == "Ready":
             return str(condition.get("status"))
     return "Unknown"
-
-
-def dump(value: Any, fmt: str) -> str:
-    if fmt == "json":
-        return json.dumps(value, indent=2)
-    import yaml
-
-    return str(yaml.safe_dump(value, sort_keys=False, allow_unicode=True)).rstrip("\n")
 
 
 def format_catalog(entities: Sequence[Mapping[str, Any]], builtins: Mapping[str, Mapping[str, Any]]) -> str:

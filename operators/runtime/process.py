@@ -30,6 +30,7 @@ from operators.runtime.kube.watch import EVERYTHING, Deliver, Watch
 from operators.runtime.secrets import open_vault
 from operators.runtime.serving.eventloop import freeze_startup_objects
 from operators.runtime.serving.metrics import HealthServer, Metrics
+from operators.runtime.settings import LAST_RESORT_REPLICA, OPERATOR_NAMESPACE, ClusterSettings, HealthSettings
 from operators.runtime.shard import DEFAULT_DURATION, Sharding
 from operators.runtime.shard.policy import install_shard_label_policy
 
@@ -39,19 +40,19 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class OperatorOptions:
     store_path: Path
-    replica: str = "stead-0"
-    namespace: str = "stead-system"  # the operator's own: its vault key and ciphertext Secrets live here
+    replica: str = LAST_RESORT_REPLICA
+    namespace: str = OPERATOR_NAMESPACE  # the operator's own: its vault key and ciphertext Secrets live here
     kubeconfig: Path | None = None
     namespaces: Sequence[str] = ()
     install_crds: bool = False
     shipped_objects: bool = True
     """Install or update the objects Stead ships (the built-in ClusterLifecycles) once the webhook serves."""
     webhook: WebhookOptions | None = None
-    health_listen: str = "127.0.0.1"
-    health_port: int = 8080
+    health_listen: str = HealthSettings.listen
+    health_port: int = HealthSettings.port
     runs: RunSettings | None = None
     """How workflow runs are started (`Services.runs`); default: state beside the store, defaults."""
-    sharding: str = "off"
+    sharding: str = ClusterSettings.sharding
     """off: this replica owns every project (one replica). leases: project claims (`operators.runtime.shard`)."""
     lease_seconds: int = DEFAULT_DURATION
     """With sharding: the membership Lease's duration (adoption after a crash takes about this long)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from operators.cli import PORT_VARIABLES
+from operators.cli.cluster import PORT_VARIABLES
 from operators.cluster import Binaries, ClusterInfo, LocalControlPlane, ensure_binaries
 from operators.cluster.ports import PORT_SETTINGS
 from tests.e2e.conftest import STEAD, free_port

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from operators.cli import PORT_VARIABLES
+from operators.cli.cluster import PORT_VARIABLES
 from operators.cluster import Binaries
 from tests.docsrun import StepFailed, Terminal, read_page, run_page
 from tests.e2e.conftest import DOCS_SKIPPED, ROOT, free_port, wait_until

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from operators.cli import PORT_VARIABLES
+from operators.cli.cluster import PORT_VARIABLES
 from operators.cluster import Binaries
 from operators.cluster.images import PAUSE_IMAGE
 from operators.cluster.node import KUBELET_PORT, node_unavailable_reason

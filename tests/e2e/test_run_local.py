@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
-from operators.cli import PORT_VARIABLES
+from operators.cli.cluster import PORT_VARIABLES
 from operators.cluster import Binaries, LocalControlPlane, LocalNode
 from operators.cluster.node import node_unavailable_reason
 from operators.cluster.processes import marked_processes

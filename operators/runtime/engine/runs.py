@@ -54,6 +54,7 @@ from operators.runtime.core.clock import utc_now
 from operators.runtime.core.pipeline import PermanentError, Pipeline, StepContext, StepFn, TemporaryError
 from operators.runtime.engine.slots import RunSlots
 from operators.runtime.kube.client import ApiError, core_path, load_configuration
+from operators.runtime.settings import RunnerSettings, SlotsSettings
 from pipelines.control import (
     RunProcess,
     is_running,
@@ -166,12 +167,12 @@ class RunSettings:
     """FIRST, LAST: local scripts of each namespace run as a uid of their own from this range
     (`script_uid`), instead of `script_user`; None: all as `script_user`."""
     exec_in_jobs: bool = False  # other namespaces' scripts run as Jobs in their namespace (else refused)
-    job_image: str = "python:3.11-slim"
-    job_service_account: str = "default"  # in each namespace: what script Jobs and the runner act as
+    job_image: str = RunnerSettings.job_image
+    job_service_account: str = RunnerSettings.job_service_account  # per namespace: script Jobs, runners act as it
     runner_token_seconds: int = TOKEN_SECONDS
     http_allow: tuple[str, ...] = ()  # networks http steps may reach although not public (`egress`)
     service_cidrs: tuple[str, ...] = ()  # networks http and ssh steps never reach, allowed or not
-    max_concurrent: int = 0  # runs at once (the others are queued); 0: from the memory (`slots.default_limit`)
+    max_concurrent: int = SlotsSettings.max_concurrent_runs  # runs at once (others queued); 0: `slots.default_limit`
     ssh: SshOptions = field(default_factory=SshOptions)  # every runner's ssh steps (`SshOptions`)
 
     def runner_deny_args(self) -> list[str]:

@@ -22,7 +22,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import ssl
 
 
 class KubeconfigError(Exception):
@@ -67,6 +70,29 @@ def kubeconfig_paths(explicit: Path | None = None) -> list[Path]:
         return [explicit]
     listed = [Path(p).expanduser() for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
     return listed or [Path.home() / ".kube" / "config"]
+
+
+def load_cert_chain(context: ssl.SSLContext, certificate: Path | bytes, key: Path | bytes) -> None:
+    """Present the kubeconfig user's client certificate (a file, or the PEM itself) on `context`. The ssl module
+    reads files only: inline PEMs go through a private directory (0700, the files 0600), removed at once. One
+    loader for the cluster commands' client and the API server's (`operators.runtime.cli.client`)."""
+    if isinstance(certificate, Path) and isinstance(key, Path):
+        context.load_cert_chain(str(certificate), str(key))
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="stead-") as directory:
+        files = []
+        for name, pem in (("client.crt", certificate), ("client.key", key)):
+            if isinstance(pem, Path):
+                files.append(str(pem))
+                continue
+            path = Path(directory) / name
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(pem)
+            files.append(str(path))
+        context.load_cert_chain(files[0], files[1])
 
 
 def current_user(paths: list[Path]) -> KubeconfigUser | None:

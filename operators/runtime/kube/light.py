@@ -33,6 +33,7 @@ from operators.runtime.kube.kubeconfig import (
     KubeconfigUser,
     current_context,
     kubeconfig_paths,
+    load_cert_chain,
 )
 
 EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
@@ -110,29 +111,8 @@ def _ssl_context(cluster: KubeconfigCluster, certificate: Path | bytes | None, k
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     if certificate is not None and key is not None:
-        if isinstance(certificate, Path) and isinstance(key, Path):
-            context.load_cert_chain(str(certificate), str(key))
-        else:
-            _load_inline_chain(context, certificate, key)
+        load_cert_chain(context, certificate, key)
     return context
-
-
-def _load_inline_chain(context: ssl.SSLContext, certificate: Path | bytes, key: Path | bytes) -> None:
-    """`load_cert_chain` takes files only: inline PEMs go through a private directory, removed at once."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="stead-") as directory:
-        files = []
-        for name, pem in (("tls.crt", certificate), ("tls.key", key)):
-            if isinstance(pem, Path):
-                files.append(str(pem))
-                continue
-            path = Path(directory) / name
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as out:
-                out.write(pem)
-            files.append(str(path))
-        context.load_cert_chain(files[0], files[1])
 
 
 def run_exec_plugin(user: KubeconfigUser, cluster: KubeconfigCluster) -> dict[str, Any]:

@@ -382,7 +382,8 @@ def test_an_unknown_host_key_fails_the_run_with_its_fingerprint(tmp_path: Path, 
 
 
 def test_stead_operator_passes_its_ssh_flags_to_every_runner(tmp_path: Path) -> None:
-    from operators.cli import _parser, canonical_argv, ssh_options
+    from operators.cli import _parser, canonical_argv
+    from operators.cli.operator import ssh_options
 
     for noun in ("operator", "run"):  # `stead run` is the operator's first spelling
         words = canonical_argv([noun, "--ssh-allow", "127.0.0.0/8", "--ssh-allow", "10.1.2.3",

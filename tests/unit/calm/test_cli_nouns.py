@@ -5,7 +5,6 @@ imports only what it uses."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import re
 import subprocess
 import sys
@@ -14,32 +13,35 @@ from pathlib import Path
 import pytest
 
 from operators.catalog import KINDS
-from operators.cli import NOUNS, _parser, canonical_argv, kind_short_names, main
+from operators.cli import NOUNS, PLATFORM_NOUNS, _parser, canonical_argv, main
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_nouns_of_kinds_are_their_names_and_their_aliases_are_their_short_names() -> None:
-    by_module = {noun.kind_module: noun for noun in NOUNS if noun.kind_module}
-    assert set(by_module) == {"operators.calm.app", "operators.calm.actionrun", "operators.calm.blueprint"}
-    for module, noun in by_module.items():
-        kind = importlib.import_module(module).KIND
+    from operators.calm import actionrun, app, blueprint
+
+    by_name = {noun.name: noun for noun in NOUNS if noun.short_names}
+    assert set(by_name) == {"app", "actionrun", "blueprint"}
+    for module in (app, actionrun, blueprint):
+        kind = module.KIND
+        noun = by_name[kind.kind.lower()]  # as kubectl knows it: `kubectl get actionrun`
         assert kind in KINDS
-        assert noun.name == kind.kind.lower()  # as kubectl knows it: `kubectl get actionrun`
-        assert kind_short_names(module) == kind.short_names  # read without importing, and the same
+        assert noun.short_names == kind.short_names  # declared once (operators.calm.names), read without the kind
         assert set(kind.short_names) - {noun.name} <= set(noun.aliases())
-    assert importlib.import_module("operators.calm.actionrun").KIND.short_names == ("ar", "run")
+    assert actionrun.KIND.short_names == ("ar", "run")
     assert {noun.name: noun.aliases() for noun in NOUNS if noun.aliases()} == {
         "operator": ("run",), "actionrun": ("ar", "run", "runs"), "blueprint": ("bp",)}
 
 
-def test_a_kind_whose_short_names_are_not_a_literal_is_imported(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "computed_kind.py").write_text(
-        "class K:\n    def __init__(self, short_names):\n        self.short_names = short_names\n\n"
-        "NAMES = ('ck',)\nKIND = K(short_names=NAMES)\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert kind_short_names("computed_kind") == ("ck",)
+def test_the_index_of_nouns_is_what_the_domains_declare() -> None:
+    """`operators.cli` indexes the domains' nouns itself (start-up imports no domain): the same nouns, reaching
+    the same actions, as the catalog's `Domain.cli`."""
+    from operators.catalog import DOMAINS
+
+    declared = {name: actions for domain in DOMAINS for name, actions in domain.cli.items()}
+    indexed = {noun.name: noun.actions() for noun in NOUNS if noun.name not in PLATFORM_NOUNS}
+    assert indexed == declared
 
 
 @pytest.mark.parametrize(("argv", "canonical"), [

@@ -14,7 +14,8 @@ import yaml
 import operators.cluster
 import operators.cluster.sshd
 import operators.runtime.process
-from operators.cli import main, ssh_allow
+from operators.cli import main
+from operators.cli.operator import ssh_allow
 from operators.cluster.processes import marked_processes, process_is_running
 from operators.cluster.sshd import DEMO_ADDRESS, DemoNode, DemoNodeInfo, sshd_unavailable_reason
 from pipelines.executors.egress import EgressPolicy
@@ -39,7 +40,7 @@ def test_the_demo_nodes_address_is_allowed_and_nothing_else_of_loopback() -> Non
 def test_the_operator_of_the_local_plane_reaches_its_demo_node(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, local: str, reachable: bool, allowed: tuple[str, ...],
 ) -> None:
-    import operators.cli as cli
+    import operators.cli.cluster as cli
 
     seen: list[operators.runtime.process.OperatorOptions] = []
 
@@ -58,9 +59,9 @@ def test_the_operator_of_the_local_plane_reaches_its_demo_node(
 
     monkeypatch.setattr(operators.cluster, "reaches_cluster", lambda kubeconfig: reachable)
     monkeypatch.setattr(operators.runtime.process, "run_operator", fake_run_operator)
-    monkeypatch.setattr(cli, "_local_plane", lambda given=None: Plane())
-    monkeypatch.setattr(cli, "_start_node", lambda plane, policy: None)
-    monkeypatch.setattr(cli, "_start_demo_node", lambda plane: DemoNodeInfo(DEMO_ADDRESS, 2222, "root"))
+    monkeypatch.setattr(cli, "local_plane", lambda given=None: Plane())
+    monkeypatch.setattr(cli, "start_node", lambda plane, policy: None)
+    monkeypatch.setattr(cli, "start_demo_node", lambda plane: DemoNodeInfo(DEMO_ADDRESS, 2222, "root"))
     monkeypatch.setenv("STEAD_HOME", str(tmp_path))
     assert main(["run", "--local", local, "--config-api-port", "0", "--webhook", "off", "--store",
                  str(tmp_path / "s"), "--ssh-allow", "10.1.0.0/16"]) == 0
@@ -146,7 +147,7 @@ def _mark(node: DemoNode) -> bytes:
 def test_without_sshd_the_plane_says_why_and_runs_on(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from operators.cli import _start_demo_node
+    from operators.cli.cluster import start_demo_node as _start_demo_node
 
     monkeypatch.setattr(operators.cluster.sshd, "SSHD", str(tmp_path / "no-sshd"))
     plane = type("Plane", (), {"home": tmp_path})()

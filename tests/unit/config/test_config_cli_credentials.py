@@ -19,7 +19,9 @@ import yaml
 
 from operators.config.api import ConfigApi
 from operators.config.auth import Access, Identity
-from operators.config.cli import UsageError, _connection, add_config_commands, credentials, run_config
+from operators.config.cli import add_config_commands, run_config
+from operators.runtime.cli.client import UsageError, credentials
+from operators.runtime.cli.client import connect as _connection
 from operators.runtime.serving.certs import KeyPair, make_ca, make_leaf
 from operators.runtime.serving.http import HttpServer
 from operators.runtime.serving.relay import ClientCa
@@ -228,7 +230,7 @@ def test_a_certificate_of_another_ca_is_refused_with_a_message_that_says_so(
 
 def test_inline_certificate_data_is_written_private_and_removed_once_loaded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from operators.config import cli as module
+    from operators.runtime.kube import kubeconfig as module
 
     pair = make_leaf(make_ca("ca"), "alice", server=False, client=True)
     config = kubeconfig(tmp_path / "kubeconfig", inline_user(pair))

@@ -18,6 +18,7 @@ from operators.cli import _parser, canonical_argv
 from operators.environment.models import ENVIRONMENT
 from operators.graphs import DEPLOYMENT_GRAPH, GRAPH_RUN, load_file, load_tasks, merge_graphs
 from operators.graphs import cli as graph_cli
+from operators.graphs import views as graph_views
 from operators.runtime.kube.client import ApiError, custom_path
 from tests.unit.fakeapi import FakeApi, Request
 from tests.unit.graphs.support import FUEL_LIBRARY
@@ -516,7 +517,7 @@ def test_plan_that_fails_says_why_and_exits_1(seeded: FakeApi, capsys: pytest.Ca
 def test_a_dry_run_shows_what_it_planned_not_an_empty_bar(seeded: FakeApi) -> None:
     from rich.console import Console
 
-    assert graph_cli.progress_bar("3 planned (dry run)") == "3 planned (dry run)"  # was "[....] 0/0"
+    assert graph_views.progress_bar("3 planned (dry run)") == "3 planned (dry run)"  # was "[....] 0/0"
     seeded.add(f"{RUNS}/dry", graph_run("dry", status("Succeeded", "3 planned (dry run)")))
     console = Console(file=io.StringIO(), width=120, record=True, color_system=None)
     words = canonical_argv(["graph", "status", "dry", "-n", NS])

@@ -310,7 +310,7 @@ def test_a_runs_status_shows_a_noop_report_bounded() -> None:
 def test_the_cli_prints_a_table_pages_on_and_writes_csv(monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     from operators.cli import _parser, canonical_argv
-    from operators.config import cli as config_cli
+    from operators.runtime.cli import client as config_cli
 
     pages = {None: {"entries": [dict(entry("r2").to_json(), noop={"wouldChange": 2, "resources": ["F[x] (a)"],
                                                                   "more": 1})], "continue": "s7"},
@@ -344,7 +344,7 @@ def test_the_cli_prints_a_table_pages_on_and_writes_csv(monkeypatch: pytest.Monk
 
 
 def test_status_prints_what_a_noop_run_would_change() -> None:
-    from operators.graphs.cli import format_run
+    from operators.graphs.views import format_run
 
     run = {"metadata": {"name": "n"}, "spec": {"environment": "env", "noop": True}, "status": {
         "state": "Succeeded", "progress": "2/2", "nodes": [{"name": "node-1", "tasks": [

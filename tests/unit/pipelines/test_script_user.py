@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from operators.cli import script_uids, script_user
+from operators.cli.operator import script_uids, script_user
 from operators.runtime.engine.runs import (
     DEFAULT_SCRIPT_UIDS,
     RunSettings,

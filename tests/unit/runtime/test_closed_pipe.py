@@ -23,7 +23,7 @@ SCRIPT = """\
 import asyncio, sys
 from pathlib import Path
 import operators.cli as cli
-from operators.runtime.kube.commands import with_cluster
+from operators.runtime.cli.commands import with_cluster
 
 async def handler(kube):
     for i in range(200000):

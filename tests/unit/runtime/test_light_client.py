@@ -207,7 +207,7 @@ def test_an_api_server_that_is_not_there_names_its_address(tmp_path: Path) -> No
 
 
 def test_a_command_runs_to_its_end_without_an_event_loop() -> None:
-    from operators.runtime.kube.commands import pause, run_to_end
+    from operators.runtime.cli.commands import pause, run_to_end
 
     async def command() -> int:
         await pause(0)

@@ -1,0 +1,26 @@
+"""The Calm domain as the platform sees it: blueprints, apps and action runs, their nouns, the vault collector."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from operators.calm import actionrun, app, blueprint
+from operators.calm.cli import add_actionrun_actions, add_app_actions, add_blueprint_actions
+from operators.calm.vaultgc import VaultCollector
+from operators.runtime.domain import AddonContext, Domain
+from operators.runtime.engine.addons import Addon
+
+
+def addons(context: AddonContext) -> Sequence[Addon]:
+    """The vault collector: the secrets of Calm's objects (blueprints' credentials) that no object refers to
+    any more are removed, after `--vault-grace-seconds`."""
+    vault = context.settings.vault
+    return [VaultCollector(grace=vault.grace_seconds, interval=vault.collect_seconds)]
+
+
+DOMAIN = Domain(
+    name="calm",
+    kinds=(blueprint.KIND, app.KIND, actionrun.KIND),
+    cli={"app": add_app_actions, "actionrun": add_actionrun_actions, "blueprint": add_blueprint_actions},
+    addons=addons,
+)
