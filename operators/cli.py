@@ -600,7 +600,7 @@ def ssh_options(args: argparse.Namespace, demo_node: str | None = None) -> SshOp
 def _cmd_run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from operators.catalog import KINDS
+    from operators.catalog import API_EXTENSIONS, KINDS
     from operators.runtime.engine.runs import RunSettings
     from operators.runtime.process import OperatorOptions, WebhookOptions, run_operator
     from operators.runtime.serving.eventloop import event_loop_factory
@@ -693,14 +693,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     addons: list[Addon] = [VaultCollector(grace=args.vault_grace_seconds, interval=args.vault_collect_seconds),
                            AutoRunner()]
     if args.config_api_port:
-        from operators.config.server import ConfigApiServer
+        from operators.runtime.api.server import ApiServer
 
-        addons.append(ConfigApiServer(
+        addons.append(ApiServer(
             listen=args.config_api_listen, port=args.config_api_port,
             tls_dir=args.config_api_cert_dir or home / "config-api", mounted=args.config_api_cert_dir is not None,
             basic_secret=args.config_api_basic_secret, workers=args.config_api_workers,
             client_ca=args.config_api_client_ca,
-            extensions=("operators.lsm.api:InventoryApi", "operators.graphs.api:GraphsApi"),
+            extensions=API_EXTENSIONS,
             runs_state_dir=options.runs.state_dir if options.runs is not None else None,
         ))
     try:

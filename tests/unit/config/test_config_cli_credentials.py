@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from operators.config.api import ConfigApi
-from operators.config.auth import Access, Identity
 from operators.config.cli import UsageError, _connection, add_config_commands, credentials, run_config
+from operators.runtime.api.auth import Access, Identity
 from operators.runtime.serving.certs import KeyPair, make_ca, make_leaf
 from operators.runtime.serving.http import HttpServer
 from operators.runtime.serving.relay import ClientCa

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from operators.config.auth import Access, Identity
 from operators.graphs import STAGES, GraphNode, Task, load_tasks
+from operators.runtime.api.auth import Access, Identity
 
 _SHARED = next((d for d in (Path(__file__).resolve().parents[3].parent / "shared", Path("/work/shared")) if d.is_dir()),
                Path("/work/shared"))
