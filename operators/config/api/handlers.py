@@ -527,14 +527,15 @@ ROUTES = RouteTable((
         "of a read",
         "delete the values and their history; ?key=a.b: remove one key",
         "?revert=N: put version N's data back in force, as a new version"), strict=True)},
-          parameters=VALUES_PARAMETERS),
+          parameters=VALUES_PARAMETERS, hot=True),
     Route(VALUES_TEMPLATE.removesuffix("/values") + "/overrides",
           {method: Operation(handler, openapi=VALUES_OPERATIONS[method.lower()])
            for method, handler in _VALUES_HANDLERS.items()},
           does="the same for the overrides (also .../override)", parameters=VALUES_PARAMETERS,
-          description=OVERRIDES_DESCRIPTION),
+          description=OVERRIDES_DESCRIPTION, hot=True),
 ), SCHEMAS)
-"""The configuration store's routes; values and overrides are one pattern (the handlers parse the path)."""
+"""The configuration store's routes; values and overrides are one pattern (the handlers parse the path), tried
+first: nearly every request is a lookup."""
 
 
 class ConfigApi(ApiHost):

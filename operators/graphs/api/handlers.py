@@ -1,6 +1,5 @@
 """The deployment graphs API's handlers (`GraphsApi`) and its routes, declared once (see the package)."""
 
-
 from __future__ import annotations
 
 import asyncio

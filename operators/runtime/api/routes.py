@@ -52,7 +52,8 @@ class Operation:
 class Route:
     """A path template and its operations by method. `does`: one line of the root for all its methods
     (`GET|PUT`); `parameters` and `description`: the OpenAPI path item's; `also`: literal paths served the
-    same, neither listed nor documented (`/` for `/api/v1`)."""
+    same, neither listed nor documented (`/` for `/api/v1`); `hot`: tried before every other route, for the
+    route nearly every request takes (a Hiera backend's lookups), when no other can match its paths."""
 
     path: str
     methods: Mapping[str, Operation]
@@ -60,6 +61,7 @@ class Route:
     parameters: Sequence[Mapping[str, Any]] = ()
     description: str = ""
     also: tuple[str, ...] = ()
+    hot: bool = False
 
     def pattern(self) -> str:
         """The regular expression the route matches (unanchored at the end)."""
@@ -85,9 +87,10 @@ class Route:
         return item
 
     def specificity(self) -> tuple[int, ...]:
-        """Literal segments before parameters, position by position: `/graphs/execute/` is tried before
-        `/graphs/{name}/`, whatever the order of declaration (which is the order of the root's list)."""
-        return tuple(int("{" in segment or "[" in segment) for segment in self.path.split("/"))
+        """Hot routes first, then literal segments before parameters, position by position:
+        `/graphs/execute/` is tried before `/graphs/{name}/`, whatever the order of declaration (which is
+        the order of the root's list)."""
+        return (int(not self.hot), *(int("{" in segment or "[" in segment) for segment in self.path.split("/")))
 
 
 def _template_pattern(template: str, enums: Mapping[str, Sequence[str]]) -> str:
