@@ -1,5 +1,5 @@
-"""Who may use the configuration API: Kubernetes bearer tokens, client certificates, and HTTP
-Basic against a Secret.
+"""Who may use the API server (every domain's routes, the configuration store's first): Kubernetes bearer
+tokens, client certificates, and HTTP Basic against a Secret.
 
 The API takes the platform's own authentication plus Basic. On Kubernetes the platform's
 is a bearer token or a client certificate. For a token, `TokenReview` says who it belongs to;
