@@ -84,8 +84,8 @@ sys.path.insert(0, str(ROOT))
 
 from operators.cluster import Binaries, LocalControlPlane, ensure_binaries  # noqa: E402
 from operators.config.api import ConfigApi  # noqa: E402
-from operators.config.auth import TokenReviewAuthenticator  # noqa: E402
 from operators.config.repository import KubeConfigRepository  # noqa: E402
+from operators.runtime.api.auth import TokenReviewAuthenticator  # noqa: E402
 from operators.runtime.kube.client import KubeClient, load_access  # noqa: E402
 from operators.runtime.serving.certs import KeyPair, make_ca, make_leaf  # noqa: E402
 from operators.runtime.serving.eventloop import event_loop_factory  # noqa: E402

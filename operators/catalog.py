@@ -11,8 +11,9 @@ from operators.environment.domain import DOMAIN as ENVIRONMENT
 from operators.graphs.domain import DOMAIN as GRAPHS
 from operators.graphs.kinds import with_merged_graphs
 from operators.lsm.domain import DOMAIN as LSM
+from operators.runtime.api.extension import ExtensionFactory
 from operators.runtime.core.kinds import Kind
-from operators.runtime.domain import ApiExtension, Domain
+from operators.runtime.domain import Domain
 
 DOMAINS: tuple[Domain, ...] = (ENVIRONMENT, CALM, CONFIG, LSM, GRAPHS)
 
@@ -26,5 +27,5 @@ def _extended(kind: Kind) -> Kind:
 KINDS: tuple[Kind, ...] = tuple(_extended(kind) for domain in DOMAINS for kind in domain.kinds)
 """Every domain's kinds, in the catalog's order."""
 
-API_EXTENSIONS: tuple[ApiExtension, ...] = tuple(domain.api for domain in DOMAINS if domain.api is not None)
+API_EXTENSIONS: tuple[ExtensionFactory, ...] = tuple(domain.api for domain in DOMAINS if domain.api is not None)
 """The factories of the domains' routes on the API server, in the catalog's order."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from operators.config.api import ConfigStoreApi
 from operators.config.cli import add_config_actions
 from operators.config.kinds import KINDS
-from operators.config.server import ConfigApiServer
+from operators.runtime.api.server import ApiServer
 from operators.runtime.domain import AddonContext, Domain
 from operators.runtime.engine.addons import Addon
 
@@ -18,14 +19,14 @@ def addons(context: AddonContext) -> Sequence[Addon]:
     api = context.settings.config_api
     if not api.port:
         return []
-    return [ConfigApiServer(
+    return [ApiServer(
         listen=api.listen, port=api.port, tls_dir=api.cert_dir or context.home / "config-api",
         mounted=api.cert_dir is not None, basic_secret=api.basic_secret, workers=api.workers,
         client_ca=api.client_ca,
-        # the server still takes import paths (its worker processes are given them): until it takes the factories
-        extensions=tuple(f"{factory.__module__}:{factory.__qualname__}" for factory in context.api),
+        extensions=tuple(context.api),
         runs_state_dir=context.runs_state_dir,
     )]
 
 
-DOMAIN = Domain(name="config", kinds=KINDS, cli={"config": add_config_actions}, addons=addons)
+DOMAIN = Domain(name="config", kinds=KINDS, api=ConfigStoreApi.serving, cli={"config": add_config_actions},
+                addons=addons)

@@ -11,8 +11,7 @@ and `operators/catalog.py` lists the domains: the one place a domain is added. T
 the API server and `stead crds` read the catalog; none of them names a domain.
 
 The runtime is below every domain (import-linter's layers), so this module names none of their types:
-an API extension is any factory the API server calls, an addon anything with the runtime's `Addon`
-shape.
+an API extension is the API server's `ExtensionFactory`, an addon anything with the runtime's `Addon` shape.
 """
 
 from __future__ import annotations
@@ -21,16 +20,13 @@ import argparse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from operators.runtime.api.extension import ExtensionFactory
     from operators.runtime.core.kinds import Kind
     from operators.runtime.engine.addons import Addon
     from operators.runtime.settings import OperatorSettings
-
-ApiExtension = Callable[..., Any]
-"""The factory of a domain's routes on the API server (`Extension` of the server's extension mechanism):
-called with the API server's client, authenticator, default namespace and settings."""
 
 Actions = Callable[[argparse.ArgumentParser], None]
 """Adds a noun's actions and their flags to the noun's parser (`stead graph` -> upload, list, ...)."""
@@ -46,7 +42,7 @@ class AddonContext:
     """$STEAD_HOME: where an addon keeps files it makes (the API server's certificates)."""
     runs_state_dir: Path | None = None
     """Where the operator's workflow runs keep their files (for the routes that serve their logs)."""
-    api: Sequence[ApiExtension] = ()
+    api: Sequence[ExtensionFactory] = ()
     """Every domain's API extension (`Domain.api` of the catalog's domains), for the API server."""
 
 
@@ -63,7 +59,7 @@ class Domain:
     """Its package's name under `operators` (`calm`, `graphs`, ...)."""
     kinds: tuple[Kind, ...]
     """The kinds it serves, in the order the catalog gives them to the operator (and `stead crds`)."""
-    api: ApiExtension | None = None
+    api: ExtensionFactory | None = None
     """The factory of its routes on the API server; None: it serves none."""
     cli: Mapping[str, Actions] = field(default_factory=dict)
     """Its `stead` nouns, each with what adds its actions. `operators.cli` indexes them by name without

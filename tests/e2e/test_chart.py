@@ -59,7 +59,7 @@ CONFIG_API_WRITES = {"configvalues": {"create", "update", "delete"},
                      # the extensions on the same server: the service inventory and the graphs API
                      "serviceinstances": {"create", "patch"},
                      "deploymentgraphs": {"create", "update", "patch", "delete"}, "graphruns": {"create"}}
-# The service inventory and graphs APIs write as their caller (operators/config/api/extension.py).
+# The service inventory and graphs APIs write as their caller (operators/runtime/api/extension.py).
 IMPERSONATE = {("", "users", "impersonate"), ("", "groups", "impersonate"), ("", "serviceaccounts", "impersonate"),
                ("authentication.k8s.io", "uids", "impersonate")}
 # ConfigValues' history (history.py: GET, list, POST, DELETE) and publication (reconcile.py:

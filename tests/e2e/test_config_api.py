@@ -450,7 +450,7 @@ class WorkersOperator:
         pids = []
         for pid in Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split():
             with contextlib.suppress(FileNotFoundError):  # a child that is just gone
-                if b"operators.config.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                if b"operators.apiworker" in Path(f"/proc/{pid}/cmdline").read_bytes():
                     pids.append(int(pid))
         return pids
 

@@ -391,12 +391,12 @@ class FakeAuth:
     scheme = "Bearer"
 
     def __init__(self) -> None:
-        from operators.config.auth import Access
+        from operators.runtime.api.auth import Access
 
         self.checked: list[Access] = []
 
     async def authenticate(self, authorization: str, peer: str = "") -> Any:
-        from operators.config.auth import Identity
+        from operators.runtime.api.auth import Identity
 
         token = authorization.removeprefix("Bearer ")
         return Identity(user=token, scheme="Bearer") if token in ("good", "reader") else None

@@ -1,8 +1,8 @@
 """The configuration store's HTTP API (docs/configuration.md), under `/api/v1/config`.
 
-`ConfigApi(repository, authenticator)` is the handler of an `operators.runtime.serving.http.HttpServer`
-(its `problem` the server's error answers); the operator process serves it over TLS. Routes
-(HEAD too where GET is allowed):
+`ConfigStoreApi` is the configuration store's extension of the API server (`operators.runtime.api`), which
+the operator process serves over TLS; `ConfigApi(repository, authenticator)` is the server's handler with it
+first, as the server composes it. Routes (HEAD too where GET is allowed):
 
     GET  /components                      list components   POST /components      create one
     GET  /components/<name>
@@ -11,7 +11,7 @@
     GET|PUT|DELETE|POST  /environments/<env>[/<level>/<value>...]/resources/<resource>/values
                                                   (and .../overrides; .../override too)
     GET  /openapi.json
-    GET  / (also /api/v1, /api/v1/config)   the routes, one per line (`openapi.ROUTES`)
+    GET  / (also /api/v1, /api/v1/config)   the routes, one per line (`ROUTES`)
 
 Levels in the path name the environment's hierarchy levels root first; the plural
 `nodes/<fqdn>` is accepted for a level `node` (any level's plural with an `s`). A node is
@@ -37,18 +37,20 @@ environment, level, role (no node of the environment has it, and no values are s
 node (not found at all, or not assigned to this environment), resource (not defined by an
 enabled component), version, values, key.
 
-Authentication comes first, for every route: without valid credentials the answer is 401
-with the same body whatever the path, so an anonymous client learns nothing (not even whether
-an environment exists). A verified client certificate (`Request.certificate`) is the identity
-when there is one; a refused one is 401 with the reason. An authenticated caller lacking RBAC
-permission gets 403.
+Authentication comes first, for every route (`operators.runtime.api.host`): without valid credentials the
+answer is 401 with the same body whatever the path, so an anonymous client learns nothing (not even whether
+an environment exists). An authenticated caller lacking RBAC permission gets 403.
 
-The package: `calls` (what a handler works with: the call, values paths, errors as answers),
-`handlers` (`ConfigApi`: authentication, routing, handlers), `openapi` (the served document).
+The package: `paths` (the prefix, values paths), `bodies` (components and environments in and out),
+`handlers` (`ConfigStoreApi` and its routes, declared once), `openapi` (their operations and schemas).
 """
 
-from operators.config.api.calls import PREFIX, ApiProblem, ValuesPath, parse_values_path
-from operators.config.api.handlers import ConfigApi
-from operators.config.api.openapi import OPENAPI
+from operators.config.api.handlers import ROUTES as STORE_ROUTES
+from operators.config.api.handlers import ConfigApi, ConfigStoreApi
+from operators.config.api.paths import PREFIX, ValuesPath, parse_values_path
+from operators.runtime.api.host import HOST_ROUTES
 
-__all__ = ["OPENAPI", "PREFIX", "ApiProblem", "ConfigApi", "ValuesPath", "parse_values_path"]
+ROUTES = (*HOST_ROUTES.docs(), *STORE_ROUTES.docs())
+"""Every route of the API without other extensions, as its root lists them."""
+
+__all__ = ["PREFIX", "ROUTES", "STORE_ROUTES", "ConfigApi", "ConfigStoreApi", "ValuesPath", "parse_values_path"]

@@ -1,49 +1,28 @@
-"""`ConfigApi`: authentication, routing and the handlers of the configuration API."""
+"""The configuration store's routes (`ConfigStoreApi`, an extension of the API server) and `ConfigApi`, the
+API server's handler with them first, as `stead operator` composes it."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import re
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from http import HTTPStatus
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
-from pydantic import ValidationError
-
-from operators.config.api.calls import (
-    KEY_WRITE_ATTEMPTS,
-    NAMESPACE_PATTERN,
-    PREFIX,
-    UNAUTHORIZED_HEADERS,
-    ApiProblem,
-    Call,
-    K,
-    V,
-    ValuesPath,
-    _dumps,
-    _flag,
-    _if_match,
-    _int_param,
-    _json,
-    _json_body,
-    _level_name,
-    _values_path,
-    bad_request,
-    not_found,
-    object_name_ok,
+from operators.config.api.bodies import component_spec, component_view, environment_spec, environment_view
+from operators.config.api.openapi import (
+    COMPONENT,
+    COMPONENTS,
+    ENVIRONMENT,
+    ENVIRONMENTS,
+    OVERRIDES_DESCRIPTION,
+    SCHEMAS,
+    VALUES_OPERATIONS,
+    VALUES_PARAMETERS,
 )
-from operators.config.api.extension import ApiExtension
-from operators.config.api.openapi import OPENAPI, openapi_document, route_list
-from operators.config.auth import (
-    Access,
-    Authenticator,
-    AuthUnavailable,
-    Identity,
-    TooManyAttempts,
-    certificate_identity,
-)
+from operators.config.api.paths import PREFIX, ValuesPath, level_name, values_path
+from operators.config.cache import PLURALS, cached_repository
 from operators.config.history import Version
 from operators.config.keys import KeyPathError, delete_key, get_key, parse_key, set_key
 from operators.config.levels import (
@@ -59,28 +38,41 @@ from operators.config.levels import (
     role_problem,
 )
 from operators.config.merge import Effective, Layer, effective, origin_of
-from operators.config.models import (
-    ConfigComponentSpec,
-    ResourceDefinition,
-    component_problems,
-    data_problems,
-    resource_definition,
-    unknown_resource_message,
-)
+from operators.config.models import ResourceDefinition, data_problems, resource_definition, unknown_resource_message
 from operators.config.repository import (
     ConfigRepository,
     Conflict,
     Invalid,
+    KubeConfigRepository,
     RepositoryError,
     Snapshot,
     StoredValues,
     Unavailable,
     ValuesTarget,
 )
-from operators.environment.logic import spec_problems as environment_problems
-from operators.environment.models import EnvironmentSpec
-from operators.runtime.core.kinds import field_path
-from operators.runtime.serving.http import Request, Response
+from operators.runtime.api.auth import Authenticator
+from operators.runtime.api.calls import (
+    ApiProblem,
+    Call,
+    bad_request,
+    dumps,
+    flag,
+    if_match,
+    int_param,
+    json_body,
+    json_response,
+    not_found,
+    object_name_ok,
+)
+from operators.runtime.api.extension import ApiExtension, ExtensionSettings, HandlersBase
+from operators.runtime.api.host import ApiHost
+from operators.runtime.api.routes import Operation, Route, RouteTable
+from operators.runtime.kube.client import Requester, load_access
+from operators.runtime.serving.http import Response
+
+KEY_WRITE_ATTEMPTS = 5
+K = TypeVar("K")
+V = TypeVar("V")
 
 log = logging.getLogger(__name__)
 
@@ -112,19 +104,50 @@ def _remember(memo: dict[K, V], key: K, value: V) -> V:
     return value
 
 
-class ConfigApi:
-    """The handlers, over an injected repository and authenticator."""
+class ConfigStoreApi(HandlersBase):
+    """The handlers, over an injected repository and the authenticator that checks callers."""
+
+    resource = "configvalues"
 
     def __init__(self, repository: ConfigRepository, authenticator: Authenticator,
-                 default_namespace: str = "default", extensions: Sequence[ApiExtension] = ()) -> None:
+                 default_namespace: str = "default", settings: ExtensionSettings | None = None,
+                 kube: Requester | None = None) -> None:
+        super().__init__(authenticator, default_namespace, settings)
+        self.kube = kube  # for the cache `start` makes; None: the repository is all there is
         self.repository = repository
-        self.authenticator = authenticator
-        self.default_namespace = default_namespace
-        self.extensions = tuple(extensions)
         self._derived: weakref.WeakKeyDictionary[Snapshot, _Derived] = weakref.WeakKeyDictionary()
-        self._table = self._routes()
-        self._index = route_list([doc for extension in self.extensions for doc in extension.route_docs()])
-        self._openapi = OPENAPI if not self.extensions else openapi_document(self.extensions)
+
+    @classmethod
+    def serving(cls, kube: Requester, authenticator: Authenticator, default_namespace: str,
+                settings: ExtensionSettings) -> ConfigStoreApi:
+        """The extension factory: reads go to the API server until `start` puts a watch-fed cache between."""
+        return cls(KubeConfigRepository(kube), authenticator, default_namespace, settings, kube)
+
+    async def start(self, stack: contextlib.AsyncExitStack) -> None:
+        """Serve reads from a watch-fed cache (`operators.config.cache`) following the operator's watches when
+        they see every object of the configuration kinds, else watches of its own."""
+        if not self.settings.cache or self.kube is None:
+            return
+        watches = self.settings.watches
+        shared = {p: watches[p] for p in PLURALS} if watches and set(PLURALS) <= set(watches) else None
+        self.repository = await stack.enter_async_context(
+            cached_repository(self.kube, load_access(self.settings.kubeconfig), shared))
+
+    def declared(self) -> RouteTable:
+        return ROUTES
+
+    def problem_of(self, error: Exception) -> ApiProblem | None:
+        """The configuration store's errors as answers."""
+        if isinstance(error, Conflict):
+            return ApiProblem(409, "Conflict", str(error))
+        if isinstance(error, Invalid):
+            return ApiProblem(400, "BadRequest", str(error))
+        if isinstance(error, Unavailable):
+            log.warning("configuration store unavailable: %s", error)
+            return ApiProblem(503, "ServiceUnavailable", "the configuration store is unavailable; retry")
+        if isinstance(error, RepositoryError):
+            return ApiProblem(500, "InternalError", str(error))
+        return None
 
     def _derived_from(self, snapshot: Snapshot) -> _Derived:
         derived = self._derived.get(snapshot)
@@ -141,216 +164,83 @@ class ConfigApi:
             result = _remember(derived.effective, (resource, point), effective(point, snapshot.layers(resource)))
         return result
 
-    # --- plumbing ---------------------------------------------------------------------
-
-    def _routes(self) -> list[tuple[re.Pattern[str], dict[str, Callable[[Call], Awaitable[Response]]]]]:
-        """Path patterns (on the decoded path; mutually exclusive) and their handlers by method.
-        The values route comes first: nearly every request is a lookup."""
-        name, env = r"(?P<name>[^/]+)", r"(?P<env>[^/]+)"
-        table: list[tuple[str, Mapping[str, Callable[[Call], Awaitable[Response]]]]] = [
-            (rf"{PREFIX}/environments/{env}/(?P<tail>.+)",
-             {"GET": self.get_values, "PUT": self.put_values, "DELETE": self.delete_values, "POST": self.post_values}),
-            (rf"{PREFIX}/environments/{env}", {"GET": self.get_environment}),
-            (rf"{PREFIX}/environments", {"GET": self.list_environments, "POST": self.create_environment}),
-            (rf"{PREFIX}/components/{name}", {"GET": self.get_component}),
-            (rf"{PREFIX}/components", {"GET": self.list_components, "POST": self.create_component}),
-            (rf"{PREFIX}/openapi\.json", {"GET": self.openapi}),
-            (rf"(?:/|/api/v1/?|{PREFIX}/?)", {"GET": self.index}),
-        ]
-        table += [route for extension in self.extensions for route in extension.routes()]
-        return [(re.compile(pattern + "$"), {**methods, **({"HEAD": methods["GET"]} if "GET" in methods else {})})
-                for pattern, methods in table]
-
-    def _route(self, request: Request) -> tuple[Callable[[Call], Awaitable[Response]], dict[str, str]]:
-        for pattern, methods in self._table:
-            match = pattern.match(request.path)
-            if match is not None:
-                handler = methods.get(request.method)
-                if handler is None:
-                    raise ApiProblem(405, "MethodNotAllowed", f"{request.method} is not allowed on {request.path}")
-                return handler, match.groupdict()
-        not_found("route", f"no such route: {request.method} {request.path}")
-
-    async def _identify(self, request: Request) -> Identity | Response:
-        """Who sends the request, or the answer refusing it (401, 429, 503).
-
-        A client certificate comes first, as in Kubernetes: a verified one is the identity (any
-        `Authorization` header is then not looked at), a refused one (expired, say) is 401 with the
-        reason whatever else the request carries."""
-        certificate = request.certificate
-        if certificate is not None:
-            if certificate.problem:
-                return ApiProblem(401, "Unauthorized", f"client certificate refused: {certificate.problem}"
-                                  ).response(UNAUTHORIZED_HEADERS)
-            return certificate_identity(certificate.user, certificate.groups)
-        try:
-            identity = await self.authenticator.authenticate(request.headers.get("authorization", ""), request.peer)
-        except AuthUnavailable:
-            return ApiProblem(503, "ServiceUnavailable", "credentials cannot be checked now; retry").response()
-        except TooManyAttempts as error:
-            return ApiProblem(429, "TooManyRequests", str(error)).response({"Retry-After": "1"})
-        if identity is None:
-            return ApiProblem(401, "Unauthorized", "valid credentials are required").response(UNAUTHORIZED_HEADERS)
-        return identity
-
-    async def gate(self, request: Request) -> Response | None:
-        """The HTTP server's gate (`HttpServer.gate`): a request with a body is authenticated on its head,
-        before the body is read. The handler authenticates it again, from the review cache."""
-        found = await self._identify(request)
-        return found if isinstance(found, Response) else None
-
-    async def __call__(self, request: Request) -> Response:
-        """Authenticate every request before routing can tell anything, then map errors to JSON."""
-        found = await self._identify(request)
-        if isinstance(found, Response):
-            return found
-        identity = found
-        try:
-            handler, params = self._route(request)
-            return await handler(Call(request, params, identity))
-        except ApiProblem as problem:
-            return problem.response()
-        except AuthUnavailable:
-            return ApiProblem(503, "ServiceUnavailable", "permissions cannot be checked now; retry").response()
-        except Conflict as error:
-            return ApiProblem(409, "Conflict", str(error)).response()
-        except Invalid as error:
-            return ApiProblem(400, "BadRequest", str(error)).response()
-        except Unavailable as error:
-            log.warning("configuration store unavailable: %s", error)
-            return ApiProblem(503, "ServiceUnavailable", "the configuration store is unavailable; retry").response()
-        except RepositoryError as error:
-            return ApiProblem(500, "InternalError", str(error)).response()
-
-    @staticmethod
-    def problem(status: int, message: str) -> Response:
-        """The answer to a request the HTTP server refuses itself (malformed, too large, too slow):
-        the API's error body."""
-        error = "InternalError" if status == 500 else HTTPStatus(status).phrase.replace(" ", "").replace("-", "")
-        return ApiProblem(status, error, message).response()
-
-    def _namespace(self, call: Call) -> str:
-        namespace = call.query.get("namespace", self.default_namespace)
-        if not NAMESPACE_PATTERN.match(namespace) or len(namespace) > 63:
-            bad_request(f"query parameter namespace: {namespace!r} is not a valid namespace name")
-        return namespace
-
-    async def _authorize(self, call: Call, verb: str, resource: str, namespace: str, name: str = "") -> None:
-        identity = call.identity
-        if not await self.authenticator.authorize(identity, Access(verb, resource, namespace, name)):
-            raise ApiProblem(403, "Forbidden",
-                             f'user "{identity.user}" may not {verb} {resource} in namespace "{namespace}"')
-
     async def _authorize_write(self, call: Call, verb: str, namespace: str, stored: StoredValues | None) -> None:
         """A write of values, as RBAC sees it: `create` when no object holds them yet (a PUT that
         creates), else `verb` on that very object (by name)."""
         if stored is None:
-            await self._authorize(call, "create", "configvalues", namespace)
+            await self.authorize(call, "create", namespace, resource="configvalues")
         else:
-            await self._authorize(call, verb, "configvalues", namespace, stored.name)
+            await self.authorize(call, verb, namespace, stored.name, resource="configvalues")
 
     # --- components and environments ---------------------------------------------------
 
-    @staticmethod
-    def _component_view(name: str, spec: ConfigComponentSpec) -> dict[str, Any]:
-        definitions: dict[str, Any] = {}
-        for resource in spec.resources:
-            definition: dict[str, Any] = {}
-            if resource.value_schema is not None:
-                definition["schema"] = resource.value_schema
-            if resource.description:
-                definition["description"] = resource.description
-            definitions[resource.name] = definition
-        view: dict[str, Any] = {"id": name, "name": name, "resource_definitions": definitions}
-        if spec.description:
-            view["description"] = spec.description
-        return view
-
     async def list_components(self, call: Call) -> Response:
-        namespace = self._namespace(call)
-        await self._authorize(call, "list", "configcomponents", namespace)
+        namespace = self.namespace(call)
+        await self.authorize(call, "list", namespace, resource="configcomponents")
         components = await self.repository.list_components(namespace)
-        return _json([self._component_view(n, s) for n, s in sorted(components.items())])
+        return json_response([component_view(n, s) for n, s in sorted(components.items())])
 
     async def get_component(self, call: Call) -> Response:
-        namespace = self._namespace(call)
+        namespace = self.namespace(call)
         name = call.params["name"]
-        await self._authorize(call, "get", "configcomponents", namespace, name)
+        await self.authorize(call, "get", namespace, name, resource="configcomponents")
         spec = (await self.repository.list_components(namespace)).get(name)
         if spec is None:
             not_found("component", f'component "{name}" not found in namespace "{namespace}"')
-        return _json(self._component_view(name, spec))
+        return json_response(component_view(name, spec))
 
     async def create_component(self, call: Call) -> Response:
-        namespace = self._namespace(call)
-        await self._authorize(call, "create", "configcomponents", namespace)
-        body = _json_body(call)
+        namespace = self.namespace(call)
+        await self.authorize(call, "create", namespace, resource="configcomponents")
+        body = json_body(call)
         if not isinstance(body, dict):
             bad_request("body: expected a JSON object with name and resource_definitions")
         name = body.get("name")
         if not isinstance(name, str) or not name:
             bad_request("body.name: required, a string")
-        spec = _component_spec(body)
+        spec = component_spec(body)
         await self.repository.create_component(namespace, name, spec)
-        return _json(self._component_view(name, spec))
-
-    @staticmethod
-    def _environment_view(name: str, spec: EnvironmentSpec) -> dict[str, Any]:
-        return {
-            "id": name, "name": name, "release": spec.release, "components": list(spec.components),
-            "hierarchy_levels": list(spec.hierarchy_levels),
-            "nodes": [node.model_dump(by_alias=True, exclude_none=True) for node in spec.nodes],
-        }
+        return json_response(component_view(name, spec))
 
     async def list_environments(self, call: Call) -> Response:
-        namespace = self._namespace(call)
-        await self._authorize(call, "list", "environments", namespace)
+        namespace = self.namespace(call)
+        await self.authorize(call, "list", namespace, resource="environments")
         environments = await self.repository.list_environments(namespace)
-        return _json([self._environment_view(n, s) for n, s in sorted(environments.items())])
+        return json_response([environment_view(n, s) for n, s in sorted(environments.items())])
 
     async def get_environment(self, call: Call) -> Response:
-        namespace = self._namespace(call)
+        namespace = self.namespace(call)
         name = call.params["env"]
-        await self._authorize(call, "get", "environments", namespace, name)
+        await self.authorize(call, "get", namespace, name, resource="environments")
         snapshot = await self.repository.snapshot(namespace, name) if object_name_ok(name) else None
         if snapshot is None:
             not_found("environment", f'environment "{name}" not found in namespace "{namespace}"')
-        return _json(self._environment_view(name, snapshot.environment))
+        return json_response(environment_view(name, snapshot.environment))
 
     async def create_environment(self, call: Call) -> Response:
-        namespace = self._namespace(call)
-        await self._authorize(call, "create", "environments", namespace)
-        body = _json_body(call)
+        namespace = self.namespace(call)
+        await self.authorize(call, "create", namespace, resource="environments")
+        body = json_body(call)
         if not isinstance(body, dict):
             bad_request("body: expected a JSON object")
-        name = body.get("name", body.get("id"))
-        if not isinstance(name, str) or not name:
-            bad_request("body.name: required, a string")
-        raw = {_camel(k): v for k, v in body.items() if k not in ("id", "name")}
-        try:
-            spec = EnvironmentSpec.model_validate(raw)
-        except ValidationError as error:
-            bad_request("; ".join(f"body.{field_path(e['loc'])}: {e['msg']}" for e in error.errors()))
-        problems = environment_problems(spec.model_dump(by_alias=True))
-        if problems:
-            bad_request("; ".join(p.replace("spec.", "body.", 1) for p in problems))
+        name, spec = environment_spec(body)
         await self.repository.create_environment(namespace, name, spec)
-        return _json(self._environment_view(name, spec))
+        return json_response(environment_view(name, spec))
 
     # --- values ---------------------------------------------------------------------------
 
     async def _resolve(self, call: Call, verb: str
                        ) -> tuple[str, ValuesPath, Snapshot, Point, ResourceDefinition]:
         """Parse and check a values path: environment, levels, node, resource (each missing part its own 404)."""
-        namespace = self._namespace(call)
-        path = _values_path(call)
+        namespace = self.namespace(call)
+        path = values_path(call)
         snapshot = await self._snapshot(call, verb, namespace)
         return (namespace, path, *await self._locate(namespace, path, snapshot))
 
     async def _snapshot(self, call: Call, verb: str, namespace: str) -> Snapshot | None:
         """The environment's snapshot, once `verb` on values in the namespace is allowed (None when
         there is none, or the name cannot be one: it never reaches an API-server path)."""
-        await self._authorize(call, verb, "configvalues", namespace)
+        await self.authorize(call, verb, namespace, resource="configvalues")
         name = call.params["env"]
         return await self.repository.snapshot(namespace, name) if object_name_ok(name) else None
 
@@ -367,7 +257,7 @@ class ConfigApi:
         hierarchy = list(env.hierarchy_levels)
         pairs: list[tuple[str, str]] = []
         for name, value in path.pairs:
-            level = _level_name(name, hierarchy)
+            level = level_name(name, hierarchy)
             if level is None:
                 not_found("level", f'environment "{path.environment}" has no level "{name}" '
                                    f"(levels: {', '.join(hierarchy)})")
@@ -431,32 +321,32 @@ class ConfigApi:
         not_found("version", f"version {number} of the {self._describe(path, point)} not found (kept: {kept})")
 
     async def get_values(self, call: Call) -> Response:
-        namespace = self._namespace(call)
+        namespace = self.namespace(call)
         read = await self._snapshot(call, "get", namespace)
         derived = self._derived.get(read) if read is not None else None
         answer = derived.answers.get((call.request.path, call.request.query)) if derived is not None else None
         if answer is not None:  # this very lookup (path and query), answered before from this snapshot
             return Response(200, answer)
-        path = _values_path(call)
+        path = values_path(call)
         snapshot, point, _ = await self._locate(namespace, path, read)
-        number = _int_param(call, "version")
+        number = int_param(call, "version")
         key = call.query.get("key")
-        lookup = (number is None and _flag(call, "effective") and not _flag(call, "history")
-                  and not _flag(call, "trace", "show_lookup"))
+        lookup = (number is None and flag(call, "effective") and not flag(call, "history")
+                  and not flag(call, "trace", "show_lookup"))
         if lookup:  # a Hiera lookup: the same bytes again for as long as the snapshot is the same object
             result = self._effective_at(snapshot, path.resource, point)
-            answer = _dumps(result.values if key is None else self._key(result.values, key))
+            answer = dumps(result.values if key is None else self._key(result.values, key))
             _remember(self._derived_from(snapshot).answers, (call.request.path, call.request.query), answer)
             return Response(200, answer)
         stored = snapshot.find(path.resource, path.kind, point)
         headers: dict[str, str] = {}
-        if _flag(call, "history"):
+        if flag(call, "history"):
             if stored is None:
                 not_found("values", f"no {self._describe(path, point)}")
             versions = await self.repository.versions(namespace, stored)
-            return _json({"object": stored.name, "current": stored.version,
+            return json_response({"object": stored.name, "current": stored.version,
                           "versions": [v.info() for v in versions]})
-        if _flag(call, "effective"):
+        if flag(call, "effective"):
             if number is not None:
                 version = await self._version(namespace, path, point, stored, number)
                 assert stored is not None
@@ -465,8 +355,8 @@ class ConfigApi:
                 result = effective(point, layers)
             else:
                 result = self._effective_at(snapshot, path.resource, point)
-            if _flag(call, "trace", "show_lookup"):
-                return _json(self._traced(result, key))
+            if flag(call, "trace", "show_lookup"):
+                return json_response(self._traced(result, key))
             data: Any = result.values
         elif number is not None:
             version = await self._version(namespace, path, point, stored, number)
@@ -482,7 +372,7 @@ class ConfigApi:
                 headers["X-Stead-Version"] = str(stored.version)
         if key is not None:
             data = self._key(data, key)
-        return _json(data, headers=headers)
+        return json_response(data, headers=headers)
 
     @staticmethod
     def _key(data: Any, key: str) -> Any:
@@ -504,19 +394,19 @@ class ConfigApi:
     async def put_values(self, call: Call) -> Response:
         namespace, path, snapshot, point, definition = await self._resolve(call, "get")
         await self._authorize_write(call, "update", namespace, snapshot.find(path.resource, path.kind, point))
-        body = _json_body(call)
+        body = json_body(call)
         key = call.query.get("key")
         if key is None:
             if not isinstance(body, dict):
                 bad_request("body: the data of a resource is a JSON object (use ?key= to set one key)")
-            stored = await self._write(namespace, path, snapshot, point, definition, _if_match(call),
+            stored = await self._write(namespace, path, snapshot, point, definition, if_match(call),
                                        lambda _: body)
         else:
             try:
                 parse_key(key)
             except KeyPathError as error:
                 bad_request(f"query parameter key: {error}")
-            stored = await self._write(namespace, path, snapshot, point, definition, _if_match(call),
+            stored = await self._write(namespace, path, snapshot, point, definition, if_match(call),
                                        lambda current: set_key(current, key, body))
         return self._written(stored)
 
@@ -528,27 +418,27 @@ class ConfigApi:
             not_found("values", f"no {self._describe(path, point)}")
         await self._authorize_write(call, "delete" if key is None else "update", namespace, stored)
         if key is None:
-            await self._delete(namespace, path, snapshot, point, _if_match(call))
+            await self._delete(namespace, path, snapshot, point, if_match(call))
             return Response(204)
-        result = await self._write(namespace, path, snapshot, point, definition, _if_match(call),
+        result = await self._write(namespace, path, snapshot, point, definition, if_match(call),
                                    lambda current: delete_key(current, key))
         return self._written(result)
 
     async def post_values(self, call: Call) -> Response:
         namespace, path, snapshot, point, definition = await self._resolve(call, "get")
-        number = _int_param(call, "revert")
+        number = int_param(call, "revert")
         if number is None:
             bad_request("POST on values needs ?revert=<version>")
         stored = snapshot.find(path.resource, path.kind, point)
         await self._authorize_write(call, "update", namespace, stored)
         version = await self._version(namespace, path, point, stored, number)
-        result = await self._write(namespace, path, snapshot, point, definition, _if_match(call),
+        result = await self._write(namespace, path, snapshot, point, definition, if_match(call),
                                    lambda _: version.data)
         return self._written(result)
 
     @staticmethod
     def _written(stored: StoredValues) -> Response:
-        return _json(stored.data, headers={"ETag": f'"{stored.etag}"', "X-Stead-Object": stored.name})
+        return json_response(stored.data, headers={"ETag": f'"{stored.etag}"', "X-Stead-Object": stored.name})
 
     def _check_etag(self, path: ValuesPath, point: Point, stored: StoredValues | None, expect: str | None) -> None:
         if expect is not None and (stored is None or stored.etag != expect):
@@ -608,42 +498,52 @@ class ConfigApi:
             current = await self._fresh(namespace, path)
         raise Conflict("the values kept changing during the write; retry")
 
-    async def openapi(self, call: Call) -> Response:
-        return _json(self._openapi)
 
-    async def index(self, call: Call) -> Response:
-        """The routes, one per line (any authenticated caller: it is what the documentation says)."""
-        return Response(200, self._index)
+VALUES_TEMPLATE = PREFIX + "/environments/{env}[/{level}/{value}...]/resources/{resource}/values"
+_VALUES_HANDLERS = {"GET": ConfigStoreApi.get_values, "PUT": ConfigStoreApi.put_values,
+                    "DELETE": ConfigStoreApi.delete_values, "POST": ConfigStoreApi.post_values}
+ROUTES = RouteTable((
+    Route(PREFIX + "/components", {
+        "GET": Operation(ConfigStoreApi.list_components, "list the components", COMPONENTS["get"]),
+        "POST": Operation(ConfigStoreApi.create_component,
+                          "create a component: {name, resource_definitions: {name: {schema}}}", COMPONENTS["post"])},
+          parameters=COMPONENTS["parameters"]),
+    Route(PREFIX + "/components/{name}", {"GET": Operation(ConfigStoreApi.get_component, "one component",
+                                                           COMPONENT["get"])}, parameters=COMPONENT["parameters"]),
+    Route(PREFIX + "/environments", {
+        "GET": Operation(ConfigStoreApi.list_environments, "list the environments", ENVIRONMENTS["get"]),
+        "POST": Operation(ConfigStoreApi.create_environment,
+                          "create an environment: {name, release, nodes, hierarchy_levels, components}",
+                          ENVIRONMENTS["post"])},
+          parameters=ENVIRONMENTS["parameters"]),
+    Route(PREFIX + "/environments/{env}", {"GET": Operation(ConfigStoreApi.get_environment, "one environment",
+                                                            ENVIRONMENT["get"])},
+          parameters=ENVIRONMENT["parameters"]),
+    Route(VALUES_TEMPLATE, {method: Operation(handler, does, VALUES_OPERATIONS[method.lower()])
+                            for (method, handler), does in zip(_VALUES_HANDLERS.items(), (
+        "the values stored at the level; ?effective: merged from the root down, &trace: with the level each key "
+        "came from; ?key=a.b: one key; ?version=N: a kept version; ?history: the kept versions",
+        "replace the values (a JSON object); ?key=a.b: set one key (the body: any JSON value); If-Match: the ETag "
+        "of a read",
+        "delete the values and their history; ?key=a.b: remove one key",
+        "?revert=N: put version N's data back in force, as a new version"), strict=True)},
+          parameters=VALUES_PARAMETERS, hot=True),
+    Route(VALUES_TEMPLATE.removesuffix("/values") + "/overrides",
+          {method: Operation(handler, openapi=VALUES_OPERATIONS[method.lower()])
+           for method, handler in _VALUES_HANDLERS.items()},
+          does="the same for the overrides (also .../override)", parameters=VALUES_PARAMETERS,
+          description=OVERRIDES_DESCRIPTION, hot=True),
+), SCHEMAS)
+"""The configuration store's routes; values and overrides are one pattern (the handlers parse the path), tried
+first: nearly every request is a lookup."""
 
 
-def _camel(key: str) -> str:
-    head, *rest = key.split("_")
-    return head + "".join(part.title() for part in rest)
+class ConfigApi(ApiHost):
+    """The API server's handler with the configuration store's routes first, over `repository`, then
+    `extensions`' (as `stead operator` composes it; tests and benchmarks give their own repository)."""
 
-
-def _component_spec(body: Mapping[str, Any]) -> ConfigComponentSpec:
-    """A ConfigComponent spec from a request body in Fuel's shape (`resource_definitions` as a mapping of
-    name to definition) or Stead's (`resources` as a list)."""
-    definitions = body.get("resource_definitions", body.get("resourceDefinitions"))
-    raw: dict[str, Any] = {}
-    if definitions is not None:
-        if not isinstance(definitions, dict):
-            bad_request("body.resource_definitions: expected a mapping of resource name to definition")
-        resources = []
-        for name, definition in definitions.items():
-            if definition is not None and not isinstance(definition, dict):
-                bad_request(f"body.resource_definitions.{name}: expected a mapping")
-            resources.append({"name": name, **(definition or {})})
-        raw["resources"] = resources
-    elif "resources" in body:
-        raw["resources"] = body["resources"]
-    if "description" in body:
-        raw["description"] = body["description"]
-    try:
-        spec = ConfigComponentSpec.model_validate(raw)
-    except ValidationError as error:
-        bad_request("; ".join(f"body.{field_path(e['loc'])}: {e['msg']}" for e in error.errors()))
-    problems = component_problems(spec.model_dump(by_alias=True, exclude_none=True))
-    if problems:
-        bad_request("; ".join(p.replace("spec.", "body.", 1) for p in problems))
-    return spec
+    def __init__(self, repository: ConfigRepository, authenticator: Authenticator,
+                 default_namespace: str = "default", extensions: Sequence[ApiExtension] = ()) -> None:
+        self.store = ConfigStoreApi(repository, authenticator, default_namespace)
+        self.extensions = tuple(extensions)
+        super().__init__(authenticator, default_namespace, (self.store, *self.extensions))

@@ -14,11 +14,11 @@ from aiohttp import ClientSession
 from yarl import URL
 
 from operators.config.api import ConfigApi, parse_values_path
-from operators.config.auth import Access, BasicAuthenticator, ChainAuthenticator, Identity, static_credentials
 from operators.config.history import Version, data_hash
 from operators.config.models import ConfigComponentSpec, ConfigValuesSpec
 from operators.config.repository import Conflict, Snapshot, StoredValues, ValuesTarget
 from operators.environment.models import EnvironmentSpec
+from operators.runtime.api.auth import Access, BasicAuthenticator, ChainAuthenticator, Identity, static_credentials
 from operators.runtime.serving.http import HttpServer
 from tests.unit.fakeapi import FakeAuth
 
@@ -548,7 +548,7 @@ def test_object_paths_escape_names() -> None:
 
 
 def test_a_client_over_its_review_budget_gets_429_with_retry_after() -> None:
-    from operators.config.auth import TooManyAttempts
+    from operators.runtime.api.auth import TooManyAttempts
 
     peers: list[str] = []
 
@@ -605,7 +605,7 @@ def test_a_role_whose_nodes_are_gone_is_still_readable_while_values_are_stored_a
 
 
 def test_the_root_lists_every_route_one_per_line() -> None:
-    from operators.config.api.openapi import ROUTES
+    from operators.config.api import ROUTES
 
     async def scenario(client: ClientSession, repo: FakeRepository) -> None:
         answers = set()
@@ -624,7 +624,7 @@ def test_the_root_lists_every_route_one_per_line() -> None:
 
 
 def test_every_route_listed_is_routed_and_every_route_is_listed() -> None:
-    from operators.config.api.openapi import ROUTES
+    from operators.config.api import ROUTES
     from operators.runtime.serving.http import Request as HttpRequest
 
     api = ConfigApi(make_repo(), FakeAuth())

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from operators.config.auth import (
+from operators.runtime.api.auth import (
     Access,
     AuthUnavailable,
     BasicAuthenticator,
@@ -152,7 +152,7 @@ def test_the_chain_asks_the_authenticator_of_the_headers_scheme() -> None:
 
 
 def test_a_flood_of_junk_tokens_costs_a_bounded_number_of_reviews_and_keeps_good_entries() -> None:
-    from operators.config.auth import PeerBudget, TooManyAttempts
+    from operators.runtime.api.auth import PeerBudget, TooManyAttempts
 
     kube, clock = api(), Clock()
     auth = TokenReviewAuthenticator(kube, clock=clock, budget=PeerBudget(rate=5, burst=20, clock=clock))
@@ -186,7 +186,7 @@ def test_a_flood_of_junk_tokens_costs_a_bounded_number_of_reviews_and_keeps_good
 
 
 def test_the_negative_cache_is_bounded() -> None:
-    from operators.config.auth import PeerBudget
+    from operators.runtime.api.auth import PeerBudget
 
     kube, clock = api(), Clock()
     unlimited = PeerBudget(rate=1e9, burst=1e9, clock=clock, total_rate=1e9, total_burst=1e9)
@@ -225,7 +225,7 @@ def test_basic_credentials_can_be_limited_to_namespaces() -> None:
 
 
 def test_certificate_users_are_authorized_by_subject_access_review_with_their_groups() -> None:
-    from operators.config.auth import CertificateAuthenticator, certificate_identity
+    from operators.runtime.api.auth import CertificateAuthenticator, certificate_identity
 
     kube = api()
     tokens = TokenReviewAuthenticator(kube)
@@ -249,7 +249,7 @@ def test_junk_tokens_from_many_loopback_addresses_cost_at_most_the_shared_budget
     import socket
 
     from operators.config.api import ConfigApi
-    from operators.config.auth import PeerBudget
+    from operators.runtime.api.auth import PeerBudget
     from operators.runtime.serving.http import HttpServer
     from tests.unit.config.test_config_api import make_repo
 

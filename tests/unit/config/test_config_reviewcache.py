@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from operators.config.reviewcache import ReviewCache
+from operators.runtime.api.reviewcache import ReviewCache
 
 
 class Clock:

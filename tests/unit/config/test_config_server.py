@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from operators.config.server import ConfigApiServer
+from operators.runtime.api.server import ApiServer as ConfigApiServer
 
 
 def test_a_worker_serves_as_the_operator_would_from_the_certificates_made_for_it(tmp_path: Path) -> None:
@@ -42,7 +42,7 @@ def test_the_worker_argument_names_the_secret_but_never_holds_credentials(tmp_pa
 def test_the_client_ca_comes_from_the_clusters_configmap_a_file_or_nowhere(tmp_path: Path) -> None:
     import asyncio
 
-    from operators.config.server import read_client_ca
+    from operators.runtime.api.server import read_client_ca
     from operators.runtime.kube.client import ApiError, core_path
     from tests.unit.fakeapi import FakeApi
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from operators.config.auth import Access, Identity
 from operators.graphs import STAGES, GraphNode, Task, load_tasks
+from operators.runtime.api.auth import Access, Identity
 
 FUEL_LIBRARY = Path(__file__).resolve().parents[2] / "data/fuel-library/openstack-network-tasks.yaml"
 """Fuel's published task file, in the repository with its licence and origin (tests/data/fuel-library/)."""

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from operators.config.api import ConfigApi
-from operators.config.auth import Access
 from operators.config.repository import ConfigRepository
 from operators.environment.models import ENVIRONMENT
 from operators.graphs import DEPLOYMENT_GRAPH, GRAPH_RUN, GraphRunSpec, load_file, task_to_fuel
 from operators.graphs.api import GraphsApi
+from operators.runtime.api.auth import Access
 from operators.runtime.kube.client import ApiError, custom_path
 from operators.runtime.serving.http import Request
 from tests.unit.fakeapi import FakeApi, FakeAuth

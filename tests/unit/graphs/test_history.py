@@ -16,8 +16,6 @@ import lmdb
 import pytest
 
 from operators.config.api import ConfigApi
-from operators.config.api.extension import ExtensionSettings
-from operators.config.auth import Access
 from operators.config.repository import ConfigRepository
 from operators.environment.models import ENVIRONMENT
 from operators.graphs import GRAPH_RUN
@@ -35,6 +33,8 @@ from operators.graphs.history import (
     to_csv,
 )
 from operators.graphs.planner import STATUS_NOOP_RESOURCES, instances_status
+from operators.runtime.api.auth import Access
+from operators.runtime.api.extension import ExtensionSettings
 from operators.runtime.kube.client import custom_path
 from operators.runtime.serving.http import Request
 from pipelines.executors.ssh.noop import MAX_RESOURCES, NoopReport, resource_of

@@ -12,12 +12,12 @@ from typing import Any, cast
 import pytest
 
 from operators.config.api import ConfigApi
-from operators.config.api.extension import ExtensionSettings
-from operators.config.auth import Access
 from operators.config.repository import ConfigRepository
 from operators.graphs import GRAPH_RUN
 from operators.graphs.api import GraphsApi
 from operators.graphs.output import PAGE_BYTES, PLAN_FILE, RunInstance, output_file, read_page
+from operators.runtime.api.auth import Access
+from operators.runtime.api.extension import ExtensionSettings
 from operators.runtime.kube.client import custom_path
 from operators.runtime.serving.http import Request
 from pipelines.paths import RunPaths

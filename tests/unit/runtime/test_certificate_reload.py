@@ -93,7 +93,7 @@ def test_a_private_key_is_written_0600_from_its_first_byte(tmp_path: Path, monke
 
 
 def test_the_config_api_serves_a_renewed_mounted_certificate(tmp_path: Path) -> None:
-    from operators.config.server import ConfigApiServer
+    from operators.runtime.api.server import ApiServer as ConfigApiServer
 
     files = Renewal(tmp_path, "config-api")
 
@@ -165,7 +165,7 @@ async def _reload_on_change(server: object, files: Renewal) -> None:
 
 
 def test_the_config_api_follows_a_renewed_client_ca_in_the_clusters_configmap() -> None:
-    from operators.config.server import ConfigApiServer
+    from operators.runtime.api.server import ApiServer as ConfigApiServer
     from operators.runtime.kube.client import core_path
     from operators.runtime.serving.relay import ClientCa
     from tests.unit.fakeapi import FakeApi

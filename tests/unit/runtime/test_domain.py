@@ -9,10 +9,11 @@ from pathlib import Path
 from operators import environment
 from operators.calm.vaultgc import VaultCollector
 from operators.catalog import API_EXTENSIONS, DOMAINS, KINDS
-from operators.config.server import ConfigApiServer
+from operators.config.api import ConfigStoreApi
 from operators.graphs.api import GraphsApi
 from operators.graphs.autorunner import AutoRunner
 from operators.lsm.api import InventoryApi
+from operators.runtime.api.server import ApiServer
 from operators.runtime.domain import AddonContext
 from operators.runtime.settings import ConfigApiSettings, OperatorSettings, VaultSettings
 
@@ -29,7 +30,7 @@ def test_the_kinds_are_the_domains_kinds_in_order_the_environment_extended_by_gr
 
 
 def test_the_api_extensions_are_the_domains_factories() -> None:
-    assert (InventoryApi, GraphsApi) == API_EXTENSIONS
+    assert (ConfigStoreApi.serving, InventoryApi, GraphsApi) == API_EXTENSIONS
 
 
 def _addons(settings: OperatorSettings, tmp_path: Path) -> list[object]:
@@ -43,10 +44,10 @@ def test_the_addons_are_built_from_the_settings(tmp_path: Path) -> None:
     collector, server, runner = _addons(settings, tmp_path)
     assert isinstance(collector, VaultCollector) and (collector.grace, collector.interval) == (5.0, 2.0)
     assert isinstance(runner, AutoRunner)
-    assert isinstance(server, ConfigApiServer)
+    assert isinstance(server, ApiServer)
     assert (server.port, server.workers, server.tls_dir, server.mounted, server.client_ca) == (
         9443, 2, tmp_path / "config-api", False, "auto")
-    assert server.extensions == ("operators.lsm.api:InventoryApi", "operators.graphs.api:GraphsApi")
+    assert server.extensions == API_EXTENSIONS
     assert server.runs_state_dir == tmp_path / "runs"
 
 

@@ -1,5 +1,6 @@
-"""What a handler of the configuration API works with: the parsed call (path parameters, query,
-body, identity), values paths, and errors as JSON answers (`ApiProblem`)."""
+"""What a handler of the API works with: the parsed call (path parameters, query, body, identity), its
+query parameters and JSON body, and errors as JSON answers (`ApiProblem`). Public: every domain's routes use
+them (`operators.config.api`, `operators.lsm.api`, `operators.graphs.api`)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,12 @@ import types
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NoReturn, TypeVar
+from typing import Any, NoReturn
 
-from operators.config.auth import Identity
+from operators.runtime.api.auth import Identity
 from operators.runtime.serving.http import Request, Response
 
-PREFIX = "/api/v1/config"
-TERMINALS: dict[str, Literal["values", "overrides"]] = {
-    "values": "values", "overrides": "overrides", "override": "overrides",
-}
 NAMESPACE_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-KEY_WRITE_ATTEMPTS = 5
-K = TypeVar("K")
-V = TypeVar("V")
 
 
 class ApiProblem(Exception):
@@ -39,7 +33,7 @@ class ApiProblem(Exception):
         body: dict[str, Any] = {"code": self.status, "error": self.error, "message": self.message}
         if self.not_found is not None:
             body["notFound"] = self.not_found
-        return _json(body, status=self.status, headers=headers)
+        return json_response(body, status=self.status, headers=headers)
 
 
 def not_found(what: str, message: str) -> NoReturn:
@@ -50,48 +44,15 @@ def bad_request(message: str) -> NoReturn:
     raise ApiProblem(400, "BadRequest", message)
 
 
-def _dumps(body: Any) -> bytes:
+def dumps(body: Any) -> bytes:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
-    return Response(status, _dumps(body), headers=headers)
+def json_response(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(status, dumps(body), headers=headers)
 
 
 UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Basic realm="stead", Bearer realm="stead"'}
-
-
-@dataclass(frozen=True)
-class ValuesPath:
-    """A parsed `/environments/<env>/.../resources/<resource>/<terminal>` path."""
-
-    environment: str
-    pairs: tuple[tuple[str, str], ...]
-    resource: str
-    kind: Literal["values", "overrides"]
-
-
-@functools.lru_cache(maxsize=4096)
-def parse_values_path(environment: str, tail: str) -> ValuesPath | None:
-    """The parts of a values path after `/environments/<env>/`; None when it is not one.
-
-    Memoized: a Hiera backend asks the same few thousand paths over and over, and the answer
-    is an immutable value of the strings alone.
-    """
-    segments = tail.split("/")
-    if any(s == "" for s in segments):
-        return None
-    pairs: list[tuple[str, str]] = []
-    index = 0
-    while index < len(segments) and segments[index] != "resources":
-        if index + 1 >= len(segments):
-            return None
-        pairs.append((segments[index], segments[index + 1]))
-        index += 2
-    rest = segments[index + 1:]
-    if len(rest) < 2 or rest[-1] not in TERMINALS:
-        return None
-    return ValuesPath(environment, tuple(pairs), "/".join(rest[:-1]), TERMINALS[rest[-1]])
 
 
 @dataclass(slots=True)
@@ -104,16 +65,7 @@ class Call:
 
     @property
     def query(self) -> Mapping[str, str]:
-        return _parse_query(self.request.query)
-
-
-def _values_path(call: Call) -> ValuesPath:
-    """The request's values path, or the 404 that says what one looks like."""
-    path = parse_values_path(call.params["env"], call.params["tail"])
-    if path is None:
-        not_found("route", f"no such route: {call.request.method} {call.request.path} "
-                           "(expected .../environments/<env>[/<level>/<value>...]/resources/<resource>/values)")
-    return path
+        return parse_query(self.request.query)
 
 
 _OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
@@ -124,16 +76,8 @@ def object_name_ok(name: str) -> bool:
     return len(name) <= 253 and _OBJECT_NAME.fullmatch(name) is not None
 
 
-def _level_name(name: str, hierarchy: list[str]) -> str | None:
-    if name in hierarchy:
-        return name
-    if name.endswith("s") and name[:-1] in hierarchy:
-        return name[:-1]
-    return None
-
-
 @functools.lru_cache(maxsize=4096)
-def _parse_query(raw: str) -> Mapping[str, str]:
+def parse_query(raw: str) -> Mapping[str, str]:
     """Query parameters, decoded once per distinct query string: a Hiera backend sends the same
     few thousand queries again and again. The first of repeated names counts."""
     params: dict[str, str] = {}
@@ -142,7 +86,7 @@ def _parse_query(raw: str) -> Mapping[str, str]:
     return types.MappingProxyType(params)
 
 
-def _flag(call: Call, *names: str) -> bool:
+def flag(call: Call, *names: str) -> bool:
     """A query flag: present (`?effective`), or set to a true-ish value."""
     params = call.query
     for name in names:
@@ -151,7 +95,7 @@ def _flag(call: Call, *names: str) -> bool:
     return False
 
 
-def _int_param(call: Call, name: str) -> int | None:
+def int_param(call: Call, name: str) -> int | None:
     raw = call.query.get(name)
     if raw is None:
         return None
@@ -160,7 +104,7 @@ def _int_param(call: Call, name: str) -> int | None:
     return int(raw)
 
 
-def _if_match(call: Call) -> str | None:
+def if_match(call: Call) -> str | None:
     raw = call.request.headers.get("if-match")
     if raw is None:
         return None
@@ -170,7 +114,7 @@ def _if_match(call: Call) -> str | None:
     return value
 
 
-def _json_body(call: Call) -> Any:
+def json_body(call: Call) -> Any:
     try:
         text = call.request.body.decode()
     except UnicodeDecodeError:

@@ -1,26 +1,4 @@
-"""The service inventory HTTP API (docs/services.md, "The inventory HTTP API"): Inmanta's paths under
-`/lsm/v1`, served on the configuration API's server (same port, TLS and authentication) as its
-extension (`operators.config.api.extension`).
-
-    GET|POST               /lsm/v1/service_inventory/<entity>
-    GET|PATCH|DELETE       /lsm/v1/service_inventory/<entity>/<id>
-    POST                   /lsm/v1/service_inventory/<entity>/<id>/state  (also /lsm/v1/services/...)
-
-`<id>` is the instance's uid, its name, or `<identity attribute>=<value>`. Kubernetes stays the
-source of truth: reads are ServiceInstance objects, writes create the object, patch
-`spec.attributes` / `spec.currentVersion` / `spec.stateRequest`, or delete it. Before writing, the
-checks of the admission webhook run (`check_request`, `check_delete`): a refusal is the answer (409
-or 422, its reason as `error`), and nothing is written; a refusal of the webhook itself (the object
-changed meanwhile) comes back from the API server and is passed on with its message. Patches carry
-the `resourceVersion` the checks saw, so a write never lands on an object they did not judge.
-
-Writes impersonate the caller (`ExtensionBase.caller`): the API server authorizes, admits and audits them as the
-caller's. Authorization: a SubjectAccessReview of the caller for `serviceinstances.stead.dev` with the verb
-(get, list, create, update, delete) in the namespace (`?namespace=`, default the server's), before the
-entity or the instance is looked up: on the instance `<id>` names when it can be a name, else on all of the
-namespace's. A caller without it gets 403 whether the entity exists or not; a 404 for an unknown entity
-lists the entities there only to a caller who may list `serviceentities`.
-"""
+"""The service inventory API's handlers (`InventoryApi`) and its routes, declared once (see the package)."""
 
 from __future__ import annotations
 
@@ -33,9 +11,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from operators import API_VERSION
-from operators.config.api.calls import ApiProblem, Call, _json, _json_body, bad_request, not_found, object_name_ok
-from operators.config.api.extension import ExtensionBase, ExtensionSettings, Handler, RouteDoc, passed_on
-from operators.config.auth import Access, Authenticator
+from operators.lsm.api.openapi import INSTANCE, INSTANCES, INVENTORY, PREFIX, SCHEMAS, STATE
 from operators.lsm.attributes import identity_value
 from operators.lsm.instance import check_delete, check_request
 from operators.lsm.lifecycle import model_state
@@ -49,14 +25,25 @@ from operators.lsm.models import (
     ServiceInstanceStatus,
     StateRequest,
 )
-from operators.lsm.paging import DEFAULT_LIMIT, MAX_LIMIT, SORT_FIELDS, QueryError, page
+from operators.lsm.paging import QueryError, page
 from operators.lsm.wire import merge_ready, read_instance_status
 from operators.lsm.world import Unresolved, World, find_lifecycle, resolve
+from operators.runtime.api.auth import Access, Authenticator
+from operators.runtime.api.calls import (
+    ApiProblem,
+    Call,
+    bad_request,
+    json_body,
+    json_response,
+    not_found,
+    object_name_ok,
+)
+from operators.runtime.api.extension import ExtensionBase, ExtensionSettings, passed_on
+from operators.runtime.api.routes import Operation, Route, RouteTable
 from operators.runtime.core.pipeline import StoredRecord
 from operators.runtime.kube.client import ApiError, Requester, custom_path
 from operators.runtime.serving.http import Response
 
-PREFIX = "/lsm/v1"
 RESOURCE = SERVICE_INSTANCE.plural
 _UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 MERGE_PATCH = "application/merge-patch+json"
@@ -86,7 +73,7 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _data(value: Any, status: int = 200) -> Response:
     """Inmanta's envelope: every answer but an error is ``{"data": ...}``."""
-    return _json({"data": value}, status=status)
+    return json_response({"data": value}, status=status)
 
 
 def _pending(obj: Mapping[str, Any]) -> bool:
@@ -188,23 +175,8 @@ class InventoryApi(ExtensionBase):
 
     # --- the extension ------------------------------------------------------------------------
 
-    def routes(self) -> Sequence[tuple[str, Mapping[str, Handler]]]:
-        entity, ident = r"(?P<entity>[^/]+)", r"(?P<id>[^/]+)"
-        return [
-            (rf"{PREFIX}/(?:service_inventory|services)/{entity}/{ident}/state", {"POST": self.set_state}),
-            (rf"{PREFIX}/service_inventory/{entity}/{ident}",
-             {"GET": self.get, "PATCH": self.update, "DELETE": self.delete}),
-            (rf"{PREFIX}/service_inventory/{entity}", {"GET": self.list, "POST": self.create}),
-        ]
-
-    def route_docs(self) -> Sequence[RouteDoc]:
-        return ROUTE_DOCS
-
-    def openapi_paths(self) -> Mapping[str, Any]:
-        return OPENAPI_PATHS
-
-    def openapi_schemas(self) -> Mapping[str, Any]:
-        return OPENAPI_SCHEMAS
+    def declared(self) -> RouteTable:
+        return ROUTES
 
     # --- plumbing -----------------------------------------------------------------------------
 
@@ -240,7 +212,7 @@ class InventoryApi(ExtensionBase):
         instance the path names when `<id>` can be its name (a Role limited by `resourceNames` is honoured),
         else on all of them. `_find` checks again on the instance found."""
         ident = call.params["id"]
-        await self._authorize(call, verb, namespace, ident if "=" not in ident and object_name_ok(ident) else "")
+        await self.authorize(call, verb, namespace, ident if "=" not in ident and object_name_ok(ident) else "")
 
     async def _instances(self, namespace: str, entity: str) -> list[dict[str, Any]]:
         listed = await self._request("GET", custom_path(SERVICE_INSTANCE.plural, namespace)) or {}
@@ -255,7 +227,7 @@ class InventoryApi(ExtensionBase):
         attribute, equals, value = ident.partition("=")
         if equals:
             if attribute != entity.identity:
-                await self._authorize(call, verb, namespace)
+                await self.authorize(call, verb, namespace)
                 why = (f"its identity attribute is {entity.identity!r}" if entity.identity
                        else "it has no identity attribute")
                 not_found("service_instance", f"{ident!r}: {attribute!r} is not the service identity of service "
@@ -270,11 +242,11 @@ class InventoryApi(ExtensionBase):
                 found = next((i for i in await self._instances(namespace, entity_name)
                               if _meta(i).get("uid") == ident), None)
         if found is None:
-            await self._authorize(call, verb, namespace)
+            await self.authorize(call, verb, namespace)
             not_found("service_instance", f'no service instance {ident!r} of service entity "{entity_name}" in '
                                            f'namespace "{namespace}" (looked for a uid, a name and '
                                            f"<identity>=<value>)")
-        await self._authorize(call, verb, namespace, str(_meta(found).get("name")))
+        await self.authorize(call, verb, namespace, str(_meta(found).get("name")))
         other = (found.get("spec") or {}).get("entity")
         if other != entity_name:
             not_found("service_instance", f'service instance {_meta(found).get("name")} is an instance of service '
@@ -313,8 +285,8 @@ class InventoryApi(ExtensionBase):
     # --- handlers -----------------------------------------------------------------------------
 
     async def list(self, call: Call) -> Response:
-        namespace = self._namespace(call)
-        await self._authorize(call, "list", namespace)
+        namespace = self.namespace(call)
+        await self.authorize(call, "list", namespace)
         name = call.params["entity"]
         entity = await self._entity(call, namespace, name)
         query: dict[str, list[str]] = {}
@@ -324,13 +296,13 @@ class InventoryApi(ExtensionBase):
         found = await self._instances(namespace, name)
         lifecycle = await self._lifecycle(namespace, entity, found)
         try:
-            return _json(page([view(i, entity.config, lifecycle) for i in found], query, call.request.path,
+            return json_response(page([view(i, entity.config, lifecycle) for i in found], query, call.request.path,
                               entity.identity))
         except QueryError as error:
             bad_request(str(error))
 
     async def get(self, call: Call) -> Response:
-        namespace = self._namespace(call)
+        namespace = self.namespace(call)
         name = call.params["entity"]
         await self._admit(call, "get", namespace)
         entity = await self._entity(call, namespace, name)
@@ -339,10 +311,10 @@ class InventoryApi(ExtensionBase):
         return _data(view(found, entity.config, await self._lifecycle(namespace, entity, [found])))
 
     async def create(self, call: Call) -> Response:
-        namespace = self._namespace(call)
-        await self._authorize(call, "create", namespace)
+        namespace = self.namespace(call)
+        await self.authorize(call, "create", namespace)
         entity_name = call.params["entity"]
-        body = _json_body(call)
+        body = json_body(call)
         if not isinstance(body, dict):
             bad_request("body: expected a JSON object {attributes, service_instance_id?, name?}")
         attributes = body.get("attributes", {})
@@ -366,9 +338,9 @@ class InventoryApi(ExtensionBase):
         return _data(view(created, entity.config, world.lifecycle if world is not None else None), status=201)
 
     async def update(self, call: Call) -> Response:
-        namespace = self._namespace(call)
+        namespace = self.namespace(call)
         entity_name = call.params["entity"]
-        body = _json_body(call)
+        body = json_body(call)
         if not isinstance(body, dict):
             bad_request("body: expected a JSON object {current_version, attributes}")
         edits = body.get("attributes")
@@ -390,9 +362,9 @@ class InventoryApi(ExtensionBase):
         return await self._patch(call, namespace, found, patch, entity.config, "updating")
 
     async def set_state(self, call: Call) -> Response:
-        namespace = self._namespace(call)
+        namespace = self.namespace(call)
         entity_name = call.params["entity"]
-        body = _json_body(call)
+        body = json_body(call)
         if not isinstance(body, dict):
             bad_request("body: expected a JSON object {current_version, target_state, message?}")
         target = body.get("target_state", body.get("target"))
@@ -420,7 +392,7 @@ class InventoryApi(ExtensionBase):
         return await self._patch(call, namespace, found, patch, entity.config, "setting the state of")
 
     async def delete(self, call: Call) -> Response:
-        namespace = self._namespace(call)
+        namespace = self.namespace(call)
         entity_name = call.params["entity"]
         current_version = _current_version(call)
         await self._admit(call, "delete", namespace)
@@ -496,137 +468,27 @@ def _instance_name(body: Mapping[str, Any], entity: ServiceEntitySpec, entity_na
     return f"{entity_name[:240]}-{secrets.token_hex(4)}"
 
 
-# --- what the API says about itself -------------------------------------------------------------------
-
-_INV = PREFIX + "/service_inventory/{entity}"
-ROUTE_DOCS: tuple[RouteDoc, ...] = (
-    ("GET", _INV, "list the service instances of an entity (?namespace=NS)"),
-    ("POST", _INV, "create a service instance: {attributes, service_instance_id? or name?}"),
-    ("GET", _INV + "/{id}", "one instance (id: uid, name or <identity>=<value>); ?current_version=N: 409 if stale"),
-    ("PATCH", _INV + "/{id}", "update: {current_version, attributes: {changed keys; null removes}}"),
-    ("DELETE", _INV + "/{id}", "delete (?current_version=N); the lifecycle's delete path runs"),
-    ("POST", _INV + "/{id}/state", "request a state: {current_version, target_state, message?} (also "
-                                   f"{PREFIX}/services/{{entity}}/{{id}}/state)"),
-)
-
-
-def _error(description: str) -> dict[str, Any]:
-    return {"description": description,
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InventoryError"}}}}
-
-
-def _instance(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": {
-        "type": "object", "required": ["data"],
-        "properties": {"data": {"$ref": "#/components/schemas/ServiceInstance"}}}}}}
-
-
-def _query(name: str, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": False, "schema": schema or {"type": "string"},
-            "description": description}
-
-
-_LIST_PARAMETERS = [
-    _query("limit", f"Rows per page, 1 to {MAX_LIMIT} (default {DEFAULT_LIMIT}).",
-           {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}),
-    _query("sort", f"<field>.<asc|desc>, field one of {', '.join(SORT_FIELDS)} (default created_at.desc)."),
-    _query("start_after", "A page's cursor: follow links.next / links.prev as they are."),
-    _query("include_deleted", "Also instances being deleted (default false).", {"type": "boolean"}),
-    *(_query(f"filter.{name}", text) for name, text in (
-        ("id", "uid or name (repeat for any of several)."), ("state", "A state (repeat for any of several)."),
-        ("deleted", "true: only instances being deleted; false: none of them."),
-        ("attribute_set_empty", "candidate_attributes, active_attributes or rollback_attributes: that set empty."),
-        ("attribute_set_not_empty", "The same: that set not empty."),
-        ("id_or_service_identity", "A substring of the uid, the name or the identity value."))),
-]
-
-
-_NS = {"name": "namespace", "in": "query", "required": False, "schema": {"type": "string"},
-       "description": "The Kubernetes namespace (default: the server's)."}
-_ENTITY = {"name": "entity", "in": "path", "required": True, "schema": {"type": "string"},
-           "description": "The ServiceEntity."}
-_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"},
-       "description": "The instance: its uid, its name, or <identity attribute>=<value>."}
-_VERSION = {"name": "current_version", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1},
-            "description": "The version you saw; 409 when the instance's is another."}
-_COMMON = {"401": _error("No valid credentials."), "403": _error("Not permitted by RBAC."),
-           "503": _error("The Kubernetes API server or the authentication backend is unreachable.")}
-_WRITE_ERRORS = {"400": _error("Malformed body or parameters."),
-                 "404": _error("No such entity or instance (see notFound)."),
-                 "409": _error("A stale current_version (StaleVersion), a state that does not allow it, or a "
-                               "concurrent write."),
-                 "422": _error("Attributes the entity refuses (r or rw attributes, unknown ones, wrong types)."),
-                 **_COMMON}
-_JSON_BODY = "application/json"
-_STATE = {
-    "parameters": [_ENTITY, _ID, _NS],
-    "post": {"summary": "Request a state (api_set_state): written to spec.stateRequest.",
-             "requestBody": {"required": True, "content": {_JSON_BODY: {"schema": {"type": "object",
-                             "required": ["current_version", "target_state"], "properties": {
-                                 "current_version": {"type": "integer"}, "target_state": {"type": "string"},
-                                 "message": {"type": "string"}}}}}},
-             "responses": {"200": _instance("Accepted: the instance, its request in spec."), **_WRITE_ERRORS}},
-}
-OPENAPI_PATHS: dict[str, Any] = {
-    _INV: {
-        "parameters": [_ENTITY, _NS],
-        "get": {"summary": "List the instances of a service entity: filtered, sorted, a page at a time "
-                           "(filter.<identity attribute>=<value> too).", "parameters": _LIST_PARAMETERS, "responses": {
-            "200": {"description": "A page of instances.", "content": {_JSON_BODY: {"schema": {
-                "type": "object", "required": ["data", "links", "metadata"], "properties": {
-                    "data": {"type": "array", "items": {"$ref": "#/components/schemas/ServiceInstance"}},
-                    "links": {"type": "object", "properties": {
-                        "self": {"type": "string"}, "next": {"type": "string"}, "prev": {"type": "string"}}},
-                    "metadata": {"type": "object", "properties": {
-                        "total": {"type": "integer"}, "before": {"type": "integer"}, "after": {"type": "integer"},
-                        "page_size": {"type": "integer"}}}}}}}},
-            "400": _error("A parameter it cannot understand (named)."),
-            "404": _error("No such service entity."), **_COMMON}},
-        "post": {"summary": "Create a service instance (a ServiceInstance object).",
-                 "requestBody": {"required": True, "content": {_JSON_BODY: {"schema": {"type": "object", "properties": {
-                     "attributes": {"type": "object"}, "service_instance_id": {"type": "string"},
-                     "name": {"type": "string"}}}}}},
-                 "responses": {"201": _instance("Created: version 1, in the lifecycle's initial state."),
-                               **_WRITE_ERRORS}},
-    },
-    _INV + "/{id}": {
-        "parameters": [_ENTITY, _ID, _NS],
-        "get": {"summary": "One service instance.", "parameters": [_VERSION],
-                "responses": {"200": _instance("The instance."), "404": _error("No such entity or instance."),
-                              "409": _error("A stale current_version."), **_COMMON}},
-        "patch": {"summary": "Update attributes (on_update): written to spec.attributes and spec.currentVersion.",
-                  "requestBody": {"required": True, "content": {_JSON_BODY: {"schema": {"type": "object",
-                                  "required": ["current_version", "attributes"], "properties": {
-                                      "current_version": {"type": "integer"}, "attributes": {"type": "object"}}}}}},
-                  "responses": {"200": _instance("Accepted: the instance, its new attributes in spec."),
-                                **_WRITE_ERRORS}},
-        "delete": {"summary": "Delete (on_delete): the object is deleted; the lifecycle's delete path runs.",
-                   "parameters": [_VERSION],
-                   "responses": {"200": _instance("Accepted: the instance being deleted."), **_WRITE_ERRORS}},
-    },
-    _INV + "/{id}/state": _STATE,
-    PREFIX + "/services/{entity}/{id}/state": {**_STATE, "description": "The seed's spelling of .../state."},
-}
-OPENAPI_SCHEMAS: dict[str, Any] = {
-    "InventoryError": {"type": "object", "required": ["code", "error", "message"], "properties": {
-        "code": {"type": "integer"},
-        "error": {"type": "string", "description": "One word: NotFound, StaleVersion, UpdateNotAllowed, ..."},
-        "message": {"type": "string"},
-        "notFound": {"type": "string", "enum": ["service_entity", "service_instance", "route"]}}},
-    "ServiceInstance": {"type": "object", "properties": {
-        "id": {"type": "string", "description": "metadata.uid"}, "name": {"type": "string"},
-        "namespace": {"type": "string"}, "environment": {"type": "string", "description": "The namespace."},
-        "service_entity": {"type": "string"}, "version": {"type": "integer"}, "config": {"type": "object"},
-        "state": {"type": "string", "nullable": True}, "candidate_attributes": {"type": "object", "nullable": True},
-        "active_attributes": {"type": "object", "nullable": True},
-        "rollback_attributes": {"type": "object", "nullable": True},
-        "created_at": {"type": "string"}, "last_updated": {"type": "string"}, "deleted": {"type": "boolean"},
-        "service_identity_attribute_value": {"type": "string", "nullable": True},
-        "model_state": {"type": "string", "nullable": True}, "app": {"type": "string", "nullable": True},
-        "attributes": {"type": "object", "description": "spec.attributes: the client's attributes."},
-        "state_request": {"type": "object", "nullable": True}, "refused": {"type": "object", "nullable": True},
-        "validation_problems": {"type": "array", "items": {"type": "string"}, "nullable": True},
-        "ways_out": {"type": "array", "items": {"type": "string"}, "nullable": True},
-        "log": {"type": "array", "items": {"type": "object"}}, "conditions": {"type": "array",
-                                                                              "items": {"type": "object"}}}},
-}
+ROUTES = RouteTable((
+    Route(INVENTORY, {
+        "GET": Operation(InventoryApi.list, "list the service instances of an entity (?namespace=NS)",
+                         INSTANCES["get"]),
+        "POST": Operation(InventoryApi.create, "create a service instance: {attributes, service_instance_id? or "
+                          "name?}", INSTANCES["post"])},
+          parameters=INSTANCES["parameters"]),
+    Route(INVENTORY + "/{id}", {
+        "GET": Operation(InventoryApi.get, "one instance (id: uid, name or <identity>=<value>); ?current_version=N: "
+                         "409 if stale", INSTANCE["get"]),
+        "PATCH": Operation(InventoryApi.update, "update: {current_version, attributes: {changed keys; null "
+                           "removes}}", INSTANCE["patch"]),
+        "DELETE": Operation(InventoryApi.delete, "delete (?current_version=N); the lifecycle's delete path runs",
+                            INSTANCE["delete"])},
+          parameters=INSTANCE["parameters"]),
+    Route(INVENTORY + "/{id}/state", {"POST": Operation(
+        InventoryApi.set_state, "request a state: {current_version, target_state, message?} (also "
+                                f"{PREFIX}/services/{{entity}}/{{id}}/state)", STATE["post"])},
+          parameters=STATE["parameters"]),
+    Route(PREFIX + "/services/{entity}/{id}/state", {"POST": Operation(InventoryApi.set_state, openapi=STATE["post"])},
+          parameters=STATE["parameters"], description="The seed's spelling of .../state."),
+), SCHEMAS)
+"""The inventory's routes, declared once (`operators.runtime.api.routes`)."""
+ROUTE_DOCS = ROUTES.docs()

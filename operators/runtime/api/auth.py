@@ -1,5 +1,5 @@
-"""Who may use the configuration API: Kubernetes bearer tokens, client certificates, and HTTP
-Basic against a Secret.
+"""Who may use the API server (every domain's routes, the configuration store's first): Kubernetes bearer
+tokens, client certificates, and HTTP Basic against a Secret.
 
 The API takes the platform's own authentication plus Basic. On Kubernetes the platform's
 is a bearer token or a client certificate. For a token, `TokenReview` says who it belongs to;
@@ -16,7 +16,7 @@ Secrets never leak: tokens and passwords are never logged, never put in an error
 caches key on their SHA-256 so the process keeps no plain copy beyond the request. Reviews are
 cached for a few seconds because a lookup-heavy client (Puppet asks once per key) would
 otherwise cost the API server two reviews per lookup; the kube-apiserver's own webhook token
-authenticator caches the same way. The caches (`operators.config.reviewcache`) fetch a review
+authenticator caches the same way. The caches (`operators.runtime.api.reviewcache`) fetch a review
 once for all concurrent requests and renew it before it expires, so a busy client never waits.
 """
 
@@ -35,7 +35,7 @@ from typing import Any, NamedTuple, Protocol
 import aiohttp
 
 from operators import GROUP, VERSION
-from operators.config.reviewcache import ReviewCache
+from operators.runtime.api.reviewcache import ReviewCache
 from operators.runtime.kube.client import ApiError, Requester, core_path
 
 log = logging.getLogger(__name__)

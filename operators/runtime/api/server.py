@@ -1,4 +1,6 @@
-"""The configuration HTTP API as an addon of the operator process, served over TLS.
+"""The HTTP API server as an addon of the operator process, served over TLS: every domain's routes
+(`operators.runtime.api.extension`; the configuration store's at `/api/v1/config`, the first), behind one
+authentication (`operators.runtime.api.auth`).
 
 Certificates come from a mounted directory (`tls.crt`/`tls.key`, from the Helm chart or
 cert-manager) or, on a developer's machine, are made at start-up by a CA whose certificate is
@@ -11,9 +13,11 @@ not readable: certificates are not asked for); a path trusts the CA bundle in th
 asks for none. With a CA, TLS is terminated by the relay of `operators.runtime.serving.relay`,
 and the bundle is read again every `cert_reload_seconds` (a renewed CA applies to new connections).
 
-Reads are served from a watch-fed cache (`operators.config.cache`), writes go to the API
-server. The watches use the same credentials as the operator: `kubeconfig`, else what
-`load_access` finds (`$KUBECONFIG`, which `stead run --kubeconfig` sets, or in-cluster).
+The extensions are given as factories (`operators.catalog.API_EXTENSIONS`). They may serve reads from
+watch-fed caches (`cache`); writes go to the API server. The watches use the same credentials as the
+operator: `kubeconfig`, else what `load_access` finds (`$KUBECONFIG`, which `stead run --kubeconfig` sets,
+or in-cluster). A worker process (`workers`) runs `python -m {worker}`, a module of the entry-point layer
+that knows the extensions (`operators.apiworker`): nothing names them by string.
 """
 
 from __future__ import annotations
@@ -27,9 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from operators.config.api import ConfigApi
-from operators.config.api.extension import ExtensionSettings, load_extension
-from operators.config.auth import (
+from operators.runtime.api.auth import (
     Authenticator,
     BasicAuthenticator,
     CertificateAuthenticator,
@@ -37,10 +39,10 @@ from operators.config.auth import (
     TokenReviewAuthenticator,
     secret_loader,
 )
-from operators.config.cache import PLURALS, cached_repository
-from operators.config.repository import ConfigRepository, KubeConfigRepository
+from operators.runtime.api.extension import ExtensionFactory, ExtensionSettings
+from operators.runtime.api.host import ApiHost
 from operators.runtime.engine.services import Services
-from operators.runtime.kube.client import ApiError, KubeClient, Requester, core_path, load_access
+from operators.runtime.kube.client import ApiError, KubeClient, Requester, core_path
 from operators.runtime.kube.watch import Watch
 from operators.runtime.serving.certs import make_ca, make_leaf
 from operators.runtime.serving.http import HttpServer
@@ -53,8 +55,8 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class ConfigApiServer:
-    """`/api/v1/config` on `listen:port` with TLS; authentication by bearer token, optionally Basic.
+class ApiServer:
+    """The API on `listen:port` with TLS; authentication by bearer token, optionally Basic.
 
     With `workers` = 0 the API is served by the operator's own process and event loop; with N,
     by N processes of its own listening on the same port (`operators.runtime.serving.workers`), each
@@ -76,7 +78,8 @@ class ConfigApiServer:
     workers: int = 0
     cert_reload_seconds: float = 30.0  # how often mounted certificates and the client CA are checked for a renewal
     client_ca: str = "off"  # auto: the cluster's client CA; off; or the path of a CA bundle (see the module)
-    extensions: tuple[str, ...] = ()  # routes of other parts, as import paths of factories (`api.extension`)
+    extensions: tuple[ExtensionFactory, ...] = ()  # what it serves: the domains' routes (`api.extension`)
+    worker: str = "operators.apiworker"  # the module a worker process runs (it knows the extensions)
     runs_state_dir: Path | None = None  # where the operator's runs keep their files, for the extensions that serve them
     _stack: contextlib.AsyncExitStack | None = field(default=None, init=False, repr=False)
 
@@ -96,7 +99,7 @@ class ConfigApiServer:
         if self.workers > 0:
             self._tls_files()  # once, here: every worker serves the same certificate
             # Workers are processes of their own: their requests are not in this process's /metrics.
-            pool = WorkerPool(self.name, [sys.executable, "-m", "operators.config.worker", self.worker_argument()],
+            pool = WorkerPool(self.name, [sys.executable, "-m", self.worker, self.worker_argument()],
                               self.workers)
             await pool.start()
             self._stack.push_async_callback(pool.stop)
@@ -109,10 +112,9 @@ class ConfigApiServer:
     async def serve(self, kube: KubeClient, stack: contextlib.AsyncExitStack,
                     observe: RequestObserver | None = None, watches: Mapping[str, Watch] | None = None) -> None:
         """Serve the API from this process until `stack` closes; `observe` is told of each answered
-        request. Only the operator's own process passes one: a worker (`operators.config.worker`) is a
+        request. Only the operator's own process passes one: a worker (`operators.runtime.api.worker`) is a
         process of its own, whose requests the operator's `/metrics` cannot count, so workers serve
-        unobserved. `watches`: the operator's, by plural; the cache follows them when they see every
-        object of the configuration kinds, else it watches by itself."""
+        unobserved. `watches`: the operator's, by plural, for the extensions' caches to follow."""
         cert, key = self._tls_files()
         tokens = TokenReviewAuthenticator(kube)
         authenticators: list[Authenticator] = [tokens]
@@ -125,16 +127,13 @@ class ConfigApiServer:
             raise ValueError(f"the client CA ({self.client_ca}) holds no readable certificate: {error}") from None
         if client_ca is not None:
             authenticators.append(CertificateAuthenticator(tokens))
-        repository: ConfigRepository = KubeConfigRepository(kube)
-        if self.cache:
-            shared = {p: watches[p] for p in PLURALS} if watches and set(PLURALS) <= set(watches) else None
-            repository = await stack.enter_async_context(
-                cached_repository(kube, load_access(self.kubeconfig), shared))
         authenticator = ChainAuthenticator(*authenticators)
-        settings = ExtensionSettings(runs_state_dir=self.runs_state_dir)
-        extensions = [load_extension(reference)(kube, authenticator, self.default_namespace, settings)
-                      for reference in self.extensions]
-        api = ConfigApi(repository, authenticator, self.default_namespace, extensions)
+        settings = ExtensionSettings(runs_state_dir=self.runs_state_dir, kubeconfig=self.kubeconfig,
+                                     watches=watches, cache=self.cache)
+        extensions = [factory(kube, authenticator, self.default_namespace, settings) for factory in self.extensions]
+        for extension in extensions:
+            await extension.start(stack)
+        api = ApiHost(authenticator, self.default_namespace, extensions)
         server = HttpServer(api, errors=api.problem, observe=observe, gate=api.gate)
         await server.start(self.listen, self.port, (cert, key), client_ca=client_ca)
         stack.push_async_callback(server.stop)
@@ -169,14 +168,14 @@ class ConfigApiServer:
             "basic_secret": self.basic_secret, "default_namespace": self.default_namespace, "name": self.name,
             "cache": self.cache, "kubeconfig": None if self.kubeconfig is None else str(self.kubeconfig),
             "log_level": logging.getLogger().getEffectiveLevel(), "client_ca": self.client_ca,
-            "extensions": list(self.extensions),
+            "worker": self.worker,
             "runs_state_dir": None if self.runs_state_dir is None else str(self.runs_state_dir),
         })
 
     @classmethod
-    def for_worker(cls, argument: str) -> tuple[ConfigApiServer, int]:
-        """The server a worker runs from `worker_argument()` (its certificates made already), and
-        the log level."""
+    def for_worker(cls, argument: str, extensions: tuple[ExtensionFactory, ...] = ()) -> tuple[ApiServer, int]:
+        """The server a worker runs from `worker_argument()` (its certificates made already), serving
+        `extensions` (the worker's module knows them), and the log level."""
         given = json.loads(argument)
         secret = given["basic_secret"]
         server = cls(
@@ -184,7 +183,7 @@ class ConfigApiServer:
             basic_secret=None if secret is None else (secret[0], secret[1]),
             default_namespace=given["default_namespace"], name=given["name"], cache=given["cache"],
             kubeconfig=None if given["kubeconfig"] is None else Path(given["kubeconfig"]),
-            client_ca=given.get("client_ca", "off"), extensions=tuple(given.get("extensions") or ()),
+            client_ca=given.get("client_ca", "off"), extensions=extensions, worker=given["worker"],
             runs_state_dir=None if given.get("runs_state_dir") is None else Path(given["runs_state_dir"]))
         return server, int(given["log_level"])
 
