@@ -20,9 +20,9 @@ from operators.calm.compiler import compile_blueprint
 from operators.calm.models import APP, BLUEPRINT, PRINTER_COLUMNS, BlueprintSpec, BlueprintStatus, CompiledState
 from operators.calm.validation import spec_problems
 from operators.runtime.core.kinds import AdmissionRequest, Kind, Refusal
-from operators.runtime.core.pipeline import PermanentError, Pipeline, StepContext, TemporaryError
+from operators.runtime.core.pipeline import PermanentError, Pipeline, StepContext, TemporaryError, spec_step
 from operators.runtime.core.services import SecretVault, Services
-from operators.runtime.kube.client import custom_path
+from operators.runtime.kube.objects import Objects
 from operators.runtime.secrets import VaultError
 
 DRY_RUN_VAULT_REF = "00000000-0000-4000-8000-000000000000"
@@ -47,9 +47,10 @@ async def validate(ctx: StepContext) -> Mapping[str, Any]:
     return {}
 
 
-async def compile_step(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(BlueprintSpec)
+async def compile_step(ctx: StepContext[BlueprintSpec]) -> Mapping[str, Any]:
     """Validated -> Provisioned: compile; a cycle or an unknown macro reference is permanent."""
-    spec = BlueprintSpec.model_validate(dict(ctx.obj.spec))
+    spec = ctx.spec
     previous_raw = ctx.obj.status.get("compiledState")
     previous = CompiledState.model_validate(previous_raw) if previous_raw else None
     result = compile_blueprint(spec, previous)
@@ -71,8 +72,8 @@ async def release(ctx: StepContext) -> Mapping[str, Any]:
     because they run its snapshot, which refers to its secrets in the vault; once none is left,
     its secrets leave the vault and the blueprint goes."""
     services: Services = ctx.services
-    apps = await services.kube.request("GET", custom_path(APP.plural, ctx.obj.namespace))
-    users = sorted(str((a.get("metadata") or {}).get("name")) for a in apps.get("items") or []
+    apps = await Objects(services.kube).list(APP, ctx.obj.namespace)
+    users = sorted(str((a.get("metadata") or {}).get("name")) for a in apps
                    if (a.get("spec") or {}).get("blueprint") == ctx.obj.name)
     if users:
         raise TemporaryError("InUse", f"deleted: waits until no app uses it ({', '.join(users)})",

@@ -10,7 +10,7 @@ import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
@@ -19,7 +19,9 @@ from typing_extensions import TypeVar
 from operators import GROUP
 from operators.runtime.core.pipeline import ModelT, Pipeline, StepFn, declared_model, parse_spec
 from operators.runtime.core.pipeline import SpecT as RequestSpecT
-from operators.runtime.core.services import Services
+
+if TYPE_CHECKING:  # annotations only: the services' protocol brings the store (lmdb), which a schema never needs
+    from operators.runtime.core.services import Services
 
 FINALIZER = "stead.dev/cleanup"
 """Held on objects of kinds with a `cleanup`, so that deleting one waits for it."""

@@ -13,10 +13,9 @@ from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from operators.runtime.core.store import LocalStore
-
-if TYPE_CHECKING:  # the same layer: `pipeline` imports this module
+if TYPE_CHECKING:  # annotations only (`pipeline` imports this module; the store imports lmdb)
     from operators.runtime.core.pipeline import Observed
+    from operators.runtime.core.store import LocalStore
 
 
 class Api(Protocol):
