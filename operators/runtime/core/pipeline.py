@@ -137,25 +137,25 @@ class StepContext(Generic[SpecT]):
     rather than reached through globals so that steps stay testable without a cluster.
 
     `spec` is the object's spec as its kind's model, for a step declared with `spec_step`: parsed
-    once per run (`parsed` is shared by the run's steps), when first read.
+    once per run (`parsed_spec` is shared by the run's steps), when first read.
     """
 
     obj: Observed
     facts: Mapping[str, Any]
     services: Services = None  # type: ignore[assignment]  # the operator always gives them; tests of pure steps need none
     spec_model: type[SpecT] | None = None
-    parsed: ParsedSpec = field(default_factory=ParsedSpec, compare=False, repr=False)
+    parsed_spec: ParsedSpec = field(default_factory=ParsedSpec, compare=False, repr=False)
 
     @property
     def spec(self) -> SpecT:
         if self.spec_model is None:
             raise TypeError("this step declares no spec model: declare it with `spec_step(Model)`")
-        return self.parsed.of(self.obj.spec, self.spec_model)
+        return self.parsed_spec.of(self.obj.spec, self.spec_model)
 
     def typed(self, model: type[ModelT]) -> StepContext[ModelT]:
         """The same context, its spec read as `model` (the same parse, if another step read it so)."""
         return StepContext(obj=self.obj, facts=self.facts, services=self.services, spec_model=model,
-                           parsed=self.parsed)
+                           parsed_spec=self.parsed_spec)
 
 
 StepFn = Callable[[StepContext[Any]], Awaitable[Mapping[str, Any]]]
@@ -309,7 +309,7 @@ async def run(
             await on_enter(phase, facts)
         try:
             context: StepContext[Any] = StepContext(obj=obj, facts=facts, services=services,  # type: ignore[arg-type]
-                                                    parsed=parsed)
+                                                    parsed_spec=parsed)
             facts.update(await pipeline.steps[phase](context))
         except (PermanentError, TemporaryError) as error:
             return Outcome(phase=phase, facts={**facts, **error.facts}, error=error)
