@@ -49,8 +49,16 @@ from operators.calm.models import (
 )
 from operators.calm.names import ACTIONRUN_SHORT_NAMES
 from operators.runtime.core.clock import utc_now, utc_seconds
-from operators.runtime.core.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
-from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, StepContext, TemporaryError
+from operators.runtime.core.kinds import (
+    AdmissionRequest,
+    Kind,
+    Model,
+    PrinterColumn,
+    Refusal,
+    StatusBase,
+    spec_admission,
+)
+from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, StepContext, TemporaryError, spec_step
 from operators.runtime.core.ring import project_key
 from operators.runtime.engine.runs import (
     FINAL_RUN_STATES,
@@ -67,7 +75,8 @@ from operators.runtime.engine.runs import (
     run_pipeline,
     write_conclusion,
 )
-from operators.runtime.kube.client import ApiError, custom_path
+from operators.runtime.kube.client import ApiError
+from operators.runtime.kube.objects import Objects
 from operators.runtime.secrets import VaultError
 from pipelines.control import read_progress
 from pipelines.paths import RunPaths
@@ -177,13 +186,7 @@ def find_action(actions: Sequence[CompiledAction], name: str) -> CompiledAction 
 
 
 async def get_app(ctx: StepContext, name: str) -> dict[str, Any] | None:
-    try:
-        app: dict[str, Any] = await ctx.services.kube.request("GET", custom_path(APP.plural, ctx.obj.namespace, name))
-        return app
-    except ApiError as error:
-        if error.status == 404:
-            return None
-        raise
+    return await Objects(ctx.services.kube).find(APP, ctx.obj.namespace, name)
 
 
 async def patch_app(ctx: StepContext, name: str, status: Mapping[str, Any], resource_version: str | None = None
@@ -191,19 +194,16 @@ async def patch_app(ctx: StepContext, name: str, status: Mapping[str, Any], reso
     body: dict[str, Any] = {"status": dict(status)}
     if resource_version:
         body["metadata"] = {"resourceVersion": resource_version}
-    answer: dict[str, Any] = await ctx.services.kube.request(
-        "PATCH", custom_path(APP.plural, ctx.obj.namespace, name) + "/status", body,
-        content_type="application/merge-patch+json",
-    )
-    return answer
+    return await Objects(ctx.services.kube).patch_status(APP, ctx.obj.namespace, name, body)
 
 
 # --- steps ---------------------------------------------------------------------------------------
 
 
-async def validate(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(ActionRunSpec)
+async def validate(ctx: StepContext[ActionRunSpec]) -> Mapping[str, Any]:
     """Init -> Pending: the app exists and has been launched; the action exists."""
-    spec = ActionRunSpec.model_validate(dict(ctx.obj.spec))
+    spec = ctx.spec
     if ctx.obj.status.get("state") in FINAL_RUN_STATES:
         return carry(ctx.obj.status)
     app = await get_app(ctx, spec.app)
@@ -235,11 +235,12 @@ def deleting_refusal(app: Mapping[str, Any], run: str, action: str) -> str | Non
     return f"app {meta.get('name')} is being deleted: only its delete run may start"
 
 
-async def take_lock(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(ActionRunSpec)
+async def take_lock(ctx: StepContext[ActionRunSpec]) -> Mapping[str, Any]:
     """Pending -> Running: lock the app (optimistically: a concurrent writer makes this retry)."""
     if ctx.obj.status.get("state") in FINAL_RUN_STATES:
         return carry(ctx.obj.status)
-    spec = ActionRunSpec.model_validate(dict(ctx.obj.spec))
+    spec = ctx.spec
     app = await get_app(ctx, spec.app)
     if app is None:
         raise PermanentError("AppNotFound", f"no app {spec.app}", facts={"state": "Failed"})
@@ -311,9 +312,9 @@ async def _known_hosts(
 class _Run:
     """What one supervision needs about its app, action and workflow."""
 
-    def __init__(self, ctx: StepContext, app: Mapping[str, Any]) -> None:
+    def __init__(self, ctx: StepContext[ActionRunSpec], app: Mapping[str, Any]) -> None:
         self.ctx = ctx
-        self.spec = ActionRunSpec.model_validate(dict(ctx.obj.spec))
+        self.spec = ctx.spec
         self.app = app
         app_status = app.get("status") or {}
         self.blueprint, self.actions = snapshot_actions(app_status["snapshot"])
@@ -349,8 +350,7 @@ class _Observer:
 
     async def abort(self) -> Abort | None:
         with contextlib.suppress(ApiError):
-            current = await self.ctx.services.kube.request(
-                "GET", custom_path(ACTIONRUN.plural, self.ctx.obj.namespace, self.ctx.obj.name))
+            current = await Objects(self.ctx.services.kube).get(ACTIONRUN, self.ctx.obj.namespace, self.ctx.obj.name)
             if (current.get("spec") or {}).get("abort"):
                 return Abort()
         if self.lock and lock_expired(self.lock):
@@ -370,7 +370,8 @@ class _Observer:
         await self.ctx.services.kube.patch_status(ACTIONRUN.plural, obj.namespace, obj.name, dict(patch))
 
 
-async def supervise(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(ActionRunSpec)
+async def supervise(ctx: StepContext[ActionRunSpec]) -> Mapping[str, Any]:
     """Running -> Provisioned: run the action's workflow to its end and record it in both objects."""
     facts = {**carry(ctx.obj.status), **ctx.facts}
     paths = paths_for(ctx)
@@ -380,7 +381,7 @@ async def supervise(ctx: StepContext) -> Mapping[str, Any]:
     progress = read_progress(paths)
     if ctx.obj.status.get("state") in FINAL_RUN_STATES and (progress is None or progress.get("finishedAt")):
         return _finished_again(ctx, facts)
-    spec = ActionRunSpec.model_validate(dict(ctx.obj.spec))
+    spec = ctx.spec
     app = await get_app(ctx, spec.app)
     if app is None:
         raise PermanentError("AppNotFound", f"no app {spec.app}", facts={**facts, "state": "Failed"})
@@ -415,8 +416,9 @@ def _finished_again(ctx: StepContext, facts: dict[str, Any]) -> Mapping[str, Any
     return facts
 
 
-async def _fail_early(ctx: StepContext, facts: dict[str, Any], reason: str, message: str) -> Mapping[str, Any]:
-    spec = ActionRunSpec.model_validate(dict(ctx.obj.spec))
+async def _fail_early(ctx: StepContext[ActionRunSpec], facts: dict[str, Any], reason: str, message: str
+                      ) -> Mapping[str, Any]:
+    spec = ctx.spec
     at = utc_now()
     await _release(ctx, spec, {"state": "error", "lastRun": ctx.obj.name, "failure": {
         "run": ctx.obj.name, "action": spec.action, "reason": message, "at": at}})
@@ -493,9 +495,10 @@ async def _conclude(ctx: StepContext, run: _Run, paths: RunPaths, facts: dict[st
 # --- admission -------------------------------------------------------------------------------------
 
 
-async def admission(request: AdmissionRequest) -> None:
+@spec_admission(ActionRunSpec)
+async def admission(request: AdmissionRequest[ActionRunSpec]) -> None:
     """A run on a locked app is refused (423); only `abort` may change after creation."""
-    spec = ActionRunSpec.model_validate(dict(request.spec))
+    spec = request.parsed
     if request.operation == "UPDATE" and request.old is not None:
         old = dict(request.old.get("spec") or {})
         new = dict(request.spec)
@@ -508,7 +511,7 @@ async def admission(request: AdmissionRequest) -> None:
     if services is None:
         return
     try:
-        app = await services.kube.request("GET", custom_path(APP.plural, request.namespace, spec.app))
+        app = await Objects(services.kube).get(APP, request.namespace, spec.app)
     except ApiError as error:
         if error.status == 404:
             raise Refusal(f"spec.app: no app {spec.app} in namespace {request.namespace}") from None

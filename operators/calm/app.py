@@ -42,13 +42,22 @@ from typing import Any, Literal
 from pydantic import Field
 
 from operators import API_VERSION
+from operators.calm.blueprint import KIND as BLUEPRINT_KIND
 from operators.calm.models import ACTIONRUN, APP, BLUEPRINT, BlueprintSpec
 from operators.calm.names import APP_SHORT_NAMES
 from operators.calm.validation import type_problem
 from operators.calm.workflow import layout
 from operators.runtime.core import conditions as cond
 from operators.runtime.core.clock import utc_now
-from operators.runtime.core.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
+from operators.runtime.core.kinds import (
+    AdmissionRequest,
+    Kind,
+    Model,
+    PrinterColumn,
+    Refusal,
+    StatusBase,
+    spec_admission,
+)
 from operators.runtime.core.pipeline import (
     RUNTIME_FIELDS,
     Observed,
@@ -56,11 +65,13 @@ from operators.runtime.core.pipeline import (
     Pipeline,
     StepContext,
     TemporaryError,
+    spec_step,
 )
 from operators.runtime.core.ring import PROJECT_LABEL
 from operators.runtime.core.store import object_key
 from operators.runtime.engine.runs import FINAL_RUN_STATES
-from operators.runtime.kube.client import ApiError, custom_path
+from operators.runtime.kube.client import ApiError, Requester
+from operators.runtime.kube.objects import Objects
 
 AppState = Literal["provisioning", "running", "stopped", "starting", "stopping", "restarting", "deleting",
                    "deleted", "error"]
@@ -232,7 +243,8 @@ def initial_entities(spec: BlueprintSpec) -> dict[str, Any]:
 # --- pipeline -------------------------------------------------------------------------------------
 
 
-async def launch(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(AppSpec)
+async def launch(ctx: StepContext[AppSpec]) -> Mapping[str, Any]:
     """Init -> Launched: check, freeze the blueprint, create the entities (once: the snapshot is frozen)."""
     problems = KIND.check_spec(ctx.obj.spec)
     if problems:
@@ -240,11 +252,11 @@ async def launch(ctx: StepContext) -> Mapping[str, Any]:
     status = carry(ctx.obj.status)
     if status.get("snapshot"):
         return status
-    spec = AppSpec.model_validate(dict(ctx.obj.spec))
+    spec = ctx.spec
     record = ctx.services.store.get(object_key(BLUEPRINT.kind, ctx.obj.namespace, spec.blueprint))
     if record is None or record.status.get("state") != "Active":
         raise await _blueprint_unavailable(ctx, spec.blueprint, {**status, "state": "provisioning"})
-    blueprint = BlueprintSpec.model_validate(dict(record.spec))
+    blueprint = BLUEPRINT_KIND.parse(record.spec)
     problems = input_problems(blueprint, spec.inputs)
     if problems:
         raise PermanentError("InvalidInputs", "; ".join(problems), facts={**status, "state": "error"})
@@ -267,7 +279,7 @@ async def _blueprint_unavailable(ctx: StepContext, name: str, facts: Mapping[str
     """
     namespace = ctx.obj.namespace
     try:
-        body = await ctx.services.kube.request("GET", custom_path(BLUEPRINT.plural, namespace, name))
+        body = await Objects(ctx.services.kube).get(BLUEPRINT, namespace, name)
     except ApiError as error:
         if error.status != 404:
             return TemporaryError("BlueprintNotRead", f"blueprint {name} not read: {error.message}", facts=facts)
@@ -317,14 +329,8 @@ def run_body(obj: Observed, name: str, action: str, owned: bool) -> dict[str, An
             "spec": {"app": obj.name, "action": action}}
 
 
-async def get_run(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        run: dict[str, Any] = await kube.request("GET", custom_path(ACTIONRUN.plural, namespace, name))
-    except ApiError as error:
-        if error.status == 404:
-            return None
-        raise
-    return run
+async def get_run(kube: Requester, namespace: str, name: str) -> dict[str, Any] | None:
+    return await Objects(kube).find(ACTIONRUN, namespace, name)
 
 
 async def create(ctx: StepContext) -> Mapping[str, Any]:
@@ -342,8 +348,7 @@ async def create(ctx: StepContext) -> Mapping[str, Any]:
     run = await get_run(kube, ctx.obj.namespace, name)
     if run is None:
         try:
-            await kube.request("POST", custom_path(ACTIONRUN.plural, ctx.obj.namespace),
-                               run_body(ctx.obj, name, "create", owned=True))
+            await Objects(kube).create(ACTIONRUN, ctx.obj.namespace, run_body(ctx.obj, name, "create", owned=True))
         except ApiError as error:
             if error.status != 409:
                 # a server-side failure (a webhook that timed out under a burst) is retried soon,
@@ -354,7 +359,7 @@ async def create(ctx: StepContext) -> Mapping[str, Any]:
     run_status = run.get("status") or {}
     if run_status.get("state") not in FINAL_RUN_STATES:
         raise running  # polling a GET once a second: cheap, and survives an operator restart unchanged
-    fresh = await kube.request("GET", custom_path(APP.plural, ctx.obj.namespace, ctx.obj.name))
+    fresh = await Objects(kube).get(APP, ctx.obj.namespace, ctx.obj.name)
     status = carry(fresh.get("status") or {})
     if run_status["state"] != "Succeeded":
         raise PermanentError("CreateFailed", f"create run {name} {run_status['state'].lower()}: {_why(run_status)}",
@@ -376,16 +381,17 @@ def delete_run_name(app: str, generation: int) -> str:
     return app[:253 - len(suffix)] + suffix
 
 
-async def run_holder_gone(kube: Any, namespace: str, lock: Mapping[str, Any]) -> bool:
+async def run_holder_gone(kube: Requester, namespace: str, lock: Mapping[str, Any]) -> bool:
     """Whether the run holding a lock was deleted (its lock is then stale: nothing will release it)."""
     return await get_run(kube, namespace, str(lock.get("lockedBy"))) is None
 
 
-async def delete(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(AppSpec)
+async def delete(ctx: StepContext[AppSpec]) -> Mapping[str, Any]:
     """The App's cleanup: run its delete action before it goes (or let it go when there is none to run)."""
     obj, kube = ctx.obj, ctx.services.kube
     status = carry(obj.status)
-    spec = AppSpec.model_validate(dict(obj.spec))
+    spec = ctx.spec
     if spec.soft_delete or not status.get("snapshot") or status.get("state") == "deleted":
         return {}
     name = delete_run_name(obj.name, obj.generation)
@@ -403,13 +409,12 @@ async def delete(ctx: StepContext) -> Mapping[str, Any]:
                                  facts=status)
         # the record of an earlier app of the same name: make room for this one's
         with contextlib.suppress(ApiError):
-            await kube.request("DELETE", custom_path(ACTIONRUN.plural, obj.namespace, name))
+            await Objects(kube).delete(ACTIONRUN, obj.namespace, name)
         running.delay = 0.5
         raise running
     if run is None:
         try:
-            await kube.request("POST", custom_path(ACTIONRUN.plural, obj.namespace),
-                               run_body(obj, name, "delete", owned=False))
+            await Objects(kube).create(ACTIONRUN, obj.namespace, run_body(obj, name, "delete", owned=False))
         except ApiError as error:
             if error.status == 403 and "terminat" in error.message:
                 await _skipped_in_deleted_namespace(ctx)
@@ -423,7 +428,7 @@ async def delete(ctx: StepContext) -> Mapping[str, Any]:
         raise running
     if run_status["state"] == "Succeeded":
         return {}
-    fresh = await kube.request("GET", custom_path(APP.plural, obj.namespace, obj.name))
+    fresh = await Objects(kube).get(APP, obj.namespace, obj.name)
     raise PermanentError(
         "DeleteFailed",
         f"delete run {name} {run_status['state'].lower()}: {_why(run_status)} (spec.softDelete: true lets the "
@@ -460,9 +465,10 @@ async def _skipped_in_deleted_namespace(ctx: StepContext) -> None:
     ctx.services.events.record(namespace, "Warning", DELETE_ACTION_SKIPPED, message)
 
 
-async def admission(request: AdmissionRequest) -> None:
+@spec_admission(AppSpec)
+async def admission(request: AdmissionRequest[AppSpec]) -> None:
     """Inputs against the blueprint (when it is known); a locked app refuses spec writes (423)."""
-    spec = AppSpec.model_validate(dict(request.spec))
+    spec = request.parsed
     if request.operation == "UPDATE" and request.old is not None:
         old_spec = request.old.get("spec") or {}
         lock = active_lock(request.old.get("status"))
@@ -482,7 +488,7 @@ async def admission(request: AdmissionRequest) -> None:
     record = services.store.get(object_key("Blueprint", request.namespace, spec.blueprint))
     if record is None:
         return  # not compiled yet: the pipeline waits for it
-    problems = input_problems(BlueprintSpec.model_validate(dict(record.spec)), spec.inputs)
+    problems = input_problems(BLUEPRINT_KIND.parse(record.spec), spec.inputs)
     if problems:
         raise Refusal("; ".join(problems))
 

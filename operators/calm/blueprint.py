@@ -21,10 +21,10 @@ from operators.calm.models import APP, BLUEPRINT, PRINTER_COLUMNS, BlueprintSpec
 from operators.calm.names import BLUEPRINT_SHORT_NAMES
 from operators.calm.validation import spec_problems
 from operators.runtime.core.kinds import AdmissionRequest, Kind, Refusal
-from operators.runtime.core.pipeline import PermanentError, Pipeline, StepContext, TemporaryError
-from operators.runtime.engine.services import Services
-from operators.runtime.kube.client import custom_path
-from operators.runtime.secrets import Vault, VaultError
+from operators.runtime.core.pipeline import PermanentError, Pipeline, StepContext, TemporaryError, spec_step
+from operators.runtime.core.services import SecretVault, Services
+from operators.runtime.kube.objects import Objects
+from operators.runtime.secrets import VaultError
 
 DRY_RUN_VAULT_REF = "00000000-0000-4000-8000-000000000000"
 """What a dry run shows in place of a vault uuid: a dry run must not write to the vault."""
@@ -48,9 +48,10 @@ async def validate(ctx: StepContext) -> Mapping[str, Any]:
     return {}
 
 
-async def compile_step(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(BlueprintSpec)
+async def compile_step(ctx: StepContext[BlueprintSpec]) -> Mapping[str, Any]:
     """Validated -> Provisioned: compile; a cycle or an unknown macro reference is permanent."""
-    spec = BlueprintSpec.model_validate(dict(ctx.obj.spec))
+    spec = ctx.spec
     previous_raw = ctx.obj.status.get("compiledState")
     previous = CompiledState.model_validate(previous_raw) if previous_raw else None
     result = compile_blueprint(spec, previous)
@@ -72,8 +73,8 @@ async def release(ctx: StepContext) -> Mapping[str, Any]:
     because they run its snapshot, which refers to its secrets in the vault; once none is left,
     its secrets leave the vault and the blueprint goes."""
     services: Services = ctx.services
-    apps = await services.kube.request("GET", custom_path(APP.plural, ctx.obj.namespace))
-    users = sorted(str((a.get("metadata") or {}).get("name")) for a in apps.get("items") or []
+    apps = await Objects(services.kube).list(APP, ctx.obj.namespace)
+    users = sorted(str((a.get("metadata") or {}).get("name")) for a in apps
                    if (a.get("spec") or {}).get("blueprint") == ctx.obj.name)
     if users:
         raise TemporaryError("InUse", f"deleted: waits until no app uses it ({', '.join(users)})",
@@ -119,7 +120,7 @@ def _vault_sources(node: Any, path: str) -> Iterator[tuple[str, Mapping[str, Any
             yield from _vault_sources(item, f"{path}[{index}]")
 
 
-def foreign_refs(vault: Vault, namespace: str, blueprint: str, spec: Mapping[str, Any],
+def foreign_refs(vault: SecretVault, namespace: str, blueprint: str, spec: Mapping[str, Any],
                  dry_run: bool = False, already: Collection[str] = ()) -> list[str]:
     """The problems of `vaultRef`s that are not this blueprint's own secrets, one per field.
 
@@ -149,7 +150,7 @@ def foreign_refs(vault: Vault, namespace: str, blueprint: str, spec: Mapping[str
     return problems
 
 
-def _sealed_problem(vault: Vault, namespace: str, ref: str, blob: bytes, owner: str) -> str | None:
+def _sealed_problem(vault: SecretVault, namespace: str, ref: str, blob: bytes, owner: str) -> str | None:
     try:
         problem = vault.sealed_problem(namespace, ref, blob, owner)
     except VaultError:  # not a uuid: the schema says so too
@@ -157,7 +158,7 @@ def _sealed_problem(vault: Vault, namespace: str, ref: str, blob: bytes, owner: 
     return None if problem is None else problem.removeprefix(f"{ref}: ")
 
 
-async def store_sealed(vault: Vault, namespace: str, blueprint: str, spec: Mapping[str, Any]) -> None:
+async def store_sealed(vault: SecretVault, namespace: str, blueprint: str, spec: Mapping[str, Any]) -> None:
     """Bring the object's sealed values into the vault (those it lacks); a blob that may not be this
     blueprint's entry is left out, and `foreign_refs` then names its field."""
     owner = secret_owner(blueprint)
@@ -166,7 +167,7 @@ async def store_sealed(vault: Vault, namespace: str, blueprint: str, spec: Mappi
             await vault.store_sealed(namespace, ref, blob, owner)
 
 
-def _owner_of(vault: Vault, namespace: str, ref: str) -> str | None:
+def _owner_of(vault: SecretVault, namespace: str, ref: str) -> str | None:
     try:
         return vault.owner_of(namespace, ref)
     except VaultError:  # not a uuid: the schema says so too
@@ -263,7 +264,7 @@ async def move_inline_secrets(request: AdmissionRequest) -> dict[str, Any] | Non
     return patch
 
 
-async def _same_entry(vault: Vault, namespace: str, owner: str, ref: str | None, value: str) -> str | None:
+async def _same_entry(vault: SecretVault, namespace: str, owner: str, ref: str | None, value: str) -> str | None:
     """`ref` when it is `owner`'s entry holding exactly `value`, else None.
 
     The only entry ever compared is the one the stored object (the API server's `old`, which only

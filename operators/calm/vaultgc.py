@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from operators.calm.blueprint import vault_refs
 from operators.calm.models import APP, BLUEPRINT
 from operators.runtime.engine.services import Services
-from operators.runtime.kube.client import ApiError, custom_path
+from operators.runtime.kube.client import ApiError
+from operators.runtime.kube.objects import Objects
 from operators.runtime.secrets import Entry, VaultError
 
 log = logging.getLogger(__name__)
@@ -48,10 +49,11 @@ def garbage(entries: Sequence[Entry], referenced: Collection[str], now: float, g
 
 async def referenced(services: Services, namespace: str) -> set[str]:
     """Every vault uuid that a Blueprint's spec or an App's launch snapshot of `namespace` names."""
-    blueprints = await services.kube.request("GET", custom_path(BLUEPRINT.plural, namespace))
-    apps = await services.kube.request("GET", custom_path(APP.plural, namespace))
-    found = {ref for b in blueprints.get("items") or [] for _, ref in vault_refs(b.get("spec") or {})}
-    found |= {ref for a in apps.get("items") or []
+    objects = Objects(services.kube)
+    blueprints = await objects.list(BLUEPRINT, namespace)
+    apps = await objects.list(APP, namespace)
+    found = {ref for b in blueprints for _, ref in vault_refs(b.get("spec") or {})}
+    found |= {ref for a in apps
               for _, ref in vault_refs(((a.get("status") or {}).get("snapshot") or {}).get("spec") or {})}
     return found
 

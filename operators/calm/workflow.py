@@ -41,6 +41,7 @@ import yaml
 
 from operators.calm import macros
 from operators.calm.models import BlueprintSpec, CompiledAction, CompiledTask, KnownHosts, SecretSource, Substrate
+from operators.runtime.core.pipeline import parse_spec
 from pipelines.executors.kube import CLUSTER_SCOPED
 
 APPLICATION = "Application"
@@ -253,7 +254,7 @@ def _secret_names(text: str, secrets: Mapping[str, SecretSource]) -> set[str]:
 def build_workflow(spec_data: Mapping[str, Any], actions: Sequence[CompiledAction], action: CompiledAction,
                    app: AppInfo, place: Layout) -> Built:
     """The workflow of one action of an App; `WorkflowError` names the task and the problem."""
-    spec = BlueprintSpec.model_validate(dict(spec_data))
+    spec = parse_spec(BlueprintSpec, spec_data)
     context, all_secrets = macro_context(spec, spec_data, actions, app)
     runtime_names: set[tuple[str | None, str]] = set()
     written: dict[str, Mapping[str, Any]] = {}

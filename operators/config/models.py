@@ -32,6 +32,7 @@ from operators.config.levels import (
 )
 from operators.environment.models import EnvironmentSpec
 from operators.runtime.core.kinds import FirstSeen, Model, Resource, StatusBase, field_path
+from operators.runtime.core.pipeline import parse_spec
 
 CONFIG_COMPONENT = Resource("ConfigComponent", "configcomponents")
 CONFIG_VALUES = Resource("ConfigValues", "configvalues")
@@ -205,7 +206,7 @@ class ValuesContext:
 def parse_values_spec(spec: Mapping[str, Any]) -> tuple[ConfigValuesSpec | None, list[str]]:
     """The model, or the schema's errors named `spec.<field>`."""
     try:
-        return ConfigValuesSpec.model_validate(dict(spec)), []
+        return parse_spec(ConfigValuesSpec, spec), []
     except ValidationError as error:
         return None, [f"spec.{field_path(e['loc'])}: {e['msg']}" for e in error.errors()]
 

@@ -29,6 +29,7 @@ from operators.config.levels import LevelError, format_point
 from operators.config.merge import effective
 from operators.config.models import (
     CONFIG_COMPONENT,
+    CONFIG_VALUES,
     DEFAULT_HISTORY_LIMIT,
     ConfigComponentSpec,
     ConfigValuesSpec,
@@ -38,11 +39,12 @@ from operators.config.models import (
     values_point,
     values_problems,
 )
-from operators.config.repository import COMPONENTS, ENVIRONMENTS, VALUES, KubeConfigRepository, StoredValues
+from operators.config.repository import KubeConfigRepository, StoredValues
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec
 from operators.runtime.core.kinds import AdmissionRequest, Refusal
-from operators.runtime.core.pipeline import PermanentError, StepContext, TemporaryError
-from operators.runtime.kube.client import ApiError, Requester, core_path, custom_path
+from operators.runtime.core.pipeline import PermanentError, StepContext, TemporaryError, spec_step
+from operators.runtime.kube.client import ApiError, Requester, core_path
+from operators.runtime.kube.objects import Objects
 
 FIELD_MANAGER = "stead-config"
 
@@ -56,12 +58,8 @@ def _kube(ctx: StepContext) -> Requester:
 
 async def load_context(kube: Requester, namespace: str, environment: str, name: str) -> ValuesContext:
     """The Environment, the namespace's ConfigComponents and other ConfigValues, read from the API server."""
-    try:
-        env_raw: dict[str, Any] | None = await kube.request("GET", custom_path(ENVIRONMENTS, namespace, environment))
-    except ApiError as error:
-        if error.status != 404:
-            raise
-        env_raw = None
+    objects = Objects(kube)
+    env_raw = await objects.find(ENVIRONMENT, namespace, environment)
     env = None
     if env_raw is not None:
         try:
@@ -69,13 +67,13 @@ async def load_context(kube: Requester, namespace: str, environment: str, name: 
         except ValueError:
             env = None
     components: dict[str, ConfigComponentSpec] = {}
-    for item in (await kube.request("GET", custom_path(COMPONENTS, namespace))).get("items") or []:
+    for item in await objects.list(CONFIG_COMPONENT, namespace):
         try:
             components[str(item["metadata"]["name"])] = ConfigComponentSpec.model_validate(item.get("spec") or {})
         except (ValueError, KeyError):
             continue
     others = [(str(item["metadata"]["name"]), item.get("spec") or {})
-              for item in (await kube.request("GET", custom_path(VALUES, namespace))).get("items") or []]
+              for item in await objects.list(CONFIG_VALUES, namespace)]
     return ValuesContext(environment=env, components=components, others=others, name=name)
 
 
@@ -103,9 +101,10 @@ async def validate_values(ctx: StepContext) -> Mapping[str, Any]:
     return {"point": format_point(values_point(model, env))}
 
 
-async def record_version(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(ConfigValuesSpec)
+async def record_version(ctx: StepContext[ConfigValuesSpec]) -> Mapping[str, Any]:
     """Validated -> Versioned."""
-    spec = ConfigValuesSpec.model_validate(dict(ctx.obj.spec))
+    spec = ctx.spec
     history = History(_kube(ctx), Owner(ctx.obj.namespace, ctx.obj.name, ctx.obj.uid))
     try:
         recorded = await sync(history, spec.data, spec.revert_to, spec.history_limit or DEFAULT_HISTORY_LIMIT)
@@ -164,10 +163,11 @@ def json_text(values: Mapping[str, Any]) -> str:
     return json.dumps(values, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
-async def publish(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(ConfigValuesSpec)
+async def publish(ctx: StepContext[ConfigValuesSpec]) -> Mapping[str, Any]:
     """Versioned -> Provisioned: write the published ConfigMaps at and below this point."""
     kube = _kube(ctx)
-    spec = ConfigValuesSpec.model_validate(dict(ctx.obj.spec))
+    spec = ctx.spec
     snapshot = await KubeConfigRepository(kube).snapshot(ctx.obj.namespace, spec.environment)
     if snapshot is None:
         raise missing_environment(spec.environment)
@@ -207,12 +207,13 @@ async def publish(ctx: StepContext) -> Mapping[str, Any]:
     return facts
 
 
-async def validate_component(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(ConfigComponentSpec)
+async def validate_component(ctx: StepContext[ConfigComponentSpec]) -> Mapping[str, Any]:
     """ConfigComponent Init -> Provisioned: its checks again, for objects that bypassed the webhook."""
     problems = component_problems(ctx.obj.spec)
     if problems:
         raise PermanentError("InvalidSpec", "; ".join(problems))
-    spec = ConfigComponentSpec.model_validate(dict(ctx.obj.spec))
+    spec = ctx.spec
     return {"resourceCount": len(spec.resources), "resources": [r.name for r in spec.resources]}
 
 

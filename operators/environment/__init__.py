@@ -8,7 +8,7 @@ from typing import Any
 from operators.environment.logic import components_condition, summarize
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec, EnvironmentStatus
 from operators.runtime.core.kinds import Kind, PrinterColumn, Resource
-from operators.runtime.core.pipeline import KIND_CONDITIONS, PermanentError, Pipeline, StepContext
+from operators.runtime.core.pipeline import KIND_CONDITIONS, PermanentError, Pipeline, StepContext, spec_step
 from operators.runtime.core.store import object_key
 
 CONFIG_COMPONENT = Resource("ConfigComponent", "configcomponents")
@@ -29,10 +29,11 @@ async def validate(ctx: StepContext) -> Mapping[str, Any]:
     return {}
 
 
-async def provision(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(EnvironmentSpec)
+async def provision(ctx: StepContext[EnvironmentSpec]) -> Mapping[str, Any]:
     """Validated -> Provisioned: summarize nodes and roles, and say which enabled components do not
     exist (from the local store: Provisioned ConfigComponents, no API call)."""
-    spec = EnvironmentSpec.model_validate(dict(ctx.obj.spec))
+    spec = ctx.spec
     prefix = object_key(CONFIG_COMPONENT.kind, ctx.obj.namespace, "")
     existing = {key.removeprefix(prefix) for key, _ in ctx.services.store.items(CONFIG_COMPONENT.kind)
                 if key.startswith(prefix)}

@@ -50,7 +50,8 @@ from operators.runtime.core.pipeline import Observed
 from operators.runtime.core.ring import project_key
 from operators.runtime.core.store import LocalStore
 from operators.runtime.engine.services import Services
-from operators.runtime.kube.client import ApiError, custom_path, load_access
+from operators.runtime.kube.client import ApiError, load_access
+from operators.runtime.kube.objects import Objects
 from operators.runtime.kube.watch import Watch
 
 log = logging.getLogger(__name__)
@@ -206,7 +207,7 @@ class AutoRunner:
         trigger = triggers[0]
         body_ = run_object(namespace, name, labels, trigger, auto.graph_type, auto.dry_run)
         try:
-            created = await services.kube.request("POST", custom_path(GRAPH_RUN.plural, namespace), body_)
+            created = await Objects(services.kube).create(GRAPH_RUN, namespace, body_)
         except ApiError as error:  # a run created meanwhile (409), an outage: tried again at the next tick
             log.info("auto-run of environment %s: GraphRun not created: %s", key, error)
             return

@@ -30,11 +30,27 @@ from operators.graphs.models import (
     check_graph,
     check_run,
 )
-from operators.runtime.core.kinds import AdmissionRequest, Kind, Model, PrinterColumn, Refusal, StatusBase
-from operators.runtime.core.pipeline import KIND_CONDITIONS, PermanentError, Pipeline, StepContext, StepFn
+from operators.runtime.core.kinds import (
+    AdmissionRequest,
+    Kind,
+    Model,
+    PrinterColumn,
+    Refusal,
+    StatusBase,
+    spec_admission,
+)
+from operators.runtime.core.pipeline import (
+    KIND_CONDITIONS,
+    PermanentError,
+    Pipeline,
+    StepContext,
+    StepFn,
+    spec_step,
+)
 from operators.runtime.core.store import object_key
 from operators.runtime.engine.runs import run_pipeline
-from operators.runtime.kube.client import custom_path
+from operators.runtime.kube.client import Requester
+from operators.runtime.kube.objects import Objects
 
 
 class DeploymentGraphStatus(StatusBase):
@@ -52,11 +68,10 @@ def _owner(spec: DeploymentGraphSpec) -> str:
     return f"{kind}/{name}"
 
 
-async def _same_owner_and_type(kube: Any, namespace: str, name: str, spec: DeploymentGraphSpec) -> list[str]:
+async def _same_owner_and_type(kube: Requester, namespace: str, name: str, spec: DeploymentGraphSpec) -> list[str]:
     """The other graphs of the namespace with the same owner and type, oldest first."""
-    listed = await kube.request("GET", custom_path(DEPLOYMENT_GRAPH.plural, namespace))
     found = []
-    for item in listed.get("items") or []:
+    for item in await Objects(kube).list(DEPLOYMENT_GRAPH, namespace):
         other = item.get("spec") or {}
         owner = next(((k, other[k]) for k in ("release", "plugin", "environment") if other.get(k)), None)
         if item["metadata"]["name"] != name and owner == spec.owner and other.get("type", "default") == spec.type:
@@ -64,13 +79,14 @@ async def _same_owner_and_type(kube: Any, namespace: str, name: str, spec: Deplo
     return [n for _, n in sorted(found)]
 
 
-async def check(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(DeploymentGraphSpec)
+async def check(ctx: StepContext[DeploymentGraphSpec]) -> Mapping[str, Any]:
     """Init -> Provisioned: the checks of the webhook again, and one graph per owner and type (the older
     one stands: this one is Stalled saying which)."""
     problems = check_graph(ctx.obj.spec)
     if problems:
         raise PermanentError("InvalidSpec", "; ".join(problems))
-    spec = DeploymentGraphSpec.model_validate(dict(ctx.obj.spec))
+    spec = ctx.spec
     facts = {"owner": _owner(spec), "taskCount": len(spec.tasks), "type": spec.type}
     others = await _same_owner_and_type(ctx.services.kube, ctx.obj.namespace, ctx.obj.name, spec)
     if others and others[0] != ctx.obj.name:
@@ -79,11 +95,12 @@ async def check(ctx: StepContext) -> Mapping[str, Any]:
     return facts
 
 
-async def graph_admission(request: AdmissionRequest) -> None:
+@spec_admission(DeploymentGraphSpec)
+async def graph_admission(request: AdmissionRequest[DeploymentGraphSpec]) -> None:
     """A second graph for the same owner and type is refused (409, naming the first)."""
     if request.services is None or request.operation not in ("CREATE", "UPDATE"):
         return
-    spec = DeploymentGraphSpec.model_validate(dict(request.spec))
+    spec = request.parsed
     others = await _same_owner_and_type(request.services.kube, request.namespace, request.name, spec)
     if others:
         raise Refusal(f"spec: DeploymentGraph {others[0]} is the {spec.type!r} graph of {_owner(spec)} already: "
@@ -166,13 +183,14 @@ def source_graphs(ctx: StepContext) -> list[SourceGraph]:
     for key, record in ctx.services.store.items(DEPLOYMENT_GRAPH.kind):
         if key.startswith(prefix):
             found.append(SourceGraph(key.removeprefix(prefix), record.generation,
-                                     DeploymentGraphSpec.model_validate(dict(record.spec))))
+                                     DEPLOYMENT_GRAPH_KIND.parse(record.spec)))
     return found
 
 
-async def keep_merged_graphs(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(EnvironmentSpec)
+async def keep_merged_graphs(ctx: StepContext[EnvironmentSpec]) -> Mapping[str, Any]:
     """Merge the environment's graphs per type, keep the merges in the store, and say so in its status."""
-    spec = EnvironmentSpec.model_validate(dict(ctx.obj.spec))
+    spec = ctx.spec
     merges = merge_environment(ctx.obj.name, spec, ctx.obj.generation, source_graphs(ctx))
     MergedGraphStore(ctx.services.store).replace(ctx.obj.namespace, ctx.obj.name, merges)
     facts = status_facts(merges)

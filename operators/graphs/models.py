@@ -30,6 +30,7 @@ from pydantic import ConfigDict, Field, StringConstraints, ValidationError, With
 
 from operators.graphs.regexes import RegexError, compile_pattern
 from operators.runtime.core.kinds import Model, Resource, StatusBase, field_path
+from operators.runtime.core.pipeline import parse_spec
 
 DEPLOYMENT_GRAPH = Resource("DeploymentGraph", "deploymentgraphs")
 GRAPH_RUN = Resource("GraphRun", "graphruns")
@@ -397,7 +398,7 @@ def check_graph(spec: Mapping[str, Any]) -> list[str]:
     (`structure.merged_problems`), where the whole picture is.
     """
     try:
-        graph = DeploymentGraphSpec.model_validate(dict(spec))
+        graph = parse_spec(DeploymentGraphSpec, spec)
     except ValidationError as error:
         return [f"spec.{field_path(e['loc'])}: {e['msg']}" for e in error.errors()]
     return check_tasks(graph.tasks)
@@ -468,7 +469,7 @@ def check_tasks(tasks: list[Task], path: str = "spec.tasks") -> list[str]:
 def check_run(spec: Mapping[str, Any]) -> list[str]:
     """The problems of a GraphRun spec the schema cannot express: subgraph /regex/ references RE2 refuses."""
     try:
-        run = GraphRunSpec.model_validate(dict(spec))
+        run = parse_spec(GraphRunSpec, spec)
     except ValidationError as error:
         return [f"spec.{field_path(e['loc'])}: {e['msg']}" for e in error.errors()]
     return subgraph_problems(run.subgraphs, "spec.subgraphs")

@@ -40,6 +40,7 @@ from pydantic import ValidationError
 from operators.config.levels import NODE_LEVEL, ROLE_LEVEL, node_ident
 from operators.config.merge import effective
 from operators.config.repository import KubeConfigRepository, Snapshot
+from operators.environment import KIND as ENVIRONMENT_KIND
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec, SshAccess
 from operators.graphs.history import FINISHED, HistoryStore, drop_others, entries_from_records, history_path
 from operators.graphs.kept import MergedGraphStore, SourceGraph, graph_types, no_such_type, plan_input
@@ -55,7 +56,7 @@ from operators.graphs.output import PLAN_FILE, read_plan
 from operators.graphs.planner import PlanFailed, instances_status, plan_in_process
 from operators.runtime.core.clock import utc_now, utc_seconds
 from operators.runtime.core.kinds import AdmissionRequest, Refusal
-from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, StepContext
+from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, StepContext, parse_spec, spec_step
 from operators.runtime.core.refs import SecretKeyRef
 from operators.runtime.engine.runs import (
     FINAL_RUN_STATES,
@@ -71,7 +72,8 @@ from operators.runtime.engine.runs import (
     runner_credentials,
     write_conclusion,
 )
-from operators.runtime.kube.client import ApiError, custom_path
+from operators.runtime.kube.client import ApiError, Requester
+from operators.runtime.kube.objects import Objects
 from pipelines.control import read_progress
 from pipelines.paths import RunPaths
 
@@ -88,18 +90,8 @@ def carry(status: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in status.items() if key not in RUNTIME_FIELDS}
 
 
-async def _get(ctx: StepContext, path: str) -> dict[str, Any] | None:
-    try:
-        found: dict[str, Any] = await ctx.services.kube.request("GET", path)
-    except ApiError as error:
-        if error.status == 404:
-            return None
-        raise
-    return found
-
-
 async def _environment_object(ctx: StepContext, name: str) -> dict[str, Any]:
-    body = await _get(ctx, custom_path(ENVIRONMENT.plural, ctx.obj.namespace, name))
+    body = await Objects(ctx.services.kube).find(ENVIRONMENT, ctx.obj.namespace, name)
     if body is None:
         raise PermanentError("EnvironmentNotFound", f"spec.environment: no Environment {name!r} in namespace "
                              f"{ctx.obj.namespace}", facts={"state": "Failed", "reason": f"no environment {name}"})
@@ -108,7 +100,7 @@ async def _environment_object(ctx: StepContext, name: str) -> dict[str, Any]:
 
 def _environment_spec(name: str, body: Mapping[str, Any]) -> EnvironmentSpec:
     try:
-        return EnvironmentSpec.model_validate(dict(body.get("spec") or {}))
+        return ENVIRONMENT_KIND.parse(body.get("spec") or {})
     except ValidationError:
         raise PermanentError("EnvironmentInvalid", f"Environment {name} has an invalid spec (see its status)",
                              facts={"state": "Failed"}) from None
@@ -118,21 +110,21 @@ async def _environment(ctx: StepContext, name: str) -> EnvironmentSpec:
     return _environment_spec(name, await _environment_object(ctx, name))
 
 
-async def others_running(kube: Any, namespace: str, environment: str, name: str) -> list[str]:
+async def others_running(kube: Requester, namespace: str, environment: str, name: str) -> list[str]:
     """The GraphRuns on `environment` other than `name` that have not ended."""
-    listed = await kube.request("GET", custom_path(GRAPH_RUN.plural, namespace))
-    return sorted(str(item["metadata"]["name"]) for item in listed.get("items") or []
+    return sorted(str(item["metadata"]["name"]) for item in await Objects(kube).list(GRAPH_RUN, namespace)
                   if (item.get("spec") or {}).get("environment") == environment
                   and item["metadata"]["name"] != name
                   and not item["metadata"].get("deletionTimestamp")
                   and (item.get("status") or {}).get("state") not in FINAL_RUN_STATES)
 
 
-async def validate(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(GraphRunSpec)
+async def validate(ctx: StepContext[GraphRunSpec]) -> Mapping[str, Any]:
     """Init -> Planning: the environment, how to reach its nodes, and no other run on it."""
     if ctx.obj.status.get("state") in FINAL_RUN_STATES:
         return carry(ctx.obj.status)
-    spec = GraphRunSpec.model_validate(dict(ctx.obj.spec))
+    spec = ctx.spec
     env = await _environment(ctx, spec.environment)
     if env.ssh is None and not spec.dry_run:
         message = (f"spec.environment: Environment {spec.environment} has no spec.ssh (the user, key and known host "
@@ -145,16 +137,15 @@ async def validate(ctx: StepContext) -> Mapping[str, Any]:
     return {"state": "Pending", "startTime": ctx.obj.status.get("startTime") or utc_now()}
 
 
-async def source_graphs(kube: Any, namespace: str) -> list[SourceGraph]:
+async def source_graphs(kube: Requester, namespace: str) -> list[SourceGraph]:
     """The namespace's DeploymentGraphs that are valid (an invalid one is Stalled, saying why), as the API
     server holds them now."""
-    listed = await kube.request("GET", custom_path(DEPLOYMENT_GRAPH.plural, namespace))
     graphs = []
-    for item in listed.get("items") or []:
+    for item in await Objects(kube).list(DEPLOYMENT_GRAPH, namespace):
         with contextlib.suppress(ValidationError):
             meta = item.get("metadata") or {}
             graphs.append(SourceGraph(str(meta.get("name")), int(meta.get("generation") or 0),
-                                      DeploymentGraphSpec.model_validate(dict(item.get("spec") or {}))))
+                                      parse_spec(DeploymentGraphSpec, item.get("spec") or {})))
     return graphs
 
 
@@ -240,7 +231,8 @@ def _records(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return {str(r.get("step")): r for r in status.get("steps") or []}
 
 
-async def plan(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(GraphRunSpec)
+async def plan(ctx: StepContext[GraphRunSpec]) -> Mapping[str, Any]:
     """Planning -> Running: merge, expand and plan; write the plan beside the run (a restart follows it)."""
     facts = {**carry(ctx.obj.status), **ctx.facts}
     if facts.get("state") in FINAL_RUN_STATES:
@@ -249,7 +241,7 @@ async def plan(ctx: StepContext) -> Mapping[str, Any]:
     saved = read_plan(paths.run_dir)
     if saved is not None:  # planned before a restart: the same plan, never a new one
         return {**facts, **saved["facts"], "state": saved["facts"].get("state", "Running")}
-    spec = GraphRunSpec.model_validate(dict(ctx.obj.spec))
+    spec = ctx.spec
     env_body = await _environment_object(ctx, spec.environment)
     env = _environment_spec(spec.environment, env_body)
     generation = int((env_body.get("metadata") or {}).get("generation") or 0)
@@ -332,7 +324,7 @@ class _Observer:
 
     async def abort(self) -> Abort | None:
         with contextlib.suppress(ApiError):
-            current = await _get(self.ctx, custom_path(GRAPH_RUN.plural, self.ctx.obj.namespace, self.ctx.obj.name))
+            current = await Objects(self.ctx.services.kube).find(GRAPH_RUN, self.ctx.obj.namespace, self.ctx.obj.name)
             if current is not None and (current.get("spec") or {}).get("abort"):
                 return Abort()
         return None
@@ -360,10 +352,11 @@ def _progress_text(saved: Mapping[str, Any], status: Mapping[str, Any], progress
     return f"{done}/{len(work)}"
 
 
-async def supervise(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(GraphRunSpec)
+async def supervise(ctx: StepContext[GraphRunSpec]) -> Mapping[str, Any]:
     """Running -> Provisioned: run the plan's workflow to its end."""
     facts = {**carry(ctx.obj.status), **ctx.facts}
-    spec = GraphRunSpec.model_validate(dict(ctx.obj.spec))
+    spec = ctx.spec
     paths = paths_for(ctx)
     concluded = read_conclusion(paths)
     if concluded is not None:

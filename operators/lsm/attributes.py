@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from operators.lsm.models import AttributeDefinition, AttributeType, ServiceEntitySpec
 from operators.runtime.core.kinds import FirstSeen, field_path
+from operators.runtime.core.pipeline import parse_spec
 
 _JSON_NAMES = {str: "string", bool: "bool", int: "int", float: "float", dict: "dict", list: "list"}
 
@@ -127,7 +128,7 @@ def service_entity_problems(spec: Mapping[str, Any]) -> list[str]:
     """Every problem of a ServiceEntity spec, each naming its field: the schema's, then the semantic ones
     (those that need the lifecycle or the Blueprint are checked where they are known)."""
     try:
-        entity = ServiceEntitySpec.model_validate(dict(spec))
+        entity = parse_spec(ServiceEntitySpec, spec)
     except ValidationError as error:
         return [f"spec.{field_path(e['loc'])}: {e['msg']}" for e in error.errors()]
     return entity_problems(entity)

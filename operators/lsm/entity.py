@@ -17,16 +17,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from operators.calm.models import BlueprintSpec
+from operators.calm.blueprint import KIND as BLUEPRINT_KIND
 from operators.lsm.attributes import entity_problems, service_entity_problems
 from operators.lsm.lifecycle import config_problems, lifecycle_problems, semantic_problems, summarize
 from operators.lsm.models import SERVICE_INSTANCE, LifecycleSpec, ServiceEntitySpec
 from operators.lsm.realization import realization_problems
 from operators.lsm.wire import merge_ready
 from operators.lsm.world import Unresolved, find_blueprint, find_lifecycle
-from operators.runtime.core.kinds import AdmissionRequest, Refusal
-from operators.runtime.core.pipeline import PermanentError, StepContext, TemporaryError
-from operators.runtime.kube.client import custom_path
+from operators.runtime.core.kinds import AdmissionRequest, Refusal, spec_admission
+from operators.runtime.core.pipeline import PermanentError, StepContext, TemporaryError, parse_spec, spec_step
+from operators.runtime.core.services import Services
+from operators.runtime.kube.objects import Objects
 
 BLUEPRINT_RECHECK_SECONDS = 60.0
 """A slow safety net only: an entity is checked again when its Blueprint becomes Ready."""
@@ -36,16 +37,17 @@ BLUEPRINT_RECHECK_SECONDS = 60.0
 
 def lifecycle_semantic_problems(spec: Mapping[str, Any]) -> list[str]:
     """`Kind.problems` of a Lifecycle: the checks beyond its schema (which the webhook checked first)."""
-    return semantic_problems(LifecycleSpec.model_validate(dict(spec)))
+    return semantic_problems(parse_spec(LifecycleSpec, spec))
 
 
-async def check_lifecycle(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(LifecycleSpec)
+async def check_lifecycle(ctx: StepContext[LifecycleSpec]) -> Mapping[str, Any]:
     """Init -> Provisioned: the admission checks again (for objects that bypassed the webhook), and the
     model state of each state."""
     problems = lifecycle_problems(ctx.obj.spec)
     if problems:
         raise PermanentError("InvalidSpec", "; ".join(problems))
-    facts = summarize(LifecycleSpec.model_validate(dict(ctx.obj.spec)))
+    facts = summarize(ctx.spec)
     facts["modelStates"] = merge_ready(ctx.obj.status.get("modelStates"), facts["modelStates"])
     return facts
 
@@ -61,7 +63,7 @@ async def check_entity(ctx: StepContext) -> Mapping[str, Any]:
     return {}
 
 
-async def context_problems(services: Any, namespace: str, entity: ServiceEntitySpec, *, lenient: bool
+async def context_problems(services: Services, namespace: str, entity: ServiceEntitySpec, *, lenient: bool
                            ) -> list[str]:
     """The entity against its lifecycle and Blueprint, as far as they are found. Raises Unresolved when one
     is missing (the pipeline stalls on it; admission lets it be, the order of a GitOps apply is free)."""
@@ -69,15 +71,15 @@ async def context_problems(services: Any, namespace: str, entity: ServiceEntityS
     problems = config_problems(entity.config, lifecycle)
     realization = entity.realization
     if realization is not None:
-        blueprint = BlueprintSpec.model_validate(dict(await find_blueprint(services, namespace,
-                                                                            realization.blueprint)))
+        blueprint = BLUEPRINT_KIND.parse(await find_blueprint(services, namespace, realization.blueprint))
         problems += realization_problems(entity, blueprint, realization.blueprint)
     return problems
 
 
-async def resolve_entity(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(ServiceEntitySpec)
+async def resolve_entity(ctx: StepContext[ServiceEntitySpec]) -> Mapping[str, Any]:
     """Validated -> Provisioned: the lifecycle and the Blueprint are found and fit."""
-    entity = ServiceEntitySpec.model_validate(dict(ctx.obj.spec))
+    entity = ctx.spec
     facts = {"lifecycle": entity.lifecycle.key, "attributeCount": len(entity.attributes),
              "blueprint": entity.realization.blueprint if entity.realization is not None else None,
              "autoTransfersOff": sorted(name for name, on in entity.config.items() if not on) or None}
@@ -94,11 +96,12 @@ async def resolve_entity(ctx: StepContext) -> Mapping[str, Any]:
     return facts
 
 
-async def entity_admission(request: AdmissionRequest) -> None:
+@spec_admission(ServiceEntitySpec)
+async def entity_admission(request: AdmissionRequest[ServiceEntitySpec]) -> None:
     """Refuse an entity that does not fit its lifecycle or Blueprint where they are known, and a change of
     its lifecycle or identity while it has instances (they would be left in states or with identities that
     no longer mean anything)."""
-    entity = ServiceEntitySpec.model_validate(dict(request.spec))
+    entity = request.parsed
     services = request.services
     if services is None:
         return
@@ -110,13 +113,13 @@ async def entity_admission(request: AdmissionRequest) -> None:
         raise Refusal("; ".join(problems), 422)
     if request.operation != "UPDATE" or request.old is None:
         return
-    old = ServiceEntitySpec.model_validate(dict(request.old.get("spec") or {}))
+    old = request.parse(request.old.get("spec") or {})
     changed = [path for path, before, after in (("spec.lifecycle", old.lifecycle, entity.lifecycle),
                                                 ("spec.identity", old.identity, entity.identity)) if before != after]
     if not changed:
         return
-    listed = await services.kube.request("GET", custom_path(SERVICE_INSTANCE.plural, request.namespace))
-    users = sorted(str((i.get("metadata") or {}).get("name")) for i in listed.get("items") or []
+    listed = await Objects(services.kube).list(SERVICE_INSTANCE, request.namespace)
+    users = sorted(str((i.get("metadata") or {}).get("name")) for i in listed
                    if (i.get("spec") or {}).get("entity") == request.name)
     if users:
         shown = ", ".join(users[:10]) + (f" and {len(users) - 10} more" if len(users) > 10 else "")
@@ -125,4 +128,4 @@ async def entity_admission(request: AdmissionRequest) -> None:
 
 def entity_semantic_problems(spec: Mapping[str, Any]) -> list[str]:
     """`Kind.problems` of a ServiceEntity: the checks of its spec alone beyond its schema."""
-    return entity_problems(ServiceEntitySpec.model_validate(dict(spec)))
+    return entity_problems(parse_spec(ServiceEntitySpec, spec))

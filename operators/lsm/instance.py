@@ -73,21 +73,23 @@ from operators.lsm.models import (
 )
 from operators.lsm.realization import app_inputs, app_outputs
 from operators.lsm.wire import instance_facts, merge_ready, read_instance_status
-from operators.lsm.world import Unresolved, World, get_object, resolve
+from operators.lsm.world import Unresolved, World, resolve
 from operators.runtime.core import conditions as cond
 from operators.runtime.core.clock import utc_now
-from operators.runtime.core.kinds import AdmissionRequest, Refusal
+from operators.runtime.core.kinds import AdmissionRequest, Refusal, spec_admission
 from operators.runtime.core.pipeline import (
     RUNTIME_FIELDS,
     Observed,
     PermanentError,
     StepContext,
     TemporaryError,
+    spec_step,
     status_patch,
 )
 from operators.runtime.core.ring import PROJECT_LABEL
 from operators.runtime.engine.runs import FINAL_RUN_STATES
-from operators.runtime.kube.client import ApiError, custom_path
+from operators.runtime.kube.client import ApiError, Requester
+from operators.runtime.kube.objects import Objects
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +130,9 @@ def poll_delay(status: Mapping[str, Any], now: datetime) -> float:
 # --- reading the object ---------------------------------------------------------------------------
 
 
-def read_spec(spec: Mapping[str, Any]) -> ServiceInstanceSpec:
+def read_spec(ctx: StepContext[ServiceInstanceSpec]) -> ServiceInstanceSpec:
     try:
-        return ServiceInstanceSpec.model_validate(dict(spec))
+        return ctx.spec
     except ValidationError as error:
         raise PermanentError("InvalidSpec", "; ".join(f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}"
                                                        for e in error.errors())) from None
@@ -267,8 +269,8 @@ async def converge(world: World, obj: Observed, status: ServiceInstanceStatus) -
     realization = world.entity.realization
     if realization is None:
         return Converged(ResourceOutcome(True), None)  # nothing to deploy or remove: done at once
-    kube, name = world.services.kube, obj.name
-    app = await get_object(kube, APP.plural, obj.namespace, name)
+    objects, name = Objects(world.services.kube), obj.name
+    app = await objects.find(APP, obj.namespace, name)
     if app is not None and not _ours(app, obj.uid):
         if intent == "purge":
             return Converged(ResourceOutcome(True), None)  # nothing of ours to remove
@@ -279,12 +281,11 @@ async def converge(world: World, obj: Observed, status: ServiceInstanceStatus) -
                              f"ServiceInstance {name} uid {obj.uid}): delete or rename it, then change the instance",
                              facts=instance_facts(obj.status, status))
     if intent == "purge":
-        return Converged(await _purge(kube, obj, app), None if app is None else name)
+        return Converged(await _purge(objects, obj, app), None if app is None else name)
     inputs = app_inputs(world.entity, status.active_attributes or {})
     if app is None:
         try:
-            await kube.request("POST", custom_path(APP.plural, obj.namespace),
-                               app_body(obj, realization.blueprint, inputs))
+            await objects.create(APP, obj.namespace, app_body(obj, realization.blueprint, inputs))
         except ApiError as error:
             if error.status >= 500 or error.status == 409:
                 raise TemporaryError("AppNotLaunched", f"App {name} not created: {error.message}",
@@ -297,9 +298,7 @@ async def converge(world: World, obj: Observed, status: ServiceInstanceStatus) -
     current = dict((app.get("spec") or {}).get("inputs") or {})
     if current != inputs:
         try:
-            app = await kube.request("PATCH", custom_path(APP.plural, obj.namespace, name),
-                                     {"spec": {"inputs": merge_ready(current, inputs)}},
-                                     content_type="application/merge-patch+json")
+            app = await objects.patch(APP, obj.namespace, name, {"spec": {"inputs": merge_ready(current, inputs)}})
         except ApiError as error:
             if error.status in (409, 423) or error.status >= 500:  # locked by a run, or a concurrent write
                 return Converged(Waiting("WaitingForApp", f"App {name} does not take new inputs yet: "
@@ -308,13 +307,13 @@ async def converge(world: World, obj: Observed, status: ServiceInstanceStatus) -
     return Converged(await _app_result(world, obj, app), name)
 
 
-async def _purge(kube: Any, obj: Observed, app: dict[str, Any] | None) -> ResourceOutcome | Waiting:
+async def _purge(objects: Objects, obj: Observed, app: dict[str, Any] | None) -> ResourceOutcome | Waiting:
     if app is None:
         return ResourceOutcome(True)
     name = obj.name
     if not _deleting(app):
         try:
-            await kube.request("DELETE", custom_path(APP.plural, obj.namespace, name))
+            await objects.delete(APP, obj.namespace, name)
         except ApiError as error:
             if error.status == 404:
                 return ResourceOutcome(True)
@@ -328,7 +327,7 @@ async def _purge(kube: Any, obj: Observed, app: dict[str, Any] | None) -> Resour
 
 async def _app_result(world: World, obj: Observed, app: dict[str, Any]) -> ResourceOutcome | Waiting:
     """The outcome of an App that has the instance's inputs, or a wait until there is one."""
-    kube, name = world.services.kube, obj.name
+    objects, name = Objects(world.services.kube), obj.name
     meta, status = app.get("metadata") or {}, app.get("status") or {}
     generation = int(meta.get("generation") or 1)
     launching = Waiting("WaitingForApp", f"App {name}: launching (its create action runs)")
@@ -336,11 +335,11 @@ async def _app_result(world: World, obj: Observed, app: dict[str, Any]) -> Resou
         run_name = update_run_name(name, generation)
         updating = Waiting("WaitingForApp", f"App {name}: taking the new inputs (its update action runs: ActionRun "
                            f"{run_name})")
-        run = await get_object(kube, ACTIONRUN.plural, obj.namespace, run_name)
+        run = await objects.find(ACTIONRUN, obj.namespace, run_name)
         if run is None:
             try:
-                await kube.request("POST", custom_path(ACTIONRUN.plural, obj.namespace),
-                                   run_body(Observed.from_body(app), run_name, UPDATE_ACTION, owned=True))
+                await objects.create(ACTIONRUN, obj.namespace,
+                                     run_body(Observed.from_body(app), run_name, UPDATE_ACTION, owned=True))
             except ApiError as error:
                 if error.status in (409, 423) or error.status >= 500:
                     return updating
@@ -348,7 +347,7 @@ async def _app_result(world: World, obj: Observed, app: dict[str, Any]) -> Resou
             return updating
         if ((run.get("metadata") or {}).get("labels") or {}).get(APP_UID_LABEL) != meta.get("uid"):
             with contextlib.suppress(ApiError):  # the record of an earlier App of the same name
-                await kube.request("DELETE", custom_path(ACTIONRUN.plural, obj.namespace, run_name))
+                await objects.delete(ACTIONRUN, obj.namespace, run_name)
             return updating
         run_status = run.get("status") or {}
         state = run_status.get("state")
@@ -359,7 +358,7 @@ async def _app_result(world: World, obj: Observed, app: dict[str, Any]) -> Resou
             task = run_status.get("failedTask")
             return ResourceOutcome(False, f"App {name}: update action {str(state).lower()}"
                                    f"{f' at {task}' if task else ''}: {why}")
-        fresh = await get_object(kube, APP.plural, obj.namespace, name)  # with what the run recorded
+        fresh = await objects.find(APP, obj.namespace, name)  # with what the run recorded
         return _success(world, name, (fresh or app).get("status") or {})
     if status.get("observedGeneration") != generation:
         return launching if generation == 1 else Waiting(
@@ -456,10 +455,11 @@ async def _world(ctx: StepContext, spec: ServiceInstanceSpec, *, lenient: bool =
         raise _unresolved(error) from None
 
 
-async def take_in(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(ServiceInstanceSpec)
+async def take_in(ctx: StepContext[ServiceInstanceSpec]) -> Mapping[str, Any]:
     """Init -> Realizing: resolve the entity and lifecycle; take creation, a state request, an update and
     auto transfers in."""
-    spec = read_spec(ctx.obj.spec)
+    spec = read_spec(ctx)
     world = await _world(ctx, spec)
     status = read_instance_status(ctx.obj.status)
     try:
@@ -477,11 +477,12 @@ def _current(obj: Observed, facts: Mapping[str, Any]) -> ServiceInstanceStatus:
     return read_instance_status(merged)
 
 
-async def realize_step(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(ServiceInstanceSpec)
+async def realize_step(ctx: StepContext[ServiceInstanceSpec]) -> Mapping[str, Any]:
     """Realizing -> Provisioned: bring the App where the state wants it and follow its outcomes; wait while
     it gets there; end Ready, or Stalled when the instance waits for its client."""
     obj = ctx.obj
-    spec = read_spec(obj.spec)
+    spec = read_spec(ctx)
     status = _current(obj, ctx.facts)
     if status.state is None:
         raise PermanentError("NotCreated", "the instance has not been created")
@@ -496,8 +497,7 @@ async def realize_step(ctx: StepContext) -> Mapping[str, Any]:
         # the object goes too, once its status says so (the delete webhook then lets it go)
         if read_instance_status(obj.status).deleted:
             with contextlib.suppress(ApiError):
-                await world.services.kube.request("DELETE", custom_path(SERVICE_INSTANCE.plural, obj.namespace,
-                                                                        obj.name))
+                await Objects(world.services.kube).delete(SERVICE_INSTANCE, obj.namespace, obj.name)
         raise TemporaryError("Terminated", f'state "{status.state}" is a deleted state: the instance goes',
                              delay=1.0, facts=facts, waiting=True)
     if waiting is not None:
@@ -513,7 +513,7 @@ async def realize_step(ctx: StepContext) -> Mapping[str, Any]:
 # --- deletion -----------------------------------------------------------------------------------
 
 
-async def namespace_terminating(kube: Any, namespace: str) -> bool:
+async def namespace_terminating(kube: Requester, namespace: str) -> bool:
     """Whether the namespace is being deleted (then nothing may keep an object from going)."""
     try:
         body = await kube.request("GET", f"/api/v1/namespaces/{namespace}")
@@ -523,15 +523,17 @@ async def namespace_terminating(kube: Any, namespace: str) -> bool:
         (body.get("status") or {}).get("phase") == "Terminating")
 
 
-async def _drop_app(kube: Any, obj: Observed) -> None:
+async def _drop_app(kube: Requester, obj: Observed) -> None:
     """Delete the App of an instance that goes without its lifecycle (its delete action still runs)."""
-    app = await get_object(kube, APP.plural, obj.namespace, obj.name)
+    objects = Objects(kube)
+    app = await objects.find(APP, obj.namespace, obj.name)
     if app is not None and _ours(app, obj.uid) and not _deleting(app):
         with contextlib.suppress(ApiError):
-            await kube.request("DELETE", custom_path(APP.plural, obj.namespace, obj.name))
+            await objects.delete(APP, obj.namespace, obj.name)
 
 
-async def release(ctx: StepContext) -> Mapping[str, Any]:
+@spec_step(ServiceInstanceSpec)
+async def release(ctx: StepContext[ServiceInstanceSpec]) -> Mapping[str, Any]:
     """The cleanup (`stead.dev/cleanup` finalizer): send the delete to the lifecycle once, follow it to a
     deleted state (the App purged on the way), then let the object go.
 
@@ -545,7 +547,7 @@ async def release(ctx: StepContext) -> Mapping[str, Any]:
     if status.state is None or status.deleted:
         return {}
     try:
-        spec: ServiceInstanceSpec | None = ServiceInstanceSpec.model_validate(dict(obj.spec))
+        spec: ServiceInstanceSpec | None = ctx.spec
     except ValidationError:
         spec = None
     try:
@@ -597,18 +599,19 @@ async def release(ctx: StepContext) -> Mapping[str, Any]:
 # --- admission ----------------------------------------------------------------------------------
 
 
-async def admission(request: AdmissionRequest) -> None:
+@spec_admission(ServiceInstanceSpec)
+async def admission(request: AdmissionRequest[ServiceInstanceSpec]) -> None:
     """The engine on the request: a creation, an update or a state request the lifecycle refuses, and a
     delete in a state without an on_delete transfer, are refused with its code and message."""
     services = request.services
     if request.operation == "DELETE":
         await _admit_delete(request)
         return
-    spec = ServiceInstanceSpec.model_validate(dict(request.spec))
+    spec = request.parsed
     old_spec: ServiceInstanceSpec | None = None
     status = ServiceInstanceStatus()
     if request.operation == "UPDATE" and request.old is not None:
-        old_spec = ServiceInstanceSpec.model_validate(dict(request.old.get("spec") or {}))
+        old_spec = request.parse(request.old.get("spec") or {})
         if old_spec.entity != spec.entity:
             raise Refusal(f"spec.entity: cannot change (from {old_spec.entity} to {spec.entity}): an instance "
                           "belongs to its entity for good", 422)

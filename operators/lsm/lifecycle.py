@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from operators.lsm.models import LifecycleSpec, ModelState, State, Transfer, TriggerName
 from operators.runtime.core.kinds import FirstSeen, field_path
+from operators.runtime.core.pipeline import parse_spec
 
 
 def model_state(state: State) -> ModelState:
@@ -71,7 +72,7 @@ def changes_nothing(transfer: Transfer, error_path: bool) -> bool:
 def lifecycle_problems(spec: Mapping[str, Any]) -> list[str]:
     """Every problem of a Lifecycle spec, each naming its field: the schema's, then the semantic ones."""
     try:
-        model = LifecycleSpec.model_validate(dict(spec))
+        model = parse_spec(LifecycleSpec, spec)
     except ValidationError as error:
         return [f"spec.{field_path(e['loc'])}: {e['msg']}" for e in error.errors()]
     return semantic_problems(model)

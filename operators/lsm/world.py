@@ -18,9 +18,9 @@ Two strictnesses:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -43,8 +43,11 @@ from operators.lsm.models import (
 from operators.lsm.realization import blueprint_rules
 from operators.runtime.core import conditions as cond
 from operators.runtime.core.clock import utc_now
+from operators.runtime.core.kinds import Resource
+from operators.runtime.core.pipeline import StoredRecord, parse_spec
 from operators.runtime.core.store import object_key
-from operators.runtime.kube.client import ApiError, custom_path
+from operators.runtime.kube.client import Requester
+from operators.runtime.kube.objects import Objects
 
 BUILTIN_NAMES = ", ".join(BUILTINS)
 
@@ -61,18 +64,26 @@ class Unresolved(Exception):
         self.waiting = waiting
 
 
-async def get_object(kube: Any, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
-    """One of Stead's objects, or None when it does not exist."""
-    try:
-        found: dict[str, Any] = await kube.request("GET", custom_path(plural, namespace, name))
-    except ApiError as error:
-        if error.status == 404:
-            return None
-        raise
-    return found
+class StoredReader(Protocol):
+    """The local store, as far as resolving reads it (the API's resolver has none: it answers nothing)."""
+
+    def get(self, key: str) -> StoredRecord | None: ...
+
+    def items(self, kind: str) -> Iterable[tuple[str, StoredRecord]]: ...
 
 
-def _stored_names(services: Any, kind: str, namespace: str) -> str:
+class Sources(Protocol):
+    """Where a lifecycle, an entity or a Blueprint is found: the process's `Services` in steps and admission,
+    the API server alone in the API."""
+
+    @property
+    def kube(self) -> Requester: ...
+
+    @property
+    def store(self) -> StoredReader: ...
+
+
+def _stored_names(services: Sources, kind: str, namespace: str) -> str:
     prefix = object_key(kind, namespace, "")
     names = sorted(key.removeprefix(prefix) for key, _ in services.store.items(kind) if key.startswith(prefix))
     return ", ".join(names) or "none"
@@ -93,14 +104,15 @@ def ready(body: Mapping[str, Any]) -> bool:
 # --- lifecycles, entities, blueprints --------------------------------------------------------------
 
 
-async def find_lifecycle(services: Any, namespace: str, ref: LifecycleRef, *, lenient: bool = False) -> LifecycleSpec:
+async def find_lifecycle(services: Sources, namespace: str, ref: LifecycleRef, *, lenient: bool = False
+                         ) -> LifecycleSpec:
     """The lifecycle a reference names: a built-in one (its ClusterLifecycle when installed, else the code's copy),
     a ClusterLifecycle, or a Lifecycle of the namespace; Ready ones (any valid one when `lenient`).
     Raises Unresolved."""
     if ref.builtin is not None:
         record = services.store.get(object_key(CLUSTER_LIFECYCLE.kind, "", object_name(ref.builtin)))
         if record is not None:
-            return LifecycleSpec.model_validate(dict(record.spec))
+            return parse_spec(LifecycleSpec, record.spec)
         return BUILTINS[ref.builtin]
     if ref.cluster is not None:
         return await _find(services, CLUSTER_LIFECYCLE.kind, CLUSTER_LIFECYCLE.plural, "", str(ref.cluster),
@@ -108,11 +120,12 @@ async def find_lifecycle(services: Any, namespace: str, ref: LifecycleRef, *, le
     return await _find(services, LIFECYCLE.kind, LIFECYCLE.plural, namespace, str(ref.name), lenient=lenient)
 
 
-async def _find(services: Any, kind: str, plural: str, namespace: str, name: str, *, lenient: bool) -> LifecycleSpec:
+async def _find(services: Sources, kind: str, plural: str, namespace: str, name: str, *, lenient: bool
+                ) -> LifecycleSpec:
     record = services.store.get(object_key(kind, namespace, name))
     if record is not None:
-        return LifecycleSpec.model_validate(dict(record.spec))
-    body = await get_object(services.kube, plural, namespace, name)
+        return parse_spec(LifecycleSpec, record.spec)
+    body = await Objects(services.kube).find(Resource(kind, plural), namespace, name)
     if body is None:
         if not namespace:
             raise Unresolved("LifecycleNotFound", f"spec.lifecycle.cluster: no ClusterLifecycle {name!r} "
@@ -123,16 +136,16 @@ async def _find(services: Any, kind: str, plural: str, namespace: str, name: str
                          f"lifecycle.builtin: {BUILTIN_NAMES})")
     spec = body.get("spec") or {}
     if ready(body) or (lenient and not lifecycle_problems(spec)):
-        return LifecycleSpec.model_validate(dict(spec))
+        return parse_spec(LifecycleSpec, spec)
     raise Unresolved("LifecycleNotReady", f"{kind} {name} is not Ready: {_why_not_ready(body.get('status') or {})}")
 
 
-async def find_blueprint(services: Any, namespace: str, name: str) -> Mapping[str, Any]:
+async def find_blueprint(services: Sources, namespace: str, name: str) -> Mapping[str, Any]:
     """The spec of an Active Blueprint of the namespace. Raises Unresolved (waiting while it compiles)."""
     record = services.store.get(object_key(BLUEPRINT.kind, namespace, name))
     if record is not None and record.status.get("state") == "Active":
         return dict(record.spec)
-    body = await get_object(services.kube, BLUEPRINT.plural, namespace, name)
+    body = await Objects(services.kube).find(BLUEPRINT, namespace, name)
     if body is None:
         raise Unresolved("BlueprintNotFound", f"spec.realization.blueprint: no Blueprint {name!r} in namespace "
                          f"{namespace} (Blueprints here: {_stored_names(services, BLUEPRINT.kind, namespace)})")
@@ -150,27 +163,27 @@ def lazy_rules(entity: ServiceEntitySpec, blueprint: Mapping[str, Any]) -> Valid
 
     def check(values: Mapping[str, Any], path: str) -> list[str]:
         if not parsed:
-            parsed.append(blueprint_rules(entity, BlueprintSpec.model_validate(dict(blueprint))))
+            parsed.append(blueprint_rules(entity, parse_spec(BlueprintSpec, blueprint)))
         return parsed[0](values, path)
 
     return check
 
 
-async def find_entity(services: Any, namespace: str, name: str, *, lenient: bool = False) -> ServiceEntitySpec:
+async def find_entity(services: Sources, namespace: str, name: str, *, lenient: bool = False) -> ServiceEntitySpec:
     """A ServiceEntity of the namespace: Ready (Provisioned), or any valid one when `lenient`. Raises Unresolved."""
     record = services.store.get(object_key(SERVICE_ENTITY.kind, namespace, name))
     if record is not None:
-        return ServiceEntitySpec.model_validate(dict(record.spec))
-    body = await get_object(services.kube, SERVICE_ENTITY.plural, namespace, name)
+        return parse_spec(ServiceEntitySpec, record.spec)
+    body = await Objects(services.kube).find(SERVICE_ENTITY, namespace, name)
     if body is None:
         raise Unresolved("EntityNotFound", f"spec.entity: no ServiceEntity {name!r} in namespace {namespace} "
                          f"(ServiceEntities here: {_stored_names(services, SERVICE_ENTITY.kind, namespace)}); the "
                          "instance goes on when it appears")
     if ready(body):
-        return ServiceEntitySpec.model_validate(dict(body.get("spec") or {}))
+        return parse_spec(ServiceEntitySpec, body.get("spec") or {})
     if lenient:
         try:
-            entity = ServiceEntitySpec.model_validate(dict(body.get("spec") or {}))
+            entity = parse_spec(ServiceEntitySpec, body.get("spec") or {})
         except ValidationError:
             entity = None
         if entity is not None and not entity_problems(entity):
@@ -204,7 +217,7 @@ class _Probe(Mapping[str, str]):
 class World:
     """An instance's entity, lifecycle and rules, and how to list the entity's other instances."""
 
-    services: Any
+    services: Sources
     namespace: str
     instance: str
     entity_name: str
@@ -239,8 +252,8 @@ class World:
 
     async def list_others(self) -> dict[str, str]:
         """The identity values of the entity's other instances that are not deleted, each with its instance."""
-        listed = await self.services.kube.request("GET", custom_path(SERVICE_INSTANCE.plural, self.namespace))
-        items = [i for i in listed.get("items") or [] if (i.get("spec") or {}).get("entity") == self.entity_name]
+        listed = await Objects(self.services.kube).list(SERVICE_INSTANCE, self.namespace)
+        items = [i for i in listed if (i.get("spec") or {}).get("entity") == self.entity_name]
         me = next((i for i in items if (i.get("metadata") or {}).get("name") == self.instance), None)
         mine = ((me or {}).get("metadata") or {}).get("creationTimestamp")
         out: dict[str, str] = {}
@@ -262,7 +275,7 @@ def _age(item: Mapping[str, Any]) -> tuple[str, str]:
     return str(meta.get("creationTimestamp") or ""), str(meta.get("name") or "")
 
 
-async def resolve(services: Any, namespace: str, instance: str, entity_name: str, *, lenient: bool = False
+async def resolve(services: Sources, namespace: str, instance: str, entity_name: str, *, lenient: bool = False
                   ) -> World:
     """The world of an instance of `entity_name`. Raises Unresolved."""
     entity = await find_entity(services, namespace, entity_name, lenient=lenient)

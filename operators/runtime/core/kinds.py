@@ -6,15 +6,22 @@ its printer columns, its pipeline and its admission check. The runtime wires the
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
+from typing_extensions import TypeVar
 
 from operators import GROUP
-from operators.runtime.core.pipeline import Pipeline, StepFn
+from operators.runtime.core.pipeline import ModelT, Pipeline, StepFn, declared_model, parse_spec
+from operators.runtime.core.pipeline import SpecT as RequestSpecT
+
+if TYPE_CHECKING:  # annotations only: the services' protocol brings the store (lmdb), which a schema never needs
+    from operators.runtime.core.services import Services
 
 FINALIZER = "stead.dev/cleanup"
 """Held on objects of kinds with a `cleanup`, so that deleting one waits for it."""
@@ -72,8 +79,12 @@ SpecCheck = Callable[[Mapping[str, Any]], list[str]]
 
 
 @dataclass(frozen=True)
-class AdmissionRequest:
-    """What an admission webhook sees of one request, plus the process's services (store, vault, ...)."""
+class AdmissionRequest(Generic[RequestSpecT]):
+    """What an admission webhook sees of one request, plus the process's services (store, vault, ...).
+
+    `parsed` is `spec` as the kind's model, for a check declared with `spec_admission`: parsed when
+    first read, so a spec the model refuses fails where it did before.
+    """
 
     operation: str  # CREATE, UPDATE, or DELETE for kinds with `admit_delete`
     namespace: str
@@ -82,12 +93,25 @@ class AdmissionRequest:
     spec: Mapping[str, Any]  # on DELETE: the spec of the object being deleted
     old: Mapping[str, Any] | None  # the whole old object on UPDATE and DELETE
     dry_run: bool
-    services: Any = None
+    services: Services = None  # type: ignore[assignment]  # the operator always gives them; pure tests need none
     annotations: Mapping[str, str] = field(default_factory=dict)
     generated_name: bool = False  # `name` is a generateName prefix: the final name is not known yet
     authenticated: bool = False
     """The webhook server requires the API server's client certificate: the request (its namespace,
     its `old`) is the API server's, not whatever a client that reached the port wrote."""
+    spec_model: type[RequestSpecT] | None = None
+
+    @functools.cached_property
+    def parsed(self) -> RequestSpecT:
+        if self.spec_model is None:
+            raise TypeError("this admission check declares no spec model: declare it with `spec_admission(Model)`")
+        return parse_spec(self.spec_model, self.spec)
+
+    def parse(self, spec: Mapping[str, Any]) -> RequestSpecT:
+        """Another spec of the same kind (the old object's, on UPDATE) as the kind's model."""
+        if self.spec_model is None:
+            raise TypeError("this admission check declares no spec model: declare it with `spec_admission(Model)`")
+        return parse_spec(self.spec_model, spec)
 
 
 class Refusal(Exception):
@@ -99,8 +123,24 @@ class Refusal(Exception):
         self.code = code
 
 
-AdmissionCheck = Callable[[AdmissionRequest], Awaitable[None]]
+AdmissionCheck = Callable[[AdmissionRequest[Any]], Awaitable[None]]
 Refers = Callable[[Mapping[str, Any], str], bool]
+
+
+def spec_admission(model: type[ModelT]) -> Callable[[Callable[[AdmissionRequest[ModelT]], Awaitable[None]]],
+                                                     AdmissionCheck]:
+    """Declare the spec model an admission check reads (its kind's `spec_model`), as `spec_step` does
+    for a step: the check receives an `AdmissionRequest[model]` whose `parsed` is its spec."""
+
+    def bind(check: Callable[[AdmissionRequest[ModelT]], Awaitable[None]]) -> AdmissionCheck:
+        @functools.wraps(check)
+        async def bound(request: AdmissionRequest[Any]) -> None:
+            await check(request if request.spec_model is model else dataclasses.replace(request, spec_model=model))
+
+        bound.spec_model = model  # type: ignore[attr-defined]  # read by `declared_model`
+        return bound
+
+    return bind
 
 
 def named_after(spec: Mapping[str, Any], name: str) -> bool:
@@ -109,12 +149,19 @@ def named_after(spec: Mapping[str, Any], name: str) -> bool:
     say, so the reconciler compares the names itself; called as a test, it refers to nothing."""
     return False
 
-Mutation = Callable[[AdmissionRequest], Awaitable[dict[str, Any] | None]]
+Mutation = Callable[[AdmissionRequest[Any]], Awaitable[dict[str, Any] | None]]
+
+SpecT = TypeVar("SpecT", bound=Model, default=Model, covariant=True)
+StatusT = TypeVar("StatusT", bound=StatusBase, default=StatusBase, covariant=True)
 
 
 @dataclass(frozen=True)
-class Kind:
-    """One custom resource kind of Stead.
+class Kind(Generic[SpecT, StatusT]):
+    """One custom resource kind of Stead, typed by its spec and status models.
+
+    Its steps, cleanup and admission check read the spec as `spec_model`, parsed once (`spec_step`,
+    `spec_admission`); a spec read from elsewhere (another object from the API, a stored record) is
+    parsed by `parse`.
 
     `problems` are pure checks of a spec alone (the schema cannot express them: uniqueness,
     references inside the spec); they run in the validating webhook and again in the pipeline
@@ -128,8 +175,8 @@ class Kind:
     plural: str
     short_names: tuple[str, ...]
     description: str
-    spec_model: type[Model]
-    status_model: type[StatusBase]
+    spec_model: type[SpecT]
+    status_model: type[StatusT]
     pipeline: Pipeline
     columns: tuple[PrinterColumn, ...] = ()
     problems: SpecCheck | None = None
@@ -157,6 +204,18 @@ class Kind:
     operator when it installs the CRDs (`--install-crds`), and by the chart from the files `stead crds`
     writes."""
 
+    def __post_init__(self) -> None:
+        declared = [*self.pipeline.steps.values(), *((self.cleanup,) if self.cleanup else ()),
+                    *((self.admission,) if self.admission else ())]
+        wrong = [getattr(f, "__name__", repr(f)) for f in declared if declared_model(f) not in (None, self.spec_model)]
+        if wrong:
+            raise ValueError(f"{self.kind}: {', '.join(wrong)} read the spec as another model than "
+                             f"{self.spec_model.__name__}")
+
+    def parse(self, spec: Mapping[str, Any]) -> SpecT:
+        """A spec of this kind, read from elsewhere (an object from the API, a stored record), as its model."""
+        return parse_spec(self.spec_model, spec)
+
     @property
     def resource(self) -> Resource:
         return Resource(self.kind, self.plural)
@@ -183,7 +242,7 @@ class Kind:
     def check_spec(self, spec: Mapping[str, Any]) -> list[str]:
         """Every problem with a spec, each naming its field: the model's, then the kind's own."""
         try:
-            self.spec_model.model_validate(dict(spec))
+            self.parse(spec)
         except ValidationError as error:
             return [f"spec.{field_path(e['loc'])}: {e['msg']}" for e in error.errors()]
         return self.problems(spec) if self.problems is not None else []

@@ -11,14 +11,18 @@ status write, or none at all.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
+
+from pydantic import BaseModel
+from typing_extensions import TypeVar
 
 from operators.runtime.core import conditions as cond
 
-if TYPE_CHECKING:
-    from operators.runtime.engine.services import Services
+if TYPE_CHECKING:  # the same layer; `services` reads `Observed` from here, and the store `StoredRecord`
+    from operators.runtime.core.services import Services
 
 INIT = "Init"
 PROVISIONED = "Provisioned"
@@ -98,19 +102,86 @@ class Observed:
         )
 
 
+SpecT = TypeVar("SpecT", bound=BaseModel, default=BaseModel, covariant=True)
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def parse_spec(model: type[ModelT], spec: Mapping[str, Any]) -> ModelT:
+    """A spec as its kind's model: the one place a spec mapping becomes a model (pydantic's
+    `ValidationError` names the fields when it does not fit)."""
+    return model.model_validate(dict(spec))
+
+
+class ParsedSpec:
+    """An object's spec parsed once, when a step first asks, and shared by the steps of one run.
+
+    Lazily, so that a spec the model refuses fails where it failed before: in the step that asks
+    for it (a kind's validate step turns that into `InvalidSpec`), not in the engine ahead of it.
+    """
+
+    def __init__(self) -> None:
+        self._parsed: dict[type[BaseModel], BaseModel] = {}
+
+    def of(self, spec: Mapping[str, Any], model: type[ModelT]) -> ModelT:
+        found = self._parsed.get(model)
+        if isinstance(found, model):
+            return found
+        parsed = self._parsed[model] = parse_spec(model, spec)
+        return parsed
+
+
 @dataclass(frozen=True)
-class StepContext:
+class StepContext(Generic[SpecT]):
     """The input of one step: the object, the status facts produced by earlier steps of this run,
     and what the operator process provides (API access, the local store, Events), passed in
     rather than reached through globals so that steps stay testable without a cluster.
+
+    `spec` is the object's spec as its kind's model, for a step declared with `spec_step`: parsed
+    once per run (`parsed_spec` is shared by the run's steps), when first read.
     """
 
     obj: Observed
     facts: Mapping[str, Any]
     services: Services = None  # type: ignore[assignment]  # the operator always gives them; tests of pure steps need none
+    spec_model: type[SpecT] | None = None
+    parsed_spec: ParsedSpec = field(default_factory=ParsedSpec, compare=False, repr=False)
+
+    @property
+    def spec(self) -> SpecT:
+        if self.spec_model is None:
+            raise TypeError("this step declares no spec model: declare it with `spec_step(Model)`")
+        return self.parsed_spec.of(self.obj.spec, self.spec_model)
+
+    def typed(self, model: type[ModelT]) -> StepContext[ModelT]:
+        """The same context, its spec read as `model` (the same parse, if another step read it so)."""
+        return StepContext(obj=self.obj, facts=self.facts, services=self.services, spec_model=model,
+                           parsed_spec=self.parsed_spec)
 
 
-StepFn = Callable[[StepContext], Awaitable[Mapping[str, Any]]]
+StepFn = Callable[[StepContext[Any]], Awaitable[Mapping[str, Any]]]
+TypedStepFn = Callable[[StepContext[ModelT]], Awaitable[Mapping[str, Any]]]
+
+
+def spec_step(model: type[ModelT]) -> Callable[[TypedStepFn[ModelT]], StepFn]:
+    """Declare the spec model a step reads (its kind's `spec_model`): the step receives a
+    `StepContext[model]`, whose `spec` is parsed once per run; `Kind` checks that its steps declare
+    its own model. A step called directly (a test, the reconciler's cleanup) gets it too."""
+
+    def bind(step: TypedStepFn[ModelT]) -> StepFn:
+        @functools.wraps(step)
+        async def bound(ctx: StepContext[Any]) -> Mapping[str, Any]:
+            return await step(ctx if ctx.spec_model is model else ctx.typed(model))
+
+        bound.spec_model = model  # type: ignore[attr-defined]  # read by `declared_model`
+        return bound
+
+    return bind
+
+
+def declared_model(step: StepFn) -> type[BaseModel] | None:
+    """The spec model a step declared with `spec_step`, or None."""
+    model = getattr(step, "spec_model", None)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
 @dataclass(frozen=True)
@@ -219,7 +290,7 @@ EnterFn = Callable[[str, Mapping[str, Any]], Awaitable[None]]
 
 
 async def run(
-    pipeline: Pipeline, obj: Observed, start: str, on_enter: EnterFn | None = None, services: Any = None
+    pipeline: Pipeline, obj: Observed, start: str, on_enter: EnterFn | None = None, services: Services | None = None
 ) -> Outcome:
     """Run steps from `start` until Provisioned or an error.
 
@@ -229,6 +300,7 @@ async def run(
     its steps confirm the end, and its phase must not flicker back to one it left.
     """
     facts: dict[str, Any] = {}
+    parsed = ParsedSpec()  # the spec, parsed at most once for the whole run
     index = pipeline.phases.index(start)
     ended = obj.status.get("phase") in pipeline.ended
     while pipeline.phases[index] != PROVISIONED:
@@ -236,7 +308,9 @@ async def run(
         if on_enter is not None and phase in pipeline.announce and not ended:
             await on_enter(phase, facts)
         try:
-            facts.update(await pipeline.steps[phase](StepContext(obj=obj, facts=facts, services=services)))
+            context: StepContext[Any] = StepContext(obj=obj, facts=facts, services=services,  # type: ignore[arg-type]
+                                                    parsed_spec=parsed)
+            facts.update(await pipeline.steps[phase](context))
         except (PermanentError, TemporaryError) as error:
             return Outcome(phase=phase, facts={**facts, **error.facts}, error=error)
         except Exception as error:

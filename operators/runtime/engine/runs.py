@@ -52,7 +52,6 @@ import xxhash
 
 from operators.runtime.core.clock import utc_now
 from operators.runtime.core.pipeline import PermanentError, Pipeline, StepContext, StepFn, TemporaryError
-from operators.runtime.engine.slots import RunSlots
 from operators.runtime.kube.client import ApiError, core_path, load_configuration
 from operators.runtime.settings import RunnerSettings, SlotsSettings
 from pipelines.control import (
@@ -309,9 +308,18 @@ async def discover_service_cidrs(kube: Any) -> tuple[str, ...]:
         return ()
 
 
+def run_settings(ctx: StepContext) -> RunSettings:
+    """The operator's run settings as the engine's `Services` holds them (the core's protocol names only
+    the two fields domains read)."""
+    settings = ctx.services.runs
+    if not isinstance(settings, RunSettings):
+        raise TypeError(f"the operator's services hold no RunSettings: {type(settings).__name__}")
+    return settings
+
+
 def paths_for(ctx: StepContext) -> RunPaths:
     """The run directory of the object this step handles (one run per object uid)."""
-    settings: RunSettings = ctx.services.runs
+    settings = run_settings(ctx)
     return run_paths(settings.state_dir, ctx.obj.uid)
 
 
@@ -322,7 +330,7 @@ def in_jobs(ctx: StepContext, request: RunRequest) -> bool:
     """
     if not request.scripts_on_runner:
         return False
-    settings: RunSettings = ctx.services.runs
+    settings = run_settings(ctx)
     if any(fnmatch.fnmatchcase(ctx.obj.namespace, pattern) for pattern in settings.trusted_local_namespaces):
         return False
     if settings.exec_in_jobs:
@@ -367,7 +375,7 @@ async def runner_credentials(ctx: StepContext, paths: RunPaths) -> float:
     Written to a 0600 file in the run's directory, whose path alone reaches the runner's (otherwise
     scrubbed) environment; the runner reads the file again when it changes. Returns when to refresh it.
     """
-    settings: RunSettings = ctx.services.runs
+    settings = run_settings(ctx)
     namespace, account, seconds = ctx.obj.namespace, settings.job_service_account, settings.runner_token_seconds
     body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
             "spec": {"expirationSeconds": seconds}}
@@ -434,7 +442,7 @@ async def start_runner(ctx: StepContext, request: RunRequest, jobs: bool) -> Run
         if minted and not runner_needs:  # read for the secrets only: the runner (and its scripts) never see it
             credentials.unlink(missing_ok=True)
     prepare_run(paths.state_dir, paths.uid, Workflow.model_validate({**request.workflow, "secrets": sealed}))
-    settings: RunSettings = ctx.services.runs
+    settings = run_settings(ctx)
     command: dict[str, Any]
     env: dict[str, str] = {}
     if jobs:
@@ -549,7 +557,7 @@ async def follow_run(ctx: StepContext, request: RunRequest, observer: RunObserve
     paths = request.paths
     jobs = in_jobs(ctx, request)
     followed = Followed(starts, writes)
-    slots: RunSlots = ctx.services.run_slots
+    slots = ctx.services.run_slots
     waited = False
 
     async def queued(ahead: int, running: int) -> None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from operators.runtime.core.pipeline import Observed
+from operators.runtime.core.services import EventSink as EventSink
+from operators.runtime.core.services import Services as StepServices
 from operators.runtime.core.store import LocalStore
 from operators.runtime.engine.runs import RunSettings
 from operators.runtime.engine.slots import RunSlots, default_limit
@@ -21,12 +21,11 @@ from operators.runtime.secrets import Vault
 from operators.runtime.serving.metrics import Metrics
 
 
-class EventSink(Protocol):
-    def record(self, obj: Observed, type_: str, reason: str, message: str) -> None: ...
-
-
 @dataclass(frozen=True)
 class Services:
+    """The one implementation of `operators.runtime.core.services.Services`, the protocol through
+    which steps and admission checks see it (the core names only what they use)."""
+
     kube: KubeClient
     store: LocalStore
     events: EventSink
@@ -49,3 +48,8 @@ class Services:
     """The operator's watches that see every object of their kind, by plural (none with sharding or
     `--namespace`), not started before the addons: an addon that follows the same objects taps
     them (`Watch.add_tap`) rather than watching again."""
+
+
+def lent(services: Services) -> StepServices:
+    """`services` as steps see it: here mypy checks that `Services` satisfies the core's protocol."""
+    return services
