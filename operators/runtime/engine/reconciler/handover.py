@@ -36,7 +36,7 @@ class Acquiring:
     gone: set[str] = field(default_factory=set)
 
     def keep(self, key: str, obj: Observed) -> None:
-        """A newer body of an object of the project: what `resume` acts on must not be older."""
+        """A newer body of an object of the project."""
         self.listed[:] = [o for o in self.listed if (o.namespace, o.name) != (obj.namespace, obj.name)] + [obj]
         self.gone.discard(key)
 
@@ -60,9 +60,18 @@ class HandOver:
         self._acquiring: dict[str, Acquiring] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # `resume`'s
 
-    def acquiring(self, project: str) -> Acquiring | None:
-        """The project's record while it is being acquired (its events are kept there)."""
-        return self._acquiring.get(project)
+    def received(self, project: str, key: str, obj: Observed) -> None:
+        """An object of a project not ours (now): when the project is being acquired, what `resume`
+        acts on must not be older than this."""
+        acquiring = self._acquiring.get(project)
+        if acquiring is not None:
+            acquiring.keep(key, obj)
+
+    def deleted(self, project: str, key: str, obj: Observed) -> None:
+        """An object was deleted: when its project is being acquired, `resume` must not act on it."""
+        acquiring = self._acquiring.get(project)
+        if acquiring is not None:
+            acquiring.drop(key, obj)
 
     def placements(self) -> set[tuple[str, str]]:
         """(namespace, project) of every object of this kind seen, ours or not: the projects that

@@ -156,9 +156,7 @@ class Reconciler:
             record = self._table.get(key)
             known = record.project if record is not None else None
             project = known if known is not None else project_of(body)
-            acquiring = self._handover.acquiring(project)
-            if acquiring is not None:
-                acquiring.drop(key, obj)
+            self._handover.deleted(project, key, obj)
             self._queue.forget(key)
             self._table.went(key)
             return
@@ -166,9 +164,7 @@ class Reconciler:
         record = self._table.record(key)
         record.project = project
         if not self._ownership.owns(project):
-            acquiring = self._handover.acquiring(project)
-            if acquiring is not None:  # being acquired: what `resume` acts on must not be older than this
-                acquiring.keep(key, obj)
+            self._handover.received(project, key, obj)
             self._count("stead_not_owned_total")
             return
         if older(obj.resource_version, record.written):
