@@ -8,6 +8,14 @@ project left) is one place to look, and no part can keep what another already dr
 A record's fields have the lifetimes the parts give them: `project` and `settled` are kept for
 every object received, `seen` and `written` only while the object is ours, the queue's fields while
 it has work. A record holding nothing is dropped (`tidy`).
+
+Two other memories of objects stay apart, on purpose. A `kube.watch.Watch` keeps what it has
+received (to diff a relisting and to resume), which runs ahead of what the reconciler has handled
+(deliveries queue behind a slow one), per selection, forgetting an object that leaves the selection
+while the reconciler keeps its project for the hand-over; and a reconciler is fed by several
+watches (one per scope) and by `resume`. The configuration API's `config.cache.ConfigCache` holds
+every object of its kinds, owned or not, with the API's own writes put in before the watch echoes
+them, also in processes that run no reconciler (API workers).
 """
 
 from __future__ import annotations
