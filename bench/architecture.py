@@ -162,8 +162,14 @@ def _layers(root: Path) -> list[list[list[str]]]:
     if not pyproject.exists():
         return []
     contracts = tomllib.loads(pyproject.read_text()).get("tool", {}).get("importlinter", {}).get("contracts", [])
-    return [[[s.strip() for s in re.split(r"[|:]", layer)] for layer in c["layers"]]
-            for c in contracts if c.get("type") == "layers"]
+    found = []
+    for c in contracts:
+        if c.get("type") != "layers":
+            continue
+        for container in c.get("containers") or [""]:  # layers named relative to each container
+            prefix = f"{container}." if container else ""
+            found.append([[prefix + s.strip() for s in re.split(r"[|:]", layer)] for layer in c["layers"]])
+    return found
 
 
 def _layer_of(layers: list[list[str]], name: str) -> tuple[int, str] | None:

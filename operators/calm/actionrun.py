@@ -48,36 +48,39 @@ from operators.calm.models import (
     SecretSource,
 )
 from operators.calm.names import ACTIONRUN_SHORT_NAMES
-from operators.runtime.core.clock import utc_now, utc_seconds
-from operators.runtime.core.kinds import (
-    AdmissionRequest,
-    Kind,
-    Model,
-    PrinterColumn,
-    Refusal,
-    StatusBase,
-    spec_admission,
-)
-from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, StepContext, TemporaryError, spec_step
-from operators.runtime.core.ring import project_key
-from operators.runtime.engine.runs import (
+from operators.runtime import (
     FINAL_RUN_STATES,
+    RUNTIME_FIELDS,
     Abort,
     AccountCredentials,
+    AdmissionRequest,
+    ApiError,
     Followed,
+    Kind,
+    Model,
+    Objects,
+    PermanentError,
+    PrinterColumn,
+    Refusal,
     RunRequest,
     SecretReader,
+    StatusBase,
+    StepContext,
+    TemporaryError,
     UntrustedNamespace,
+    VaultError,
     follow_run,
     paths_for,
+    project_key,
     read_account_secret,
     read_conclusion,
     run_pipeline,
+    spec_admission,
+    spec_step,
+    utc_now,
+    utc_seconds,
     write_conclusion,
 )
-from operators.runtime.kube.client import ApiError
-from operators.runtime.kube.objects import Objects
-from operators.runtime.secrets import VaultError
 from pipelines.control import read_progress
 from pipelines.paths import RunPaths
 

@@ -47,31 +47,30 @@ from operators.calm.models import ACTIONRUN, APP, BLUEPRINT, BlueprintSpec
 from operators.calm.names import APP_SHORT_NAMES
 from operators.calm.validation import type_problem
 from operators.calm.workflow import layout
-from operators.runtime.core import conditions as cond
-from operators.runtime.core.clock import utc_now
-from operators.runtime.core.kinds import (
+from operators.runtime import (
+    FINAL_RUN_STATES,
+    PROJECT_LABEL,
+    RUNTIME_FIELDS,
     AdmissionRequest,
+    ApiError,
     Kind,
     Model,
-    PrinterColumn,
-    Refusal,
-    StatusBase,
-    spec_admission,
-)
-from operators.runtime.core.pipeline import (
-    RUNTIME_FIELDS,
+    Objects,
     Observed,
     PermanentError,
     Pipeline,
+    PrinterColumn,
+    Refusal,
+    Requester,
+    StatusBase,
     StepContext,
     TemporaryError,
+    object_key,
+    spec_admission,
     spec_step,
+    utc_now,
 )
-from operators.runtime.core.ring import PROJECT_LABEL
-from operators.runtime.core.store import object_key
-from operators.runtime.engine.runs import FINAL_RUN_STATES
-from operators.runtime.kube.client import ApiError, Requester
-from operators.runtime.kube.objects import Objects
+from operators.runtime import conditions as cond
 
 AppState = Literal["provisioning", "running", "stopped", "starting", "stopping", "restarting", "deleting",
                    "deleted", "error"]

@@ -20,11 +20,20 @@ from operators.calm.compiler import compile_blueprint
 from operators.calm.models import APP, BLUEPRINT, PRINTER_COLUMNS, BlueprintSpec, BlueprintStatus, CompiledState
 from operators.calm.names import BLUEPRINT_SHORT_NAMES
 from operators.calm.validation import spec_problems
-from operators.runtime.core.kinds import AdmissionRequest, Kind, Refusal
-from operators.runtime.core.pipeline import PermanentError, Pipeline, StepContext, TemporaryError, spec_step
-from operators.runtime.core.services import SecretVault, Services
-from operators.runtime.kube.objects import Objects
-from operators.runtime.secrets import VaultError
+from operators.runtime import (
+    AdmissionRequest,
+    Kind,
+    Objects,
+    PermanentError,
+    Pipeline,
+    Refusal,
+    SecretVault,
+    Services,
+    StepContext,
+    TemporaryError,
+    VaultError,
+    spec_step,
+)
 
 DRY_RUN_VAULT_REF = "00000000-0000-4000-8000-000000000000"
 """What a dry run shows in place of a vault uuid: a dry run must not write to the vault."""

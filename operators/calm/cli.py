@@ -28,14 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from operators import API_VERSION
 from operators.calm.names import ACTIONRUN_ACTIONS
-from operators.runtime.cli.commands import pairs, pause, run_to_end, with_cluster
-from operators.runtime.cli.output import dump
-from operators.runtime.core.clock import parse_instant
+from operators.runtime import dump, pairs, parse_instant, pause, run_to_end, with_cluster
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
-    from operators.runtime.kube.api import Requester
+    from operators.runtime import Requester
 
 PLURALS = {"App": "apps", "ActionRun": "actionruns", "Blueprint": "blueprints"}
 """The kinds' plurals in API paths, as `operators.calm.models` declares them (a test checks that they
@@ -194,7 +192,7 @@ async def _call(args: argparse.Namespace) -> int:
 
 
 async def _launch(kube: Requester, args: argparse.Namespace) -> int:
-    from operators.runtime.kube.api import ApiError, custom_path
+    from operators.runtime import ApiError, custom_path
 
     try:  # an App of a blueprint that does not exist would only wait, Stalled: say so now
         await kube.request("GET", custom_path(PLURALS["Blueprint"], args.namespace, args.blueprint))
@@ -214,7 +212,7 @@ async def _launch(kube: Requester, args: argparse.Namespace) -> int:
 
 
 async def _run_action(kube: Requester, args: argparse.Namespace) -> int:
-    from operators.runtime.kube.api import custom_path
+    from operators.runtime import custom_path
 
     body = {"apiVersion": API_VERSION, "kind": "ActionRun",
             "metadata": {"generateName": f"{args.app}-{args.action}-"[:60].lower().replace("_", "-"),
@@ -237,7 +235,7 @@ def _final(obj: Mapping[str, Any]) -> bool:
 async def _logs(kube: Requester, args: argparse.Namespace, console: Console | None = None) -> int:
     """Print the run (plain text, a rich view on a terminal, or -o json|yaml); -f: until it is final."""
 
-    from operators.runtime.kube.api import custom_path
+    from operators.runtime import custom_path
 
     path = custom_path(PLURALS["ActionRun"], args.namespace, args.run)
     output, tail = getattr(args, "output", None), getattr(args, "tail", None)
@@ -286,7 +284,7 @@ async def _logs_rich(kube: Requester, args: argparse.Namespace, path: str, tail:
 
 
 async def _abort(kube: Requester, args: argparse.Namespace) -> int:
-    from operators.runtime.kube.api import custom_path
+    from operators.runtime import custom_path
 
     await kube.request("PATCH", custom_path(PLURALS["ActionRun"], args.namespace, args.run), {"spec": {"abort": True}},
                        content_type="application/merge-patch+json")
@@ -344,7 +342,7 @@ def dump_deps(obj: Mapping[str, Any], fmt: str) -> str:
 
 
 async def _deps(kube: Requester, args: argparse.Namespace) -> int:
-    from operators.runtime.kube.api import custom_path
+    from operators.runtime import custom_path
 
     obj = await kube.request("GET", custom_path(PLURALS["Blueprint"], args.namespace, args.name))
     print(dump_deps(obj, args.output) if args.output else format_deps(obj))

@@ -7,8 +7,7 @@ from collections.abc import Sequence
 from operators.calm import actionrun, app, blueprint
 from operators.calm.cli import add_actionrun_actions, add_app_actions, add_blueprint_actions
 from operators.calm.vaultgc import VaultCollector
-from operators.runtime.domain import AddonContext, Domain
-from operators.runtime.engine.addons import Addon
+from operators.runtime import Addon, AddonContext, Domain
 
 
 def addons(context: AddonContext) -> Sequence[Addon]:

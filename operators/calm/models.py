@@ -22,8 +22,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
-from operators.runtime.core.kinds import Model, PrinterColumn, Resource, StatusBase
-from operators.runtime.core.refs import SecretKeyRef
+from operators.runtime import Model, PrinterColumn, Resource, SecretKeyRef, StatusBase
 
 BLUEPRINT = Resource("Blueprint", "blueprints")
 APP = Resource("App", "apps")

@@ -33,7 +33,7 @@ from operators.calm.models import (
     Task,
     Variable,
 )
-from operators.runtime.core.kinds import FirstSeen, field_path
+from operators.runtime import FirstSeen, field_path
 
 RESERVED_OBJECTS = frozenset(macros.ENTITY_KINDS)
 """Macro objects that mean "the one in the current context" (`@@{Deployment.x}@@`): no entity may take them."""

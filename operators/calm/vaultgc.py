@@ -27,10 +27,7 @@ from dataclasses import dataclass
 
 from operators.calm.blueprint import vault_refs
 from operators.calm.models import APP, BLUEPRINT
-from operators.runtime.engine.services import Services
-from operators.runtime.kube.client import ApiError
-from operators.runtime.kube.objects import Objects
-from operators.runtime.secrets import Entry, VaultError
+from operators.runtime import ApiError, Entry, Objects, ProcessServices, VaultError
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +44,7 @@ def garbage(entries: Sequence[Entry], referenced: Collection[str], now: float, g
     return [e for e in candidates(entries, now, grace) if e.uuid not in referenced]
 
 
-async def referenced(services: Services, namespace: str) -> set[str]:
+async def referenced(services: ProcessServices, namespace: str) -> set[str]:
     """Every vault uuid that a Blueprint's spec or an App's launch snapshot of `namespace` names."""
     objects = Objects(services.kube)
     blueprints = await objects.list(BLUEPRINT, namespace)
@@ -58,7 +55,7 @@ async def referenced(services: Services, namespace: str) -> set[str]:
     return found
 
 
-async def collect(services: Services, namespace: str, grace: float, now: float) -> tuple[int, set[str]]:
+async def collect(services: ProcessServices, namespace: str, grace: float, now: float) -> tuple[int, set[str]]:
     """Delete one namespace's garbage entries: how many went, and the uuids found in use."""
     used = await referenced(services, namespace)
     # Listed after the API server answered: an entry stored meanwhile is younger than grace.
@@ -85,7 +82,7 @@ class VaultCollector:
         self._task: asyncio.Task[None] | None = None
         self._seen: dict[str, tuple[float, set[str]]] = {}  # namespace: (when checked, uuids in use then)
 
-    async def start(self, services: Services) -> None:
+    async def start(self, services: ProcessServices) -> None:
         self._task = asyncio.create_task(self._loop(services), name=self.name)
 
     async def stop(self) -> None:
@@ -94,7 +91,7 @@ class VaultCollector:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    async def sweep(self, services: Services) -> int:
+    async def sweep(self, services: ProcessServices) -> int:
         """One pass over every namespace; a namespace that fails is retried on the next pass."""
         dropped = 0
         for namespace in services.vault.projects():
@@ -112,7 +109,7 @@ class VaultCollector:
             self._seen[namespace] = (now, used)
         return dropped
 
-    async def _loop(self, services: Services) -> None:
+    async def _loop(self, services: ProcessServices) -> None:
         while True:
             await self.sweep(services)
             await asyncio.sleep(self.interval)

@@ -41,7 +41,7 @@ import yaml
 
 from operators.calm import macros
 from operators.calm.models import BlueprintSpec, CompiledAction, CompiledTask, KnownHosts, SecretSource, Substrate
-from operators.runtime.core.pipeline import parse_spec
+from operators.runtime import parse_spec
 from pipelines.executors.kube import CLUSTER_SCOPED
 
 APPLICATION = "Application"

@@ -55,8 +55,7 @@ from operators.config.repository import (
     ValuesTarget,
 )
 from operators.environment.models import EnvironmentSpec
-from operators.runtime.kube.client import USER_AGENT, ClusterAccess, KubeClient, Requester, custom_path
-from operators.runtime.kube.watch import Watch
+from operators.runtime import USER_AGENT, ClusterAccess, KubeClient, Requester, Watch, custom_path
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from operators.config.keys import KeyPathError, parse_key
-from operators.runtime.cli.client import RequestFailed, UsageError, api_arguments, call
+from operators.runtime import RequestFailed, UsageError, api_arguments, call
 
 if TYPE_CHECKING:
     pass

@@ -8,9 +8,7 @@ from collections.abc import Sequence
 from operators.config.api import ConfigStoreApi
 from operators.config.cli import add_config_actions
 from operators.config.kinds import KINDS
-from operators.runtime.api.server import ApiServer
-from operators.runtime.domain import AddonContext, Domain
-from operators.runtime.engine.addons import Addon
+from operators.runtime import Addon, AddonContext, ApiServer, Domain
 
 
 def addons(context: AddonContext) -> Sequence[Addon]:

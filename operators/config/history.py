@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from operators import API_VERSION
-from operators.runtime.core.clock import utc_now
-from operators.runtime.kube.client import ApiError, Requester, core_path
+from operators.runtime import ApiError, Requester, core_path, utc_now
 
 DATA_KEY = "data.json"
 LABEL_UID = "stead.dev/config-values-uid"

@@ -19,8 +19,7 @@ from operators.config.reconcile import (
     validate_component,
     validate_values,
 )
-from operators.runtime.core.kinds import Kind, PrinterColumn
-from operators.runtime.core.pipeline import Pipeline
+from operators.runtime import Kind, Pipeline, PrinterColumn
 
 COMPONENT_KIND = Kind(
     kind=CONFIG_COMPONENT.kind,

@@ -31,8 +31,7 @@ from operators.config.levels import (
     role_problem,
 )
 from operators.environment.models import EnvironmentSpec
-from operators.runtime.core.kinds import FirstSeen, Model, Resource, StatusBase, field_path
-from operators.runtime.core.pipeline import parse_spec
+from operators.runtime import FirstSeen, Model, Resource, StatusBase, field_path, parse_spec
 
 CONFIG_COMPONENT = Resource("ConfigComponent", "configcomponents")
 CONFIG_VALUES = Resource("ConfigValues", "configvalues")

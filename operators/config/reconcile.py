@@ -41,10 +41,18 @@ from operators.config.models import (
 )
 from operators.config.repository import KubeConfigRepository, StoredValues
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec
-from operators.runtime.core.kinds import AdmissionRequest, Refusal
-from operators.runtime.core.pipeline import PermanentError, StepContext, TemporaryError, spec_step
-from operators.runtime.kube.client import ApiError, Requester, core_path
-from operators.runtime.kube.objects import Objects
+from operators.runtime import (
+    AdmissionRequest,
+    ApiError,
+    Objects,
+    PermanentError,
+    Refusal,
+    Requester,
+    StepContext,
+    TemporaryError,
+    core_path,
+    spec_step,
+)
 
 FIELD_MANAGER = "stead-config"
 

@@ -31,7 +31,7 @@ from operators.config.levels import LevelError, Point
 from operators.config.merge import Layer
 from operators.config.models import CONFIG_COMPONENT, CONFIG_VALUES, ConfigComponentSpec, ConfigValuesSpec, values_point
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec
-from operators.runtime.kube.client import ApiError, Requester, custom_path
+from operators.runtime import ApiError, Requester, custom_path
 
 log = logging.getLogger(__name__)
 

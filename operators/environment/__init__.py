@@ -7,9 +7,17 @@ from typing import Any
 
 from operators.environment.logic import components_condition, summarize
 from operators.environment.models import ENVIRONMENT, EnvironmentSpec, EnvironmentStatus
-from operators.runtime.core.kinds import Kind, PrinterColumn, Resource
-from operators.runtime.core.pipeline import KIND_CONDITIONS, PermanentError, Pipeline, StepContext, spec_step
-from operators.runtime.core.store import object_key
+from operators.runtime import (
+    KIND_CONDITIONS,
+    Kind,
+    PermanentError,
+    Pipeline,
+    PrinterColumn,
+    Resource,
+    StepContext,
+    object_key,
+    spec_step,
+)
 
 CONFIG_COMPONENT = Resource("ConfigComponent", "configcomponents")
 """Named here rather than imported: the configuration domain builds on environments, not the

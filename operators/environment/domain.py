@@ -4,6 +4,6 @@ graphs domain adds the Environment's merged graphs: `operators.catalog`)."""
 from __future__ import annotations
 
 from operators.environment import KIND
-from operators.runtime.domain import Domain
+from operators.runtime import Domain
 
 DOMAIN = Domain(name="environment", kinds=(KIND,))

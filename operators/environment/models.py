@@ -10,8 +10,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
-from operators.runtime.core.kinds import Model, Resource, StatusBase
-from operators.runtime.core.refs import SecretKeyRef
+from operators.runtime import Model, Resource, SecretKeyRef, StatusBase
 
 ENVIRONMENT = Resource("Environment", "environments")
 

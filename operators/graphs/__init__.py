@@ -13,7 +13,7 @@ yaql and the Kubernetes client, and the pure core does not pay for the kinds.
 
 from typing import TYPE_CHECKING
 
-from operators.runtime.lazy import front_door
+from operators.runtime import front_door
 
 if TYPE_CHECKING:
     from operators.graphs.conditions import ConditionError, compile_expression, condition_problem, evaluate

@@ -46,13 +46,7 @@ from operators.graphs.autorun import (
 from operators.graphs.kept import MergedGraphStore
 from operators.graphs.models import GRAPH_RUN, Task
 from operators.graphs.run import others_running, values_by_node
-from operators.runtime.core.pipeline import Observed
-from operators.runtime.core.ring import project_key
-from operators.runtime.core.store import LocalStore
-from operators.runtime.engine.services import Services
-from operators.runtime.kube.client import ApiError, load_access
-from operators.runtime.kube.objects import Objects
-from operators.runtime.kube.watch import Watch
+from operators.runtime import ApiError, LocalStore, Objects, Observed, ProcessServices, Watch, load_access, project_key
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +115,7 @@ class AutoRunner:
         self._stack = contextlib.AsyncExitStack()
         self._task: asyncio.Task[None] | None = None
 
-    async def start(self, services: Services) -> None:
+    async def start(self, services: ProcessServices) -> None:
         repository = await self._stack.enter_async_context(
             cached_repository(services.kube, load_access(None), _followed(services)))
         assert isinstance(repository, CachedConfigRepository)
@@ -134,7 +128,7 @@ class AutoRunner:
                 await self._task
         await self._stack.aclose()
 
-    async def _loop(self, services: Services, repository: CachedConfigRepository) -> None:
+    async def _loop(self, services: ProcessServices, repository: CachedConfigRepository) -> None:
         baselines = BaselineStore(services.store)
         while True:
             await asyncio.sleep(self.tick)  # the poll interval (see TICK_SECONDS), not a synchronisation
@@ -146,7 +140,7 @@ class AutoRunner:
                 except Exception:  # one environment's trouble must not stop the others'
                     log.exception("auto-run of environment %s/%s", namespace, name)
 
-    async def look(self, services: Services, repository: CachedConfigRepository, baselines: BaselineStore,
+    async def look(self, services: ProcessServices, repository: CachedConfigRepository, baselines: BaselineStore,
                    namespace: str, name: str, body: Mapping[str, Any], spec: EnvironmentSpec | None) -> None:
         """Look at one environment: record its values, note a change, create the run when it is due."""
         key = f"{namespace}/{name}"
@@ -223,7 +217,7 @@ class AutoRunner:
         services.events.record(environment, "Normal", "AutoRunCreated", f"GraphRun {run}: {trigger.reason}")
 
 
-def _followed(services: Services) -> dict[str, Watch] | None:
+def _followed(services: ProcessServices) -> dict[str, Watch] | None:
     """The operator's watches the cache taps: those that see everything (one replica), else those of this
     replica's buckets (sharding: it acts on its own projects only, and receives no other's); None (watches of
     its own, of every namespace) when neither covers the three kinds (`--namespace`)."""

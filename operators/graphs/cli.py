@@ -43,20 +43,12 @@ from typing import TYPE_CHECKING, Any
 from operators import API_VERSION
 from operators.graphs.objects import GRAPHS
 from operators.graphs.views import format_graphs, format_history, format_plan, format_run, render_run
-from operators.runtime.cli.commands import (
-    CommandError,
-    cluster_arguments,
-    pause,
-    refusals_as_lines,
-    run_to_end,
-    with_cluster,
-)
-from operators.runtime.cli.output import dump
+from operators.runtime import CommandError, cluster_arguments, dump, pause, refusals_as_lines, run_to_end, with_cluster
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from operators.runtime.kube.api import Requester
+    from operators.runtime import Requester
 
 COMMAND = "stead graph"
 RUNS = "graphruns"
@@ -68,7 +60,7 @@ LEVELS = {"all": "all", "release": "release", "plugins": "plugins", "env_only": 
 
 
 def _path(plural: str, namespace: str, name: str | None = None) -> str:
-    from operators.runtime.kube.api import custom_path
+    from operators.runtime import custom_path
 
     return custom_path(plural, namespace, name)
 
@@ -79,7 +71,7 @@ def _owner(args: argparse.Namespace) -> tuple[str, str]:
 
 async def _environment(kube: Requester, namespace: str, name: str) -> dict[str, Any]:
     """The Environment object, or a CommandError naming the environments there."""
-    from operators.runtime.kube.api import ApiError
+    from operators.runtime import ApiError
 
     try:
         return await kube.request("GET", _path(ENVIRONMENTS, namespace, name))
@@ -285,7 +277,7 @@ async def _plan(kube: Requester, args: argparse.Namespace) -> int:
     nodes' configuration and the last run's data as a run sees them), printed and the dry run deleted."""
     import time
 
-    from operators.runtime.kube.api import ApiError
+    from operators.runtime import ApiError
 
     spec = {**run_spec(args), "dryRun": True}
     spec.pop("noop", None)
@@ -348,7 +340,7 @@ async def _status(kube: Requester, args: argparse.Namespace, console: Console | 
 
 
 async def _get_run(kube: Requester, args: argparse.Namespace) -> dict[str, Any]:
-    from operators.runtime.kube.api import ApiError
+    from operators.runtime import ApiError
 
     try:
         return await kube.request("GET", _path(RUNS, args.namespace, args.run))
@@ -387,7 +379,7 @@ def _logs(args: argparse.Namespace) -> int:
     out. The output is masked as the runner stored it."""
     from urllib.parse import quote
 
-    from operators.runtime.cli.client import RequestFailed, UsageError, call
+    from operators.runtime import RequestFailed, UsageError, call
 
     base = f"{str(args.server).rstrip('/')}/api/v1/graphruns/{quote(args.run, safe='')}/output"
     filters = {k: v for k, v in (("node", args.node), ("task", args.task), ("type", args.type)) if v}
@@ -428,7 +420,7 @@ def _history(args: argparse.Namespace) -> int:
     from urllib.parse import quote
 
     from operators.graphs.history import HistoryEntry, to_csv
-    from operators.runtime.cli.client import RequestFailed, UsageError, call
+    from operators.runtime import RequestFailed, UsageError, call
 
     url = f"{str(args.server).rstrip('/')}/api/v1/clusters/{quote(args.env, safe='')}/history/"
     query = {k: str(v) for k, v in (("node", args.node), ("task", args.task), ("type", args.type),
@@ -564,7 +556,7 @@ def add_graph_actions(graph: argparse.ArgumentParser) -> None:
     logs.add_argument("-T", "--task", help="only this task's instances")
     logs.add_argument("-t", "--type", help="only this graph type's instances")
     logs.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's, else default)")
-    from operators.runtime.cli.client import api_arguments
+    from operators.runtime import api_arguments
 
     api_arguments(logs)
     logs.set_defaults(func=_logs)

@@ -11,8 +11,7 @@ from operators.graphs.api import GraphsApi
 from operators.graphs.autorunner import AutoRunner
 from operators.graphs.cli import add_graph_actions
 from operators.graphs.kinds import KINDS
-from operators.runtime.domain import AddonContext, Domain
-from operators.runtime.engine.addons import Addon
+from operators.runtime import Addon, AddonContext, Domain
 
 
 def addons(context: AddonContext) -> Sequence[Addon]:

@@ -26,7 +26,7 @@ import yaml
 from pydantic import ValidationError
 
 from operators.graphs.models import Task
-from operators.runtime.core.kinds import field_path
+from operators.runtime import field_path
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
 

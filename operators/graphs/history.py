@@ -138,7 +138,7 @@ def entries_from_records(run: str, run_uid: str, index: Mapping[str, Sequence[st
     """The finished instances among a run's step records (`step id -> record`), as entries: those the plan
     ran (`planned[sid].state` is "planned"; skipped and structure instances are not work). `index` is the
     plan's `step id -> [task, node]`; a step id starts with its graph type's prefix (`output.instances`)."""
-    from operators.runtime.core.clock import utc_seconds
+    from operators.runtime import utc_seconds
 
     found: list[HistoryEntry] = []
     for sid, record in records.items():

@@ -28,7 +28,7 @@ from operators.environment.models import EnvironmentSpec
 from operators.graphs.merge import MergeError, merge_specs
 from operators.graphs.models import DeploymentGraphSpec, Task
 from operators.graphs.structure import merged_problems
-from operators.runtime.core.store import LocalStore
+from operators.runtime import LocalStore
 
 MERGED_DB = b"merged-graphs"
 GRAPHS_MERGED = "GraphsMerged"

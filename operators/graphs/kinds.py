@@ -30,27 +30,25 @@ from operators.graphs.models import (
     check_graph,
     check_run,
 )
-from operators.runtime.core.kinds import (
+from operators.runtime import (
+    KIND_CONDITIONS,
     AdmissionRequest,
     Kind,
     Model,
-    PrinterColumn,
-    Refusal,
-    StatusBase,
-    spec_admission,
-)
-from operators.runtime.core.pipeline import (
-    KIND_CONDITIONS,
+    Objects,
     PermanentError,
     Pipeline,
+    PrinterColumn,
+    Refusal,
+    Requester,
+    StatusBase,
     StepContext,
     StepFn,
+    object_key,
+    run_pipeline,
+    spec_admission,
     spec_step,
 )
-from operators.runtime.core.store import object_key
-from operators.runtime.engine.runs import run_pipeline
-from operators.runtime.kube.client import Requester
-from operators.runtime.kube.objects import Objects
 
 
 class DeploymentGraphStatus(StatusBase):

@@ -29,8 +29,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, StringConstraints, ValidationError, WithJsonSchema, model_validator
 
 from operators.graphs.regexes import RegexError, compile_pattern
-from operators.runtime.core.kinds import Model, Resource, StatusBase, field_path
-from operators.runtime.core.pipeline import parse_spec
+from operators.runtime import Model, Resource, StatusBase, field_path, parse_spec
 
 DEPLOYMENT_GRAPH = Resource("DeploymentGraph", "deploymentgraphs")
 GRAPH_RUN = Resource("GraphRun", "graphruns")

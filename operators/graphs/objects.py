@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from operators.runtime.kube.api import Requester, custom_path
+from operators.runtime import Requester, custom_path
 
 GRAPHS = "deploymentgraphs"
 """The DeploymentGraph's plural, as its model declares it (a test checks that they agree)."""

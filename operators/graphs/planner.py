@@ -73,7 +73,7 @@ def instances_status(index: Mapping[str, Sequence[str]], records: Mapping[str, M
                      ) -> tuple[list[dict[str, Any]], int]:
     """Per node, per task: the plan's state, then the run's record over it; at most
     `STATUS_INSTANCES` listed, the rest counted."""
-    from operators.runtime.core.clock import utc_seconds
+    from operators.runtime import utc_seconds
 
     nodes: dict[str, list[dict[str, Any]]] = {}
     shown = omitted = 0
@@ -150,7 +150,7 @@ def make_plan_document(payload: Mapping[str, Any]) -> tuple[dict[str, Any], dict
     facts: dict[str, Any] = {"plan": summary, "nodes": nodes_status, "omitted": omitted or None,
                              "progress": f"0/{runs}"}
     if spec.dry_run:  # nothing runs: the plan is what it made (`0/3` beside Succeeded read as a run that did nothing)
-        from operators.runtime.core.clock import utc_now
+        from operators.runtime import utc_now
 
         facts.update({"state": "Succeeded", "endTime": utc_now(), "reason": None,
                       "progress": dry_run_progress(runs)})

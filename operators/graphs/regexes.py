@@ -19,7 +19,7 @@ from typing import Any
 
 import re2
 
-from operators.runtime.core.regex import MAX_MEMORY, RegexError, compile_pattern
+from operators.runtime import MAX_MEMORY, RegexError, compile_pattern
 
 __all__ = ["MAX_MEMORY", "RegexError", "compile_pattern", "register_yaql"]
 

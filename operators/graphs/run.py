@@ -54,26 +54,33 @@ from operators.graphs.models import (
 )
 from operators.graphs.output import PLAN_FILE, read_plan
 from operators.graphs.planner import PlanFailed, instances_status, plan_in_process
-from operators.runtime.core.clock import utc_now, utc_seconds
-from operators.runtime.core.kinds import AdmissionRequest, Refusal
-from operators.runtime.core.pipeline import RUNTIME_FIELDS, PermanentError, StepContext, parse_spec, spec_step
-from operators.runtime.core.refs import SecretKeyRef
-from operators.runtime.engine.runs import (
+from operators.runtime import (
     FINAL_RUN_STATES,
     RUNNER_CREDENTIALS,
+    RUNTIME_FIELDS,
     Abort,
     AccountCredentials,
+    AdmissionRequest,
+    ApiError,
     Followed,
+    Objects,
+    PermanentError,
+    Refusal,
+    Requester,
     RunRequest,
+    SecretKeyRef,
+    StepContext,
     follow_run,
+    parse_spec,
     paths_for,
     read_account_secret,
     read_conclusion,
     runner_credentials,
+    spec_step,
+    utc_now,
+    utc_seconds,
     write_conclusion,
 )
-from operators.runtime.kube.client import ApiError, Requester
-from operators.runtime.kube.objects import Objects
 from pipelines.control import read_progress
 from pipelines.paths import RunPaths
 

@@ -9,8 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from operators.runtime.cli.output import table
-from operators.runtime.core.clock import parse_instant
+from operators.runtime import parse_instant, table
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

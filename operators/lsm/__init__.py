@@ -15,7 +15,7 @@ kinds, nor `stead service` for the models.
 
 from typing import TYPE_CHECKING
 
-from operators.runtime.lazy import front_door
+from operators.runtime import front_door
 
 if TYPE_CHECKING:
     from operators.lsm.attributes import service_entity_problems

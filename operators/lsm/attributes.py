@@ -21,8 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from operators.lsm.models import AttributeDefinition, AttributeType, ServiceEntitySpec
-from operators.runtime.core.kinds import FirstSeen, field_path
-from operators.runtime.core.pipeline import parse_spec
+from operators.runtime import FirstSeen, field_path, parse_spec
 
 _JSON_NAMES = {str: "string", bool: "bool", int: "int", float: "float", dict: "dict", list: "list"}
 

@@ -32,19 +32,19 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from operators import API_VERSION
-from operators.runtime.cli import output
-from operators.runtime.cli.commands import (
+from operators.runtime import (
     CommandError,
     cluster_arguments,
+    dump,
+    output,
     pairs,
     refusals_as_lines,
     run_to_end,
     with_cluster,
 )
-from operators.runtime.cli.output import dump
 
 if TYPE_CHECKING:
-    from operators.runtime.kube.api import Requester
+    from operators.runtime import Requester
 
 ENTITIES = "serviceentities"
 INSTANCES = "serviceinstances"
@@ -63,7 +63,7 @@ CliError = CommandError
 
 
 def _path(plural: str, namespace: str, name: str | None = None) -> str:
-    from operators.runtime.kube.api import custom_path
+    from operators.runtime import custom_path
 
     return custom_path(plural, namespace, name)
 
@@ -137,7 +137,7 @@ def typed_attrs(given: Mapping[str, str], entity: Mapping[str, Any] | None) -> d
 
 async def find_instance(kube: Kube, namespace: str, ident: str) -> dict[str, Any]:
     """The instance an ID names: a name, a uid, or `<identity>=<value>` (CliError when none or several)."""
-    from operators.runtime.kube.api import ApiError
+    from operators.runtime import ApiError
 
     if "=" not in ident and not UID.match(ident):
         try:
@@ -309,7 +309,7 @@ async def _catalog(kube: Kube, args: argparse.Namespace) -> int:
 
 
 async def _list(kube: Kube, args: argparse.Namespace) -> int:
-    from operators.runtime.kube.api import ApiError
+    from operators.runtime import ApiError
 
     try:
         await kube.request("GET", _path(ENTITIES, args.namespace, args.entity))
@@ -329,7 +329,7 @@ async def _list(kube: Kube, args: argparse.Namespace) -> int:
 
 
 async def _create(kube: Kube, args: argparse.Namespace) -> int:
-    from operators.runtime.kube.api import ApiError
+    from operators.runtime import ApiError
 
     given = parse_attrs(args.attr)
     try:
@@ -359,7 +359,7 @@ async def _update(kube: Kube, args: argparse.Namespace) -> int:
     obj = await find_instance(kube, args.namespace, args.id)
     name, spec = obj["metadata"]["name"], obj.get("spec") or {}
     entity = None
-    from operators.runtime.kube.api import ApiError
+    from operators.runtime import ApiError
 
     try:
         entity = await kube.request("GET", _path(ENTITIES, args.namespace, str(spec.get("entity"))))

@@ -24,10 +24,18 @@ from operators.lsm.models import SERVICE_INSTANCE, LifecycleSpec, ServiceEntityS
 from operators.lsm.realization import realization_problems
 from operators.lsm.wire import merge_ready
 from operators.lsm.world import Unresolved, find_blueprint, find_lifecycle
-from operators.runtime.core.kinds import AdmissionRequest, Refusal, spec_admission
-from operators.runtime.core.pipeline import PermanentError, StepContext, TemporaryError, parse_spec, spec_step
-from operators.runtime.core.services import Services
-from operators.runtime.kube.objects import Objects
+from operators.runtime import (
+    AdmissionRequest,
+    Objects,
+    PermanentError,
+    Refusal,
+    Services,
+    StepContext,
+    TemporaryError,
+    parse_spec,
+    spec_admission,
+    spec_step,
+)
 
 BLUEPRINT_RECHECK_SECONDS = 60.0
 """A slow safety net only: an entity is checked again when its Blueprint becomes Ready."""

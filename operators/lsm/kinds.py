@@ -43,8 +43,7 @@ from operators.lsm.models import (
     ServiceInstanceSpec,
     ServiceInstanceStatus,
 )
-from operators.runtime.core.kinds import Kind, named_after
-from operators.runtime.core.pipeline import Pipeline
+from operators.runtime import Kind, Pipeline, named_after
 
 
 def _lifecycle_name(spec: Mapping[str, Any]) -> Any:

@@ -26,8 +26,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from operators.lsm.models import LifecycleSpec, ModelState, State, Transfer, TriggerName
-from operators.runtime.core.kinds import FirstSeen, field_path
-from operators.runtime.core.pipeline import parse_spec
+from operators.runtime import FirstSeen, field_path, parse_spec
 
 
 def model_state(state: State) -> ModelState:

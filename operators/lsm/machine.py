@@ -63,7 +63,7 @@ from operators.lsm.models import (
     Transfer,
     TriggerName,
 )
-from operators.runtime.core.kinds import Refusal
+from operators.runtime import Refusal
 
 AUTO_LIMIT = 32
 """The most auto transfers one trigger may set off. Lifecycle validation refuses auto cycles; this

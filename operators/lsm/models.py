@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, WithJsonSchema, model_validator
 
-from operators.runtime.core.kinds import Model, PrinterColumn, Resource, StatusBase
+from operators.runtime import Model, PrinterColumn, Resource, StatusBase
 
 LIFECYCLE = Resource("Lifecycle", "lifecycles")
 CLUSTER_LIFECYCLE = Resource("ClusterLifecycle", "clusterlifecycles")

@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from operators.lsm.models import ServiceInstanceStatus
-from operators.runtime.core.kinds import StatusBase
-from operators.runtime.core.pipeline import RUNTIME_FIELDS
+from operators.runtime import RUNTIME_FIELDS, StatusBase
 
 
 def _aliases(model: type[StatusBase]) -> tuple[str, ...]:

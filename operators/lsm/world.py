@@ -41,13 +41,8 @@ from operators.lsm.models import (
     ServiceInstanceStatus,
 )
 from operators.lsm.realization import blueprint_rules
-from operators.runtime.core import conditions as cond
-from operators.runtime.core.clock import utc_now
-from operators.runtime.core.kinds import Resource
-from operators.runtime.core.pipeline import StoredRecord, parse_spec
-from operators.runtime.core.store import object_key
-from operators.runtime.kube.client import Requester
-from operators.runtime.kube.objects import Objects
+from operators.runtime import Objects, Requester, Resource, StoredRecord, object_key, parse_spec, utc_now
+from operators.runtime import conditions as cond
 
 BUILTIN_NAMES = ", ".join(BUILTINS)
 

@@ -28,20 +28,21 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 
-def _homes(package: str, init_file: str) -> dict[str, str]:
-    """Name -> module, from the `from M import a, b` statements of the package's `if TYPE_CHECKING:` block."""
+def _homes(package: str, init_file: str) -> dict[str, tuple[str, str]]:
+    """Exported name -> (module, name there), from the `from M import a, b as c` statements of the package's
+    `if TYPE_CHECKING:` block."""
     import ast  # here, not above: start-up of the commands that ask for no name
 
     with open(init_file, encoding="utf-8") as source:
         tree = ast.parse(source.read(), init_file)
-    homes: dict[str, str] = {}
+    homes: dict[str, tuple[str, str]] = {}
     for node in tree.body:
         if not (isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
             continue
         for statement in node.body:
             if isinstance(statement, ast.ImportFrom) and statement.module:
                 module = f"{package}.{statement.module}" if statement.level else statement.module
-                homes.update({alias.asname or alias.name: module for alias in statement.names})
+                homes.update({alias.asname or alias.name: (module, alias.name) for alias in statement.names})
     return homes
 
 
@@ -51,9 +52,9 @@ def front_door(
     """The `__getattr__` and `__dir__` of `package` (its `__name__`, `__file__` and `__all__`): a name of
     `exported` is looked up in its module, which is imported on first use (not copied into the package: a
     test that replaces it in its module is seen through the package too, as with a plain attribute lookup)."""
-    found: dict[str, str] = {}
+    found: dict[str, tuple[str, str]] = {}
 
-    def homes() -> dict[str, str]:
+    def homes() -> dict[str, tuple[str, str]]:
         if not found:
             found.update(_homes(package, init_file))
             if set(found) != set(exported):
@@ -66,7 +67,11 @@ def front_door(
     def __getattr__(name: str) -> Any:
         if name not in exported:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        return getattr(importlib.import_module(homes()[name]), name)
+        module, attribute = homes()[name]
+        home = importlib.import_module(module)
+        if not hasattr(home, attribute):  # a submodule (`from operators.runtime.core import conditions`)
+            return importlib.import_module(f"{module}.{attribute}")
+        return getattr(home, attribute)
 
     def __dir__() -> list[str]:
         return sorted({*vars(sys.modules[package]), *exported})

@@ -48,7 +48,7 @@ The package: `paths` (the prefix, values paths), `bodies` (components and enviro
 from operators.config.api.handlers import ROUTES as STORE_ROUTES
 from operators.config.api.handlers import ConfigApi, ConfigStoreApi
 from operators.config.api.paths import PREFIX, ValuesPath, parse_values_path
-from operators.runtime.api.host import HOST_ROUTES
+from operators.runtime import HOST_ROUTES
 
 ROUTES = (*HOST_ROUTES.docs(), *STORE_ROUTES.docs())
 """Every route of the API without other extensions, as its root lists them."""

@@ -11,8 +11,7 @@ from pydantic import ValidationError
 from operators.config.models import ConfigComponentSpec, component_problems
 from operators.environment.logic import spec_problems as environment_problems
 from operators.environment.models import EnvironmentSpec
-from operators.runtime.api.calls import bad_request
-from operators.runtime.core.kinds import field_path
+from operators.runtime import bad_request, field_path
 
 
 def component_view(name: str, spec: ConfigComponentSpec) -> dict[str, Any]:

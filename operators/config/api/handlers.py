@@ -50,10 +50,19 @@ from operators.config.repository import (
     Unavailable,
     ValuesTarget,
 )
-from operators.runtime.api.auth import Authenticator
-from operators.runtime.api.calls import (
+from operators.runtime import (
+    ApiExtension,
+    ApiHost,
     ApiProblem,
+    Authenticator,
     Call,
+    ExtensionSettings,
+    HandlersBase,
+    Operation,
+    Requester,
+    Response,
+    Route,
+    RouteTable,
     bad_request,
     dumps,
     flag,
@@ -61,14 +70,10 @@ from operators.runtime.api.calls import (
     int_param,
     json_body,
     json_response,
+    load_access,
     not_found,
     object_name_ok,
 )
-from operators.runtime.api.extension import ApiExtension, ExtensionSettings, HandlersBase
-from operators.runtime.api.host import ApiHost
-from operators.runtime.api.routes import Operation, Route, RouteTable
-from operators.runtime.kube.client import Requester, load_access
-from operators.runtime.serving.http import Response
 
 KEY_WRITE_ATTEMPTS = 5
 K = TypeVar("K")

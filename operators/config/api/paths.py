@@ -8,7 +8,7 @@ import functools
 from dataclasses import dataclass
 from typing import Literal
 
-from operators.runtime.api.calls import Call, not_found
+from operators.runtime import Call, not_found
 
 PREFIX = "/api/v1/config"
 TERMINALS: dict[str, Literal["values", "overrides"]] = {

@@ -41,7 +41,7 @@ from operators.config.schema.dialect import (
     Validator,
     local_registry,
 )
-from operators.runtime.core.regex import RegexError
+from operators.runtime import RegexError
 
 
 def schema_problems(schema: Any, path: str = "schema") -> list[str]:

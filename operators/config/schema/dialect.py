@@ -17,7 +17,7 @@ from jsonschema import (  # type: ignore[import-untyped]  # no stubs shipped; ty
 )
 from referencing import Registry, Resource
 
-from operators.runtime.core.regex import RegexError, compile_pattern
+from operators.runtime import RegexError, compile_pattern
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 MAX_SCHEMA_BYTES = 64 * 1024

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from operators.config.schema.dialect import MAX_DEPTH, search
-from operators.runtime.core.regex import RegexError
+from operators.runtime import RegexError
 
 
 def schema_at(schema: Any, path: Sequence[str]) -> Any:

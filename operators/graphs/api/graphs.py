@@ -24,12 +24,7 @@ from operators.graphs.models import (
     check_tasks,
 )
 from operators.graphs.objects import find_graph, graph_items, graph_name, owner_of, type_of
-from operators.runtime.api.calls import (
-    Call,
-    bad_request,
-)
-from operators.runtime.core.kinds import field_path
-from operators.runtime.kube.client import Requester, custom_path
+from operators.runtime import Call, Requester, bad_request, custom_path, field_path
 from pipelines.model import NAME_PATTERN
 
 MODEL_OF = {"release": "release", "plugin": "plugin", "environment": "cluster"}

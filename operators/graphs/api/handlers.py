@@ -59,20 +59,24 @@ from operators.graphs.output import (
     read_plan,
     select,
 )
-from operators.runtime.api.calls import (
+from operators.runtime import (
+    ApiError,
     ApiProblem,
     Call,
+    ExtensionBase,
+    Operation,
+    Response,
+    Route,
+    RouteTable,
     bad_request,
+    custom_path,
+    field_path,
     json_body,
     json_response,
     not_found,
     object_name_ok,
+    passed_on,
 )
-from operators.runtime.api.extension import ExtensionBase, passed_on
-from operators.runtime.api.routes import Operation, Route, RouteTable
-from operators.runtime.core.kinds import field_path
-from operators.runtime.kube.client import ApiError, custom_path
-from operators.runtime.serving.http import Response
 from pipelines.paths import RunPaths
 
 

@@ -28,21 +28,28 @@ from operators.lsm.models import (
 from operators.lsm.paging import QueryError, page
 from operators.lsm.wire import merge_ready, read_instance_status
 from operators.lsm.world import Unresolved, World, find_lifecycle, resolve
-from operators.runtime.api.auth import Access, Authenticator
-from operators.runtime.api.calls import (
+from operators.runtime import (
+    Access,
+    ApiError,
     ApiProblem,
+    Authenticator,
     Call,
+    ExtensionBase,
+    ExtensionSettings,
+    Operation,
+    Requester,
+    Response,
+    Route,
+    RouteTable,
+    StoredRecord,
     bad_request,
+    custom_path,
     json_body,
     json_response,
     not_found,
     object_name_ok,
+    passed_on,
 )
-from operators.runtime.api.extension import ExtensionBase, ExtensionSettings, passed_on
-from operators.runtime.api.routes import Operation, Route, RouteTable
-from operators.runtime.core.pipeline import StoredRecord
-from operators.runtime.kube.client import ApiError, Requester, custom_path
-from operators.runtime.serving.http import Response
 
 RESOURCE = SERVICE_INSTANCE.plural
 _UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

@@ -127,7 +127,9 @@ async def list_all(api: Requester, path: str, params: Mapping[str, str] | None =
         query = {**query, "continue": str(meta["continue"])}
 
 
-def _message(text: str) -> str:
+def error_message(text: str) -> str:
+    """What an API server's error answer says: its Status `message`, else the body's start (bounded: it goes
+    into an exception, then into logs and conditions). Both clients, the operator's and the CLI's, use it."""
     try:
         return str(json.loads(text).get("message") or text[:200])
     except (ValueError, AttributeError):

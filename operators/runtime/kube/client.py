@@ -29,9 +29,9 @@ from operators.runtime.kube.api import ApiUnreachable as ApiUnreachable
 from operators.runtime.kube.api import ClusterAccess as ClusterAccess
 from operators.runtime.kube.api import HeaderRequester as HeaderRequester
 from operators.runtime.kube.api import Requester as Requester
-from operators.runtime.kube.api import _message
 from operators.runtime.kube.api import core_path as core_path
 from operators.runtime.kube.api import custom_path as custom_path
+from operators.runtime.kube.api import error_message
 from operators.runtime.kube.api import is_outage as is_outage
 from operators.runtime.kube.api import list_all as list_all
 from operators.runtime.kube.api import segment as segment
@@ -148,7 +148,7 @@ class KubeClient:
             raise ApiUnreachable(f"{method} {path}: API server unreachable: "
                                  f"{error or type(error).__name__}") from None
         if resp.status >= 300:
-            raise ApiError(resp.status, _message(text))
+            raise ApiError(resp.status, error_message(text))
         return json.loads(text) if text else {}
 
     async def lines(self, path: str, params: dict[str, str], read_timeout: float) -> AsyncGenerator[bytes, None]:
@@ -166,7 +166,7 @@ class KubeClient:
         try:
             async with self._session.get(path, params=params, timeout=timeout) as resp:
                 if resp.status >= 300:
-                    raise ApiError(resp.status, _message(await resp.text()))
+                    raise ApiError(resp.status, error_message(await resp.text()))
                 pending = b""
                 async for chunk in resp.content.iter_any():
                     pending += chunk

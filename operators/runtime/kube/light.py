@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from operators.runtime.kube.api import USER_AGENT, ApiError, ApiUnreachable, ClusterAccess, _message
+from operators.runtime.kube.api import USER_AGENT, ApiError, ApiUnreachable, ClusterAccess, error_message
 from operators.runtime.kube.kubeconfig import (
     KubeconfigCluster,
     KubeconfigError,
@@ -210,7 +210,7 @@ class LightClient:
             sent.append(("Content-Length", "0"))
         status, text = self._exchange(method, target, data, sent, path)
         if status >= 300:
-            raise ApiError(status, _message(text))
+            raise ApiError(status, error_message(text))
         return json.loads(text) if text else {}
 
     def _exchange(self, method: str, target: str, data: bytes | None, headers: Sequence[tuple[str, str]],

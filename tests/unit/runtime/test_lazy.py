@@ -62,3 +62,20 @@ def test_a_name_resolves_through_its_module_each_time(tmp_path: Path) -> None:
         assert "dumps" in listing()
     finally:
         del sys.modules["drifted"]
+
+
+def test_a_name_may_be_exported_under_another_and_a_submodule_is_a_name_too(tmp_path: Path) -> None:
+    """The runtime's front door exports two `Services` (the steps' and the process's) under two names, and a
+    module (`conditions`) beside functions: the alias is looked up by its original name, the submodule imported."""
+    init = tmp_path / "__init__.py"
+    init.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                    "    from json import dumps as to_text\n    from xml.dom import pulldom\n")
+    getter, _ = front_door("aliased", str(init), ["to_text", "pulldom"])
+    sys.modules.pop("xml.dom.pulldom", None)  # not imported yet: not an attribute of xml.dom
+    import xml.dom
+
+    vars(xml.dom).pop("pulldom", None)
+    import json
+
+    assert getter("to_text") is json.dumps
+    assert getter("pulldom") is sys.modules["xml.dom.pulldom"]
