@@ -2,8 +2,9 @@
 
 The pure logic, without Kubernetes: the models that are the CRD schemas (`models`), Fuel's task
 files in and out (`fuel`), the merge of a type's graphs (`merge`), yaql conditions (`conditions`),
-the expansion over nodes (`expansion`), a run's plan and workflow (`plan`), an environment's
-merged graphs as kept in the store (`kept`) and a run's output as its files hold it (`output`). The
+the expansion over nodes (`expansion`), a run's plan (`plan`, with `subgraphs`) and its workflow
+(`workflow`), an environment's merged graphs as kept in the store (`kept`) and a run's output as
+its files hold it (`output`). The
 kinds (`kinds`, `run`; `with_merged_graphs`, the graphs' part of the Environment kind), the HTTP API
 and the CLI build on the names exported here.
 
@@ -62,8 +63,8 @@ if TYPE_CHECKING:
         make_plan,
         plan_run,
         step_id,
-        to_workflow,
     )
+    from operators.graphs.workflow import to_workflow
 
 __all__ = [
     "ANCHOR",

@@ -1,4 +1,10 @@
-"""A run's plan, and the workflow that executes it.
+"""A run's plan: which task instance runs on which node, which does not, and why.
+
+This module decides; `operators.graphs.workflow` turns its decision into the pipelines Workflow that
+executes it (one step per instance, named by `step_id`, which lives here because the plan's fault
+tolerance groups list their steps). Kept apart so that the planning rules (selection, subsets and
+conditions and their budget; which instances a subgraph covers is `operators.graphs.subgraphs`) read
+in one place, and the executor's contract in another.
 
 Inputs: the merged graph of each type in run order (with its node and task selection), the
 environment's nodes, the run's subgraphs, dryRun / noop / force, each node's data for the
@@ -40,11 +46,9 @@ from operators.graphs.models import (
     GraphSelection,
     Subgraph,
     Task,
-    compile_ref,
-    is_regex,
     subgraph_problems,
 )
-from pipelines.model import Dependency, Step, Tolerance, Workflow, check_name
+from operators.graphs.subgraphs import subgraph_members
 
 InstanceState = Literal["planned", "skipped", "noop"]
 OUTSIDE_RULE = "satisfied-outside-subset"
@@ -297,7 +301,7 @@ def make_plan(
             for t in selection.tasks:
                 if t in exp.tasks and exp.tasks[t].type == "group":
                     chosen_tasks.update(exp.tasks[t].tasks)
-        in_subgraph = _subgraph_members(exp, subgraphs, sub_hits) if subgraphs else None
+        in_subgraph = subgraph_members(exp, subgraphs, sub_hits) if subgraphs else None
         prefix = _prefix(selection.type, prefixes)
         states, step_types = _states(
             exp, selected, chosen_tasks, in_subgraph, noop=noop, force=force,
@@ -332,57 +336,6 @@ def _prefix(graph_type: str, taken: set[str]) -> str:
         prefix = f"{base}.{n}"
     taken.add(prefix)
     return prefix
-
-
-def _matches(ref: str, ids: Sequence[str]) -> list[str]:
-    if is_regex(ref):
-        pattern = compile_ref(ref)  # RE2: checked by `subgraph_problems` first
-        return [i for i in ids if pattern.search(i)]
-    return [ref] if ref in ids else []
-
-
-def _subgraph_members(exp: Expansion, subgraphs: Sequence[Subgraph], hits: list[bool]) -> set[int]:
-    """Instances forward of `start` (and backward of `end`) of any subgraph: start or end alone
-    bound one side; both, the instances between them."""
-    dependents: list[list[int]] = [[] for _ in exp.instances]
-    for i, deps in enumerate(exp.deps):
-        for d in deps:
-            dependents[d].append(i)
-    ids = list(exp.tasks)
-    members: set[int] = set()
-    everything = set(range(len(exp.instances)))
-    backward = [list(d) for d in exp.deps]
-    for k, sub in enumerate(subgraphs):
-        part = everything
-        for side, refs, on, edges in ((0, sub.start, sub.start_nodes, dependents), (1, sub.end, sub.end_nodes,
-                                                                                     backward)):
-            if not refs:
-                continue
-            seeds = _seeds(exp, refs, on, ids)
-            hit = bool(seeds) if on is not None else any(_matches(ref, ids) for ref in refs)
-            hits[2 * k + side] = hits[2 * k + side] or hit
-            part = part & _closure(seeds, edges)
-        members |= part
-    return members
-
-
-def _seeds(exp: Expansion, refs: Sequence[str], nodes: Sequence[str] | None, ids: Sequence[str]) -> list[int]:
-    """The instances a subgraph's side starts from: those of the tasks `refs` match, on `nodes` when given (a
-    node range, Fuel's `task/nodes`; an anchor, which has no node, is on every side's nodes)."""
-    chosen = None if nodes is None else set(nodes)
-    return [i for ref in refs for t in _matches(ref, ids) for i in exp.by_task.get(t, ())
-            if chosen is None or exp.instances[i][1] == ANCHOR or exp.instances[i][1] in chosen]
-
-
-def _closure(seeds: Sequence[int], edges: Sequence[Sequence[int]]) -> set[int]:
-    seen = set(seeds)
-    stack = list(seeds)
-    while stack:
-        for nxt in edges[stack.pop()]:
-            if nxt not in seen:
-                seen.add(nxt)
-                stack.append(nxt)
-    return seen
 
 
 def _states(
@@ -479,8 +432,7 @@ class ConditionBudget:
         return None
 
 
-# --- the workflow ----------------------------------------------------------------------------------
-
+# --- step ids ----------------------------------------------------------------------------------
 
 def step_id(prefix: str, task: str, node: str) -> str:
     """`<graph type>:<task>:<node>` (`<type>:<task>` for an anchor); ids longer than the workflow
@@ -492,161 +444,8 @@ def step_id(prefix: str, task: str, node: str) -> str:
     return f"{raw[:MAX_STEP_ID - 17]}~{digest}".replace("~", "-")
 
 
-def to_workflow(
-    plan: Plan,
-    *,
-    known_hosts: str,
-    private_key_ref: str,
-    name: str = "",
-    parallelism: int = 8,
-) -> Workflow:
-    """The workflow executing a plan: one step per task instance of the run (a single target, the
-    node; anchors untargeted), each waiting for exactly the instances it depends on (`all` over a
-    single-target step is that one instance). Graph types run in order: a barrier step
-    `<type>::done` waits for the graph's last steps and the next graph's first steps wait for it.
-
-    Executor contract: planned work is `ssh.<type>` with the task's parameters unchanged (plus
-    `noop: true` for puppet in a noop run), `retries` from parameters.retries, `timeout_seconds`
-    from parameters.timeout; everything else is a `noop` step. A group's `faultTolerance` becomes the
-    workflow's `tolerance` for its tasks' steps: a node failing within it is taken out of the run
-    (its later tasks skipped) and the rest goes on. Targets carry `ssh_address`,
-    `ssh_port`, `ssh_user`; `ssh_known_hosts` is a variable and `ssh_private_key` a secret
-    reference, both given by the caller."""
-    by_name = {n.name: n for g in plan.graphs for n in g.expansion.nodes}
-    steps: list[Step] = []
-    targets: dict[str, dict[str, str]] = {}
-    previous_barrier: str | None = None
-    problems: list[str] = []
-    for graph in plan.graphs:
-        exp = graph.expansion
-        ids = [step_id(graph.prefix, t, n) for t, n in exp.instances]
-        deps = _contracted(graph)
-        has_dependents: set[int] = set()
-        for i in range(len(exp.instances)):
-            if graph.included(i):
-                has_dependents.update(deps[i])
-        graph_steps: list[str] = []
-        for i, (task_id, node) in enumerate(exp.instances):
-            if not graph.included(i):
-                continue
-            task = exp.task(task_id)
-            state, reason = graph.states[i]
-            if node and node not in targets:
-                try:
-                    check_name(node, "node")
-                except ValueError as error:
-                    problems.append(str(error))
-                    continue
-                targets[node] = _target(by_name[node], problems)
-            depends = [Dependency(step=ids[d], targets="all") for d in sorted(deps[i])]
-            if not depends and previous_barrier is not None:
-                depends = [Dependency(step=previous_barrier, targets="all")]
-            params: dict[str, Any] = {}
-            retries = 0
-            timeout: float | None = None
-            step_type = graph.step_types[i]
-            if state == "planned":
-                params = dict(task.parameters)
-                if plan.noop and task.type == "puppet":
-                    params["noop"] = True
-                retries = _int(task.parameters.get("retries"), 0, 100)
-                timeout = _timeout(task.parameters.get("timeout"))
-            else:
-                params = {"reason": reason or "", "task_type": task.type}
-            steps.append(Step(
-                id=ids[i], type=step_type, name=f"{task_id} on {node}" if node else task_id,
-                parameters=params, target=[node] if node else [], depends_on=depends,
-                retries=retries, timeout_seconds=timeout,
-            ))
-            graph_steps.append(ids[i])
-        sinks = [ids[i] for i in range(len(exp.instances)) if graph.included(i) and i not in has_dependents]
-        if len(plan.graphs) > 1 and graph is not plan.graphs[-1]:
-            barrier = f"{graph.prefix}::done"
-            steps.append(Step(id=barrier, type=NOOP_STEP, name=f"graph {graph.graph_type} done",
-                              parameters={"reason": "graph barrier"},
-                              depends_on=[Dependency(step=s, targets="all") for s in sinks]
-                              or ([Dependency(step=previous_barrier, targets="all")] if previous_barrier else [])))
-            previous_barrier = barrier
-    if problems:
-        raise PlanError(problems)
-    present = {step.id for step in steps}
-    tolerance = [Tolerance(steps=[s for s in group.steps if s in present], may_fail=group.may_fail)
-                 for groups in plan.fault_tolerance().values() for group in groups.values()
-                 if group.may_fail > 0 and any(s in present for s in group.steps)]
-    return Workflow(
-        name=name, variables={"ssh_known_hosts": known_hosts}, secrets={"ssh_private_key": private_key_ref},
-        targets=targets, steps=steps, parallelism=parallelism, tolerance=tolerance,
-    )
-
-
-def _contracted(graph: GraphPlan) -> list[set[int]]:
-    """Each included instance's dependencies among included instances, passing through excluded
-    ones (instances of unselected nodes): A -> X(out) -> B becomes A -> B."""
-    exp = graph.expansion
-    frontier: dict[int, set[int]] = {}
-
-    def through(x: int) -> set[int]:
-        # iterative post-order over excluded instances, memoized
-        stack = [x]
-        while stack:
-            top = stack[-1]
-            if top in frontier:
-                stack.pop()
-                continue
-            pending = [d for d in exp.deps[top] if not graph.included(d) and d not in frontier]
-            if pending:
-                stack.extend(pending)
-                continue
-            out: set[int] = set()
-            for d in exp.deps[top]:
-                if graph.included(d):
-                    out.add(d)
-                else:
-                    out |= frontier[d]
-            frontier[top] = out
-            stack.pop()
-        return frontier[x]
-
-    result: list[set[int]] = []
-    for i, deps in enumerate(exp.deps):
-        if not graph.included(i):
-            result.append(set())
-            continue
-        mine: set[int] = set()
-        for d in deps:
-            if graph.included(d):
-                mine.add(d)
-            else:
-                mine |= through(d)
-        result.append(mine)
-    return result
-
-
-def _target(node: GraphNode, problems: list[str]) -> dict[str, str]:
-    address = node.address or node.fqdn
-    if not address:
-        problems.append(f"node {node.name!r} has no address (nor fqdn): tasks cannot reach it")
-        address = ""
-    return {"ssh_address": address, "ssh_port": str(node.ssh_port), "ssh_user": node.ssh_user}
-
-
-def _int(value: Any, low: int, high: int) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        return low
-    return max(low, min(high, number))
-
-
-def _timeout(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if number > 0 else None
-
 
 __all__ = [
     "NOOP_STEP", "OUTSIDE_RULE", "STEP_TYPES", "FaultToleranceGroup", "GraphPlan", "OutsideEdge", "Plan",
-    "PlanError", "PlannedInstance", "make_plan", "plan_run", "step_id", "to_workflow",
+    "PlanError", "PlannedInstance", "make_plan", "plan_run", "step_id",
 ]

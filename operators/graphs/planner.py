@@ -119,7 +119,8 @@ def make_plan_document(payload: Mapping[str, Any]) -> tuple[dict[str, Any], dict
     from operators.graphs.expansion import GraphError
     from operators.graphs.merge import MergeError
     from operators.graphs.models import MAX_OUTSIDE_EDGES, OUTPUT_TAIL, GraphRunSpec, Task
-    from operators.graphs.plan import PlanError, plan_run, step_id, to_workflow
+    from operators.graphs.plan import PlanError, plan_run, step_id
+    from operators.graphs.workflow import to_workflow
 
     spec = GraphRunSpec.model_validate(dict(payload["spec"]))
     merged = {t: [Task.model_validate(dict(task)) for task in tasks] for t, tasks in payload["merged"].items()}

@@ -13,7 +13,6 @@ from pydantic import ValidationError
 from operators import API_VERSION
 from operators.lsm.api.openapi import INSTANCE, INSTANCES, INVENTORY, PREFIX, SCHEMAS, STATE
 from operators.lsm.attributes import identity_value
-from operators.lsm.instance import check_delete, check_request
 from operators.lsm.lifecycle import model_state
 from operators.lsm.machine import LifecycleError, Refused
 from operators.lsm.models import (
@@ -26,6 +25,7 @@ from operators.lsm.models import (
     StateRequest,
 )
 from operators.lsm.paging import QueryError, page
+from operators.lsm.triggers import check_delete, check_request
 from operators.lsm.wire import merge_ready, read_instance_status
 from operators.lsm.world import Unresolved, World, find_lifecycle, resolve
 from operators.runtime import (

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from operators.lsm.instance import POLL_SECONDS, update_run_name
+from operators.lsm.converge import POLL_SECONDS, update_run_name
 from operators.runtime.core.pipeline import PermanentError, TemporaryError
 from operators.runtime.kube.client import ApiError
 from tests.unit.fakeapi import FakeApi
@@ -280,7 +280,7 @@ def test_only_the_create_and_update_actions_are_the_deployment(world: World) -> 
 def test_an_instance_looks_at_its_app_less_often_the_longer_it_waits() -> None:
     from datetime import UTC, datetime
 
-    from operators.lsm.instance import POLL_MAX_SECONDS, POLL_SECONDS, poll_delay
+    from operators.lsm.converge import POLL_MAX_SECONDS, POLL_SECONDS, poll_delay
 
     now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -1,0 +1,86 @@
+"""A ServiceInstance client's triggers: what creation, a state request, an attribute update and a delete
+ask the lifecycle for, taken in or checked.
+
+Its own module because two callers share it and neither needs the rest of the kind: the instance's
+pipeline (`operators.lsm.instance`) takes the triggers in (a refused request or update recorded in
+status, handled once), and the admission webhook and the inventory API (`operators.lsm.api`) run the
+same engine on a write and refuse it with the engine's code (409, 422) and message.
+"""
+
+from __future__ import annotations
+
+from operators.lsm.attributes import changed_keys
+from operators.lsm.machine import Auto, Create, Delete, Refused, SetState, Update, pending_request
+from operators.lsm.models import LogEntry, RefusedRequest, ServiceInstanceSpec, ServiceInstanceStatus, TriggerName
+from operators.lsm.world import World
+from operators.runtime.core.clock import utc_now
+
+
+async def take_client_triggers(world: World, spec: ServiceInstanceSpec, status: ServiceInstanceStatus,
+                               generation: int) -> tuple[ServiceInstanceStatus, list[LogEntry]]:
+    """Creation, a pending state request, a change of the attributes, then auto transfers. A refused
+    creation raises `Refused`; a refused request or update is recorded in status instead (handled once).
+    Raises `LifecycleError` when the lifecycle cannot go on."""
+    transfers: list[LogEntry] = []
+    if status.state is None:
+        outcome = await world.advance(status, Create(spec.attributes))
+        status, transfers = outcome.status, list(outcome.transfers)
+    request = pending_request(spec, status)
+    if request is not None:
+        trigger = SetState(request.target, request.current_version, request.message)
+        status, taken = await _take(world, status, trigger, "api_set_state", generation)
+        if taken is None:
+            status = status.model_copy(update={"state_request": request})
+        transfers += taken or []
+    refused = status.refused
+    retried = refused is not None and refused.trigger == "on_update" and refused.generation == generation
+    if not retried and changed_keys(status.client_attributes or {}, spec.attributes):
+        status, taken = await _take(world, status, Update(spec.attributes, spec.current_version), "on_update",
+                                    generation)
+        transfers += taken or []
+    outcome = await world.advance(status, Auto())
+    return outcome.status, [*transfers, *outcome.transfers]
+
+
+async def _take(world: World, status: ServiceInstanceStatus, trigger: SetState | Update | Delete,
+                name: TriggerName, generation: int) -> tuple[ServiceInstanceStatus, list[LogEntry] | None]:
+    """Apply a client's trigger: the new status and its transfers, or the status with the refusal recorded
+    and None."""
+    try:
+        outcome = await world.advance(status, trigger)
+    except Refused as refusal:
+        record = RefusedRequest(trigger=name, reason=refusal.reason, message=refusal.message, generation=generation,
+                                time=utc_now())
+        return status.model_copy(update={"refused": record}), None
+    return outcome.status.model_copy(update={"refused": None}), list(outcome.transfers)
+
+
+async def check_request(world: World, spec: ServiceInstanceSpec, status: ServiceInstanceStatus,
+                        old_spec: ServiceInstanceSpec | None = None) -> None:
+    """Refuse (`Refused`, 409 or 422) what a client's write would ask the lifecycle for and it does not
+    allow: the admission webhook's check, which the inventory API shares. `old_spec` is the spec the write
+    replaces (None for a creation); what did not change in it asks for nothing."""
+    if status.state is None:
+        if old_spec is None or old_spec.attributes != spec.attributes:
+            await world.advance(ServiceInstanceStatus(), Create(spec.attributes))
+        return
+    request = pending_request(spec, status)
+    new_request = request is not None and (old_spec is None or old_spec.state_request != spec.state_request)
+    new_attributes = old_spec is None or old_spec.attributes != spec.attributes
+    updating = new_attributes and bool(changed_keys(status.client_attributes or {}, spec.attributes))
+    if new_request and updating:
+        raise Refused("spec: one request at a time: change spec.attributes (an update) or spec.stateRequest (a "
+                      "state request), not both in one write", 422, "OneRequestAtATime")
+    if new_request and request is not None:
+        await world.advance(status, SetState(request.target, request.current_version, request.message))
+    elif updating:
+        await world.advance(status, Update(spec.attributes, spec.current_version))
+
+
+async def check_delete(world: World, status: ServiceInstanceStatus, current_version: int | None = None) -> None:
+    """Refuse (`Refused`, 409) a delete the lifecycle does not allow in the instance's state: the admission
+    webhook's check on DELETE, which the inventory API shares. An instance never created, already in a
+    deleted state, or whose delete was taken in already may always go."""
+    if status.state is None or status.deleted or status.delete_requested:
+        return
+    await world.advance(status, Delete(current_version))
