@@ -31,12 +31,16 @@ from operators.lsm.models import SERVICE_INSTANCE, ServiceInstanceStatus, State
 from operators.lsm.realization import app_inputs, app_outputs
 from operators.lsm.wire import instance_facts, merge_ready
 from operators.lsm.world import World
-from operators.runtime.core import conditions as cond
-from operators.runtime.core.pipeline import Observed, PermanentError, TemporaryError
-from operators.runtime.core.ring import PROJECT_LABEL
-from operators.runtime.engine.runs import FINAL_RUN_STATES
-from operators.runtime.kube.client import ApiError
-from operators.runtime.kube.objects import Objects
+from operators.runtime import (
+    FINAL_RUN_STATES,
+    PROJECT_LABEL,
+    ApiError,
+    Objects,
+    Observed,
+    PermanentError,
+    TemporaryError,
+)
+from operators.runtime import conditions as cond
 
 INSTANCE_LABEL = "stead.dev/service-instance"
 """On the App of an instance: the instance's name."""

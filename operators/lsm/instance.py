@@ -48,18 +48,21 @@ from operators.lsm.models import SERVICE_INSTANCE, LogEntry, ServiceInstanceSpec
 from operators.lsm.triggers import check_delete, check_request, take_client_triggers
 from operators.lsm.wire import instance_facts, read_instance_status
 from operators.lsm.world import Unresolved, World, resolve
-from operators.runtime.core.kinds import AdmissionRequest, Refusal, spec_admission
-from operators.runtime.core.pipeline import (
+from operators.runtime import (
     RUNTIME_FIELDS,
+    AdmissionRequest,
+    ApiError,
+    Objects,
     Observed,
     PermanentError,
+    Refusal,
+    Requester,
     StepContext,
     TemporaryError,
+    spec_admission,
     spec_step,
     status_patch,
 )
-from operators.runtime.kube.client import ApiError, Requester
-from operators.runtime.kube.objects import Objects
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from operators.lsm.attributes import changed_keys
 from operators.lsm.machine import Auto, Create, Delete, Refused, SetState, Update, pending_request
 from operators.lsm.models import LogEntry, RefusedRequest, ServiceInstanceSpec, ServiceInstanceStatus, TriggerName
 from operators.lsm.world import World
-from operators.runtime.core.clock import utc_now
+from operators.runtime import utc_now
 
 
 async def take_client_triggers(world: World, spec: ServiceInstanceSpec, status: ServiceInstanceStatus,
