@@ -7,7 +7,8 @@ names; everything else in the package is an implementation detail:
     versions.py      the pinned Kubernetes, etcd and Helm versions
     home.py          where a plane keeps its state
     ports.py         the ports of one plane, and where `stead` takes them from
-    controlplane.py  the components, their flags, up/down/status and kubeconfigs
+    controlplane.py  the components' start, health, up/down/status
+    planeconfig.py   what they are told: their flags, kubeconfigs, audit policy, admission config
     node.py          a real node beside it: containerd, kubelet, scheduler, the Pods' bridge
     images.py        the Pods' sandbox image (pause), built and packed without a registry
     pki.py           which certificates the plane needs (made by operators.runtime.serving.certs)

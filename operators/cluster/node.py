@@ -55,9 +55,10 @@ from operators.cluster.build import (
     cached_kubectl,
     ensure_node_binaries,
 )
-from operators.cluster.controlplane import LocalControlPlane, render_kubeconfig, wait_for_start
+from operators.cluster.controlplane import LocalControlPlane, wait_for_start
 from operators.cluster.images import PAUSE_IMAGE, image_base_name, pause_archive
 from operators.cluster.pki import KUBELET_CLIENT_USER, SERVICE_IP, ensure_client_certificate
+from operators.cluster.planeconfig import render_kubeconfig
 from operators.cluster.processes import LOOPBACK, ProcessTable, process_cmdline
 
 DEFAULT_NODE_NAME: Final = "stead-node"
