@@ -23,6 +23,9 @@ Nothing global changes beyond what ``down`` removes, and Pod traffic never leave
   the API server whether they may (webhook authorization): no anonymous access. The kubelet itself
   is ``system:node:<name>``, held to its own Node and Pods by the Node authorizer.
 
+What the node changes on the machine (bridge, NAT rule, cgroups, mount namespace) is nodehost.py's,
+beside what undoes it.
+
 Machine limits met on the way (no CAP_SYS_RESOURCE, cgroup v1, no registry) are answered in the
 configuration below, each where it is set.
 """
@@ -31,16 +34,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import ipaddress
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -57,7 +58,15 @@ from operators.cluster.build import (
 )
 from operators.cluster.controlplane import LocalControlPlane, wait_for_start
 from operators.cluster.images import PAUSE_IMAGE, image_base_name, pause_archive
-from operators.cluster.pki import KUBELET_CLIENT_USER, SERVICE_IP, ensure_client_certificate
+from operators.cluster.nodehost import (
+    NodeNetwork,
+    containerd_argv,
+    make_cgroups,
+    make_network,
+    remove_cgroups,
+    remove_network,
+)
+from operators.cluster.pki import KUBELET_CLIENT_USER, ensure_client_certificate
 from operators.cluster.planeconfig import render_kubeconfig
 from operators.cluster.processes import LOOPBACK, ProcessTable, process_cmdline
 
@@ -90,31 +99,6 @@ KUBELET_API_ROLE_BINDING: Final = "stead:apiserver-kubelet-client"
 
 class NodeUnavailable(ControlPlaneError):
     """This machine cannot run the node (not root, or a package is missing): the message says which."""
-
-
-@dataclass(frozen=True)
-class NodeNetwork:
-    """The Pods' bridge and address range: the bridge's address is the node's InternalIP."""
-
-    bridge: str = "stead0"
-    subnet: str = "10.88.0.0/16"
-
-    @property
-    def network(self) -> ipaddress.IPv4Network:
-        return ipaddress.IPv4Network(self.subnet)
-
-    @property
-    def node_ip(self) -> str:
-        return str(self.network.network_address + 1)
-
-    @property
-    def first_pod_ip(self) -> str:
-        return str(self.network.network_address + 10)
-
-    @property
-    def rule_comment(self) -> str:
-        """Marks the node's nat rules, so ``down`` removes exactly those."""
-        return f"stead-node:{self.bridge}"
 
 
 @dataclass(frozen=True)
@@ -243,8 +227,8 @@ class LocalNode:
             write_file_atomically(self.home / NETWORK_FILE, json.dumps(
                 {"bridge": self.network.bridge, "subnet": self.network.subnet}).encode())
             self._bind_api_roles()
-            _make_cgroups(self.cgroup_root)
-            self._make_network()
+            make_cgroups(self.cgroup_root)
+            make_network(self.network, self.plane.ports.apiserver)
             self._start(binaries, pause)
         except BaseException:
             self.down()
@@ -264,10 +248,8 @@ class LocalNode:
         if survivors:
             pids = ", ".join(f"{record.name} pid {record.pid}" for record in survivors)
             raise ControlPlaneError(f"could not stop {pids} even with SIGKILL")
-        _remove_cgroups(self.cgroup_root)
-        self._drop_nat_rules()
-        if Path(f"/sys/class/net/{self.network.bridge}").exists():
-            _run(["ip", "link", "delete", self.network.bridge])
+        remove_cgroups(self.cgroup_root)
+        remove_network(self.network)
         shutil.rmtree(self.socket.parent, ignore_errors=True)
         (self.home / NETWORK_FILE).unlink(missing_ok=True)
 
@@ -452,37 +434,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         }
         self._kubectl_run("apply", "-f", "-", input=json.dumps(binding))
 
-    def _make_network(self) -> None:
-        network = self.network
-        bridge = network.bridge
-        if not Path(f"/sys/class/net/{bridge}").exists():
-            _run(["ip", "link", "add", bridge, "type", "bridge"])
-        _run(["ip", "addr", "replace", f"{network.node_ip}/{network.network.prefixlen}", "dev", bridge])
-        _run(["ip", "link", "set", bridge, "up"])
-        # Pods dial the `kubernetes` Service; the API server listens on loopback only: one DNAT from
-        # the bridge, allowed by route_localnet on the bridge alone (kube-proxy sets it everywhere).
-        Path(f"/proc/sys/net/ipv4/conf/{bridge}/route_localnet").write_text("1")
-        self._drop_nat_rules()
-        apiserver = f"{LOOPBACK}:{self.plane.ports.apiserver}"
-        _run(["iptables", "-w", "-t", "nat", "-A", "PREROUTING", "-i", bridge, "-d", f"{SERVICE_IP}/32", "-p", "tcp",
-              "--dport", "443", "-j", "DNAT", "--to-destination", apiserver,
-              "-m", "comment", "--comment", network.rule_comment])
-
-    def _drop_nat_rules(self) -> None:
-        if shutil.which("iptables-save") is None:
-            return
-        result = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True, timeout=60,
-                                check=False)
-        for line in result.stdout.splitlines():
-            rule = shlex.split(line)  # iptables-save quotes a comment with a colon
-            if rule[:1] == ["-A"] and self.network.rule_comment in rule:
-                _run(["iptables", "-w", "-t", "nat", "-D", *rule[1:]])
-
     def _start(self, binaries: NodeBinaries, pause: Path) -> None:
         deadline = time.monotonic() + self.ready_timeout
         started: dict[str, subprocess.Popen[bytes]] = {}
         self._progress("starting containerd in the node's mount namespace")
-        started[CONTAINERD] = self._launch(CONTAINERD, self._containerd_argv())
+        started[CONTAINERD] = self._launch(CONTAINERD, containerd_argv(self.home))
         wait_for_start(self._ctr_answers, "containerd's socket", started, deadline, self.ready_timeout,
                        self.log_path)
         self.import_archive(pause)
@@ -507,20 +463,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         ])
         wait_for_start(self._ready, f"node {self.name} to be Ready", started, deadline, self.ready_timeout,
                        self.log_path)
-
-    def _containerd_argv(self) -> list[str]:
-        """containerd in a new mount namespace whose binds redirect what it and the kubelet write."""
-        binds = [f'mount --bind "{copy}" "/proc/sys/{copy.name.replace(".", "/")}"'
-                 for copy in sorted(self._path("sysctl").iterdir())]
-        binds += [f'mount --bind "{self._path("host", source)}" "{target}"'
-                  for source, target in (("run", "/run"), ("var-lib", "/var/lib"), ("var-log", "/var/log"))]
-        hidden = sorted({os.path.realpath(path) for tool in ("iptables", "ip6tables", "iptables-legacy",
-                                                             "ip6tables-legacy", "iptables-nft", "ip6tables-nft")
-                         if (path := shutil.which(tool))})
-        binds += [f'mount --bind /bin/false "{tool}"' for tool in hidden]
-        script = "set -e\n" + "\n".join(binds) + '\nexec containerd --config "$0"\n'
-        return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script,
-                str(self._path("etc", "containerd.toml"))]
 
     def _launch(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         self.plane.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -580,40 +522,3 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 if argv and "containerd-shim" in Path(argv[0]).name and marker in argv:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(int(entry.name), signal.SIGKILL)
-
-
-def _run(argv: Sequence[str]) -> None:
-    result = subprocess.run(list(argv), capture_output=True, text=True, timeout=60, check=False)
-    if result.returncode != 0:
-        raise ControlPlaneError(f"`{' '.join(argv)}` failed (exit {result.returncode})", result.stderr[-2000:])
-
-
-def _hierarchies() -> list[Path]:
-    """The mounted cgroup v1 hierarchies (the kubelet's cgroupfs driver creates its cgroups in each)."""
-    root = Path("/sys/fs/cgroup")
-    return [path for path in sorted(root.iterdir()) if path.is_dir() and (path / "cgroup.procs").exists()]
-
-
-def _make_cgroups(name: str) -> None:
-    """The node's cgroup in every hierarchy; a new cpuset starts with no CPUs or memory nodes, so it
-    gets its parent's (a process can join only a cpuset that has both)."""
-    for hierarchy in _hierarchies():
-        directory = hierarchy / name.lstrip("/")
-        directory.mkdir(exist_ok=True)
-        for setting in ("cpuset.cpus", "cpuset.mems"):
-            if (directory / setting).exists() and not (directory / setting).read_text().strip():
-                (directory / setting).write_text((hierarchy / setting).read_text())
-
-
-def _remove_cgroups(name: str) -> None:
-    """The node's cgroups, empty once its Pods are gone: removed deepest first."""
-    for hierarchy in _hierarchies():
-        top = hierarchy / name.lstrip("/")
-        if not top.is_dir():
-            continue
-        for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts),
-                                reverse=True):
-            with contextlib.suppress(OSError):
-                directory.rmdir()
-        with contextlib.suppress(OSError):
-            top.rmdir()

@@ -13,7 +13,8 @@ import pytest
 
 from operators.cluster.controlplane import LocalControlPlane
 from operators.cluster.images import PAUSE_IMAGE, image_base_name, oci_archive
-from operators.cluster.node import LocalNode, NodeNetwork, NodeStatus, missing_tools
+from operators.cluster.node import LocalNode, NodeStatus, missing_tools
+from operators.cluster.nodehost import NodeNetwork, containerd_argv
 
 
 @pytest.fixture
@@ -56,7 +57,7 @@ def test_containerd_runs_in_a_mount_namespace_that_hides_iptables_and_kernel_set
     sysctl = node.home / "sysctl"
     sysctl.mkdir(parents=True)
     (sysctl / "vm.overcommit_memory").write_text("0\n")
-    argv = node._containerd_argv()
+    argv = containerd_argv(node.home)
     assert argv[:5] == ["unshare", "--mount", "--propagation", "private", "--"]
     script = argv[7]
     assert f'mount --bind "{sysctl / "vm.overcommit_memory"}" "/proc/sys/vm/overcommit_memory"' in script
