@@ -10,6 +10,7 @@ names; everything else in the package is an implementation detail:
     controlplane.py  the components' start, health, up/down/status
     planeconfig.py   what they are told: their flags, kubeconfigs, audit policy, admission config
     node.py          a real node beside it: containerd, kubelet, scheduler, up/down/status
+    nodeconfig.py    what the node's processes are told: containerd, CNI and kubelet configuration
     nodehost.py      what the node changes on the machine and down undoes: bridge, NAT rule, cgroups, mounts
     images.py        the Pods' sandbox image (pause), built and packed without a registry
     pki.py           which certificates the plane needs (made by operators.runtime.serving.certs)

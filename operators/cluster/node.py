@@ -24,7 +24,8 @@ Nothing global changes beyond what ``down`` removes, and Pod traffic never leave
   is ``system:node:<name>``, held to its own Node and Pods by the Node authorizer.
 
 What the node changes on the machine (bridge, NAT rule, cgroups, mount namespace) is nodehost.py's,
-beside what undoes it.
+beside what undoes it; what its processes are told (containerd's, CNI's and the kubelet's
+configuration) is nodeconfig.py's. This module starts, checks and stops the node.
 
 Machine limits met on the way (no CAP_SYS_RESOURCE, cgroup v1, no registry) are answered in the
 configuration below, each where it is set.
@@ -57,7 +58,8 @@ from operators.cluster.build import (
     ensure_node_binaries,
 )
 from operators.cluster.controlplane import LocalControlPlane, wait_for_start
-from operators.cluster.images import PAUSE_IMAGE, image_base_name, pause_archive
+from operators.cluster.images import image_base_name, pause_archive
+from operators.cluster.nodeconfig import CNI_BIN_DIR, SCHEDULER_PORT, cni_config, containerd_config, kubelet_config
 from operators.cluster.nodehost import (
     NodeNetwork,
     containerd_argv,
@@ -68,13 +70,9 @@ from operators.cluster.nodehost import (
 )
 from operators.cluster.pki import KUBELET_CLIENT_USER, ensure_client_certificate
 from operators.cluster.planeconfig import render_kubeconfig
-from operators.cluster.processes import LOOPBACK, ProcessTable, process_cmdline
+from operators.cluster.processes import ProcessTable, process_cmdline
 
 DEFAULT_NODE_NAME: Final = "stead-node"
-KUBELET_PORT: Final = 10250
-KUBELET_HEALTHZ_PORT: Final = 10248
-SCHEDULER_PORT: Final = 10259
-"""The standard ports, on the node's own bridge address: one node per bridge, so they never clash."""
 NETWORK_FILE: Final = "network.json"
 """The network a home's node was started with, so `down` and `status` find it again."""
 READY_TIMEOUT_SECONDS: Final = 180.0
@@ -88,7 +86,6 @@ PROCESS_NAMES: Final = (CONTAINERD, SCHEDULER, KUBELET)
 """Start order; they stop in reverse."""
 
 REQUIRED_TOOLS: Final = ("containerd", "ctr", "runc", "unshare", "nsenter", "mount", "ip", "iptables")
-CNI_BIN_DIR: Final = Path("/usr/lib/cni")
 CNI_PLUGINS: Final = ("bridge", "host-local", "loopback")
 KERNEL_SETTINGS: Final = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
                           "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
@@ -295,12 +292,12 @@ class LocalNode:
             self._path(directory).mkdir(parents=True, exist_ok=True)
         self.socket.parent.mkdir(mode=0o700, exist_ok=True)
         self.home.chmod(0o711)
-        write_file_atomically(self._path("etc", "containerd.toml"), self._containerd_config().encode())
+        write_file_atomically(self._path("etc", "containerd.toml"), containerd_config(self.home, self.socket).encode())
         # Renamed into place whole: containerd watches the directory and would read half a file.
         write_file_atomically(self._path("cni", "net.d", "10-stead.conflist"),
-                              json.dumps(self._cni_config(), indent=2).encode())
-        write_file_atomically(self._path("etc", "kubelet.yaml"),
-                              yaml.safe_dump(self._kubelet_config(), sort_keys=False).encode())
+                              json.dumps(cni_config(self.network, self._path("cni", "ipam")), indent=2).encode())
+        kubelet = kubelet_config(self.socket, self.cgroup_root, self.network, self.plane.pki.client_ca_cert)
+        write_file_atomically(self._path("etc", "kubelet.yaml"), yaml.safe_dump(kubelet, sort_keys=False).encode())
         for setting in KERNEL_SETTINGS:
             copy = self._path("sysctl", setting.replace("/", "."))
             if not copy.exists():
@@ -314,98 +311,6 @@ class LocalNode:
             kubeconfig = render_kubeconfig(server, pki.serving_ca_cert.read_bytes(), cert.read_bytes(),
                                            key.read_bytes(), user=user)
             write_file_atomically(self._path("etc", f"{name}.kubeconfig"), kubeconfig.encode(), 0o600)
-
-    def _containerd_config(self) -> str:
-        root = self._path("containerd")
-        return f"""\
-# containerd of Stead's local node: every path under {self.home}, its own socket.
-version = 2
-root = "{root / 'root'}"
-state = "{root / 'state'}"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
-                    "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
-[grpc]
-  address = "{self.socket}"
-[ttrpc]
-  address = "{self.socket}.ttrpc"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{root / 'opt'}"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE_IMAGE}"
-  # Without CAP_SYS_RESOURCE no process may lower its oom_score_adj: never ask for less than
-  # containerd's own (the sandbox's -998 and Guaranteed Pods' -997 would fail with EPERM).
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  stream_server_address = "{LOOPBACK}"
-  stream_server_port = "0"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        Root = "{root / 'runc'}"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{CNI_BIN_DIR}"
-    conf_dir = "{self._path('cni', 'net.d')}"
-    max_conf_num = 1
-"""
-
-    def _cni_config(self) -> dict[str, object]:
-        """The bridge exists beforehand with the node's address: no ``isGateway`` (which would turn on
-        ``ip_forward`` for the whole machine) and no masquerading. Pods route via the node's address,
-        which forwards nothing."""
-        network = self.network
-        return {
-            "cniVersion": "1.0.0",
-            "name": "stead-pods",
-            "plugins": [{
-                "type": "bridge", "bridge": network.bridge, "isGateway": False, "ipMasq": False,
-                "hairpinMode": True,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": network.subnet, "rangeStart": network.first_pod_ip,
-                                 "gateway": network.node_ip}]],
-                    "routes": [{"dst": "0.0.0.0/0", "gw": network.node_ip}],
-                    "dataDir": str(self._path("cni", "ipam")),
-                },
-            }],
-        }
-
-    def _kubelet_config(self) -> dict[str, object]:
-        return {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "containerRuntimeEndpoint": f"unix://{self.socket}",
-            "cgroupDriver": "cgroupfs",
-            "cgroupRoot": self.cgroup_root,
-            "failSwapOn": False,
-            "failCgroupV1": False,  # these machines mount the v1 hierarchies (upstream retires them)
-            "address": self.network.node_ip,  # the bridge: reached by the API server, never off the machine
-            "port": KUBELET_PORT,
-            "readOnlyPort": 0,
-            "healthzBindAddress": self.network.node_ip,
-            "healthzPort": KUBELET_HEALTHZ_PORT,
-            "authentication": {
-                "anonymous": {"enabled": False},
-                "webhook": {"enabled": True},
-                "x509": {"clientCAFile": str(self.plane.pki.client_ca_cert)},
-            },
-            "authorization": {"mode": "Webhook"},
-            "oomScoreAdj": 0,  # no CAP_SYS_RESOURCE: the default -999 cannot be set
-            "resolvConf": "",  # there is no cluster DNS; Pods get no copy of the host's resolvers
-            "volumePluginDir": "/var/lib/kubelet/volume-plugins",
-            "maxPods": 60,
-            # Images are imported, never pulled: never collect them.
-            "imageGCHighThresholdPercent": 100,
-            "imageGCLowThresholdPercent": 99,
-            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "512Mi",
-                             "imagefs.available": "512Mi"},
-            "serializeImagePulls": False,
-            "shutdownGracePeriod": "0s",
-        }
 
     def _kubectl_path(self) -> Path:
         kubectl = self._kubectl or cached_kubectl()
