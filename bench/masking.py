@@ -1,7 +1,7 @@
 """Masking cost per MiB of run output: what a runner spends hiding secrets in what steps print.
 
-A run masks every line of every step's output (`pipelines.masking.Masker`, through the engine's
-`_Output`) before it is stored or shown. This times that path on 1 MiB of log-like output (lines
+A run masks every line of every step's output (`pipelines.masking.Masker`, through the runner's
+`StepOutput`) before it is stored or shown. This times that path on 1 MiB of log-like output (lines
 of 40 to 120 characters of words, numbers, paths, key=value pairs and a little base64, one line in
 50 carrying a secret in some encoding) for 1, 10 and 50 known values (passwords, tokens, one PEM
 key), line by line as the runner does (each line continuing the one before, `Masker.mask` with a

@@ -7,8 +7,11 @@ names; everything else in the package is an implementation detail:
     versions.py      the pinned Kubernetes, etcd and Helm versions
     home.py          where a plane keeps its state
     ports.py         the ports of one plane, and where `stead` takes them from
-    controlplane.py  the components, their flags, up/down/status and kubeconfigs
-    node.py          a real node beside it: containerd, kubelet, scheduler, the Pods' bridge
+    controlplane.py  the components' start, health, up/down/status
+    planeconfig.py   what they are told: their flags, kubeconfigs, audit policy, admission config
+    node.py          a real node beside it: containerd, kubelet, scheduler, up/down/status
+    nodeconfig.py    what the node's processes are told: containerd, CNI and kubelet configuration
+    nodehost.py      what the node changes on the machine and down undoes: bridge, NAT rule, cgroups, mounts
     images.py        the Pods' sandbox image (pause), built and packed without a registry
     pki.py           which certificates the plane needs (made by operators.runtime.serving.certs)
     processes.py     pid records, /proc inspection, pidfd signalling, port owners
@@ -29,7 +32,8 @@ if TYPE_CHECKING:
     from operators.cluster.build import Binaries, ControlPlaneError, cache_root, cached_kubectl, ensure_binaries
     from operators.cluster.controlplane import ClusterInfo, ClusterStatus, LocalControlPlane, PortInUse
     from operators.cluster.home import default_home
-    from operators.cluster.node import LocalNode, NodeNetwork, NodeUnavailable
+    from operators.cluster.node import LocalNode, NodeUnavailable
+    from operators.cluster.nodehost import NodeNetwork
     from operators.cluster.probes import reaches_cluster
 
 __all__ = [

@@ -12,6 +12,9 @@ every piece of state under one *home* directory, and stops exactly the processes
     <home>/run/           <component>.json pid records (processes.py), cluster.json (ports, versions)
     <home>/ports.json     the ports it last started on (ports.py: kept across down, used by the next up)
 
+What the three processes are told (their flags, kubeconfigs, audit policy, admission configuration)
+is planeconfig.py's; this module starts, checks and stops them.
+
 Pods run on the local node (``node.py``) where the machine allows one; without it CRDs, webhooks,
 RBAC, namespaces (deletion included), garbage collection, ServiceAccounts and Job→Pod creation
 still behave as in a real cluster, and Pods stay Pending.
@@ -19,7 +22,6 @@ still behave as in a real cluster, and Pods stay Pending.
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import logging
@@ -31,8 +33,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
 
-import yaml
-
 from operators.cluster.atomicwrite import write_file_atomically
 from operators.cluster.build import (
     Binaries,
@@ -43,6 +43,15 @@ from operators.cluster.build import (
 )
 from operators.cluster.home import kubeconfig_path
 from operators.cluster.pki import ADMIN_USER, CONTROLLER_MANAGER_USER, PkiFiles, ensure_pki
+from operators.cluster.planeconfig import (
+    AUDIT_POLICY,
+    apiserver_argv,
+    controller_manager_argv,
+    etcd_argv,
+    render_admission_config,
+    render_kubeconfig,
+    render_webhook_client_kubeconfig,
+)
 from operators.cluster.ports import (
     DEFAULT_APISERVER_PORT,
     DEFAULT_CONTROLLER_MANAGER_PORT,
@@ -58,11 +67,8 @@ from operators.cluster.versions import ETCD_VERSION, KUBERNETES_VERSION
 
 logger = logging.getLogger(__name__)
 
-SERVICE_CLUSTER_IP_RANGE: Final = "10.0.0.0/24"
-SERVICE_ACCOUNT_ISSUER: Final = "https://kubernetes.default.svc.cluster.local"
 START_TIMEOUT_SECONDS: Final = 120.0
 STOP_TIMEOUT_SECONDS: Final = 20.0
-CLUSTER_NAME: Final = "stead"
 
 ETCD: Final = "etcd"
 APISERVER: Final = "kube-apiserver"
@@ -72,37 +78,6 @@ PORT_OWNERS: Final = {"apiserver": APISERVER, "etcd_client": ETCD, "etcd_peer": 
                       "controller_manager": CONTROLLER_MANAGER}
 """Which process listens on each port of `Ports`."""
 """Start order; they stop in reverse."""
-
-DISABLED_CONTROLLERS: Final = (
-    "cloud-node-lifecycle-controller",
-    "node-route-controller",
-    "service-lb-controller",
-    "node-ipam-controller",
-)
-"""Controllers that need a cloud provider or node CIDR allocation, neither of which exists here."""
-
-AUDIT_POLICY: Final = """\
-# Written by stead: every request at level Metadata, except the noise of leader-election leases,
-# events reads and health probes. RequestReceived is omitted, so each request is logged once (at
-# ResponseComplete; long-running watches also at ResponseStarted).
-apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived"]
-rules:
-  - level: None
-    verbs: ["get", "list", "watch"]
-    resources:
-      - group: "coordination.k8s.io"
-        resources: ["leases"]
-      - group: ""
-        resources: ["events"]
-      - group: "events.k8s.io"
-        resources: ["events"]
-  - level: None
-    nonResourceURLs: ["/healthz*", "/readyz*", "/livez*"]
-  - level: Metadata
-"""
-
 
 class PortInUse(ControlPlaneError):
     """A port the plane would listen on is taken (by another plane, or anything else)."""
@@ -160,65 +135,6 @@ class ClusterStatus:
         rows += extra
         width = max(len(label) for label, _ in rows) + 2
         return "\n".join(f"{label + ':':<{width}}{value}" for label, value in rows)
-
-
-def render_kubeconfig(
-    server: str,
-    ca_cert_pem: bytes,
-    client_cert_pem: bytes,
-    client_key_pem: bytes,
-    user: str,
-    cluster: str = CLUSTER_NAME,
-) -> str:
-    """A self-contained kubeconfig (certificates embedded) with one cluster, user and context."""
-
-    def encode(pem: bytes) -> str:
-        return base64.b64encode(pem).decode("ascii")
-
-    document = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {"name": cluster,
-             "cluster": {"server": server, "certificate-authority-data": encode(ca_cert_pem)}},
-        ],
-        "users": [
-            {"name": user,
-             "user": {"client-certificate-data": encode(client_cert_pem),
-                      "client-key-data": encode(client_key_pem)}},
-        ],
-        "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": user}}],
-        "current-context": cluster,
-        "preferences": {},
-    }
-    return yaml.safe_dump(document, sort_keys=False)
-
-
-def render_webhook_client_kubeconfig(cert_pem: bytes, key_pem: bytes) -> str:
-    """The kubeconfig the API server reads for the credentials it presents to admission webhooks:
-    one user, `*` (every webhook, whatever its host), with the webhook client certificate."""
-    def encode(pem: bytes) -> str:
-        return base64.b64encode(pem).decode("ascii")
-
-    document = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "users": [{"name": "*", "user": {"client-certificate-data": encode(cert_pem),
-                                          "client-key-data": encode(key_pem)}}],
-    }
-    return yaml.safe_dump(document, sort_keys=False)
-
-
-def render_admission_config(webhook_client_kubeconfig: Path) -> str:
-    """An AdmissionConfiguration naming that kubeconfig for both webhook admission plugins."""
-    plugins = [
-        {"name": name, "configuration": {
-            "apiVersion": "apiserver.config.k8s.io/v1", "kind": "WebhookAdmissionConfiguration",
-            "kubeConfigFile": str(webhook_client_kubeconfig)}}
-        for name in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")
-    ]
-    document = {"apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration", "plugins": plugins}
-    return yaml.safe_dump(document, sort_keys=False)
 
 
 WEBHOOK_CLIENT_CA_CONFIGMAP: Final = "stead-webhook-client-ca"
@@ -517,20 +433,24 @@ class LocalControlPlane:
 
         if ETCD not in keep:
             self._progress(f"starting etcd on {LOOPBACK}:{ports.etcd_client}")
-            started[ETCD] = self._launch(ETCD, self._etcd_argv(binaries.etcd))
+            started[ETCD] = self._launch(ETCD, etcd_argv(binaries.etcd, ports, self.home / "etcd"))
             self._wait(lambda: http_status(ports.etcd_client, "/health") == 200,
                        "etcd to report healthy", started, deadline)
 
         if APISERVER not in keep:
             self._progress(f"starting kube-apiserver on {self.server_url()}")
-            started[APISERVER] = self._launch(APISERVER, self._apiserver_argv(binaries, pki))
+            started[APISERVER] = self._launch(APISERVER, apiserver_argv(
+                binaries, pki, ports, audit_policy=self._audit_policy, audit_log=self.audit_log_path,
+                admission_config=self._admission_config))
             self._wait(lambda: http_status(ports.apiserver, "/readyz", admin) == 200,
                        "kube-apiserver /readyz", started, deadline)
 
         if CONTROLLER_MANAGER not in keep:
             self._progress("starting kube-controller-manager")
             started[CONTROLLER_MANAGER] = self._launch(
-                CONTROLLER_MANAGER, self._controller_manager_argv(binaries, pki)
+                CONTROLLER_MANAGER, controller_manager_argv(
+                    binaries, pki, ports, kubeconfig=self._controller_manager_kubeconfig,
+                    volume_plugin_dir=self.home / "volume-plugins")
             )
             self._wait(lambda: http_status(ports.controller_manager, "/healthz", anonymous) == 200,
                        "kube-controller-manager /healthz", started, deadline)
@@ -542,89 +462,6 @@ class LocalControlPlane:
                                                      pki.webhook_client_ca_cert.read_bytes()),
                    f"the webhook client CA in ConfigMap kube-system/{WEBHOOK_CLIENT_CA_CONFIGMAP}",
                    started, deadline)
-
-    def _etcd_argv(self, etcd: Path) -> list[str]:
-        client = f"http://{LOOPBACK}:{self.ports.etcd_client}"
-        peer = f"http://{LOOPBACK}:{self.ports.etcd_peer}"
-        return [
-            str(etcd),
-            f"--name={CLUSTER_NAME}",
-            f"--data-dir={self.home / 'etcd'}",
-            f"--listen-client-urls={client}",
-            f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peer}",
-            f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster={CLUSTER_NAME}={peer}",
-            # A throw-away development store: skipping fsync makes every write (and the
-            # tests) much faster; a machine crash may lose the last writes, nothing else.
-            "--unsafe-no-fsync",
-            "--log-level=warn",
-        ]
-
-    def _apiserver_argv(self, binaries: Binaries, pki: PkiFiles) -> list[str]:
-        return [
-            str(binaries.kube_apiserver),
-            f"--etcd-servers=http://{LOOPBACK}:{self.ports.etcd_client}",
-            f"--bind-address={LOOPBACK}",
-            f"--advertise-address={LOOPBACK}",
-            f"--secure-port={self.ports.apiserver}",
-            f"--tls-cert-file={pki.apiserver_cert}",
-            f"--tls-private-key-file={pki.apiserver_key}",
-            f"--client-ca-file={pki.client_ca_cert}",
-            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
-            f"--service-account-key-file={pki.service_account_public_key}",
-            f"--service-account-signing-key-file={pki.service_account_key}",
-            f"--audit-policy-file={self._audit_policy}",
-            f"--audit-log-path={self.audit_log_path}",
-            "--audit-log-format=json",
-            "--audit-log-mode=blocking",
-            "--audit-log-maxsize=0",
-            # The `kubernetes` Service's endpoints would be 127.0.0.1, which Endpoints reject;
-            # nothing routes Service IPs here anyway, so leave them unmanaged.
-            "--endpoint-reconciler-type=none",
-            "--allow-privileged=true",
-            "--profiling=false",
-            # Kubelets (the local node, node.py): the API server dials them at their InternalIP
-            # (the node's bridge address; any node name works), with a client certificate the
-            # kubelet authenticates (no anonymous access to a kubelet).
-            "--kubelet-preferred-address-types=InternalIP",
-            f"--kubelet-client-certificate={pki.apiserver_kubelet_client_cert}",
-            f"--kubelet-client-key={pki.apiserver_kubelet_client_key}",
-            # Webhooks and aggregated APIs are dialled at their Service's endpoints (Pod IPs on
-            # the node's bridge) rather than the ClusterIP: there is no kube-proxy here.
-            "--enable-aggregator-routing=true",
-            # A kubelet may only touch its own Node and the Pods bound to it, as in any cluster.
-            "--authorization-mode=Node,RBAC",
-            "--enable-admission-plugins=NodeRestriction",
-            # Admission webhooks get the API server's webhook client certificate, so that they can
-            # refuse reviews that do not come from it (a forged review is an attack, issue 25).
-            f"--admission-control-config-file={self._admission_config}",
-        ]
-
-    def _controller_manager_argv(self, binaries: Binaries, pki: PkiFiles) -> list[str]:
-        """No delegated authentication: only the always-allowed health paths are served, and the
-        apiserver has no front-proxy (requestheader) CA for it to look up."""
-        kubeconfig = self._controller_manager_kubeconfig
-        controllers = ",".join(["*", *(f"-{name}" for name in DISABLED_CONTROLLERS)])
-        return [
-            str(binaries.kube_controller_manager),
-            f"--kubeconfig={kubeconfig}",
-            f"--bind-address={LOOPBACK}",
-            f"--secure-port={self.ports.controller_manager}",
-            f"--tls-cert-file={pki.controller_manager_serving_cert}",
-            f"--tls-private-key-file={pki.controller_manager_serving_key}",
-            f"--controllers={controllers}",
-            f"--service-account-private-key-file={pki.service_account_key}",
-            f"--root-ca-file={pki.serving_ca_cert}",
-            "--use-service-account-credentials=true",
-            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            f"--cluster-name={CLUSTER_NAME}",
-            "--leader-elect=false",
-            "--profiling=false",
-            # Its default is a system directory, which it creates at every start.
-            f"--flex-volume-plugin-dir={self.home / 'volume-plugins'}",
-        ]
 
     def _client_context(self, *, with_admin_cert: bool) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=str(self.pki.serving_ca_cert))

@@ -23,6 +23,10 @@ Nothing global changes beyond what ``down`` removes, and Pod traffic never leave
   the API server whether they may (webhook authorization): no anonymous access. The kubelet itself
   is ``system:node:<name>``, held to its own Node and Pods by the Node authorizer.
 
+What the node changes on the machine (bridge, NAT rule, cgroups, mount namespace) is nodehost.py's,
+beside what undoes it; what its processes are told (containerd's, CNI's and the kubelet's
+configuration) is nodeconfig.py's. This module starts, checks and stops the node.
+
 Machine limits met on the way (no CAP_SYS_RESOURCE, cgroup v1, no registry) are answered in the
 configuration below, each where it is set.
 """
@@ -31,16 +35,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import ipaddress
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -55,16 +57,22 @@ from operators.cluster.build import (
     cached_kubectl,
     ensure_node_binaries,
 )
-from operators.cluster.controlplane import LocalControlPlane, render_kubeconfig, wait_for_start
-from operators.cluster.images import PAUSE_IMAGE, image_base_name, pause_archive
-from operators.cluster.pki import KUBELET_CLIENT_USER, SERVICE_IP, ensure_client_certificate
-from operators.cluster.processes import LOOPBACK, ProcessTable, process_cmdline
+from operators.cluster.controlplane import LocalControlPlane, wait_for_start
+from operators.cluster.images import image_base_name, pause_archive
+from operators.cluster.nodeconfig import CNI_BIN_DIR, SCHEDULER_PORT, cni_config, containerd_config, kubelet_config
+from operators.cluster.nodehost import (
+    NodeNetwork,
+    containerd_argv,
+    make_cgroups,
+    make_network,
+    remove_cgroups,
+    remove_network,
+)
+from operators.cluster.pki import KUBELET_CLIENT_USER, ensure_client_certificate
+from operators.cluster.planeconfig import render_kubeconfig
+from operators.cluster.processes import ProcessTable, process_cmdline
 
 DEFAULT_NODE_NAME: Final = "stead-node"
-KUBELET_PORT: Final = 10250
-KUBELET_HEALTHZ_PORT: Final = 10248
-SCHEDULER_PORT: Final = 10259
-"""The standard ports, on the node's own bridge address: one node per bridge, so they never clash."""
 NETWORK_FILE: Final = "network.json"
 """The network a home's node was started with, so `down` and `status` find it again."""
 READY_TIMEOUT_SECONDS: Final = 180.0
@@ -78,7 +86,6 @@ PROCESS_NAMES: Final = (CONTAINERD, SCHEDULER, KUBELET)
 """Start order; they stop in reverse."""
 
 REQUIRED_TOOLS: Final = ("containerd", "ctr", "runc", "unshare", "nsenter", "mount", "ip", "iptables")
-CNI_BIN_DIR: Final = Path("/usr/lib/cni")
 CNI_PLUGINS: Final = ("bridge", "host-local", "loopback")
 KERNEL_SETTINGS: Final = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
                           "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
@@ -89,31 +96,6 @@ KUBELET_API_ROLE_BINDING: Final = "stead:apiserver-kubelet-client"
 
 class NodeUnavailable(ControlPlaneError):
     """This machine cannot run the node (not root, or a package is missing): the message says which."""
-
-
-@dataclass(frozen=True)
-class NodeNetwork:
-    """The Pods' bridge and address range: the bridge's address is the node's InternalIP."""
-
-    bridge: str = "stead0"
-    subnet: str = "10.88.0.0/16"
-
-    @property
-    def network(self) -> ipaddress.IPv4Network:
-        return ipaddress.IPv4Network(self.subnet)
-
-    @property
-    def node_ip(self) -> str:
-        return str(self.network.network_address + 1)
-
-    @property
-    def first_pod_ip(self) -> str:
-        return str(self.network.network_address + 10)
-
-    @property
-    def rule_comment(self) -> str:
-        """Marks the node's nat rules, so ``down`` removes exactly those."""
-        return f"stead-node:{self.bridge}"
 
 
 @dataclass(frozen=True)
@@ -242,8 +224,8 @@ class LocalNode:
             write_file_atomically(self.home / NETWORK_FILE, json.dumps(
                 {"bridge": self.network.bridge, "subnet": self.network.subnet}).encode())
             self._bind_api_roles()
-            _make_cgroups(self.cgroup_root)
-            self._make_network()
+            make_cgroups(self.cgroup_root)
+            make_network(self.network, self.plane.ports.apiserver)
             self._start(binaries, pause)
         except BaseException:
             self.down()
@@ -263,10 +245,8 @@ class LocalNode:
         if survivors:
             pids = ", ".join(f"{record.name} pid {record.pid}" for record in survivors)
             raise ControlPlaneError(f"could not stop {pids} even with SIGKILL")
-        _remove_cgroups(self.cgroup_root)
-        self._drop_nat_rules()
-        if Path(f"/sys/class/net/{self.network.bridge}").exists():
-            _run(["ip", "link", "delete", self.network.bridge])
+        remove_cgroups(self.cgroup_root)
+        remove_network(self.network)
         shutil.rmtree(self.socket.parent, ignore_errors=True)
         (self.home / NETWORK_FILE).unlink(missing_ok=True)
 
@@ -312,12 +292,12 @@ class LocalNode:
             self._path(directory).mkdir(parents=True, exist_ok=True)
         self.socket.parent.mkdir(mode=0o700, exist_ok=True)
         self.home.chmod(0o711)
-        write_file_atomically(self._path("etc", "containerd.toml"), self._containerd_config().encode())
+        write_file_atomically(self._path("etc", "containerd.toml"), containerd_config(self.home, self.socket).encode())
         # Renamed into place whole: containerd watches the directory and would read half a file.
         write_file_atomically(self._path("cni", "net.d", "10-stead.conflist"),
-                              json.dumps(self._cni_config(), indent=2).encode())
-        write_file_atomically(self._path("etc", "kubelet.yaml"),
-                              yaml.safe_dump(self._kubelet_config(), sort_keys=False).encode())
+                              json.dumps(cni_config(self.network, self._path("cni", "ipam")), indent=2).encode())
+        kubelet = kubelet_config(self.socket, self.cgroup_root, self.network, self.plane.pki.client_ca_cert)
+        write_file_atomically(self._path("etc", "kubelet.yaml"), yaml.safe_dump(kubelet, sort_keys=False).encode())
         for setting in KERNEL_SETTINGS:
             copy = self._path("sysctl", setting.replace("/", "."))
             if not copy.exists():
@@ -331,98 +311,6 @@ class LocalNode:
             kubeconfig = render_kubeconfig(server, pki.serving_ca_cert.read_bytes(), cert.read_bytes(),
                                            key.read_bytes(), user=user)
             write_file_atomically(self._path("etc", f"{name}.kubeconfig"), kubeconfig.encode(), 0o600)
-
-    def _containerd_config(self) -> str:
-        root = self._path("containerd")
-        return f"""\
-# containerd of Stead's local node: every path under {self.home}, its own socket.
-version = 2
-root = "{root / 'root'}"
-state = "{root / 'state'}"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
-                    "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
-[grpc]
-  address = "{self.socket}"
-[ttrpc]
-  address = "{self.socket}.ttrpc"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{root / 'opt'}"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE_IMAGE}"
-  # Without CAP_SYS_RESOURCE no process may lower its oom_score_adj: never ask for less than
-  # containerd's own (the sandbox's -998 and Guaranteed Pods' -997 would fail with EPERM).
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  stream_server_address = "{LOOPBACK}"
-  stream_server_port = "0"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        Root = "{root / 'runc'}"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{CNI_BIN_DIR}"
-    conf_dir = "{self._path('cni', 'net.d')}"
-    max_conf_num = 1
-"""
-
-    def _cni_config(self) -> dict[str, object]:
-        """The bridge exists beforehand with the node's address: no ``isGateway`` (which would turn on
-        ``ip_forward`` for the whole machine) and no masquerading. Pods route via the node's address,
-        which forwards nothing."""
-        network = self.network
-        return {
-            "cniVersion": "1.0.0",
-            "name": "stead-pods",
-            "plugins": [{
-                "type": "bridge", "bridge": network.bridge, "isGateway": False, "ipMasq": False,
-                "hairpinMode": True,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": network.subnet, "rangeStart": network.first_pod_ip,
-                                 "gateway": network.node_ip}]],
-                    "routes": [{"dst": "0.0.0.0/0", "gw": network.node_ip}],
-                    "dataDir": str(self._path("cni", "ipam")),
-                },
-            }],
-        }
-
-    def _kubelet_config(self) -> dict[str, object]:
-        return {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "containerRuntimeEndpoint": f"unix://{self.socket}",
-            "cgroupDriver": "cgroupfs",
-            "cgroupRoot": self.cgroup_root,
-            "failSwapOn": False,
-            "failCgroupV1": False,  # these machines mount the v1 hierarchies (upstream retires them)
-            "address": self.network.node_ip,  # the bridge: reached by the API server, never off the machine
-            "port": KUBELET_PORT,
-            "readOnlyPort": 0,
-            "healthzBindAddress": self.network.node_ip,
-            "healthzPort": KUBELET_HEALTHZ_PORT,
-            "authentication": {
-                "anonymous": {"enabled": False},
-                "webhook": {"enabled": True},
-                "x509": {"clientCAFile": str(self.plane.pki.client_ca_cert)},
-            },
-            "authorization": {"mode": "Webhook"},
-            "oomScoreAdj": 0,  # no CAP_SYS_RESOURCE: the default -999 cannot be set
-            "resolvConf": "",  # there is no cluster DNS; Pods get no copy of the host's resolvers
-            "volumePluginDir": "/var/lib/kubelet/volume-plugins",
-            "maxPods": 60,
-            # Images are imported, never pulled: never collect them.
-            "imageGCHighThresholdPercent": 100,
-            "imageGCLowThresholdPercent": 99,
-            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "512Mi",
-                             "imagefs.available": "512Mi"},
-            "serializeImagePulls": False,
-            "shutdownGracePeriod": "0s",
-        }
 
     def _kubectl_path(self) -> Path:
         kubectl = self._kubectl or cached_kubectl()
@@ -451,37 +339,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         }
         self._kubectl_run("apply", "-f", "-", input=json.dumps(binding))
 
-    def _make_network(self) -> None:
-        network = self.network
-        bridge = network.bridge
-        if not Path(f"/sys/class/net/{bridge}").exists():
-            _run(["ip", "link", "add", bridge, "type", "bridge"])
-        _run(["ip", "addr", "replace", f"{network.node_ip}/{network.network.prefixlen}", "dev", bridge])
-        _run(["ip", "link", "set", bridge, "up"])
-        # Pods dial the `kubernetes` Service; the API server listens on loopback only: one DNAT from
-        # the bridge, allowed by route_localnet on the bridge alone (kube-proxy sets it everywhere).
-        Path(f"/proc/sys/net/ipv4/conf/{bridge}/route_localnet").write_text("1")
-        self._drop_nat_rules()
-        apiserver = f"{LOOPBACK}:{self.plane.ports.apiserver}"
-        _run(["iptables", "-w", "-t", "nat", "-A", "PREROUTING", "-i", bridge, "-d", f"{SERVICE_IP}/32", "-p", "tcp",
-              "--dport", "443", "-j", "DNAT", "--to-destination", apiserver,
-              "-m", "comment", "--comment", network.rule_comment])
-
-    def _drop_nat_rules(self) -> None:
-        if shutil.which("iptables-save") is None:
-            return
-        result = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True, timeout=60,
-                                check=False)
-        for line in result.stdout.splitlines():
-            rule = shlex.split(line)  # iptables-save quotes a comment with a colon
-            if rule[:1] == ["-A"] and self.network.rule_comment in rule:
-                _run(["iptables", "-w", "-t", "nat", "-D", *rule[1:]])
-
     def _start(self, binaries: NodeBinaries, pause: Path) -> None:
         deadline = time.monotonic() + self.ready_timeout
         started: dict[str, subprocess.Popen[bytes]] = {}
         self._progress("starting containerd in the node's mount namespace")
-        started[CONTAINERD] = self._launch(CONTAINERD, self._containerd_argv())
+        started[CONTAINERD] = self._launch(CONTAINERD, containerd_argv(self.home))
         wait_for_start(self._ctr_answers, "containerd's socket", started, deadline, self.ready_timeout,
                        self.log_path)
         self.import_archive(pause)
@@ -506,20 +368,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         ])
         wait_for_start(self._ready, f"node {self.name} to be Ready", started, deadline, self.ready_timeout,
                        self.log_path)
-
-    def _containerd_argv(self) -> list[str]:
-        """containerd in a new mount namespace whose binds redirect what it and the kubelet write."""
-        binds = [f'mount --bind "{copy}" "/proc/sys/{copy.name.replace(".", "/")}"'
-                 for copy in sorted(self._path("sysctl").iterdir())]
-        binds += [f'mount --bind "{self._path("host", source)}" "{target}"'
-                  for source, target in (("run", "/run"), ("var-lib", "/var/lib"), ("var-log", "/var/log"))]
-        hidden = sorted({os.path.realpath(path) for tool in ("iptables", "ip6tables", "iptables-legacy",
-                                                             "ip6tables-legacy", "iptables-nft", "ip6tables-nft")
-                         if (path := shutil.which(tool))})
-        binds += [f'mount --bind /bin/false "{tool}"' for tool in hidden]
-        script = "set -e\n" + "\n".join(binds) + '\nexec containerd --config "$0"\n'
-        return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script,
-                str(self._path("etc", "containerd.toml"))]
 
     def _launch(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         self.plane.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -579,40 +427,3 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 if argv and "containerd-shim" in Path(argv[0]).name and marker in argv:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(int(entry.name), signal.SIGKILL)
-
-
-def _run(argv: Sequence[str]) -> None:
-    result = subprocess.run(list(argv), capture_output=True, text=True, timeout=60, check=False)
-    if result.returncode != 0:
-        raise ControlPlaneError(f"`{' '.join(argv)}` failed (exit {result.returncode})", result.stderr[-2000:])
-
-
-def _hierarchies() -> list[Path]:
-    """The mounted cgroup v1 hierarchies (the kubelet's cgroupfs driver creates its cgroups in each)."""
-    root = Path("/sys/fs/cgroup")
-    return [path for path in sorted(root.iterdir()) if path.is_dir() and (path / "cgroup.procs").exists()]
-
-
-def _make_cgroups(name: str) -> None:
-    """The node's cgroup in every hierarchy; a new cpuset starts with no CPUs or memory nodes, so it
-    gets its parent's (a process can join only a cpuset that has both)."""
-    for hierarchy in _hierarchies():
-        directory = hierarchy / name.lstrip("/")
-        directory.mkdir(exist_ok=True)
-        for setting in ("cpuset.cpus", "cpuset.mems"):
-            if (directory / setting).exists() and not (directory / setting).read_text().strip():
-                (directory / setting).write_text((hierarchy / setting).read_text())
-
-
-def _remove_cgroups(name: str) -> None:
-    """The node's cgroups, empty once its Pods are gone: removed deepest first."""
-    for hierarchy in _hierarchies():
-        top = hierarchy / name.lstrip("/")
-        if not top.is_dir():
-            continue
-        for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts),
-                                reverse=True):
-            with contextlib.suppress(OSError):
-                directory.rmdir()
-        with contextlib.suppress(OSError):
-            top.rmdir()

@@ -1,6 +1,7 @@
 """Running a workflow on Luigi (the front door of `pipelines.runner`).
 
 - `engine`: `Runner`, one run from its store to its outcome (`run_workflow` for one call);
+- `attempt`: what one attempt of an instance sees and leaves (variables, masked output, details);
 - `tasks`: the Luigi tasks (`StepTask` per instance, `RunTask` root) and their run-store Targets;
 - `scheduler`: `FastScheduler`, Luigi's local scheduler with O(1) `get_work`;
 - `worker`: `StepWorker`, Luigi's worker loop running tasks in a thread pool.

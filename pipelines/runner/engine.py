@@ -12,6 +12,8 @@ Target exists, so finished steps and their side effects are never repeated.
 With ``scheduler_url`` the same worker talks to a central `luigid` (`luigi.rpc.RemoteScheduler`)
 under a worker id derived from the run uid: a restarted runner is the same worker to luigid, which
 hands it back the tasks its killed predecessor was running.
+
+What passes through one attempt (its variables, its masked output and details) is attempt.py's.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import logging
 import os
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -39,9 +41,9 @@ from pipelines.executors import default_executors
 from pipelines.executors.base import Executor, ParameterError, StepAborted, StepContext, StepFailed, StepResult
 from pipelines.executors.script import kill_leftover
 from pipelines.hooks import Hooks, Masker
-from pipelines.masking import Carry
 from pipelines.model import FINAL_STEP_STATES, Instance, RunPhase, Step, Workflow, check_name
 from pipelines.paths import RunPaths
+from pipelines.runner.attempt import RunScope, StepOutput, StepVariables, masked_details
 from pipelines.runner.scheduler import FastScheduler
 from pipelines.runner.tasks import RunTask, StepTask, register, unregister
 from pipelines.runner.worker import StepWorker
@@ -70,76 +72,6 @@ class RunOutcome:
     @property
     def exit_code(self) -> int:
         return EXIT_CODES[self.phase]
-
-
-class _Output:
-    """One attempt's output: masked lines appended to the instance's log file, and a bounded tail."""
-
-    def __init__(self, directory: Path, key: str, mask: Masker, limit: int, attempt: int) -> None:
-        self.directory, self.key, self.mask, self.limit, self.attempt = directory, key, mask, limit, attempt
-        self.carries: dict[str, Carry] = {}  # per stream: a value split over lines is masked on both
-        self.tail: deque[str] = deque()
-        self.size = 0
-        self.dropped = 0
-        self.lock = threading.Lock()
-        self._file: Any = None
-
-    def __call__(self, line: str, stream: str) -> str:
-        with self.lock:
-            masked = self.mask(line.rstrip("\r\n"), self.carries.setdefault(stream, Carry()))
-            if self._file is None:
-                self._file = open(self.directory / f"{self.key}.log", "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - line-buffered: live
-                if self.attempt > 1:
-                    self._file.write(f"--- attempt {self.attempt} ---\n")
-            self._file.write(masked + "\n")
-            self.tail.append(masked)
-            self.size += len(masked) + 1
-            while self.size > self.limit and len(self.tail) > 1:
-                self.size -= len(self.tail.popleft()) + 1
-                self.dropped += 1
-        return masked
-
-    def text(self) -> str:
-        with self.lock:
-            body = "\n".join(self.tail)
-            if len(body) > self.limit:
-                body = body[-self.limit:]
-            if self.dropped:
-                return f"[... {self.dropped} earlier lines: see the full output]\n{body}"
-            return body
-
-    def close(self) -> None:
-        with self.lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
-
-
-class _Variables(Mapping[str, str]):
-    """What a step sees: a snapshot of plain values, and secrets revealed only when looked up."""
-
-    def __init__(self, plain: dict[str, str], secrets: Mapping[str, str], reveal: Callable[[str], str]) -> None:
-        self.plain, self._secrets, self._reveal = plain, secrets, reveal
-        self._revealed: dict[str, str] = {}
-
-    def __getitem__(self, name: str) -> str:
-        try:
-            return self.plain[name]
-        except KeyError:
-            ref = self._secrets.get(name)
-            if ref is None:
-                raise
-            value = self._revealed.get(name)
-            if value is None:
-                value = self._revealed[name] = self._reveal(ref)
-            return value
-
-    def __iter__(self) -> Iterator[str]:
-        yield from self.plain
-        yield from (name for name in self._secrets if name not in self.plain)
-
-    def __len__(self) -> int:
-        return len(self.plain) + sum(1 for name in self._secrets if name not in self.plain)
 
 
 EventSink = Callable[[dict[str, Any]], None]
@@ -176,6 +108,7 @@ class Runner:
         required = {dep for deps in self.needs.values() for dep in deps}
         self.sinks = [inst for inst in self.instances if inst not in required]
         self._lock = threading.Lock()
+        self.scope = RunScope(workflow, self.hooks, self.masker, self._lock)
         self._abort = threading.Event()
         self._finished = threading.Event()
         self._records: dict[Instance, dict[str, Any]] = {}
@@ -183,9 +116,6 @@ class Runner:
         self._running: dict[Instance, None] = {}
         self._failures: list[dict[str, str]] = []
         self._resumed: set[Instance] = set()
-        self._set_global: dict[str, str] = {}
-        self._set_target: dict[str, dict[str, str]] = {}
-        self._qualified: dict[str, str] = {}
         self._seq = 0
         self._dirty = True
         self._worker: StepWorker | None = None
@@ -302,7 +232,7 @@ class Runner:
             self._records[inst] = record
             self._counts[record["state"]] += 1
         for record in sorted(finished, key=lambda r: int(r.get("seq", 0))):
-            self._remember(record.get("target", ""), record.get("variables") or {})
+            self.scope.remember(record.get("target", ""), record.get("variables") or {})
             self._seq = max(self._seq, int(record.get("seq", 0)))
         if fresh:
             self.store.put_steps(self.uid, fresh)
@@ -458,45 +388,6 @@ class Runner:
             event["message"] = record.get("message", "")
         self._event(event)
 
-    # -- variables -------------------------------------------------------------------------------
-
-    def _remember(self, target: str, values: Mapping[str, str]) -> None:
-        """Values set by an instance: its target's scope (or the workflow's), and ``target:name``."""
-        if not values:
-            return
-        if target:
-            self._set_target.setdefault(target, {}).update(values)
-            self._qualified.update({f"{target}:{k}": v for k, v in values.items()})
-        else:
-            self._set_global.update(values)
-
-    def _visible(self, target: str) -> dict[str, str]:
-        """Inputs < values set for the workflow < the target's inputs < values set on the target."""
-        with self._lock:
-            plain = dict(self.workflow.variables)
-            plain.update(self._qualified)
-            plain.update(self._set_global)
-            if target:
-                plain.update(self.workflow.targets.get(target, {}))
-                plain.update(self._set_target.get(target, {}))
-        return plain
-
-    def _reveal(self, ref: str) -> str:
-        value = self.hooks.secret(ref)
-        self.masker.add(value)
-        return value
-
-    def _render(self, value: Any, variables: Mapping[str, str]) -> Any:
-        if isinstance(value, str):
-            return self.hooks.render(value, variables)
-        if isinstance(value, dict):
-            if len(value) == 1 and isinstance(value.get("secretRef"), str):
-                return self._reveal(value["secretRef"])
-            return {k: self._render(v, variables) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._render(v, variables) for v in value]
-        return value
-
     # -- one instance ----------------------------------------------------------------------------
 
     def execute(self, inst: Instance) -> None:
@@ -527,7 +418,7 @@ class Runner:
                 "message": "", "output": "",
             }
             self._commit(inst, running)
-            output = _Output(self._output_dir, inst.key, self.masker, self.output_limit, attempt)
+            output = StepOutput(self._output_dir, inst.key, self.masker, self.output_limit, attempt)
             try:
                 if executor is None:
                     raise ParameterError(f"unknown step type {step.type!r}")
@@ -547,7 +438,7 @@ class Runner:
                     continue
                 tolerated = self._tolerate(inst)
                 self._close(inst, running, output, "failure", message + (f" ({tolerated})" if tolerated else ""),
-                            failure.exit_code, _masked(failure.details, self.masker), tolerated=bool(tolerated))
+                            failure.exit_code, masked_details(failure.details, self.masker), tolerated=bool(tolerated))
                 if tolerated:
                     return
                 self._on_failure()
@@ -561,16 +452,16 @@ class Runner:
             with self._lock:
                 self._seq += 1
                 seq = self._seq
-                self._remember(inst.target, values)
+                self.scope.remember(inst.target, values)
             self._close(inst, running, output, "success", self.masker(result.message), result.exit_code,
-                        _masked(result.details, self.masker), values=values, seq=seq)
+                        masked_details(result.details, self.masker), values=values, seq=seq)
             return
 
-    def _attempt(self, inst: Instance, step: Step, executor: Executor, attempt: int, output: _Output) -> StepResult:
+    def _attempt(self, inst: Instance, step: Step, executor: Executor, attempt: int, output: StepOutput) -> StepResult:
         workdir = self._work_dir / inst.key  # created by the executors that use it
-        plain = self._visible(inst.target)
-        variables = _Variables(plain, self.workflow.secrets, self._reveal)
-        parameters = self._render(step.parameters, variables)
+        plain = self.scope.visible(inst.target)
+        variables = StepVariables(plain, self.workflow.secrets, self.scope.reveal)
+        parameters = self.scope.render(step.parameters, variables)
         timeout = step.timeout_seconds
         ctx = StepContext(
             run_uid=self.uid, step_id=inst.step, step_type=step.type, target=inst.target, attempt=attempt,
@@ -589,7 +480,7 @@ class Runner:
         self.store.put_step(self.uid, inst.key, record)
 
     def _close(
-        self, inst: Instance, running: dict[str, Any], output: _Output, state: str, message: str,
+        self, inst: Instance, running: dict[str, Any], output: StepOutput, state: str, message: str,
         exit_code: int | None, details: Mapping[str, Any], values: Mapping[str, str] | None = None, seq: int = 0,
         tolerated: bool = False,
     ) -> None:
@@ -628,16 +519,6 @@ class Runner:
         if not self.workflow.continue_on_failure and self._worker is not None:
             self._worker.stop_requesting_work()
 
-
-def _masked(details: Any, mask: Callable[[str], str]) -> Any:
-    """A step's details (JSON-like) with every string masked: they are stored and shown too."""
-    if isinstance(details, str):
-        return mask(details)
-    if isinstance(details, Mapping):
-        return {str(k): _masked(v, mask) for k, v in details.items()}
-    if isinstance(details, list | tuple):
-        return [_masked(v, mask) for v in details]
-    return details
 
 
 def run_workflow(workflow: Workflow, run_uid: str, state_dir: Path, **options: Any) -> RunOutcome:

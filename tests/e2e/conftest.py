@@ -318,7 +318,8 @@ def image() -> Iterator[str]:
 def node(control_plane: LocalControlPlane, binaries: Binaries) -> Iterator[LocalNode]:
     """One Kubernetes node on this machine (skipped, saying why, where none can run: not root, no
     containerd, runc or CNI plugins). Pods get addresses on its bridge, reachable from the host."""
-    from operators.cluster.node import LocalNode, NodeNetwork, node_unavailable_reason
+    from operators.cluster.node import LocalNode, node_unavailable_reason
+    from operators.cluster.nodehost import NodeNetwork
 
     reason = node_unavailable_reason()
     if reason is not None:

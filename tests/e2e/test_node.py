@@ -20,7 +20,8 @@ import pytest
 from operators.cli.cluster import PORT_VARIABLES
 from operators.cluster import Binaries
 from operators.cluster.images import PAUSE_IMAGE
-from operators.cluster.node import KUBELET_PORT, node_unavailable_reason
+from operators.cluster.node import node_unavailable_reason
+from operators.cluster.nodeconfig import KUBELET_PORT
 from operators.cluster.ports import PORT_SETTINGS
 from operators.cluster.processes import process_is_running
 from tests.e2e.conftest import STEAD, free_port

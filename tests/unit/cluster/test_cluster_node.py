@@ -13,7 +13,9 @@ import pytest
 
 from operators.cluster.controlplane import LocalControlPlane
 from operators.cluster.images import PAUSE_IMAGE, image_base_name, oci_archive
-from operators.cluster.node import LocalNode, NodeNetwork, NodeStatus, missing_tools
+from operators.cluster.node import LocalNode, NodeStatus, missing_tools
+from operators.cluster.nodeconfig import cni_config, containerd_config, kubelet_config
+from operators.cluster.nodehost import NodeNetwork, containerd_argv
 
 
 @pytest.fixture
@@ -28,7 +30,7 @@ def test_network_addresses() -> None:
 
 
 def test_the_kubelet_lets_no_one_in_anonymously(node: LocalNode) -> None:
-    config = node._kubelet_config()
+    config = kubelet_config(node.socket, node.cgroup_root, node.network, node.plane.pki.client_ca_cert)
     assert config["authentication"] == {
         "anonymous": {"enabled": False}, "webhook": {"enabled": True},
         "x509": {"clientCAFile": str(node.plane.pki.client_ca_cert)},
@@ -44,7 +46,7 @@ def test_the_kubelet_lets_no_one_in_anonymously(node: LocalNode) -> None:
 def test_pods_are_bridged_without_a_gateway_or_masquerading(node: LocalNode) -> None:
     """A gateway bridge would turn on ip_forward for the whole machine; masquerading would let Pod
     traffic out."""
-    plugins: Any = node._cni_config()["plugins"]
+    plugins: Any = cni_config(node.network, node.home / "cni" / "ipam")["plugins"]
     (plugin,) = plugins
     assert plugin["type"] == "bridge" and plugin["bridge"] == "steadu0"
     assert plugin["isGateway"] is False and plugin["ipMasq"] is False
@@ -56,7 +58,7 @@ def test_containerd_runs_in_a_mount_namespace_that_hides_iptables_and_kernel_set
     sysctl = node.home / "sysctl"
     sysctl.mkdir(parents=True)
     (sysctl / "vm.overcommit_memory").write_text("0\n")
-    argv = node._containerd_argv()
+    argv = containerd_argv(node.home)
     assert argv[:5] == ["unshare", "--mount", "--propagation", "private", "--"]
     script = argv[7]
     assert f'mount --bind "{sysctl / "vm.overcommit_memory"}" "/proc/sys/vm/overcommit_memory"' in script
@@ -70,7 +72,7 @@ def test_containerd_runs_in_a_mount_namespace_that_hides_iptables_and_kernel_set
 
 def test_containerd_config_keeps_everything_under_the_home(node: LocalNode) -> None:
     assert len(f"{node.socket}.ttrpc") <= 104  # a Unix socket's longest path, however long the home
-    text = node._containerd_config()
+    text = containerd_config(node.home, node.socket)
     assert f'sandbox_image = "{PAUSE_IMAGE}"' in text
     assert "restrict_oom_score_adj = true" in text
     for line in text.splitlines():

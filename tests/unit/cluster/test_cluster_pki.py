@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from operators.cluster import pki
-from operators.cluster.controlplane import render_admission_config, render_kubeconfig, render_webhook_client_kubeconfig
+from operators.cluster.planeconfig import render_admission_config, render_kubeconfig, render_webhook_client_kubeconfig
 from operators.runtime.serving.certs import KeyPair, make_ca, make_leaf
 
 
