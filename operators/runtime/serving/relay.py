@@ -45,6 +45,7 @@ from typing import NamedTuple, cast
 
 from operators.runtime.serving.clientca import ClientCa, PeerCertificate
 from operators.runtime.serving.framing import HeadGuard
+from operators.runtime.serving.upstream import GranianSocket
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class _Connection(asyncio.Protocol):
         self.relay = relay
         self.guard = HeadGuard(relay.max_head)
         self.client: asyncio.Transport | None = None
-        self.upstream: _Granian | None = None
+        self.upstream: GranianSocket | None = None
         self.upstream_key = ""
         self.incoming = ssl.MemoryBIO()
         self.outgoing = ssl.MemoryBIO()
@@ -180,6 +181,12 @@ class _Connection(asyncio.Protocol):
         self.client = None
         self.relay._end(self)
 
+    def touch(self) -> None:
+        self.last = self.relay.clock()
+
+    def upstream_finished(self) -> None:
+        self.relay._finished(self)
+
     def pause_writing(self) -> None:  # the client does not read: stop reading granian's answers
         if self.upstream is not None:
             self.upstream.pause_reading()
@@ -192,121 +199,6 @@ class _Connection(asyncio.Protocol):
 READ_SIZE = 16384
 """Plaintext read at a time: one TLS record's worth."""
 
-
-class _Granian:
-    """The relay's connection to granian: a non-blocking socket of its own, not an event loop transport.
-
-    When granian ends a connection while the relay still writes to it (a client still sending a
-    header granian refused), a transport's failed write closes the socket at once, and granian's
-    last answer (the 431), already received, is lost unread. Here the socket stays open until
-    what granian sent is read and passed on.
-    """
-
-    __slots__ = ("buffer", "closed", "connection", "fd", "loop", "reading", "sock", "throttled")
-
-    HIGH = 256 * 1024  # bytes waiting for granian beyond which the client is not read
-    LOW = 64 * 1024
-
-    def __init__(self, sock: socket.socket, connection: _Connection, loop: asyncio.AbstractEventLoop) -> None:
-        self.sock, self.connection, self.loop = sock, connection, loop
-        self.fd = sock.fileno()
-        self.buffer = bytearray()
-        self.closed = False
-        self.throttled = False
-        self.reading = True
-        loop.add_reader(self.fd, self._readable)
-
-    def write(self, data: bytes) -> None:
-        if self.closed:
-            return
-        if not self.buffer:
-            try:
-                sent = self.sock.send(data)
-            except BlockingIOError:
-                sent = 0
-            except OSError:
-                self._lost()
-                return
-            if sent == len(data):
-                return
-            data = data[sent:]
-            self.loop.add_writer(self.fd, self._writable)
-        self.buffer += data
-        client = self.connection.client
-        if len(self.buffer) > self.HIGH and not self.throttled and client is not None:
-            self.throttled = True  # granian does not read (busy, or done with the request): nor does the relay
-            client.pause_reading()
-
-    def _writable(self) -> None:
-        try:
-            sent = self.sock.send(self.buffer)
-        except BlockingIOError:
-            return
-        except OSError:
-            self._lost()
-            return
-        del self.buffer[:sent]
-        if not self.buffer:
-            self.loop.remove_writer(self.fd)
-        client = self.connection.client
-        if self.throttled and len(self.buffer) <= self.LOW and client is not None and not client.is_closing():
-            self.throttled = False
-            client.resume_reading()
-
-    def _readable(self) -> None:
-        try:
-            data = self.sock.recv(READ_BUFFER)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._lost()
-            return
-        connection = self.connection
-        connection.last = connection.relay.clock()
-        connection.send(data)
-
-    def _lost(self) -> None:
-        """Granian ended the connection (or it broke): pass on what it sent before, then finish."""
-        if self.closed:
-            return
-        for _ in range(64):  # what is queued: at most a few answers (bounded all the same)
-            try:
-                data = self.sock.recv(READ_BUFFER)
-            except OSError:
-                break
-            if not data:
-                break
-            self.connection.send(data)
-        self.close()
-        self.connection.relay._finished(self.connection)
-
-    def pause_reading(self) -> None:
-        if self.reading and not self.closed:
-            self.reading = False
-            self.loop.remove_reader(self.fd)
-
-    def resume_reading(self) -> None:
-        if not self.reading and not self.closed:
-            self.reading = True
-            self.loop.add_reader(self.fd, self._readable)
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.loop.remove_reader(self.fd)
-        self.loop.remove_writer(self.fd)
-        self.sock.close()
-
-    abort = close
-
-
-READ_BUFFER = 256 * 1024
 
 
 @dataclass
@@ -403,7 +295,7 @@ class TlsRelay:
         local = sock.getsockname()
         connection.upstream_key = f"{local[0]}:{local[1]}"
         self._peers[connection.upstream_key] = Peer(connection.peer, certificate)  # before any byte is relayed
-        connection.upstream = _Granian(sock, connection, loop)
+        connection.upstream = GranianSocket(sock, connection, loop)
         connection.last = self.now()
         connection.pump()  # what came with the end of the handshake
         if connection.client is not None and not connection.client.is_closing():
