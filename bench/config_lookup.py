@@ -88,9 +88,9 @@ from operators.config.repository import KubeConfigRepository  # noqa: E402
 from operators.runtime.api.auth import TokenReviewAuthenticator  # noqa: E402
 from operators.runtime.kube.client import KubeClient, load_access  # noqa: E402
 from operators.runtime.serving.certs import KeyPair, make_ca, make_leaf  # noqa: E402
+from operators.runtime.serving.clientca import ClientCa  # noqa: E402
 from operators.runtime.serving.eventloop import event_loop_factory  # noqa: E402
 from operators.runtime.serving.http import HttpServer, Request, Response  # noqa: E402
-from operators.runtime.serving.relay import ClientCa  # noqa: E402
 
 STEAD = Path(sys.executable).parent / "stead"
 NAMESPACE = "bench"

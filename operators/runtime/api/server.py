@@ -45,9 +45,9 @@ from operators.runtime.engine.services import Services
 from operators.runtime.kube.client import ApiError, KubeClient, Requester, core_path
 from operators.runtime.kube.watch import Watch
 from operators.runtime.serving.certs import make_ca, make_leaf
+from operators.runtime.serving.clientca import ClientCa
 from operators.runtime.serving.http import HttpServer
 from operators.runtime.serving.metrics import RequestObserver
-from operators.runtime.serving.relay import ClientCa
 from operators.runtime.serving.tls import on_renewal, write_private
 from operators.runtime.serving.workers import WorkerPool
 

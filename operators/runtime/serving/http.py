@@ -69,7 +69,8 @@ from granian.constants import HTTPModes, Interfaces
 from granian.http import HTTP1Settings
 from granian.server.embed import Server
 
-from operators.runtime.serving.relay import ClientCa, PeerCertificate, TlsRelay, server_context
+from operators.runtime.serving.clientca import ClientCa, PeerCertificate, server_context
+from operators.runtime.serving.relay import TlsRelay
 
 log = logging.getLogger(__name__)
 

@@ -16,12 +16,9 @@ not make (a local process connecting to granian's port) has no record: no certif
 and its requests can still carry a token. Two live TCP connections to granian never share a
 source address, and the record of a closed one is gone before its port can be reused.
 
-Refused certificates. The standard library's `ssl` has no verification callback, so a
-certificate that OpenSSL refuses ends the handshake (a TLS alert: "unknown ca"): that is the
-fate of a certificate from another CA, and it never reaches granian. Time is left out of
-OpenSSL's check (`X509_V_FLAG_NO_CHECK_TIME`) and checked here instead, together with the path
-from the certificate up to the CA bundle (`ClientCa.check`): an expired certificate of the right
-CA is recorded as refused, with the reason, so that the API answers 401 saying why.
+Refused certificates: a certificate from another CA ends the handshake, and one of the right CA
+that is expired or not valid yet is recorded as refused, with the reason (`ClientCa`, in
+`operators.runtime.serving.clientca`, decides both).
 
 Bounds of the relay itself: at most `max_connections` client connections (more are closed at
 once); the TLS handshake within `handshake_timeout`; a connection with no byte either way for
@@ -38,40 +35,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
-import hashlib
 import logging
 import socket
 import ssl
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import NamedTuple, cast
 
-from cryptography import x509
-from cryptography.exceptions import InvalidSignature
-from cryptography.x509.oid import NameOID
-
+from operators.runtime.serving.clientca import ClientCa, PeerCertificate
 from operators.runtime.serving.framing import HeadGuard
+from operators.runtime.serving.upstream import GranianSocket
 
 log = logging.getLogger(__name__)
-
-X509_V_FLAG_NO_CHECK_TIME = 0x200000
-"""OpenSSL's flag to leave validity periods out of chain verification (`ClientCa.check` does it)."""
-
-AUTHENTICATED_GROUP = "system:authenticated"
-"""The group Kubernetes adds to every authenticated user; RBAC bindings to it must hold here too."""
-
-
-class PeerCertificate(NamedTuple):
-    """What a verified client certificate says: the user and groups (Kubernetes' x509 rule), or,
-    in `problem`, why it is refused although its CA is the right one (expired, not valid yet)."""
-
-    user: str
-    groups: tuple[str, ...] = ()
-    problem: str = ""
 
 
 class Peer(NamedTuple):
@@ -80,117 +56,6 @@ class Peer(NamedTuple):
 
     address: str
     certificate: PeerCertificate | None
-
-
-class ClientCa:
-    """The CA bundle client certificates are verified against, and the checks OpenSSL leaves to it.
-
-    OpenSSL verifies the signatures and the CA constraints; `check` verifies the validity periods
-    of the certificate and of the bundle's certificates above it, and that the certificate is
-    issued by a certificate of the bundle (an intermediate CA sent by the client, whose validity
-    cannot be read here, is refused). The results are cached by certificate, with the period
-    they hold for.
-    """
-
-    def __init__(self, pem: bytes, clock: Callable[[], datetime.datetime] | None = None,
-                 cache_size: int = 4096) -> None:
-        self.pem = pem
-        self.certificates = x509.load_pem_x509_certificates(pem)  # ValueError when there is none
-        self._clock = clock or (lambda: datetime.datetime.now(datetime.UTC))
-        self._cache: OrderedDict[bytes, tuple[PeerCertificate, datetime.datetime, datetime.datetime]] = OrderedDict()
-        self._cache_size = cache_size
-
-    def context(self, certfile: Path, keyfile: Path) -> ssl.SSLContext:
-        """A server context that asks for a client certificate (optional) and verifies it against
-        this bundle, time aside."""
-        # this bundle only: never the system's CAs (given `cadata`, the default context loads none)
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cadata=self.pem.decode("ascii", errors="replace"))
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(certfile, keyfile)
-        context.verify_mode = ssl.CERT_OPTIONAL
-        context.options |= ssl.OP_NO_RENEGOTIATION
-        context.verify_flags |= X509_V_FLAG_NO_CHECK_TIME  # an OpenSSL flag the ssl module does not name
-        return context
-
-    def check(self, der: bytes) -> PeerCertificate:
-        """The identity of a certificate OpenSSL verified (time aside), or the reason it is refused."""
-        digest = hashlib.sha256(der).digest()
-        now = self._clock()
-        cached = self._cache.get(digest)
-        if cached is not None and cached[1] <= now <= cached[2]:
-            self._cache.move_to_end(digest)
-            return cached[0]
-        leaf = x509.load_der_x509_certificate(der)
-        path = self._path(leaf)
-        if path is None:
-            return PeerCertificate("", (), "the client certificate is not issued by a CA of the client CA bundle "
-                                   "(intermediate CAs sent by the client are not accepted)")
-        for certificate in path:
-            what = "the client certificate" if certificate is leaf else f'its CA "{_common_name(certificate)}"'
-            if now > certificate.not_valid_after_utc:
-                return PeerCertificate("", (), f"{what} expired on "
-                                               f"{certificate.not_valid_after_utc:%Y-%m-%d %H:%M:%S} UTC")
-            if now < certificate.not_valid_before_utc:
-                return PeerCertificate("", (), f"{what} is not valid before "
-                                               f"{certificate.not_valid_before_utc:%Y-%m-%d %H:%M:%S} UTC")
-        identity = subject_identity(leaf.subject)
-        if not identity.problem:
-            start = max(c.not_valid_before_utc for c in path)
-            end = min(c.not_valid_after_utc for c in path)
-            self._cache[digest] = (identity, start, end)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return identity
-
-    def _path(self, leaf: x509.Certificate) -> list[x509.Certificate] | None:
-        """The leaf and the bundle's certificates above it up to a self-signed one (or as far as
-        the bundle goes); None when no certificate of the bundle issued the leaf."""
-        path = [leaf]
-        current = leaf
-        while True:
-            issuer = next((ca for ca in self.certificates if ca is not current and _issued_by(current, ca)), None)
-            if issuer is None or issuer in path:
-                break
-            path.append(issuer)
-            if issuer.issuer == issuer.subject:
-                break
-            current = issuer
-        return path if len(path) > 1 else None
-
-
-def server_context(certfile: Path, keyfile: Path) -> ssl.SSLContext:
-    """A server context that asks for no client certificate (the relay without a client CA)."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(certfile, keyfile)
-    context.verify_mode = ssl.CERT_NONE
-    context.options |= ssl.OP_NO_RENEGOTIATION
-    return context
-
-
-def _issued_by(certificate: x509.Certificate, issuer: x509.Certificate) -> bool:
-    if certificate.issuer != issuer.subject:
-        return False
-    try:
-        certificate.verify_directly_issued_by(issuer)
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
-
-
-def _common_name(certificate: x509.Certificate) -> str:
-    names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    return str(names[0].value) if names else certificate.subject.rfc4514_string()
-
-
-def subject_identity(subject: x509.Name) -> PeerCertificate:
-    """Kubernetes' x509 rule: the user is the Subject's common name, the groups its organizations
-    (in order), plus `system:authenticated`, which Kubernetes adds to every authenticated user."""
-    names = [str(a.value) for a in subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
-    if not names or not names[0]:
-        return PeerCertificate("", (), "the client certificate has no common name (CN), the user's name")
-    groups = [str(a.value) for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
-    return PeerCertificate(names[0], (*dict.fromkeys(groups), AUTHENTICATED_GROUP))
 
 
 class _Connection(asyncio.Protocol):
@@ -205,7 +70,7 @@ class _Connection(asyncio.Protocol):
         self.relay = relay
         self.guard = HeadGuard(relay.max_head)
         self.client: asyncio.Transport | None = None
-        self.upstream: _Granian | None = None
+        self.upstream: GranianSocket | None = None
         self.upstream_key = ""
         self.incoming = ssl.MemoryBIO()
         self.outgoing = ssl.MemoryBIO()
@@ -316,6 +181,12 @@ class _Connection(asyncio.Protocol):
         self.client = None
         self.relay._end(self)
 
+    def touch(self) -> None:
+        self.last = self.relay.clock()
+
+    def upstream_finished(self) -> None:
+        self.relay._finished(self)
+
     def pause_writing(self) -> None:  # the client does not read: stop reading granian's answers
         if self.upstream is not None:
             self.upstream.pause_reading()
@@ -328,121 +199,6 @@ class _Connection(asyncio.Protocol):
 READ_SIZE = 16384
 """Plaintext read at a time: one TLS record's worth."""
 
-
-class _Granian:
-    """The relay's connection to granian: a non-blocking socket of its own, not an event loop transport.
-
-    When granian ends a connection while the relay still writes to it (a client still sending a
-    header granian refused), a transport's failed write closes the socket at once, and granian's
-    last answer (the 431), already received, is lost unread. Here the socket stays open until
-    what granian sent is read and passed on.
-    """
-
-    __slots__ = ("buffer", "closed", "connection", "fd", "loop", "reading", "sock", "throttled")
-
-    HIGH = 256 * 1024  # bytes waiting for granian beyond which the client is not read
-    LOW = 64 * 1024
-
-    def __init__(self, sock: socket.socket, connection: _Connection, loop: asyncio.AbstractEventLoop) -> None:
-        self.sock, self.connection, self.loop = sock, connection, loop
-        self.fd = sock.fileno()
-        self.buffer = bytearray()
-        self.closed = False
-        self.throttled = False
-        self.reading = True
-        loop.add_reader(self.fd, self._readable)
-
-    def write(self, data: bytes) -> None:
-        if self.closed:
-            return
-        if not self.buffer:
-            try:
-                sent = self.sock.send(data)
-            except BlockingIOError:
-                sent = 0
-            except OSError:
-                self._lost()
-                return
-            if sent == len(data):
-                return
-            data = data[sent:]
-            self.loop.add_writer(self.fd, self._writable)
-        self.buffer += data
-        client = self.connection.client
-        if len(self.buffer) > self.HIGH and not self.throttled and client is not None:
-            self.throttled = True  # granian does not read (busy, or done with the request): nor does the relay
-            client.pause_reading()
-
-    def _writable(self) -> None:
-        try:
-            sent = self.sock.send(self.buffer)
-        except BlockingIOError:
-            return
-        except OSError:
-            self._lost()
-            return
-        del self.buffer[:sent]
-        if not self.buffer:
-            self.loop.remove_writer(self.fd)
-        client = self.connection.client
-        if self.throttled and len(self.buffer) <= self.LOW and client is not None and not client.is_closing():
-            self.throttled = False
-            client.resume_reading()
-
-    def _readable(self) -> None:
-        try:
-            data = self.sock.recv(READ_BUFFER)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._lost()
-            return
-        connection = self.connection
-        connection.last = connection.relay.clock()
-        connection.send(data)
-
-    def _lost(self) -> None:
-        """Granian ended the connection (or it broke): pass on what it sent before, then finish."""
-        if self.closed:
-            return
-        for _ in range(64):  # what is queued: at most a few answers (bounded all the same)
-            try:
-                data = self.sock.recv(READ_BUFFER)
-            except OSError:
-                break
-            if not data:
-                break
-            self.connection.send(data)
-        self.close()
-        self.connection.relay._finished(self.connection)
-
-    def pause_reading(self) -> None:
-        if self.reading and not self.closed:
-            self.reading = False
-            self.loop.remove_reader(self.fd)
-
-    def resume_reading(self) -> None:
-        if not self.reading and not self.closed:
-            self.reading = True
-            self.loop.add_reader(self.fd, self._readable)
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.loop.remove_reader(self.fd)
-        self.loop.remove_writer(self.fd)
-        self.sock.close()
-
-    abort = close
-
-
-READ_BUFFER = 256 * 1024
 
 
 @dataclass
@@ -539,7 +295,7 @@ class TlsRelay:
         local = sock.getsockname()
         connection.upstream_key = f"{local[0]}:{local[1]}"
         self._peers[connection.upstream_key] = Peer(connection.peer, certificate)  # before any byte is relayed
-        connection.upstream = _Granian(sock, connection, loop)
+        connection.upstream = GranianSocket(sock, connection, loop)
         connection.last = self.now()
         connection.pump()  # what came with the end of the handshake
         if connection.client is not None and not connection.client.is_closing():

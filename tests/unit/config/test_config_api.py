@@ -644,8 +644,8 @@ def test_every_route_listed_is_routed_and_every_route_is_listed() -> None:
 
 
 def test_a_verified_client_certificate_is_the_identity_and_a_refused_one_is_401_saying_why() -> None:
+    from operators.runtime.serving.clientca import PeerCertificate
     from operators.runtime.serving.http import Request as HttpRequest
-    from operators.runtime.serving.relay import PeerCertificate
 
     class Recording(FakeAuth):
         def __init__(self) -> None:

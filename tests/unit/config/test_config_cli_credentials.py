@@ -23,8 +23,8 @@ from operators.runtime.api.auth import Access, Identity
 from operators.runtime.cli.client import UsageError, credentials
 from operators.runtime.cli.client import connect as _connection
 from operators.runtime.serving.certs import KeyPair, make_ca, make_leaf
+from operators.runtime.serving.clientca import ClientCa
 from operators.runtime.serving.http import HttpServer
-from operators.runtime.serving.relay import ClientCa
 from tests.unit.config.test_config_api import FakeAuth, make_repo
 
 BASE = ("--env", "2", "--level", "node=node-7", "--resource", "astute")

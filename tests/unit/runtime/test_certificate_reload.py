@@ -115,8 +115,8 @@ def test_the_config_api_serves_a_renewed_mounted_certificate(tmp_path: Path) -> 
 
 def test_the_tls_relay_serves_a_renewed_certificate_and_trusts_a_renewed_client_ca(tmp_path: Path) -> None:
     """With client certificates on, TLS is the relay's: `reload` and `trust` reach the connections to come."""
+    from operators.runtime.serving.clientca import ClientCa
     from operators.runtime.serving.http import HttpServer, Request, Response
-    from operators.runtime.serving.relay import ClientCa
 
     files = Renewal(tmp_path, "config-api")
     old_ca, new_ca = make_ca("client-ca-1"), make_ca("client-ca-2")
@@ -167,7 +167,7 @@ async def _reload_on_change(server: object, files: Renewal) -> None:
 def test_the_config_api_follows_a_renewed_client_ca_in_the_clusters_configmap() -> None:
     from operators.runtime.api.server import ApiServer as ConfigApiServer
     from operators.runtime.kube.client import core_path
-    from operators.runtime.serving.relay import ClientCa
+    from operators.runtime.serving.clientca import ClientCa
     from tests.unit.fakeapi import FakeApi
 
     first, second = make_ca("cluster-ca-1"), make_ca("cluster-ca-2")

@@ -31,9 +31,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from operators.runtime.serving.certs import KeyPair, make_ca, make_leaf, private_key_pem
+from operators.runtime.serving.clientca import AUTHENTICATED_GROUP, ClientCa, PeerCertificate, subject_identity
 from operators.runtime.serving.eventloop import event_loop_factory
 from operators.runtime.serving.http import HttpServer, Request, Response
-from operators.runtime.serving.relay import AUTHENTICATED_GROUP, ClientCa, PeerCertificate, TlsRelay, subject_identity
+from operators.runtime.serving.relay import TlsRelay
 from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -352,7 +353,7 @@ SERVER = """
 import asyncio, json, sys
 from pathlib import Path
 from operators.runtime.serving.http import HttpServer, Response
-from operators.runtime.serving.relay import ClientCa
+from operators.runtime.serving.clientca import ClientCa
 
 async def handler(request):
     user = request.certificate and request.certificate.user

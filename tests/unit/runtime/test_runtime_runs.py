@@ -138,7 +138,7 @@ def test_a_secret_reference_is_read_as_the_namespaces_account_even_for_scripts_o
 ) -> None:
     """The account's token is minted for the reader alone and gone before the runner (and its scripts)
     start: a run on this host never gets it unless it has kubernetes steps."""
-    monkeypatch.setattr(runs, "_api_server", lambda: ("https://127.0.0.1:6443", None))
+    monkeypatch.setattr(runs.launch, "_api_server", lambda: ("https://127.0.0.1:6443", None))
     ctx = context(tmp_path)
     api = TokenApi()
     ctx.services.kube = api
