@@ -30,7 +30,8 @@ Command = Callable[[argparse.Namespace], int]
 
 @dataclass(frozen=True)
 class command:  # lower-case: called as a function, `set_defaults(func=command("module:function"))`
-    """The action `reference` names ("module:function", a `Command`), its module imported when it runs."""
+    """The action `reference` names ("module:function": a parser's `func`, a `Command`, or a noun's `handler`),
+    its module imported when it runs; called as that function is."""
 
     reference: str
 
@@ -38,8 +39,8 @@ class command:  # lower-case: called as a function, `set_defaults(func=command("
     def __name__(self) -> str:  # the function's name, as a function has it
         return self.reference.rpartition(":")[2]
 
-    def __call__(self, args: argparse.Namespace) -> int:
-        return int(load(self.reference)(args))
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return load(self.reference)(*args, **kwargs)
 
 
 Actions = Callable[[argparse.ArgumentParser], None]
