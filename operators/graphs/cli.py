@@ -50,7 +50,7 @@ from operators.runtime import (
     run_to_end,
     with_cluster,
 )
-from operators.runtime.cli.nouns import command as lazy
+from operators.runtime import command as lazy
 
 if TYPE_CHECKING:
     from operators.runtime import Requester
