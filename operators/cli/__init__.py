@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from operators.calm.names import ACTIONRUN_ACTIONS, ACTIONRUN_SHORT_NAMES, APP_SHORT_NAMES, BLUEPRINT_SHORT_NAMES
-from operators.runtime.cli.nouns import Actions, Noun
+from operators.runtime.cli.nouns import Noun, command
 
 CRD_DIRS = (Path("crds"), Path("charts/stead/files/crds"))  # checked in, and the chart's copy
 POLICIES_DIR = Path("charts/stead/files/policies")  # the shard-label ValidatingAdmissionPolicy, for the chart
@@ -67,82 +67,37 @@ def quiet_stdout() -> None:
 
 
 # --- the command nouns ------------------------------------------------------------------------------
-# Only the parser of the noun on the command line is built, so only its module is imported: `stead
-# --help`, `stead cluster kubeconfig` or `stead actionrun logs` never import the catalog of kinds, their
-# models, Kopf or the Kubernetes client unless the command itself needs them.
-
-
-def _operator() -> Actions:
-    from operators.cli.operator import add_operator_arguments
-
-    return add_operator_arguments
-
-
-def _app() -> Actions:
-    from operators.calm.cli import add_app_actions
-
-    return add_app_actions
-
-
-def _actionrun() -> Actions:
-    from operators.calm.cli import add_actionrun_actions
-
-    return add_actionrun_actions
-
-
-def _blueprint() -> Actions:
-    from operators.calm.cli import add_blueprint_actions
-
-    return add_blueprint_actions
-
-
-def _service() -> Actions:
-    from operators.lsm.cli import add_service_actions
-
-    return add_service_actions
-
-
-def _graph() -> Actions:
-    from operators.graphs.cli import add_graph_actions
-
-    return add_graph_actions
-
-
-def _config() -> Actions:
-    from operators.config.cli import add_config_actions
-
-    return add_config_actions
-
-
-def _cluster() -> Actions:
-    from operators.cli.cluster import cluster_actions
-
-    return cluster_actions
-
-
-def _crds() -> Actions:
-    return add_crds_actions
+# Each noun names ("module:function") what adds its actions; only the noun on the command line is loaded
+# (`operators.runtime.cli.nouns.load`, the CLI's one lazy point), and only the action that runs imports its
+# module: `stead --help`, `stead cluster kubeconfig` or `stead actionrun logs` never import the catalog of
+# kinds, their models, Kopf or the Kubernetes client unless the command itself needs them.
 
 
 def add_crds_actions(crds: argparse.ArgumentParser) -> None:
     crds.add_argument("--dir", type=Path, action="append", help="write here instead (repeatable)")
     crds.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
-    crds.set_defaults(func=_cmd_crds)
+    crds.set_defaults(func=command("operators.cli.crds:cmd_crds"))
 
 
 NOUNS: tuple[Noun, ...] = (
-    Noun("operator", "run the operators in the foreground", _operator, older=("run",)),
-    Noun("app", "Apps: launch one from a blueprint, run an action", _app, short_names=APP_SHORT_NAMES),
-    Noun("actionrun", "ActionRuns: logs (follow one), abort", _actionrun, short_names=ACTIONRUN_SHORT_NAMES,
-         older=("runs",)),
-    Noun("blueprint", "Blueprints: deps (their dependencies, one per line)", _blueprint,
-         short_names=BLUEPRINT_SHORT_NAMES),
-    Noun("service", "service instances: catalog, list, create, get, update, set-state, delete, log", _service),
+    Noun("operator", "run the operators in the foreground",
+         "operators.cli.operator_args:add_operator_arguments", older=("run",)),
+    Noun("app", "Apps: launch one from a blueprint, run an action",
+         "operators.calm.cli:add_app_actions", short_names=APP_SHORT_NAMES),
+    Noun("actionrun", "ActionRuns: logs (follow one), abort",
+         "operators.calm.cli:add_actionrun_actions", short_names=ACTIONRUN_SHORT_NAMES, older=("runs",)),
+    Noun("blueprint", "Blueprints: deps (their dependencies, one per line)",
+         "operators.calm.cli:add_blueprint_actions", short_names=BLUEPRINT_SHORT_NAMES),
+    Noun("service", "service instances: catalog, list, create, get, update, set-state, delete, log",
+         "operators.lsm.cli:add_service_actions"),
     Noun("graph", "deployment graphs: upload, download, list, delete, execute (a GraphRun), plan, status, logs, "
-         "history", _graph),
-    Noun("config", "read and change configuration values (the configuration API)", _config),
-    Noun("cluster", "the local control plane (kube-apiserver, etcd, controller-manager)", _cluster),
-    Noun("crds", "write crds/*.yaml and the chart's copies from the models (or --check them)", _crds),
+         "history", "operators.graphs.cli:add_graph_actions"),
+    Noun("config", "read and change configuration values (the configuration API)",
+         "operators.config.cli:add_config_actions"),
+    Noun("cluster", "the local control plane (kube-apiserver, etcd, controller-manager)",
+         "operators.cli.cluster:cluster_actions"),
+    Noun("crds", "write crds/*.yaml and the chart's copies from the models (or --check them)",
+         "operators.cli:add_crds_actions"),
 )
 """The index of the nouns: the platform's (operator, cluster, crds) and the domains' (`Domain.cli`, which a
 test holds equal to this), written here so that start-up imports no domain."""
@@ -200,6 +155,7 @@ class _Version(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
+        # here, not above: importlib.metadata costs every command's start-up, and only --version needs it
         from importlib.metadata import PackageNotFoundError, version
 
         try:
@@ -215,31 +171,3 @@ def commands_table() -> str:
     width = max(len(name) for name in names) + 2
     rows = [f"{name:<{width}}{noun.help}" for name, noun in zip(names, NOUNS, strict=True)]
     return "\n".join(rows)
-
-
-def _cmd_crds(args: argparse.Namespace) -> int:
-    from operators.catalog import KINDS
-    from operators.runtime.kube import crds as crdgen
-    from operators.runtime.shard.policy import shard_label_policy
-
-    stale = []
-    files = [(directory / f"{kind.plural}.yaml", crdgen.render(kind)) for directory in args.dir or CRD_DIRS
-             for kind in KINDS]
-    if not args.dir:
-        files += [(OBJECTS_DIR / f"{kind.plural}-{obj['metadata']['name']}.yaml", crdgen.render_object(obj))
-                  for kind in KINDS for obj in crdgen.shipped_objects(kind)]
-        files += [(POLICIES_DIR / "shard-labels.yaml", crdgen.render_object(shard_label_policy()[0]))]
-    for path, text in files:
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(str(path))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {path}")
-    if stale:
-        print(f"stale CRDs or shipped objects (run `stead crds`): {', '.join(stale)}", file=sys.stderr)
-        return 1
-    return 0
-
-

@@ -1,9 +1,11 @@
 """`stead operator` (and `stead run` with operator flags, as it was first spelled): run the operators in the
-foreground, with the flags of the settings tree (`operators.runtime.settings`)."""
+foreground, with the flags of the settings tree (`operators.runtime.settings`, added by
+`operators.cli.operator_args`). Imported only when the operator runs: it needs the catalog, Kopf and the engine."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import errno
 import logging
@@ -11,19 +13,25 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from operators.cli import cluster as local
-from operators.runtime.settings import OperatorSettings, RunnerSettings, add_flags, from_args
-
-if TYPE_CHECKING:
-    from operators.runtime.engine.runs import SshOptions
-
-
-def add_operator_arguments(run: argparse.ArgumentParser) -> None:
-    """The operator's flags (`stead operator`, and `stead run` as it was spelled first): the settings tree's."""
-    add_flags(run)
-    run.set_defaults(func=_cmd_run)
+import operators.cluster
+from operators.catalog import API_EXTENSIONS, DOMAINS, KINDS
+from operators.cli import local
+from operators.cluster.sshd import demo_allow_network
+from operators.runtime import process
+from operators.runtime.domain import AddonContext
+from operators.runtime.engine.runs import (
+    DEFAULT_SCRIPT_UIDS,
+    INTERRUPTED,
+    RunSettings,
+    SshOptions,
+    parse_uid_range,
+    stop_runs,
+)
+from operators.runtime.serving.eventloop import event_loop_factory
+from operators.runtime.settings import OperatorSettings, RunnerSettings, from_args
+from pipelines.executors import ScriptUser
 
 
 def trusted_namespaces(explicit: Sequence[str] | None, on_local_plane: bool) -> tuple[str, ...]:
@@ -43,15 +51,11 @@ def script_user(given: str, euid: int) -> str | None:
         return "65534:65534" if euid == 0 else None
     if euid != 0:
         raise ValueError(f"--script-user {given}: the operator must run as root to run scripts as another user")
-    from pipelines.executors import ScriptUser
-
     return str(ScriptUser.parse(given))
 
 
 def script_uids(given: str, user: str, euid: int) -> tuple[int, int] | None:
     """The range of per-namespace script uids (None: every namespace's scripts run as --script-user)."""
-    from operators.runtime.engine.runs import DEFAULT_SCRIPT_UIDS, parse_uid_range
-
     if given == "none":
         return None
     if given == "auto":
@@ -65,8 +69,6 @@ def ssh_allow(explicit: Sequence[str], demo_node: str | None) -> tuple[str, ...]
     """The networks ssh steps may reach although not public: those `--ssh-allow` names, and on the local
     plane Stead started, its demo node's address (`demo_node`; None elsewhere): the tour reaches it
     with no flag, as `--trust-local-namespaces` lets it run scripts. Nothing else of loopback."""
-    from operators.cluster.sshd import demo_allow_network
-
     return tuple(dict.fromkeys([*explicit, *demo_allow_network(demo_node)]))
 
 
@@ -77,26 +79,17 @@ def ssh_options(args: argparse.Namespace, demo_node: str | None = None) -> SshOp
 
 def runner_ssh(runs: RunnerSettings, demo_node: str | None = None) -> SshOptions:
     """The runners' ssh settings from the operator's settings (and the local plane's demo node)."""
-    from operators.runtime.engine.runs import SshOptions
 
     return SshOptions(allow=ssh_allow(runs.ssh_allow, demo_node), files_root=runs.ssh_files_root,
                       reboot_command=runs.ssh_reboot_command or None)
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
     """`stead operator`: the settings of the command line, the local control plane when asked, the operator."""
     return run_operator_with(from_args(args))
 
 
 def run_operator_with(settings: OperatorSettings) -> int:
-    import asyncio
-
-    from operators.catalog import API_EXTENSIONS, DOMAINS, KINDS
-    from operators.runtime.domain import AddonContext
-    from operators.runtime.engine.runs import RunSettings
-    from operators.runtime.process import OperatorOptions, WebhookOptions, run_operator
-    from operators.runtime.serving.eventloop import event_loop_factory
-
     cluster, runs = settings.cluster, settings.runs
     logging.basicConfig(
         level=logging.DEBUG if settings.log.verbose else logging.INFO,
@@ -110,30 +103,28 @@ def run_operator_with(settings: OperatorSettings) -> int:
     started = None
     on_local_plane = False
     demo_node: str | None = None
-    if cluster.local != "never":
-        from operators.cluster import ControlPlaneError, reaches_cluster
-
-        if cluster.local == "always" or not reaches_cluster(kubeconfig):
-            try:
-                plane = local.local_plane()
-                was_running = plane.status().running
-                info = plane.up()
-            except ControlPlaneError as error:
-                print(f"stead run: local control plane: {error}", file=sys.stderr)
-                return 1
-            try:
-                local.start_node(plane, cluster.node)
-            except ControlPlaneError as error:
-                print(f"stead run: local node: {error}", file=sys.stderr)
-                if not was_running:
-                    local.stop_local(plane)
-                return 1
-            demo = local.start_demo_node(plane)
-            demo_node = demo.address if demo is not None else None
-            started = None if was_running else plane
-            on_local_plane = True
-            kubeconfig = info.kubeconfig
-            print(f"local control plane at {info.server}; export KUBECONFIG={info.kubeconfig}", file=sys.stderr)
+    if cluster.local == "always" or (cluster.local != "never"
+                                     and not operators.cluster.reaches_cluster(kubeconfig)):
+        try:
+            plane = local.local_plane()
+            was_running = plane.status().running
+            info = plane.up()
+        except operators.cluster.ControlPlaneError as error:
+            print(f"stead run: local control plane: {error}", file=sys.stderr)
+            return 1
+        try:
+            local.start_node(plane, cluster.node)
+        except operators.cluster.ControlPlaneError as error:
+            print(f"stead run: local node: {error}", file=sys.stderr)
+            if not was_running:
+                local.stop_local(plane)
+            return 1
+        demo = local.start_demo_node(plane)
+        demo_node = demo.address if demo is not None else None
+        started = None if was_running else plane
+        on_local_plane = True
+        kubeconfig = info.kubeconfig
+        print(f"local control plane at {info.server}; export KUBECONFIG={info.kubeconfig}", file=sys.stderr)
     if kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(kubeconfig)  # Kopf's login reads it too
     try:
@@ -150,10 +141,10 @@ def run_operator_with(settings: OperatorSettings) -> int:
     hook = settings.webhook
     webhook = None
     if hook.mode == "local":
-        webhook = WebhookOptions(listen=hook.listen, port=hook.port, register_url=f"https://{hook.listen}:{hook.port}",
+        webhook = process.WebhookOptions(listen=hook.listen, port=hook.port, register_url=f"https://{hook.listen}:{hook.port}",
                                  client_ca=hook.client_ca)
     elif hook.mode == "mounted":
-        webhook = WebhookOptions(listen=hook.listen, port=hook.port, certfile=hook.cert_dir / "tls.crt",
+        webhook = process.WebhookOptions(listen=hook.listen, port=hook.port, certfile=hook.cert_dir / "tls.crt",
                                  keyfile=hook.cert_dir / "tls.key", client_ca=hook.client_ca)
     store_path = cluster.store or home / "store"
     given: dict[str, Any] = dict(trusted_local_namespaces=trusted, script_user=run_scripts_as, script_uids=uid_range,
@@ -162,7 +153,7 @@ def run_operator_with(settings: OperatorSettings) -> int:
                  http_allow=tuple(runs.http_allow_networks), service_cidrs=tuple(runs.service_cidr),
                  max_concurrent=settings.slots.max_concurrent_runs,
                  ssh=runner_ssh(runs, demo_node))
-    options = OperatorOptions(
+    options = process.OperatorOptions(
         store_path=store_path,
         replica=cluster.replica,
         sharding=cluster.sharding,
@@ -184,11 +175,9 @@ def run_operator_with(settings: OperatorSettings) -> int:
     addons = [addon for domain in DOMAINS for addon in domain.addons(context)]
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-            runner.run(run_operator(KINDS, options, addons=addons))
+            runner.run(process.run_operator(KINDS, options, addons=addons))
     except KeyboardInterrupt:  # before the operator was ready (its own handler then): the runs stop too
         if options.stop_runs_on_interrupt and options.runs is not None:
-            from operators.runtime.engine.runs import INTERRUPTED, stop_runs
-
             stop_runs(options.runs.state_dir, INTERRUPTED)
     except OSError as error:
         if error.errno != errno.EADDRINUSE:

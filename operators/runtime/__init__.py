@@ -61,6 +61,7 @@ if TYPE_CHECKING:
         run_to_end,
         with_cluster,
     )
+    from operators.runtime.cli.nouns import command
     from operators.runtime.cli.output import dump, table
     from operators.runtime.core import conditions
     from operators.runtime.core.clock import parse_instant, utc_now, utc_seconds
@@ -193,6 +194,7 @@ __all__ = [
     "bad_request",
     "call",
     "cluster_arguments",
+    "command",
     "compile_pattern",
     "conditions",
     "core_path",

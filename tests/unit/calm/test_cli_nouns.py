@@ -70,7 +70,7 @@ def test_every_spelling_reaches_the_same_action() -> None:
     for argv in (["operator", "--local", "auto"], ["run", "--local", "auto"]):
         words = canonical_argv(argv)
         args = _parser(words).parse_args(words)
-        assert (args.func.__name__, args.local) == ("_cmd_run", "auto")
+        assert (args.func.__name__, args.local) == ("cmd_run", "auto")
 
 
 def test_help_shows_the_scheme(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from operators.cli import _parser, main
 from operators.cli.cluster import PORT_VARIABLES, local_plane_ports
-from operators.cli.cluster import local_plane as _local_plane
+from operators.cli.local import local_plane as _local_plane
 from operators.cluster import build
 from operators.cluster.controlplane import LocalControlPlane, PortInUse
 from operators.cluster.ports import PORT_SETTINGS, PORTS_FILE, Ports, choose_ports, parse_port, remembered_ports

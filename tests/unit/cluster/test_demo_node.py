@@ -40,7 +40,7 @@ def test_the_demo_nodes_address_is_allowed_and_nothing_else_of_loopback() -> Non
 def test_the_operator_of_the_local_plane_reaches_its_demo_node(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, local: str, reachable: bool, allowed: tuple[str, ...],
 ) -> None:
-    import operators.cli.cluster as cli
+    import operators.cli.local as cli
 
     seen: list[operators.runtime.process.OperatorOptions] = []
 
@@ -147,7 +147,7 @@ def _mark(node: DemoNode) -> bytes:
 def test_without_sshd_the_plane_says_why_and_runs_on(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from operators.cli.cluster import start_demo_node as _start_demo_node
+    from operators.cli.local import start_demo_node as _start_demo_node
 
     monkeypatch.setattr(operators.cluster.sshd, "SSHD", str(tmp_path / "no-sshd"))
     plane = type("Plane", (), {"home": tmp_path})()

@@ -18,6 +18,7 @@ from operators.cli import _parser, canonical_argv
 from operators.environment.models import ENVIRONMENT
 from operators.graphs import DEPLOYMENT_GRAPH, GRAPH_RUN, load_file, load_tasks, merge_graphs
 from operators.graphs import cli as graph_cli
+from operators.graphs import cli_status as graph_status
 from operators.graphs import views as graph_views
 from operators.runtime.kube.client import ApiError, custom_path
 from tests.unit.fakeapi import FakeApi, Request
@@ -414,7 +415,7 @@ def test_the_terminal_view_is_a_tree_of_nodes_with_a_progress_bar(seeded: FakeAp
     console = Console(file=io.StringIO(), width=120, record=True, color_system=None)
     words = canonical_argv(["graph", "status", "r1", "-n", NS])
     args = _parser(words).parse_args(words)
-    assert asyncio.run(graph_cli._status(seeded, args, console=console)) == 1
+    assert asyncio.run(graph_status.status(seeded, args, console=console)) == 1
     text = console.export_text()
     assert "graphrun/r1  environment env-1  types default" in text and "✖ Failed" in text
     for expected in ("node-1  2/2", "node-2  1/1", "✔ success", "✖ failure", "exit code 3", "| no collector",
@@ -521,6 +522,6 @@ def test_a_dry_run_shows_what_it_planned_not_an_empty_bar(seeded: FakeApi) -> No
     seeded.add(f"{RUNS}/dry", graph_run("dry", status("Succeeded", "3 planned (dry run)")))
     console = Console(file=io.StringIO(), width=120, record=True, color_system=None)
     words = canonical_argv(["graph", "status", "dry", "-n", NS])
-    assert asyncio.run(graph_cli._status(seeded, _parser(words).parse_args(words), console=console)) == 0
+    assert asyncio.run(graph_status.status(seeded, _parser(words).parse_args(words), console=console)) == 0
     text = console.export_text()
     assert "3 planned (dry run)" in text and "0/0" not in text and "0%" not in text

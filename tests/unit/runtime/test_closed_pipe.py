@@ -23,6 +23,7 @@ SCRIPT = """\
 import asyncio, sys
 from pathlib import Path
 import operators.cli as cli
+import operators.cli.crds as crds
 from operators.runtime.cli.commands import with_cluster
 
 async def handler(kube):
@@ -30,7 +31,7 @@ async def handler(kube):
         print("line", i)
     return 0
 
-cli._cmd_crds = lambda args: asyncio.run(with_cluster("stead service get", Path(sys.argv[1]), handler))
+crds.cmd_crds = lambda args: asyncio.run(with_cluster("stead service get", Path(sys.argv[1]), handler))
 sys.exit(cli.main(["crds"]))
 """
 
