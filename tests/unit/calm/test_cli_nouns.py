@@ -183,3 +183,26 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
     assert (exit_info.value.code, capsys.readouterr().out) == (0, f"stead {version('stead')}\n")
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parser and every parser under it (a noun's actions, their sub-actions)."""
+    found = [parser]
+    for action in parser._actions:  # argparse keeps its subparsers here, and only here
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                found += _parsers(child)
+    return found
+
+
+@pytest.mark.parametrize("noun", [noun.name for noun in NOUNS])
+def test_every_action_a_parser_names_is_a_function_that_exists(noun: str) -> None:
+    """The CLI names its actions ("module:function", imported when they run): a misspelt one would fail only
+    when a user runs it. Every action of every noun resolves, here, to a callable."""
+    from operators.runtime.cli.nouns import command, load
+
+    actions = [parser.get_default(key) for parser in _parsers(_parser([noun])) for key in ("func", "handler")]
+    actions = [action for action in actions if action is not None]
+    assert actions, f"stead {noun}: no action"
+    for action in actions:  # named ones are loaded now; the others are functions already
+        assert callable(load(action.reference) if isinstance(action, command) else action), action
