@@ -13,27 +13,22 @@ blueprint's dependencies (all through the API server).
 
 The output shown is what the ActionRun's status holds: already masked, secrets never appear.
 
-Only the standard library is imported here at start-up: the models, the Kubernetes client and rich
-are imported by the command that uses them, so that `stead --help` and argument errors are instant.
+This module is the parsers, and what formats a run and a blueprint's dependencies; each action is run from
+`cli_runs`, named ("module:function") and imported only when it runs (`operators.runtime.cli.nouns`, the
+CLI's one lazy point), and the terminal view (rich) from `cli_terminal`, only on a terminal. Parsing imports
+the standard library only, so that `stead --help` and argument errors are instant.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from operators import API_VERSION
 from operators.calm.names import ACTIONRUN_ACTIONS
-from operators.runtime import dump, pairs, parse_instant, pause, run_to_end, with_cluster
-
-if TYPE_CHECKING:
-    from rich.console import Console, RenderableType
-
-    from operators.runtime import Requester
+from operators.runtime import command as lazy
+from operators.runtime import dump, run_to_end, with_cluster
 
 PLURALS = {"App": "apps", "ActionRun": "actionruns", "Blueprint": "blueprints"}
 """The kinds' plurals in API paths, as `operators.calm.models` declares them (a test checks that they
@@ -80,22 +75,21 @@ def run_status(obj: Mapping[str, Any]) -> dict[str, Any]:
             "runLog": list(status.get("runLog") or [])}
 
 
+def run_exit_code(obj: Mapping[str, Any]) -> int:
+    """`stead actionrun logs`' exit code: 1 once the run failed or was aborted."""
+    return 0 if (obj.get("status") or {}).get("state") in (None, "Pending", "Running", "Succeeded") else 1
+
+
+def run_final(obj: Mapping[str, Any]) -> bool:
+    """Whether the run has ended (what `-f` follows it until)."""
+    return (obj.get("status") or {}).get("state") in FINAL
+
+
 def dump_status(obj: Mapping[str, Any], fmt: str) -> str:
     """One JSON or YAML document of the run's status."""
     return dump(run_status(obj), fmt)
 
 
-
-
-def _span(items: Sequence[Mapping[str, Any]], now: datetime, start: str = "startedAt",
-          end: str = "finishedAt") -> str:
-    """How long the items took: first start to last finish, or to now while one of them has not finished."""
-    starts = [t for t in (parse_instant(i.get(start)) for i in items) if t]
-    if not starts:
-        return ""
-    ends = [parse_instant(i.get(end)) for i in items]
-    finish = now if any(e is None for e in ends) else max(e for e in ends if e)
-    return duration((finish - min(starts)).total_seconds())
 
 
 def duration(seconds: float) -> str:
@@ -111,76 +105,6 @@ def duration(seconds: float) -> str:
     return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
 
-STYLES = {"pending": ("◷", "dim"), "running": ("●", "bold yellow"), "success": ("✔", "green"),
-          "failure": ("✖", "bold red"), "aborted": ("⊘", "magenta"), "skipped": ("○", "dim"),
-          "Pending": ("◷", "dim"), "Running": ("●", "bold yellow"), "Succeeded": ("✔", "bold green"),
-          "Failed": ("✖", "bold red"), "Aborted": ("⊘", "bold magenta")}
-
-
-def render_run(obj: Mapping[str, Any], tail: int | None = 0, now: datetime | None = None) -> RenderableType:
-    """The run log tree of an ActionRun for a terminal (what `stead actionrun logs -f` shows live, like `argo watch`):
-    each task and its replicas with state, attempts, exit code, duration and message, the last `tail` lines of
-    each replica's output (None: all of them), and a progress bar of the task instances done."""
-    from rich.console import Group
-    from rich.progress_bar import ProgressBar
-    from rich.table import Table
-    from rich.text import Text
-
-    now = now or datetime.now(UTC)
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    state = str(status.get("state") or "Pending")
-    progress = status.get("progress") or {}
-    done, total = int(progress.get("done", 0)), int(progress.get("total", 0))
-
-    def mark(value: str) -> Text:
-        glyph, style = STYLES.get(value, ("?", ""))
-        return Text(f"{glyph} {value}", style=style)
-
-    took = _span([status], now, "startTime", "endTime") if status.get("startTime") else ""
-    header = Text.assemble(("run ", "dim"), (str(obj["metadata"]["name"]), "bold"), ("  app ", "dim"),
-                           str(spec.get("app") or ""), ("  action ", "dim"), str(spec.get("action") or ""), "  ",
-                           mark(state), (f"  {took}" if took else "", "cyan"))
-    table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0), header_style="bold dim", expand=False)
-    table.add_column("TASK", no_wrap=True)
-    table.add_column("STATE", no_wrap=True)
-    table.add_column("ATTEMPTS", justify="right", no_wrap=True)
-    table.add_column("EXIT", justify="right", no_wrap=True)
-    table.add_column("DURATION", justify="right", no_wrap=True, style="cyan")
-    table.add_column("MESSAGE", overflow="fold", ratio=1)
-    tasks = status.get("runLog") or []
-    for task in tasks:
-        replicas = task.get("replicas") or []
-        label = Text.assemble((str(task["task"]), "bold"), (f"  ({task.get('type')})", "dim"))
-        table.add_row(label, mark(str(task.get("state"))), "", "", _span(replicas, now), "")
-        if task.get("type") == "noop" and not any(r.get("message") for r in replicas):
-            continue
-        for n, inst in enumerate(replicas):
-            last = n == len(replicas) - 1
-            lines = str(inst.get("output") or "").splitlines()
-            if tail is not None:
-                lines = lines[-tail:] if tail > 0 else []
-            exit_code = inst.get("exitCode")
-            table.add_row(Text.assemble(("└─ " if last else "├─ ", "dim"), str(inst.get("target") or "runner")),
-                          mark(str(inst.get("state"))), str(inst.get("attempts", 0)),
-                          "" if exit_code is None else Text(str(exit_code), "red" if exit_code else "green"),
-                          _span([inst], now), Text(str(inst.get("message") or ""), "red" if inst.get(
-                              "state") == "failure" else ""))
-            for line in lines:
-                table.add_row(Text("   " if last else "│  ", "dim"), "", "", "", "",
-                              Text(f"| {line}", style="dim", no_wrap=True, overflow="ellipsis"))
-    colour = {"Succeeded": "green", "Failed": "red", "Aborted": "magenta"}.get(state, "yellow")
-    bar = Table.grid(padding=(0, 1))
-    bar.add_row(ProgressBar(total=max(total, 1), completed=min(done, total) if total > 0 else 0, width=40,
-                            complete_style=colour, finished_style=colour),
-                Text(f"{done}/{total}", style="bold"),
-                Text(f"{(100 * done // total) if total > 0 else 0}%", style="dim"))
-    parts: list[RenderableType] = [header, table if tasks else Text("(no tasks yet)", style="dim"), bar]
-    if status.get("reason"):
-        reason = f"reason: {status.get('failedTask') or ''} {status['reason']}".replace("  ", " ")
-        parts.append(Text(reason, style="red"))
-    return Group(*parts)
-
-
 def _run_command(args: argparse.Namespace) -> int:
     return run_to_end(_call(args))
 
@@ -189,107 +113,6 @@ async def _call(args: argparse.Namespace) -> int:
     """Run the command's handler with a client of the cluster; API errors, an unreachable API server and
     an unusable kubeconfig are one line on stderr and exit code 1 (never a traceback)."""
     return await with_cluster("stead", args.kubeconfig, lambda kube: args.handler(kube, args))
-
-
-async def _launch(kube: Requester, args: argparse.Namespace) -> int:
-    from operators.runtime import ApiError, custom_path
-
-    try:  # an App of a blueprint that does not exist would only wait, Stalled: say so now
-        await kube.request("GET", custom_path(PLURALS["Blueprint"], args.namespace, args.blueprint))
-    except ApiError as error:
-        if error.status != 404:
-            raise
-        listed = await kube.request("GET", custom_path(PLURALS["Blueprint"], args.namespace))
-        names = sorted(str(item["metadata"]["name"]) for item in listed.get("items") or [])
-        print(f"stead: no blueprint {args.blueprint!r} in namespace {args.namespace} (blueprints here: "
-              f"{', '.join(names) or 'none'}); nothing launched", file=sys.stderr)
-        return 1
-    body = {"apiVersion": API_VERSION, "kind": "App", "metadata": {"name": args.name, "namespace": args.namespace},
-            "spec": {"blueprint": args.blueprint, "inputs": pairs(args.input, "--input")}}
-    await kube.request("POST", custom_path(PLURALS["App"], args.namespace), body)
-    print(f"app/{args.name} launched (its create run: {args.name}-create)")
-    return 0
-
-
-async def _run_action(kube: Requester, args: argparse.Namespace) -> int:
-    from operators.runtime import custom_path
-
-    body = {"apiVersion": API_VERSION, "kind": "ActionRun",
-            "metadata": {"generateName": f"{args.app}-{args.action}-"[:60].lower().replace("_", "-"),
-                         "namespace": args.namespace},
-            "spec": {"app": args.app, "action": args.action, "arguments": pairs(args.arg, "--arg")}}
-    made = await kube.request("POST", custom_path(PLURALS["ActionRun"], args.namespace), body)
-    args.run = made["metadata"]["name"]
-    print(f"actionrun/{args.run} created")
-    return await _logs(kube, args) if args.follow else 0
-
-
-def _exit_code(obj: Mapping[str, Any]) -> int:
-    return 0 if (obj.get("status") or {}).get("state") in (None, "Pending", "Running", "Succeeded") else 1
-
-
-def _final(obj: Mapping[str, Any]) -> bool:
-    return (obj.get("status") or {}).get("state") in FINAL
-
-
-async def _logs(kube: Requester, args: argparse.Namespace, console: Console | None = None) -> int:
-    """Print the run (plain text, a rich view on a terminal, or -o json|yaml); -f: until it is final."""
-
-    from operators.runtime import custom_path
-
-    path = custom_path(PLURALS["ActionRun"], args.namespace, args.run)
-    output, tail = getattr(args, "output", None), getattr(args, "tail", None)
-    if output:
-        obj = await kube.request("GET", path)
-        while args.follow and not _final(obj):
-            await pause(1.0)
-            obj = await kube.request("GET", path)
-        print(dump_status(obj, output))
-        return _exit_code(obj)
-    if console is not None or sys.stdout.isatty():
-        return await _logs_rich(kube, args, path, tail, console)
-    shown = ""
-    while True:
-        obj = await kube.request("GET", path)
-        text = format_run(obj)
-        if not args.follow:
-            print(text)
-            return _exit_code(obj)
-        if text != shown:
-            print(text, flush=True)
-            shown = text
-        if _final(obj):
-            return _exit_code(obj)
-        await pause(1.0)
-
-
-async def _logs_rich(kube: Requester, args: argparse.Namespace, path: str, tail: int | None,
-                     console: Console | None) -> int:
-    """The terminal view: printed once, or (-f) redrawn in place every second until the run is final."""
-
-    from rich.console import Console
-    from rich.live import Live
-
-    console = console or Console()
-    obj = await kube.request("GET", path)
-    if not args.follow:
-        console.print(render_run(obj, tail=tail))
-        return _exit_code(obj)
-    with Live(render_run(obj, tail=tail or 0), console=console, auto_refresh=False, transient=False) as live:
-        while not _final(obj):
-            await pause(1.0)
-            obj = await kube.request("GET", path)
-            live.update(render_run(obj, tail=tail or 0), refresh=True)
-    return _exit_code(obj)
-
-
-async def _abort(kube: Requester, args: argparse.Namespace) -> int:
-    from operators.runtime import custom_path
-
-    await kube.request("PATCH", custom_path(PLURALS["ActionRun"], args.namespace, args.run), {"spec": {"abort": True}},
-                       content_type="application/merge-patch+json")
-    print(f"actionrun/{args.run}: abort requested")
-    return 0
 
 
 # --- stead blueprint deps --------------------------------------------------------------------------
@@ -341,14 +164,6 @@ def dump_deps(obj: Mapping[str, Any], fmt: str) -> str:
     return dump(list((obj.get("status") or {}).get("dependencyList") or []), fmt)
 
 
-async def _deps(kube: Requester, args: argparse.Namespace) -> int:
-    from operators.runtime import custom_path
-
-    obj = await kube.request("GET", custom_path(PLURALS["Blueprint"], args.namespace, args.name))
-    print(dump_deps(obj, args.output) if args.output else format_deps(obj))
-    return 1 if (obj.get("status") or {}).get("errors") else 0
-
-
 # --- the parsers -----------------------------------------------------------------------------------
 
 
@@ -373,7 +188,7 @@ def add_app_actions(app: argparse.ArgumentParser) -> None:
     launch.add_argument("--blueprint", required=True)
     launch.add_argument("--input", action="append", default=[], metavar="NAME=VALUE")
     _common(launch)
-    launch.set_defaults(handler=_launch)
+    launch.set_defaults(handler=lazy("operators.calm.cli_runs:launch_app"))
     run = asub.add_parser("run", help="run an action of an app (an ActionRun)")
     run.add_argument("app")
     run.add_argument("action")
@@ -381,7 +196,7 @@ def add_app_actions(app: argparse.ArgumentParser) -> None:
     run.add_argument("-f", "--follow", action="store_true")
     run.add_argument("--tail", type=_lines, metavar="N", help="on a terminal: the last N output lines per replica")
     _common(run)
-    run.set_defaults(handler=_run_action)
+    run.set_defaults(handler=lazy("operators.calm.cli_runs:run_action"))
 
 
 def add_actionrun_actions(runs: argparse.ArgumentParser) -> None:
@@ -395,11 +210,11 @@ def add_actionrun_actions(runs: argparse.ArgumentParser) -> None:
     logs.add_argument("--tail", type=_lines, metavar="N",
                       help="on a terminal: the last N output lines per replica (default: all; with -f: none)")
     _common(logs)
-    logs.set_defaults(handler=_logs)
+    logs.set_defaults(handler=lazy("operators.calm.cli_runs:logs"))
     abort = rsub.add_parser("abort", help="abort a run")
     abort.add_argument("run")
     _common(abort)
-    abort.set_defaults(handler=_abort)
+    abort.set_defaults(handler=lazy("operators.calm.cli_runs:abort"))
 
 
 def add_blueprint_actions(blueprint: argparse.ArgumentParser) -> None:
@@ -410,7 +225,7 @@ def add_blueprint_actions(blueprint: argparse.ArgumentParser) -> None:
     deps.add_argument("name")
     deps.add_argument("-o", "--output", choices=["json", "yaml"], help="print status.dependencyList as it is")
     _common(deps)
-    deps.set_defaults(handler=_deps)
+    deps.set_defaults(handler=lazy("operators.calm.cli_runs:deps"))
 
 
 __all__ = [
@@ -422,5 +237,6 @@ __all__ = [
     "dump_status",
     "format_deps",
     "format_run",
-    "render_run",
+    "run_exit_code",
+    "run_final",
 ]

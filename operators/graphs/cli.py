@@ -30,8 +30,9 @@ Every action takes `-n NAMESPACE` and `--kubeconfig`. A refusal (the admission w
 
 This module is the parser; each action is run from its own module, named ("module:function") and imported
 only when it runs (`operators.runtime.cli.nouns`, the CLI's one lazy point): `cli_objects` (list, delete),
-`cli_upload` (upload, download: the models, yaml), `cli_runs` (execute, plan), `cli_status` (status: rich on a
-terminal), `cli_output` (logs, history: the operator's API). Parsing imports the standard library only.
+`cli_upload` (upload, download: the models, yaml), `cli_runs` (execute, plan), `cli_status` (status), whose
+view on a terminal is `cli_terminal`'s (rich), `cli_output` (logs, history: the operator's API). Parsing
+imports the standard library only.
 """
 
 

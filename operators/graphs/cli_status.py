@@ -10,11 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 from operators.graphs.cli import FINAL, RUNS
 from operators.graphs.cli_objects import object_path
-from operators.graphs.views import format_run, render_run
+from operators.graphs.views import format_run
 from operators.runtime import ApiError, CommandError, Requester, dump, pause
+from operators.runtime import command as lazy
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+STATUS_RICH = lazy("operators.graphs.cli_terminal:status_rich")
+"""The terminal view: its module imports rich, which piped output and -o never need."""
 
 
 def exit_code(obj: Mapping[str, Any]) -> int:
@@ -40,7 +44,8 @@ async def status(kube: Requester, args: argparse.Namespace, console: Console | N
         print(dump(obj.get("status") or {}, output))
         return exit_code(obj)
     if console is not None or sys.stdout.isatty():
-        return await status_rich(kube, path, obj, follow, interval, console)
+        code: int = await STATUS_RICH(kube, path, obj, follow, interval, console)
+        return code
     shown = ""
     while True:
         text = format_run(obj)
@@ -63,22 +68,3 @@ async def get_run(kube: Requester, args: argparse.Namespace) -> dict[str, Any]:
     names = sorted(str(i["metadata"]["name"]) for i in listed.get("items") or [])[-10:]
     raise CommandError(f"no graph run {args.run!r} in namespace {args.namespace} (runs here: "
                        f"{', '.join(names) or 'none'})")
-
-
-async def status_rich(kube: Requester, path: str, obj: dict[str, Any], follow: bool, interval: float,
-                       console: Console | None) -> int:
-    """The terminal view: printed once, or (-f) redrawn in place until the run ends."""
-    # here, not above: rich is for a terminal only (piped output and -o never import it)
-    from rich.console import Console
-    from rich.live import Live
-
-    console = console or Console()
-    if not follow:
-        console.print(render_run(obj))
-        return exit_code(obj)
-    with Live(render_run(obj), console=console, auto_refresh=False, transient=False) as live:
-        while not final(obj):
-            await pause(interval)
-            obj = await kube.request("GET", path)
-            live.update(render_run(obj), refresh=True)
-    return exit_code(obj)

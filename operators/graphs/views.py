@@ -1,22 +1,20 @@
 """How `stead graph` shows graphs and runs: the tables of `list` and `history`, a run's tree of nodes and tasks
 (as text, and drawn live with rich on a terminal), and a plan. Pure functions of the objects as the API
-server returns them, tested without a cluster; rich is imported only to draw.
+server returns them, tested without a cluster; the drawing with rich is `cli_terminal`'s, imported only on a
+terminal.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from operators.graphs.objects import owner_of, type_of
 from operators.runtime import parse_instant, table
 
-if TYPE_CHECKING:
-    from rich.console import RenderableType
 
 def format_graphs(items: Sequence[Mapping[str, Any]]) -> str:
-    from operators.graphs.objects import owner_of, type_of
-
     rows = []
     for item in items:
         owner = owner_of(item)
@@ -28,16 +26,15 @@ def format_graphs(items: Sequence[Mapping[str, Any]]) -> str:
 def progress_bar(progress: str | None, width: int = 20) -> str:
     if progress and "/" not in progress:  # a dry run's "3 planned (dry run)": nothing ran, no bar
         return progress
-    done, total = _progress(progress)
+    done, total = progress_counts(progress)
     filled = 0 if total <= 0 else max(0, min(width, done * width // total))
     return "[" + "#" * filled + "." * (width - filled) + f"] {done}/{total}"
 
 
-def _progress(progress: str | None) -> tuple[int, int]:
+def progress_counts(progress: str | None) -> tuple[int, int]:
+    """A run's progress ("done/total") as numbers; (0, 0) when it is not one."""
     done, _, total = str(progress or "0/0").partition("/")
     return (int(done), int(total)) if done.isdigit() and total.isdigit() else (0, 0)
-
-
 
 
 def took(task: Mapping[str, Any], now: datetime | None = None) -> str:
@@ -53,7 +50,8 @@ def took(task: Mapping[str, Any], now: datetime | None = None) -> str:
     return f"{whole}s" if whole < 60 else f"{whole // 60}m{whole % 60:02d}s"
 
 
-def _header(obj: Mapping[str, Any]) -> str:
+def run_header(obj: Mapping[str, Any]) -> str:
+    """The first line of a run's views: its name, environment, types, mode and state."""
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     types = ",".join(str(g.get("type") or "default") for g in spec.get("graphs") or [])
     mode = " (dry run)" if spec.get("dryRun") else " (noop)" if spec.get("noop") else ""
@@ -61,7 +59,8 @@ def _header(obj: Mapping[str, Any]) -> str:
             f"{status.get('state') or 'Pending'}")
 
 
-def _footer(obj: Mapping[str, Any]) -> list[str]:
+def run_footer(obj: Mapping[str, Any]) -> list[str]:
+    """The last lines of a run's views: what the status leaves out, and why the run failed."""
     status = obj.get("status") or {}
     lines = []
     if status.get("omitted"):
@@ -97,7 +96,7 @@ def format_run(obj: Mapping[str, Any], now: datetime | None = None) -> str:
     """A GraphRun as `stead graph status` prints it: a header, each node with its tasks (state, attempts,
     time, reason; failed tasks' output tails), the progress, and why it failed."""
     status = obj.get("status") or {}
-    lines = [_header(obj)]
+    lines = [run_header(obj)]
     for node in status.get("nodes") or []:
         lines.append(str(node.get("name") or "(anchors)"))
         tasks = node.get("tasks") or []
@@ -116,66 +115,8 @@ def format_run(obj: Mapping[str, Any], now: datetime | None = None) -> str:
     if not status.get("nodes"):
         lines.append("(no plan yet)")
     lines.append(f"progress {progress_bar(status.get('progress'))}")
-    lines.extend(_footer(obj))
+    lines.extend(run_footer(obj))
     return "\n".join(lines)
-
-
-STYLES = {"planned": ("◷", "dim"), "pending": ("◷", "dim"), "running": ("●", "bold yellow"),
-          "success": ("✔", "green"), "failure": ("✖", "bold red"), "aborted": ("⊘", "magenta"),
-          "skipped": ("○", "dim"), "noop": ("◌", "cyan"), "Pending": ("◷", "dim"), "Planning": ("◷", "yellow"),
-          "Running": ("●", "bold yellow"), "Succeeded": ("✔", "bold green"), "Failed": ("✖", "bold red"),
-          "Aborted": ("⊘", "bold magenta")}
-
-
-def render_run(obj: Mapping[str, Any], now: datetime | None = None) -> RenderableType:
-    """The terminal view of a GraphRun (what `-f` redraws in place): a tree of nodes and their tasks with
-    state marks, and a progress bar of the planned task instances finished."""
-    from rich.console import Group
-    from rich.progress_bar import ProgressBar
-    from rich.table import Table
-    from rich.text import Text
-    from rich.tree import Tree
-
-    status = obj.get("status") or {}
-    state = str(status.get("state") or "Pending")
-
-    def mark(value: str) -> Text:
-        glyph, style = STYLES.get(value, ("?", ""))
-        return Text(f"{glyph} {value}", style=style)
-
-    tree = Tree(Text.assemble((_header(obj).rsplit("  ", 1)[0], "bold"), "  ", mark(state)))
-    for node in status.get("nodes") or []:
-        tasks = node.get("tasks") or []
-        done = sum(1 for t in tasks if t.get("state") in ("success", "failure", "aborted", "skipped", "noop"))
-        branch = tree.add(Text.assemble((str(node.get("name") or "(anchors)"), "bold cyan"),
-                                        (f"  {done}/{len(tasks)}", "dim")))
-        for task in tasks:
-            extra = [f"attempts {task['attempts']}"] if task.get("attempts") else []
-            if took(task, now):
-                extra.append(took(task, now))
-            line = Text.assemble((str(task["task"]), "bold"), "  ", mark(str(task.get("state"))),
-                                 ("".join(f"  {e}" for e in extra), "dim"))
-            if task.get("reason"):
-                line.append(f"  {task['reason']}", style="red" if task.get("state") == "failure" else "dim")
-            if would_change(task):
-                line.append(f"  {would_change(task)}", style="cyan")
-            leaf = branch.add(line)
-            for out in str(task.get("output") or "").splitlines()[-10:]:
-                leaf.add(Text(f"| {out}", style="dim", no_wrap=True, overflow="ellipsis"))
-    done, total = _progress(status.get("progress"))
-    if status.get("progress") and "/" not in str(status["progress"]):  # a dry run: nothing ran, no bar
-        parts: list[RenderableType] = [tree, Text(str(status["progress"]), style="bold")]
-        parts.extend(Text(line, style="dim") for line in _footer(obj))
-        return Group(*parts)
-    colour = {"Succeeded": "green", "Failed": "red", "Aborted": "magenta"}.get(state, "yellow")
-    bar = Table.grid(padding=(0, 1))
-    bar.add_row(ProgressBar(total=max(total, 1), completed=min(done, total) if total > 0 else 0, width=40,
-                            complete_style=colour, finished_style=colour),
-                Text(f"{done}/{total}", style="bold"), Text(f"{(100 * done // total) if total > 0 else 0}%",
-                                                            style="dim"))
-    parts = [tree, bar]
-    parts.extend(Text(line, style="red" if line.startswith("reason") else "dim") for line in _footer(obj))
-    return Group(*parts)
 
 
 def format_plan(obj: Mapping[str, Any]) -> str:
@@ -185,7 +126,7 @@ def format_plan(obj: Mapping[str, Any]) -> str:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     types = ", ".join(str(g.get("type") or "default") for g in spec.get("graphs") or [])
     if status.get("state") != "Succeeded":
-        return "\n".join([f"environment {spec.get('environment')}, types {types}: no plan", *_footer(obj)])
+        return "\n".join([f"environment {spec.get('environment')}, types {types}: no plan", *run_footer(obj)])
     lines = [f"environment {spec.get('environment')}, types {types}: the plan (nothing ran)"]
     for node in status.get("nodes") or []:
         lines.append(str(node.get("name") or "(anchors: stages and groups, on no node)"))

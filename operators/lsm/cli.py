@@ -17,31 +17,30 @@ An ID is the instance's name, its uid, or `<identity>=<value>` (the entity's ide
 action takes `-n NAMESPACE` and `--kubeconfig`. A refusal (the admission webhook's 409 or 422, a 404)
 is one line on stderr and exit code 1.
 
-Only the standard library is imported at start-up: the Kubernetes client, the models, yaml and rich
-are imported by the command that uses them.
+This module is the parser, and what reads the values and formats the objects; each action is run from its
+own module, named ("module:function") and imported only when it runs (`operators.runtime.cli.nouns`, the
+CLI's one lazy point): `cli_actions` (the instances: the API client's paths and errors), `cli_catalog`
+(catalog: the built-in lifecycles' models). Parsing imports the standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
-import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from operators import API_VERSION
 from operators.runtime import (
     CommandError,
     cluster_arguments,
-    dump,
     output,
     pairs,
     refusals_as_lines,
     run_to_end,
     with_cluster,
 )
+from operators.runtime import command as lazy
 
 if TYPE_CHECKING:
     from operators.runtime import Requester
@@ -50,9 +49,6 @@ ENTITIES = "serviceentities"
 INSTANCES = "serviceinstances"
 """The kinds' plurals in API paths, as `operators.lsm.models` declares them (a test checks that they agree)."""
 
-UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-
-
 class Kube(Protocol):
     async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
                       params: dict[str, str] | None = None) -> dict[str, Any]: ...
@@ -60,12 +56,6 @@ class Kube(Protocol):
 
 CliError = CommandError
 """A one-line refusal of the CLI itself (no such instance, a malformed --attr)."""
-
-
-def _path(plural: str, namespace: str, name: str | None = None) -> str:
-    from operators.runtime import custom_path
-
-    return custom_path(plural, namespace, name)
 
 
 # --- reading values ---------------------------------------------------------------------------------
@@ -132,54 +122,12 @@ def typed_attrs(given: Mapping[str, str], entity: Mapping[str, Any] | None) -> d
     return out
 
 
-# --- finding an instance ----------------------------------------------------------------------------
-
-
-async def find_instance(kube: Kube, namespace: str, ident: str) -> dict[str, Any]:
-    """The instance an ID names: a name, a uid, or `<identity>=<value>` (CliError when none or several)."""
-    from operators.runtime import ApiError
-
-    if "=" not in ident and not UID.match(ident):
-        try:
-            return await kube.request("GET", _path(INSTANCES, namespace, ident))
-        except ApiError as error:
-            if error.status != 404:
-                raise
-            raise CliError(f"no service instance {ident!r} in namespace {namespace}") from None
-    items = (await kube.request("GET", _path(INSTANCES, namespace))).get("items") or []
-    if "=" in ident:
-        key, _, value = ident.partition("=")
-        entities = (await kube.request("GET", _path(ENTITIES, namespace))).get("items") or []
-        identity = {str(e["metadata"]["name"]): (e.get("spec") or {}).get("identity") for e in entities}
-        found = [i for i in items if identity.get(str((i.get("spec") or {}).get("entity"))) == key
-                 and not (i.get("status") or {}).get("deleted")
-                 and _identity(i, key) == value]
-    else:
-        found = [i for i in items if (i.get("metadata") or {}).get("uid") == ident]
-    if not found:
-        raise CliError(f"no service instance {ident!r} in namespace {namespace}")
-    if len(found) > 1:
-        names = ", ".join(f"{(i.get('spec') or {}).get('entity')}/{i['metadata']['name']}" for i in found)
-        raise CliError(f"{ident!r} names {len(found)} service instances in namespace {namespace} ({names}): "
-                       "give a name")
-    return dict(found[0])
-
-
-def _identity(obj: Mapping[str, Any], key: str) -> str:
-    known = (obj.get("status") or {}).get("identity")
-    return _text(known if known is not None else ((obj.get("spec") or {}).get("attributes") or {}).get(key))
-
-
-def _text(value: Any) -> str:
-    return "" if value is None else str(value)
-
-
-def _version(obj: Mapping[str, Any]) -> int | None:
-    version = (obj.get("status") or {}).get("version")
-    return int(version) if version is not None else None
-
-
 # --- formatting -------------------------------------------------------------------------------------
+
+
+def as_text(value: Any) -> str:
+    """A value as a table cell or a line shows it (None: empty)."""
+    return "" if value is None else str(value)
 
 
 def age(created: Any, now: datetime | None = None) -> str:
@@ -236,8 +184,8 @@ def _lifecycle_ref(entity: Mapping[str, Any]) -> str:
 
 
 def format_list(items: Sequence[Mapping[str, Any]], now: datetime | None = None) -> str:
-    rows = [(str(i["metadata"]["name"]), _text((i.get("status") or {}).get("identity")),
-             _text((i.get("status") or {}).get("state")), _text((i.get("status") or {}).get("version")),
+    rows = [(str(i["metadata"]["name"]), as_text((i.get("status") or {}).get("identity")),
+             as_text((i.get("status") or {}).get("state")), as_text((i.get("status") or {}).get("version")),
              _ready(i), age((i.get("metadata") or {}).get("creationTimestamp"), now)) for i in items]
     return table(("NAME", "IDENTITY", "STATE", "VERSION", "READY", "AGE"), rows)
 
@@ -287,126 +235,9 @@ def format_log(obj: Mapping[str, Any]) -> str:
             extra.append("(error)")
         if entry.get("message"):
             extra.append(str(entry["message"]))
-        rows.append((_text(entry.get("from")) or "-", "->", _text(entry.get("to")), _text(entry.get("trigger")),
-                     f"v{_text(entry.get('version'))}", _text(entry.get("time")), " ".join(extra)))
+        rows.append((as_text(entry.get("from")) or "-", "->", as_text(entry.get("to")), as_text(entry.get("trigger")),
+                     f"v{as_text(entry.get('version'))}", as_text(entry.get("time")), " ".join(extra)))
     return table(("FROM", "", "TO", "TRIGGER", "VERSION", "TIME", "MESSAGE"), rows)
-
-
-# --- the actions ------------------------------------------------------------------------------------
-
-
-async def _catalog(kube: Kube, args: argparse.Namespace) -> int:
-    from operators.lsm.builtin import BUILTINS
-
-    entities = (await kube.request("GET", _path(ENTITIES, args.namespace))).get("items") or []
-    builtins = {str(name): spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-                for name, spec in BUILTINS.items()}
-    if args.output:
-        print(dump({"entities": entities, "builtinLifecycles": builtins}, args.output))
-    else:
-        print(format_catalog(entities, builtins))
-    return 0
-
-
-async def _list(kube: Kube, args: argparse.Namespace) -> int:
-    from operators.runtime import ApiError
-
-    try:
-        await kube.request("GET", _path(ENTITIES, args.namespace, args.entity))
-    except ApiError as error:
-        if error.status != 404:
-            raise
-        raise CliError(f"no service entity {args.entity!r} in namespace {args.namespace}") from None
-    items = [i for i in (await kube.request("GET", _path(INSTANCES, args.namespace))).get("items") or []
-             if (i.get("spec") or {}).get("entity") == args.entity]
-    if args.output:
-        print(dump(items, args.output))
-    elif items:
-        print(format_list(items))
-    else:
-        print(f"no instances of {args.entity} in namespace {args.namespace}", file=sys.stderr)
-    return 0
-
-
-async def _create(kube: Kube, args: argparse.Namespace) -> int:
-    from operators.runtime import ApiError
-
-    given = parse_attrs(args.attr)
-    try:
-        entity = await kube.request("GET", _path(ENTITIES, args.namespace, args.entity))
-    except ApiError as error:
-        if error.status != 404:
-            raise
-        raise CliError(f"no service entity {args.entity!r} in namespace {args.namespace}; nothing created") from None
-    body = {"apiVersion": API_VERSION, "kind": "ServiceInstance",
-            "metadata": {"name": args.name, "namespace": args.namespace},
-            "spec": {"entity": args.entity, "attributes": typed_attrs(given, entity)}}
-    made = await kube.request("POST", _path(INSTANCES, args.namespace), body)
-    print(f"serviceinstance/{made['metadata']['name']} created (entity {args.entity})")
-    return 0
-
-
-async def _get(kube: Kube, args: argparse.Namespace) -> int:
-    obj = await find_instance(kube, args.namespace, args.id)
-    print(dump(obj, args.output) if args.output else format_instance(obj))
-    return 0
-
-
-async def _update(kube: Kube, args: argparse.Namespace) -> int:
-    given = parse_attrs(args.attr)
-    if not given:
-        raise CliError("nothing to update: give --attr NAME=VALUE")
-    obj = await find_instance(kube, args.namespace, args.id)
-    name, spec = obj["metadata"]["name"], obj.get("spec") or {}
-    entity = None
-    from operators.runtime import ApiError
-
-    try:
-        entity = await kube.request("GET", _path(ENTITIES, args.namespace, str(spec.get("entity"))))
-    except ApiError as error:
-        if error.status != 404:
-            raise
-    attributes = {**dict(spec.get("attributes") or {}), **typed_attrs(given, entity)}
-    attributes = {k: v for k, v in attributes.items() if v is not None}
-    version = _version(obj)
-    patch: dict[str, Any] = {"spec": {"attributes": attributes, "currentVersion": version}}
-    removed = set(dict(spec.get("attributes") or {})) - set(attributes)
-    for key in removed:  # a merge patch keeps what it does not name: null removes
-        patch["spec"]["attributes"][key] = None
-    await kube.request("PATCH", _path(INSTANCES, args.namespace, name), patch,
-                       content_type="application/merge-patch+json")
-    print(f"serviceinstance/{name}: update sent at version {version}")
-    return 0
-
-
-async def _set_state(kube: Kube, args: argparse.Namespace) -> int:
-    obj = await find_instance(kube, args.namespace, args.id)
-    name, version = obj["metadata"]["name"], _version(obj)
-    if version is None:
-        raise CliError(f"serviceinstance/{name} has no version yet (not taken in by the operator): try again")
-    request: dict[str, Any] = {"target": args.target, "currentVersion": version}
-    if args.message:
-        request["message"] = args.message
-    await kube.request("PATCH", _path(INSTANCES, args.namespace, name), {"spec": {"stateRequest": request}},
-                       content_type="application/merge-patch+json")
-    print(f"serviceinstance/{name}: state {args.target} requested at version {version} "
-          f"(from {(obj.get('status') or {}).get('state')})")
-    return 0
-
-
-async def _delete(kube: Kube, args: argparse.Namespace) -> int:
-    obj = await find_instance(kube, args.namespace, args.id)
-    name = obj["metadata"]["name"]
-    await kube.request("DELETE", _path(INSTANCES, args.namespace, name),
-                       {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": obj["metadata"]["uid"]}})
-    print(f"serviceinstance/{name}: delete requested (in state {(obj.get('status') or {}).get('state')})")
-    return 0
-
-
-async def _log(kube: Kube, args: argparse.Namespace) -> int:
-    obj = await find_instance(kube, args.namespace, args.id)
-    print(format_log(obj))
-    return 0
 
 
 # --- running a command ------------------------------------------------------------------------------
@@ -433,11 +264,11 @@ def add_service_actions(service: argparse.ArgumentParser) -> None:
     ident = "the instance: its name, its uid, or IDENTITY=VALUE"
     catalog = sub.add_parser("catalog", help="the namespace's service entities and the built-in lifecycles")
     cluster_arguments(catalog, _run_command, output=True)
-    catalog.set_defaults(handler=_catalog)
+    catalog.set_defaults(handler=lazy("operators.lsm.cli_catalog:catalog"))
     listing = sub.add_parser("list", help="the instances of an entity")
     listing.add_argument("entity")
     cluster_arguments(listing, _run_command, output=True)
-    listing.set_defaults(handler=_list)
+    listing.set_defaults(handler=lazy("operators.lsm.cli_actions:list_instances"))
     create = sub.add_parser("create", help="create an instance of an entity", formatter_class=raw,
                             description="Create a ServiceInstance of ENTITY named NAME with the attributes given.",
                             epilog=f"{ATTR_HELP}\n\nexample:\n  stead service create greeter hello -n demo "
@@ -447,11 +278,11 @@ def add_service_actions(service: argparse.ArgumentParser) -> None:
     create.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE",
                         help="an attribute's value, read by its type (below); repeat for each attribute")
     cluster_arguments(create, _run_command)
-    create.set_defaults(handler=_create)
+    create.set_defaults(handler=lazy("operators.lsm.cli_actions:create"))
     get = sub.add_parser("get", help="an instance: state, version, attribute sets, ways out")
     get.add_argument("id", help=ident)
     cluster_arguments(get, _run_command, output=True)
-    get.set_defaults(handler=_get)
+    get.set_defaults(handler=lazy("operators.lsm.cli_actions:get"))
     update = sub.add_parser("update", help="change attributes (sent with the current version)", formatter_class=raw,
                             description="Send the instance's attributes with these changed (spec.attributes), "
                             "at the version read (spec.currentVersion).",
@@ -461,22 +292,22 @@ def add_service_actions(service: argparse.ArgumentParser) -> None:
                         help="an attribute's new value, read by its type (below; empty: removed, for a non-string "
                         "one); repeat for each attribute")
     cluster_arguments(update, _run_command)
-    update.set_defaults(handler=_update)
+    update.set_defaults(handler=lazy("operators.lsm.cli_actions:update"))
     set_state = sub.add_parser("set-state", help="request a state (an apiSetState transfer), at the current version")
     set_state.add_argument("id", help=ident)
     set_state.add_argument("target")
     set_state.add_argument("--message", help="why, for the log")
     cluster_arguments(set_state, _run_command)
-    set_state.set_defaults(handler=_set_state)
+    set_state.set_defaults(handler=lazy("operators.lsm.cli_actions:set_state"))
     delete = sub.add_parser("delete", help="delete an instance (its on_delete transfer)")
     delete.add_argument("id", help=ident)
     cluster_arguments(delete, _run_command)
-    delete.set_defaults(handler=_delete)
+    delete.set_defaults(handler=lazy("operators.lsm.cli_actions:delete"))
     log = sub.add_parser("log", help="the transfer log: from, to, trigger, version, time, message")
     log.add_argument("id", help=ident)
     cluster_arguments(log, _run_command)
-    log.set_defaults(handler=_log)
+    log.set_defaults(handler=lazy("operators.lsm.cli_actions:log"))
 
 
-__all__ = ["add_service_actions", "dispatch", "find_instance", "format_catalog", "format_instance", "format_list",
+__all__ = ["add_service_actions", "as_text", "dispatch", "format_catalog", "format_instance", "format_list",
            "format_log", "typed_value"]

@@ -16,8 +16,9 @@ import pytest
 import yaml
 from rich.console import Console
 
-from operators.calm import cli
-from operators.calm.cli import dump_status, duration, format_run, progress_bar, render_run
+from operators.calm import cli_runs, cli_terminal
+from operators.calm.cli import dump_status, duration, format_run, progress_bar
+from operators.calm.cli_terminal import render_run
 from operators.cli import _parser, canonical_argv
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -120,7 +121,7 @@ class Kube:
 def logs(kube: Kube, console: Console | None = None, **options: Any) -> int:
     args = argparse.Namespace(run="shop-create", namespace="default", follow=False, output=None, tail=None)
     vars(args).update(options)
-    return asyncio.run(cli._logs(kube, args, console))  # type: ignore[arg-type]
+    return asyncio.run(cli_runs.logs(kube, args, console))  # type: ignore[arg-type]
 
 
 @pytest.fixture(autouse=True)
@@ -128,7 +129,8 @@ def no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
     async def sleep(_: float) -> None:
         return None
 
-    monkeypatch.setattr(cli, "pause", sleep)  # cli._logs polls once a second
+    for module in (cli_runs, cli_terminal):  # the plain and the terminal views of `logs -f` poll once a second
+        monkeypatch.setattr(module, "pause", sleep)
 
 
 def test_not_on_a_terminal_the_plain_text_is_printed_as_before(capsys: pytest.CaptureFixture[str]) -> None:

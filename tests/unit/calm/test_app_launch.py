@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from operators.calm.app import BLUEPRINT_RECHECK_SECONDS, KIND, launch
-from operators.calm.cli import _launch
+from operators.calm.cli_runs import launch_app
 from operators.runtime.core.pipeline import Observed, PermanentError, StepContext, StoredRecord, TemporaryError
 from operators.runtime.core.store import LocalStore, object_key
 from tests.unit.fakeapi import FakeApi
@@ -74,10 +74,10 @@ def test_the_cli_refuses_to_launch_from_a_missing_blueprint(kube: FakeApi, capsy
     kube.add(f"{BLUEPRINTS}/web", {"spec": {}})
     kube.add(f"{BLUEPRINTS}/three-tier", {"spec": {}})
     args = argparse.Namespace(name="ghost", namespace="ns", blueprint="no-such-bp", input=[])
-    assert asyncio.run(_launch(kube, args)) == 1
+    assert asyncio.run(launch_app(kube, args)) == 1
     assert capsys.readouterr().err == ("stead: no blueprint 'no-such-bp' in namespace ns (blueprints here: "
                                        "three-tier, web); nothing launched\n")
     assert kube.count("POST") == 0
     args.blueprint = "web"
-    assert asyncio.run(_launch(kube, args)) == 0
+    assert asyncio.run(launch_app(kube, args)) == 0
     assert capsys.readouterr().out == "app/ghost launched (its create run: ghost-create)\n"

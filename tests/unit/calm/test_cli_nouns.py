@@ -62,11 +62,11 @@ def test_every_spelling_reaches_the_same_action() -> None:
     for argv in (["actionrun", "logs", "r"], ["ar", "logs", "r"], ["run", "logs", "r"], ["runs", "logs", "r"]):
         words = canonical_argv(argv)
         args = _parser(words).parse_args(words)
-        assert (args.handler.__name__, args.run) == ("_logs", "r")
+        assert (args.handler.__name__, args.run) == ("logs", "r")
     for argv in (["blueprint", "deps", "bp1", "-o", "yaml"], ["bp", "deps", "bp1", "-o", "yaml"]):
         words = canonical_argv(argv)
         args = _parser(words).parse_args(words)
-        assert (args.handler.__name__, args.name, args.output) == ("_deps", "bp1", "yaml")
+        assert (args.handler.__name__, args.name, args.output) == ("deps", "bp1", "yaml")
     for argv in (["operator", "--local", "auto"], ["run", "--local", "auto"]):
         words = canonical_argv(argv)
         args = _parser(words).parse_args(words)

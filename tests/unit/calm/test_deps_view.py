@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from operators.calm import cli
+from operators.calm import cli_runs
 from operators.calm.cli import PLURALS, dependency_why, dump_deps, format_deps
 from operators.calm.compiler import compile_blueprint
 from operators.calm.models import ACTIONRUN, APP, BLUEPRINT, BlueprintSpec
@@ -91,11 +91,11 @@ def test_the_command_reads_the_blueprint_and_exits_1_when_it_failed_to_compile(
 ) -> None:
     kube = Kube(three_tier())
     args = argparse.Namespace(name="three-tier", namespace="shop", output=None)
-    assert asyncio.run(cli._deps(kube, args)) == 0  # type: ignore[arg-type]
+    assert asyncio.run(cli_runs.deps(kube, args)) == 0  # type: ignore[arg-type]
     assert kube.paths == ["/apis/stead.dev/v1alpha1/namespaces/shop/blueprints/three-tier"]
     assert len(capsys.readouterr().out.splitlines()) == 10
     failing = Kube({"metadata": {"name": "bad"}, "status": {"state": "Error", "errors": ["boom"]}})
-    assert asyncio.run(cli._deps(failing, args)) == 1  # type: ignore[arg-type]
+    assert asyncio.run(cli_runs.deps(failing, args)) == 1  # type: ignore[arg-type]
 
 
 def test_the_plurals_of_the_paths_are_the_models() -> None:

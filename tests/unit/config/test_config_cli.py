@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from operators.config.api import ConfigApi
-from operators.config.cli import add_config_commands, check_args, run_config, values_url
+from operators.config.cli import add_config_commands
+from operators.config.cli_run import check_args, run_config, values_url
 from operators.runtime.serving.http import HttpServer
 from tests.unit.config.test_config_api import FakeAuth, FakeRepository, make_repo
 
@@ -186,7 +187,7 @@ def test_the_token_is_never_printed(server: tuple[str, FakeRepository], capsys: 
 def test_lists_are_rich_tables_on_a_terminal_and_plain_columns_otherwise() -> None:
     import io
 
-    from operators.config.cli import _table
+    from operators.config.cli_run import _table
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from operators.config.api import ConfigApi
-from operators.config.cli import add_config_commands, run_config
+from operators.config.cli import add_config_commands
+from operators.config.cli_run import run_config
 from operators.runtime.api.auth import Access, Identity
 from operators.runtime.cli.client import UsageError, credentials
 from operators.runtime.cli.client import connect as _connection

@@ -310,7 +310,7 @@ def test_a_runs_status_shows_a_noop_report_bounded() -> None:
 def test_the_cli_prints_a_table_pages_on_and_writes_csv(monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     from operators.cli import _parser, canonical_argv
-    from operators.runtime.cli import client as config_cli
+    from operators.graphs import cli_output
 
     pages = {None: {"entries": [dict(entry("r2").to_json(), noop={"wouldChange": 2, "resources": ["F[x] (a)"],
                                                                   "more": 1})], "continue": "s7"},
@@ -322,7 +322,7 @@ def test_the_cli_prints_a_table_pages_on_and_writes_csv(monkeypatch: pytest.Monk
         asked.append(dict(query or {}))
         return pages[(query or {}).get("continue")]
 
-    monkeypatch.setattr(config_cli, "call", call)
+    monkeypatch.setattr(cli_output, "call", call)  # where the action looks it up (imported once, at its top)
 
     def run(*argv: str) -> int:
         words = canonical_argv(["graph", "history", "--env", "env", "--server", "https://api.test", *argv])
