@@ -20,7 +20,7 @@ from operators.catalog import API_EXTENSIONS, DOMAINS, KINDS
 from operators.cli import local
 from operators.cluster.sshd import demo_allow_network
 from operators.runtime import process
-from operators.runtime.domain import AddonContext
+from operators.runtime.domain import AddonContext, platform_addons
 from operators.runtime.engine.runs import (
     DEFAULT_SCRIPT_UIDS,
     INTERRUPTED,
@@ -172,7 +172,7 @@ def run_operator_with(settings: OperatorSettings) -> int:
     )
     context = AddonContext(settings, home, options.runs.state_dir if options.runs is not None else None,
                            API_EXTENSIONS)
-    addons = [addon for domain in DOMAINS for addon in domain.addons(context)]
+    addons = [*(addon for domain in DOMAINS for addon in domain.addons(context)), *platform_addons(context)]
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             runner.run(process.run_operator(KINDS, options, addons=addons))

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from operators.runtime.api.server import ApiServer
+
 if TYPE_CHECKING:
     from operators.runtime.api.extension import ExtensionFactory
     from operators.runtime.core.kinds import Kind
@@ -51,6 +53,20 @@ def no_addons(context: AddonContext) -> Sequence[Addon]:
     return ()
 
 
+def platform_addons(context: AddonContext) -> Sequence[Addon]:
+    """The platform's own addons, started after the domains': the API server of every domain's routes (same
+    port, TLS and authentication for all), unless `--config-api-port 0`. It belongs to no domain: the
+    configuration store's routes are one extension among the others."""
+    api = context.settings.config_api
+    if not api.port:
+        return ()
+    return (ApiServer(
+        listen=api.listen, port=api.port, tls_dir=api.cert_dir or context.home / "config-api",
+        mounted=api.cert_dir is not None, basic_secret=api.basic_secret, workers=api.workers,
+        client_ca=api.client_ca, extensions=tuple(context.api), runs_state_dir=context.runs_state_dir,
+    ),)
+
+
 @dataclass(frozen=True)
 class Domain:
     """A domain as the platform sees it: its kinds, its API routes, its CLI nouns and its addons."""
@@ -67,4 +83,5 @@ class Domain:
     to these."""
     addons: Callable[[AddonContext], Sequence[Addon]] = no_addons
     """Builds its addons (parts of the operator process beside the reconcilers: the vault collector, the
-    graphs' auto-runner, the API server) from the operator's settings."""
+    graphs' auto-runner) from the operator's settings. The API server that serves every domain's routes is the
+    platform's (`platform_addons`)."""

@@ -14,7 +14,7 @@ from operators.graphs.api import GraphsApi
 from operators.graphs.autorunner import AutoRunner
 from operators.lsm.api import InventoryApi
 from operators.runtime.api.server import ApiServer
-from operators.runtime.domain import AddonContext
+from operators.runtime.domain import AddonContext, platform_addons
 from operators.runtime.settings import ConfigApiSettings, OperatorSettings, VaultSettings
 
 
@@ -35,13 +35,13 @@ def test_the_api_extensions_are_the_domains_factories() -> None:
 
 def _addons(settings: OperatorSettings, tmp_path: Path) -> list[object]:
     context = AddonContext(settings, tmp_path, tmp_path / "runs", API_EXTENSIONS)
-    return [addon for domain in DOMAINS for addon in domain.addons(context)]
+    return [*(addon for domain in DOMAINS for addon in domain.addons(context)), *platform_addons(context)]
 
 
 def test_the_addons_are_built_from_the_settings(tmp_path: Path) -> None:
     settings = OperatorSettings(vault=VaultSettings(grace_seconds=5.0, collect_seconds=2.0),
                                 config_api=ConfigApiSettings(port=9443, workers=2))
-    collector, server, runner = _addons(settings, tmp_path)
+    collector, runner, server = _addons(settings, tmp_path)  # the platform's API server after the domains'
     assert isinstance(collector, VaultCollector) and (collector.grace, collector.interval) == (5.0, 2.0)
     assert isinstance(runner, AutoRunner)
     assert isinstance(server, ApiServer)
