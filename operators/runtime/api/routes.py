@@ -2,7 +2,7 @@
 the API's root lists, the OpenAPI operation), and the matching (a regular expression), the root's list of
 routes and the OpenAPI paths are all derived from it, so that they cannot disagree.
 
-Templates are OpenAPI's, with two additions:
+Templates are OpenAPI's, with three additions:
 
 - a parameter whose path-level OpenAPI parameter has an `enum` matches only those values
   (`{model}` with `releases|clusters|plugins`); any other matches one segment;
