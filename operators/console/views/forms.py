@@ -6,7 +6,7 @@ server itself (schema, admission webhooks, ValidatingAdmissionPolicies), then fo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from operators.console.views import forms_model as model
@@ -31,7 +31,10 @@ def _body(call: ConsoleCall) -> tuple[str, model.Mode, Any]:
     return str(body.get("plural") or ""), mode, body.get("object")
 
 
-def _refused(handler: Any) -> Any:
+Handler = Callable[[ConsoleCall], Awaitable[Any]]
+
+
+def _refused(handler: Handler) -> Handler:
     """A handler whose `FormRefused` is the console's error with the same status and message."""
 
     async def wrapped(call: ConsoleCall) -> Any:
@@ -109,7 +112,8 @@ async def submit(call: ConsoleCall) -> Any:
 
 PREFIX = "/console/api/forms"
 
-ROUTES: tuple[ConsoleRoute, ...] = tuple(ConsoleRoute(method, PREFIX + path, _refused(handler)) for method, path, handler in (
+ROUTES: tuple[ConsoleRoute, ...] = tuple(ConsoleRoute(method, PREFIX + path, _refused(handler))
+                                         for method, path, handler in (
     ("GET", "", catalog),
     ("GET", "/schema/{plural}", schema),
     ("GET", "/new/{namespace}/{plural}", new),
