@@ -467,8 +467,12 @@ class FieldError:
 
 
 def ancestors(path: str) -> tuple[str, ...]:
-    """`spec.graphs[0].type` -> itself, `spec.graphs[0]`, `spec.graphs`, `spec`."""
+    """`spec.graphs[0].type` -> itself, `spec.graphs[0]`, `spec.graphs`, `spec`. A map's entry, which the API
+    server's schema errors name `spec.inputs.size` and a form `spec.inputs[size]`, is tried both ways."""
     out = [path]
+    cut = max(path.rfind("."), path.rfind("["))
+    if path[cut:cut + 1] == "." and "." in path[:cut]:  # not `spec.x`: the top level is no map
+        out.append(f"{path[:cut]}[{path[cut + 1:]}]")
     while True:
         cut = max(path.rfind("."), path.rfind("["))
         if cut <= 0:

@@ -189,20 +189,33 @@ def test_create_and_state_requests() -> None:
         forms.request_for("serviceinstances", "patch", {"metadata": {"namespace": "team"}, "spec": {}})
 
 
-SCHEMA_REFUSAL = ('ActionRun.stead.dev "web-create-x" is invalid: [spec.action: Required value, '
-                  'spec.arguments[size]: Invalid value: "integer": spec.arguments[size] in body must be of type '
-                  'string: "integer", <nil>: Invalid value: "null": some validation rules were not checked because '
-                  'the object was invalid; correct the existing errors to complete validation]')
+SCHEMA_REFUSAL = (  # as kube-apiserver 1.3x answered a dry run (its Status message)
+    'ActionRun.stead.dev "Web" is invalid: [metadata.name: Invalid value: "Web": a lowercase RFC 1123 subdomain must '
+    "consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character "
+    "(e.g. 'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*'),"
+    ' spec.arguments.a: Invalid value: "integer": spec.arguments.a in body must be of type string: "integer", '
+    "spec.action: Required value]")
 
 
 def test_the_schemas_refusals_are_placed_at_their_fields() -> None:
     errors = forms.field_errors(SCHEMA_REFUSAL)
-    assert forms.reported(errors) == ["spec.action", "spec.arguments[size]", ""]
-    assert errors[0].message == "Required value"
-    assert errors[1].message == ('Invalid value: "integer": spec.arguments[size] in body must be of type string: '
-                                 '"integer"')
-    assert errors[1].fallbacks == ("spec.arguments[size]", "spec.arguments", "spec")
-    assert errors[2].message.endswith("to complete validation")  # the closing bracket is the list's, not its
+    assert forms.reported(errors) == ["metadata.name", "spec.arguments.a", "spec.action"]
+    assert errors[0].message.startswith('Invalid value: "Web": a lowercase RFC 1123 subdomain')
+    assert errors[0].message.endswith("[a-z0-9])?)*')")  # its commas and brackets are its own
+    assert errors[1].message == 'Invalid value: "integer": spec.arguments.a in body must be of type string: "integer"'
+    assert errors[1].fallbacks == ("spec.arguments.a", "spec.arguments[a]", "spec.arguments", "spec")
+    assert errors[2].message == "Required value"  # the closing bracket is the list's
+
+
+def test_cel_rules_not_checked_name_no_field() -> None:
+    errors = forms.field_errors('X.stead.dev "x" is invalid: [spec.action: Required value, <nil>: Invalid value: '
+                                '"null": some validation rules were not checked because the object was invalid; '
+                                'correct the existing errors to complete validation]')
+    assert [(e.path, e.message) for e in errors] == [
+        ("spec.action", "Required value"),
+        (None, 'Invalid value: "null": some validation rules were not checked because the object was invalid; '
+               "correct the existing errors to complete validation")]
 
 
 def test_one_problem_a_webhooks_problems_a_name_taken_and_a_message_naming_no_field() -> None:
@@ -210,10 +223,13 @@ def test_one_problem_a_webhooks_problems_a_name_taken_and_a_message_naming_no_fi
                              'spec.lockTtlSeconds in body should be greater than or equal to 1')
     assert [(e.path, e.message) for e in one] == [
         ("spec.lockTtlSeconds", "Invalid value: 0: spec.lockTtlSeconds in body should be greater than or equal to 1")]
-    hook = forms.field_errors('admission webhook "validate-graphruns.stead.dev" denied the request: '
-                              'spec.graphs[0].type: no graph "x"; spec.subgraphs[1].start[0]: not a regex: (')
-    assert [(e.path, e.message) for e in hook] == [("spec.graphs[0].type", 'no graph "x"'),
-                                                   ("spec.subgraphs[1].start[0]", "not a regex: (")]
+    hook = forms.field_errors(
+        'admission webhook "blueprints.stead.dev" denied the request: spec.substrates[1].name: duplicate name "h" '
+        "(first at spec.substrates[0].name; substrates, deployments, packages, services and credentials share one "
+        'namespace); spec.substrates[0]: substrate "h" is in no deployment (list it in one, or it never runs)')
+    assert [e.path for e in hook] == ["spec.substrates[1].name", "spec.substrates[0]"]
+    assert hook[0].message.startswith('duplicate name "h" (first at spec.substrates[0].name; substrates')
+    assert hook[1].message == 'substrate "h" is in no deployment (list it in one, or it never runs)'
     taken = forms.field_errors('apps.stead.dev "web" already exists')
     assert [(e.path, e.message) for e in taken] == [("metadata.name", 'apps.stead.dev "web" already exists')]
     named = forms.field_errors('App.stead.dev "Web" is invalid: metadata.name: Invalid value: "Web": a lowercase '
@@ -227,6 +243,8 @@ def test_one_problem_a_webhooks_problems_a_name_taken_and_a_message_naming_no_fi
 def test_ancestors_nearest_first() -> None:
     assert forms.ancestors("spec.graphs[0].nodes[2]") == (
         "spec.graphs[0].nodes[2]", "spec.graphs[0].nodes", "spec.graphs[0]", "spec.graphs", "spec")
+    assert forms.ancestors("spec.inputs.size") == ("spec.inputs.size", "spec.inputs[size]", "spec.inputs", "spec")
+    assert forms.ancestors("spec.blueprint") == ("spec.blueprint", "spec")
     assert forms.ancestors("spec") == ("spec",)
 
 
