@@ -254,10 +254,13 @@ export function buildForm(form) {
         const at = (error.fallbacks || []).map((p) => fields.get(p)).find(Boolean);
         if (!error.path || !at) { unplaced.push(error); continue; }
         at.classList.add("form-invalid");
+        for (let up = at; up && up !== el; up = up.parentElement) if (up.tagName === "DETAILS") up.open = true;
         const slot = [...at.children].find((c) => c.classList.contains("form-error"));
         const said = error.path === at.getAttribute("data-path") ? error.message : `${error.path}: ${error.message}`;
         slot.textContent = slot.textContent ? `${slot.textContent} ${said}` : said;
       }
+      const first = el.querySelector(".form-invalid");
+      if (first && first.scrollIntoView) first.scrollIntoView({ block: "center" });
       return unplaced;
     },
   };
