@@ -11,7 +11,7 @@ from typing import Any
 
 from operators.console.views import forms_model as model
 from operators.console.web import ConsoleCall, ConsoleError, ConsoleRoute
-from operators.runtime.kube.api import ApiError, custom_path
+from operators.runtime import ApiError, custom_path
 
 UNANSWERABLE = frozenset({0, 401})
 """Refusals a form does not show as its own: no API server (0) and a token no longer valid (401: the page

@@ -2,7 +2,7 @@
 and the commands equivalent to what the user typed, the request a submission makes, and where an API
 server's refusal belongs in the form.
 
-The schema is the one `stead crds` writes into crds/ (`crdgen.crd_for`, from the Pydantic models), served by
+The schema is the one `stead crds` writes into crds/ (`crd_for`, from the Pydantic models), served by
 the console itself so that a user who may not read CustomResourceDefinitions still gets forms. The CRD drops
 the models' defaults (the API server would write them into the user's spec); a form shows them as help, so
 they are put back here from the same models. Nothing here validates: the API server does, as the user, with
@@ -25,9 +25,7 @@ import yaml
 
 from operators import API_VERSION
 from operators.catalog import KINDS
-from operators.runtime.core.kinds import Kind
-from operators.runtime.kube import crds as crdgen
-from operators.runtime.kube.api import custom_path
+from operators.runtime import Kind, crd_for, custom_path
 
 Mode = Literal["create", "edit", "patch"]
 """create: a new object (POST); edit: an object's spec, labels and annotations changed (a merge patch with
@@ -70,7 +68,7 @@ def spec_schema(plural: str) -> dict[str, Any]:
     """The openAPIV3Schema of a kind's spec, as its CRD has it, with the models' defaults put back (help text,
     never sent). Cached: the models do not change while the console runs; callers get a copy."""
     kind = kind_of(plural)
-    root = crdgen.crd_for(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    root = crd_for(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     spec: dict[str, Any] = copy.deepcopy(root["properties"]["spec"])
     model = kind.spec_model.model_json_schema(by_alias=True, mode="validation")
     _with_defaults(spec, model, model.get("$defs") or {})
@@ -79,7 +77,7 @@ def spec_schema(plural: str) -> dict[str, Any]:
 
 def _resolve(node: Mapping[str, Any], defs: Mapping[str, Any]) -> Mapping[str, Any]:
     """A node of Pydantic's schema with its `$ref` and its optional `anyOf [X, null]` followed, as
-    `crdgen.structural` follows them (the referring node's keys, such as a field's default, win)."""
+    the CRD's `structural` follows them (the referring node's keys, such as a field's default, win)."""
     while True:
         if "$ref" in node:
             rest = {k: v for k, v in node.items() if k != "$ref"}

@@ -41,6 +41,21 @@ function failure(root, error) {
     text(error && error.message ? error.message : String(error))));
 }
 
+// The router's entry points (router.js: page 'form', fn ...): its route objects, whose plural may still carry
+// the link's query (`actionruns?spec.app=web`: the router decodes and matches the path only).
+export function renderNew(root, route, ctx) {
+  const [plural, query] = route.plural.split("?");
+  return render(root, { namespace: route.namespace, plural, query: query || route.query || "" }, ctx);
+}
+
+export function renderEdit(root, route, ctx) {
+  return render(root, { namespace: route.namespace, plural: route.plural, name: route.name }, ctx);
+}
+
+export function renderAction(root, route, ctx) {
+  return render(root, { namespace: route.namespace, plural: route.plural, name: route.name, action: route.action }, ctx);
+}
+
 // Render the form `route` names (an object from `match`, or a hash) into `root`.
 export async function render(root, route, ctx = {}) {
   if (typeof route === "string") route = match(route);
