@@ -37,6 +37,7 @@ def test_app_launched_from_the_form_with_the_api_servers_refusals_at_their_field
     assert page.get_by_test_id("error-spec.blueprint").inner_text() == "Required value"
     assert "dry run" in page.get_by_test_id("form-status").inner_text()
     assert kubectl("get", "app", "web", "-n", namespace, check=False).returncode != 0
+    screenshot(page, "forms", tmp_path)
 
     # The YAML and the commands beside the form follow what is typed.
     field("spec.lockTtlSeconds").fill("")
@@ -50,7 +51,8 @@ def test_app_launched_from_the_form_with_the_api_servers_refusals_at_their_field
     shown = page.get_by_test_id("form-yaml").inner_text()
     assert "blueprint: small" in shown and "who: forms" in shown and "lockTtlSeconds" not in shown
     assert page.get_by_test_id("form-kubectl").inner_text().startswith("kubectl apply -f - <<'EOF'\napiVersion:")
-    screenshot(page, "forms", tmp_path)
+    assert page.get_by_test_id("error-spec.lockTtlSeconds").inner_text() == ""  # changed since: its error went
+    assert page.get_by_test_id("error-spec.blueprint").inner_text() == ""
 
     page.get_by_test_id("form-submit").click()
     page.get_by_test_id("form-done").wait_for()
@@ -60,8 +62,8 @@ def test_app_launched_from_the_form_with_the_api_servers_refusals_at_their_field
 
     # Its create run, followed on its page until it succeeds.
     page.goto(console.url + f"#/ns/{namespace}/actionruns/web-create")
-    wait_until(lambda: page.get_by_test_id("state").count() and page.get_by_test_id("state").inner_text() == "Succeeded",
-               60, "the create run Succeeded on its page")
+    state = page.get_by_test_id("state")
+    wait_until(lambda: state.count() and state.inner_text() == "Succeeded", 60, "the create run Succeeded on its page")
 
     # An action called from its form: the App's run form, the App fixed, the blueprint's actions suggested.
     page.goto(console.url + f"#/ns/{namespace}/apps/web/do/run")
@@ -70,6 +72,7 @@ def test_app_launched_from_the_form_with_the_api_servers_refusals_at_their_field
     field("spec.action").fill("greet")
     wait_until(lambda: page.get_by_test_id("form-stead").inner_text() == f"stead app run web greet -n {namespace}",
                10, "the run's stead command")
+    screenshot(page, "forms-run", tmp_path)
     page.get_by_test_id("form-submit").click()
     page.get_by_test_id("form-done").wait_for()
     name = page.get_by_test_id("form-done").inner_text().split("actionrun/", 1)[1].rstrip(": ")

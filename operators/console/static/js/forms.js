@@ -234,6 +234,14 @@ export function buildForm(form) {
   const spec = objectField(form.schema, "spec", object.spec, "spec", true, opts);
   const el = h("div", { class: "form-fields" },
     h("fieldset", { class: "form-meta" }, h("legend", {}, text("metadata")), ...parts.map(([, f]) => f.el)), spec.el);
+  // What the API server said of a field goes once the user changes that field.
+  el.addEventListener("input", (event) => {
+    const at = event.target.closest ? event.target.closest(".form-field.form-invalid") : null;
+    if (!at) return;
+    at.classList.remove("form-invalid");
+    const slot = [...at.children].find((c) => c.classList.contains("form-error"));
+    if (slot) slot.textContent = "";
+  });
   return {
     el,
     value() {
