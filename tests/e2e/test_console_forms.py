@@ -65,6 +65,16 @@ def test_app_launched_from_the_form_with_the_api_servers_refusals_at_their_field
     state = page.get_by_test_id("state")
     wait_until(lambda: state.count() and state.inner_text() == "Succeeded", 60, "the create run Succeeded on its page")
 
+    # Edited from its form: a merge patch at the version seen (the finalizer Stead holds stays).
+    page.goto(console.url + f"#/ns/{namespace}/apps/web/edit")
+    field("spec.softDelete").select_option("true")
+    assert field("metadata.name").is_disabled()
+    page.get_by_test_id("form-submit").click()
+    page.get_by_test_id("form-done").wait_for()
+    edited = json.loads(kubectl("get", "app", "web", "-n", namespace, "-o", "json").stdout)
+    assert edited["spec"] == {"blueprint": "small", "inputs": {"who": "forms"}, "softDelete": True}
+    assert edited["metadata"]["finalizers"] == made["metadata"]["finalizers"]
+
     # An action called from its form: the App's run form, the App fixed, the blueprint's actions suggested.
     page.goto(console.url + f"#/ns/{namespace}/apps/web/do/run")
     field("spec.action").wait_for()
