@@ -1,8 +1,8 @@
 """The console's forms in a real browser, against the test run's API server and operator, as a user who may not
 read CRDs: an App launched from the form generated from its kind's schema, its create run followed to Succeeded;
 a refusal that came from the API server itself (its schema's own words) shown next to the field it names, with
-nothing created; the YAML and the kubectl and stead commands beside the form, following what is typed; an action
-called from its form (an ActionRun of the App)."""
+nothing created; the YAML and the kubectl and stead commands beside the form, following what is typed; the App edited
+from its form; an action called from its form (an ActionRun of the App)."""
 
 from __future__ import annotations
 
