@@ -124,5 +124,9 @@ def test_the_console_refuses_cross_site_writes_forged_sessions_and_inline_script
     status, _, body = request(console, "DELETE", "/console/api/session",
                               headers={**jar, "Origin": "https://evil.example"})
     assert status == 403 and "Origin" in body
+    # a bearer token an auth proxy would add to every request of the browser is no licence for another site
+    status, _, body = request(console, "DELETE", "/console/api/session",
+                              headers={"Authorization": f"Bearer {token}", "Sec-Fetch-Site": "cross-site"})
+    assert status == 403 and "Sec-Fetch-Site" in body
     # the page's own script cannot read the token
     assert page.evaluate("document.cookie") == ""
