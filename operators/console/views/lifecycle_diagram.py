@@ -269,6 +269,10 @@ def _geometry(source: Node, target: Node, reverse_exists: bool) -> tuple[str, fl
     return path, label_x, label_y
 
 
+def _label(parts: Sequence[Part]) -> str:
+    return " | ".join(dict.fromkeys(part.text for part in parts))
+
+
 def _box(nodes: Iterable[Node], edges: Iterable[Edge]) -> tuple[float, float, float, float]:
     """The viewBox: the nodes' boxes and the edges' labels (a bent edge reaches no further than its label,
     the middle of its curve), with a margin."""
@@ -304,7 +308,11 @@ def diagram(spec: LifecycleSpec, current: str | None = None, log: Sequence[LogEn
         if entry.from_ is not None:
             taken.setdefault((entry.from_, entry.to), []).append(entry.version)
 
-    widths = [sum(node_width(n) for n in layer) + NODE_GAP * (len(layer) - 1) for layer in found]
+    pairs = _pairs(spec, states)
+    # a state with a loop to itself takes the loop's and its label's room on its right
+    room = {name: LOOP_REACH + 6 + len(_label(parts)) * LABEL_CHAR_WIDTH
+            for (name, target), parts in pairs.items() if name == target}
+    widths = [sum(node_width(n) + room.get(n, 0.0) for n in layer) + NODE_GAP * (len(layer) - 1) for layer in found]
     inner = max(widths, default=0.0)
     nodes: dict[str, Node] = {}
     for depth, layer in enumerate(found):
@@ -317,15 +325,13 @@ def diagram(spec: LifecycleSpec, current: str | None = None, log: Sequence[LogEn
                 width=width, height=NODE_HEIGHT, label=state.label, description=state.description,
                 initial=name == spec.initial_state, deleted=state.deleted, lit=name == current,
                 versions=tuple(arrived.get(name, ())))
-            x += width + NODE_GAP
+            x += width + room.get(name, 0.0) + NODE_GAP
 
-    pairs = _pairs(spec, nodes)
     edges: list[Edge] = []
     for (source, target), parts in pairs.items():
         path, label_x, label_y = _geometry(nodes[source], nodes[target], (target, source) in pairs)
-        texts = list(dict.fromkeys(part.text for part in parts))
         edges.append(Edge(
-            id=edge_id(source, target), source=source, target=target, parts=tuple(parts), label=" | ".join(texts),
+            id=edge_id(source, target), source=source, target=target, parts=tuple(parts), label=_label(parts),
             error=all(part.error for part in parts), path=path, label_x=round(label_x, 1),
             label_y=round(label_y, 1), versions=tuple(taken.get((source, target), ()))))
 

@@ -58,8 +58,8 @@ function drawDiagram(page) {
     }
     return g;
   });
-  const marker = (id) => svg("marker", { id, viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7,
-    markerHeight: 7, orient: "auto-start-reverse" }, svg("path", { d: "M0 0L10 5L0 10z" }));
+  const marker = (id) => svg("marker", { id, viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 9,
+    markerHeight: 9, markerUnits: "userSpaceOnUse", orient: "auto-start-reverse" }, svg("path", { d: "M0 0L10 5L0 10z" }));
   return svg("svg", { class: "lc-diagram", "data-test": "lifecycle-diagram", viewBox: `${x} ${y} ${width} ${height}`,
     width, height, role: "img", "aria-label": `lifecycle, current state ${lit || "none"}` },
     svg("defs", {}, marker("lc-arrow"), marker("lc-arrow-error")),
@@ -176,8 +176,11 @@ export function render(root, obj, ctx) {
   let loading = false;
   let again = false;
   const ui = { editing: false, drafts: {} };
+  let shown = null;
 
   function draw() {
+    const before = box.querySelector(".lc-picture");
+    const scrolled = before ? [before.scrollLeft, before.scrollTop] : [0, 0];
     clear(box);
     if (!page) return;
     const status = h("p", { class: "lc-status" },
@@ -198,6 +201,14 @@ export function render(root, obj, ctx) {
     const side = h("div", { class: "lc-side" }, drawActions(page, act, ui), drawDiff(page), drawPath(page));
     const picture = h("div", { class: "lc-picture" }, ...some(page.diagram ? drawDiagram(page) : null));
     box.appendChild(h("div", { class: "lc-columns" }, picture, side));
+    if (page.diagram && page.state !== shown) {
+      // bring the lit state into the diagram's scrolled view when it changes (a long lifecycle is taller than it)
+      shown = page.state;
+      const node = page.diagram.nodes.find((n) => n.lit);
+      if (node) picture.scrollTop = Math.max(0, node.y - page.diagram.box[1] - picture.clientHeight / 2);
+    } else {
+      [picture.scrollLeft, picture.scrollTop] = scrolled;  // a redraw keeps where the user scrolled to
+    }
   }
 
   async function load() {
