@@ -4,11 +4,12 @@
 // Everything is shaped by the server (operators/console/views/lifecycle_view.py): the layout comes as
 // coordinates and SVG path data, the actions as the list allowed now, values as text. This module only draws,
 // with h()/svg() (textContent and setAttribute: an attribute value can never run script), and re-reads the
-// page when the instance changes (the page's one stream, topic `object`).
+// page when the instance changes (the object page follows it on the page's one stream and calls update()).
 
 import { clear, h, svg } from "../dom.js";
 
 const NONE = "\u2014";
+const VIEWS = new WeakMap();  // root -> {load, seen}: the view drawn in it
 
 // children without the absent ones (null, undefined, false): h() gets only nodes and strings
 function some(...children) {
@@ -231,19 +232,21 @@ export function render(root, obj, ctx) {
       page = await ctx.api.send("POST", `${url}/${action}`, { ...body, currentVersion: page.version });
       if (action === "update") { ui.editing = false; ui.drafts = {}; }
     } catch (failure) {
-      error = failure.message || String(failure);
+      error = failure.status ? `${failure.status}: ${failure.message}` : String(failure);
     }
     draw();
   }
 
+  VIEWS.set(root, { load, seen: obj.metadata.resourceVersion });
   load();
-  let seen = obj.metadata.resourceVersion;
-  const unsubscribe = ctx.stream.subscribe(
-    { id: `lifecycle/${obj.metadata.namespace}/${obj.metadata.name}`, kind: "object", plural: "serviceinstances",
-      namespace: obj.metadata.namespace, name: obj.metadata.name, position: null },
-    (data) => {
-      const version = data && data.metadata ? data.metadata.resourceVersion : null;
-      if (version !== seen) { seen = version; load(); }
-    });
-  return unsubscribe;
+}
+
+// The object page follows the instance on the page's stream and calls this with each new version of it: the
+// view reads its page again, keeping the open update form and what the user typed in it.
+export function update(root, obj, ctx) {
+  const view = VIEWS.get(root);
+  if (!view) { render(root, obj, ctx); return; }
+  if (obj.metadata.resourceVersion === view.seen) return;
+  view.seen = obj.metadata.resourceVersion;
+  view.load();
 }
