@@ -120,7 +120,8 @@ async def _act(call: ConsoleCall, kind: str) -> dict[str, Any]:
         waiting = busy(spec, status, meta.get("generation"))
         if waiting is not None:
             raise Invalid(409, f"{waiting}: wait for it before asking again")
-        actions = allowed_actions(world.lifecycle, status, deleting=bool(meta.get("deletionTimestamp")))
+        actions = allowed_actions(world.lifecycle, status, deleting=bool(meta.get("deletionTimestamp")),
+                                  entity=world.entity)
         path = custom_path(SERVICE_INSTANCE.plural, namespace, name)
         if kind == "delete":
             offered(actions, "delete")

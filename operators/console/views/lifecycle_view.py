@@ -4,8 +4,8 @@ current state lit and the path taken, the actions the lifecycle allows now, and 
 Only the transfers the instance can be asked to take now are offered, as the admission webhook would
 allow them (`operators.lsm.triggers`):
 
-- **update**: the current state has an on_update transfer; only rw+ attributes are editable (rw ones
-  never change after creation, r ones are Stead's);
+- **update**: the current state has an on_update transfer and the entity an rw+ attribute; only rw+
+  attributes are editable (rw ones never change after creation, r ones are Stead's);
 - **set-state**: one action per api_set_state transfer leaving the current state, named by its target;
 - **delete**: the current state has an on_delete transfer (or the instance was never taken in: such an
   instance may always go).
@@ -121,9 +121,10 @@ def busy(spec: ServiceInstanceSpec, status: ServiceInstanceStatus, generation: i
     return None
 
 
-def allowed_actions(lifecycle: LifecycleSpec, status: ServiceInstanceStatus, *, deleting: bool = False
-                    ) -> tuple[Action, ...]:
-    """The actions the lifecycle allows from the instance's current state (see the module docstring)."""
+def allowed_actions(lifecycle: LifecycleSpec, status: ServiceInstanceStatus, *, deleting: bool = False,
+                    entity: ServiceEntitySpec | None = None) -> tuple[Action, ...]:
+    """The actions the lifecycle allows from the instance's current state (see the module docstring). Given the
+    entity, an update is offered only when it has an rw+ attribute (with none, every update is refused)."""
     if deleting or status.deleted or status.delete_requested:
         return ()
     if status.state is None:
@@ -136,7 +137,7 @@ def allowed_actions(lifecycle: LifecycleSpec, status: ServiceInstanceStatus, *, 
         if transfer.source != status.state:
             continue
         found: list[tuple[ActionKind, str]] = []
-        if transfer.on_update:
+        if transfer.on_update and (entity is None or any(a.modifier == "rw+" for a in entity.attributes)):
             found.append(("update", "action-update"))
         if transfer.api_set_state:
             found.append(("set-state", f"action-set-state-{transfer.target}"))
@@ -309,8 +310,8 @@ def instance_page(obj: Mapping[str, Any], lifecycle: LifecycleSpec | None, entit
     spec, status = read_instance(obj)
     deleting = bool(meta.get("deletionTimestamp"))
     waiting = busy(spec, status, meta.get("generation"))
-    actions = () if lifecycle is None or waiting is not None else allowed_actions(lifecycle, status,
-                                                                                  deleting=deleting)
+    actions = () if lifecycle is None or waiting is not None else allowed_actions(
+        lifecycle, status, deleting=deleting, entity=entity)
     page = InstancePage(
         name=str(meta.get("name")), namespace=str(meta.get("namespace")), entity=spec.entity, state=status.state,
         version=status.version,

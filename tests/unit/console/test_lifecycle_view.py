@@ -154,6 +154,9 @@ def test_only_the_transfers_allowed_now_are_offered() -> None:
     assert kinds(at("creating")) == [("delete", "deleting")]
     assert kinds(at("terminated")) == [] and kinds(up, deleting=True) == []
     assert kinds(ServiceInstanceStatus()) == [("delete", "")]  # never taken in: it may always go
+    fixed = ENTITY.model_copy(update={"attributes": [a for a in ENTITY.attributes if a.modifier != "rw+"]})
+    assert [a.kind for a in allowed_actions(SIMPLE, up, entity=fixed)] == ["delete"]  # nothing an update may change
+    assert [a.kind for a in allowed_actions(SIMPLE, up, entity=ENTITY)] == ["update", "delete"]
     tests = [a.test for a in allowed_actions(SIMPLE, failed)]
     assert tests == ["action-set-state-rollback", "action-delete"]
 
