@@ -53,7 +53,8 @@ def points_of(snapshot: Snapshot) -> list[Point]:
     hierarchy = list(env.hierarchy_levels)
     found: dict[Point, None] = {(): None}
     for node in env.nodes:
-        for role in node.roles or [None]:
+        roles: list[str | None] = [*node.roles] or [None]
+        for role in roles:
             point: list[tuple[str, str]] = []
             for level in hierarchy:
                 if level == ROLE_LEVEL and role is not None:

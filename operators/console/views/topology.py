@@ -159,15 +159,15 @@ def topology(spec: Mapping[str, Any], entries: Sequence[Mapping[str, Any]], repl
             lanes.setdefault(data["deployment"], []).append(ident)
     top = MARGIN
     bands = []
-    for lane, members in lanes.items():
+    for lane, idents in lanes.items():
         rows: dict[int, int] = {}
         if lane is not None:
             box = nodes[entity_id("Deployment", lane)]
             box.update(x=MARGIN, y=top)
             rows[0] = 1
-        for ident in sorted(members, key=lambda n: (nodes[n]["layer"], KIND_ORDER.get(nodes[n]["kind"], 99),
-                                                     nodes[n]["name"])):
-            data = nodes[ident]
+        for entity in sorted(idents, key=lambda n: (nodes[n]["layer"], KIND_ORDER.get(nodes[n]["kind"], 99),
+                                                    nodes[n]["name"])):
+            data = nodes[entity]
             row = rows.get(data["layer"], 0)
             rows[data["layer"]] = row + 1
             data.update(x=MARGIN + data["layer"] * COLUMN, y=top + row * ROW)

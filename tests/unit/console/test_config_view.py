@@ -100,4 +100,5 @@ def test_the_api_path_of_a_layer_escapes_names_and_keeps_a_resources_slash() -> 
     point = (("role", "controller"), ("node", "node-1.domain.tld"))
     assert values_api_path("env-1", point, "override/plugins", "overrides") == (
         "/api/v1/config/environments/env-1/role/controller/node/node-1.domain.tld/resources/override/plugins/overrides")
-    assert values_api_path("env 1", (), "astute", "values") == "/api/v1/config/environments/env%201/resources/astute/values"
+    assert values_api_path("env 1", (), "astute", "values") == (
+        "/api/v1/config/environments/env%201/resources/astute/values")
