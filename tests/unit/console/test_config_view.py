@@ -1,4 +1,4 @@
-"""An Environment's configuration in the console (operators.console.views.config): its points, the effective
+"""An Environment's configuration in the console (operators.console.views.config_shape): its points, the effective
 values with their trace (the configuration store's own merge), and the diff between two versions."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import yaml
 from operators.config.levels import LevelError
 from operators.config.models import ConfigComponentSpec, ConfigValuesSpec, values_point
 from operators.config.repository import Snapshot, StoredValues
-from operators.console.views.config import (
+from operators.console.views.config_shape import (
     diff_text,
     effective_view,
     environment_view,

@@ -1,4 +1,4 @@
-"""A graph type's dry plan in the console (operators.console.views.plan): the operator's planner's document
+"""A graph type's dry plan in the console (operators.console.views.plan_shape): the operator's planner's document
 for the chosen nodes, drawn in lanes with the dependencies on nodes outside the choice marked."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from operators.console.views import plan as view
+from operators.console.views import plan_shape as view
 from operators.environment.models import EnvironmentSpec
 from operators.graphs.kept import SourceGraph
 from operators.graphs.models import DeploymentGraphSpec

@@ -1,4 +1,4 @@
-"""An App's topology (operators.console.views.topology): what it shows comes from the App's snapshot, the
+"""An App's topology (operators.console.views.topology_app): what it shows comes from the App's snapshot, the
 macro (implicit) edges are marked apart from the declared ones, and the layout puts every dependency to the
 left of its dependent."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import networkx as nx
 import yaml
 
-from operators.console.views.topology import app_topology, layers_of
+from operators.console.views.topology_app import app_topology, layers_of
 
 ROOT = Path(__file__).resolve().parents[3]
 SPEC: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "blueprint-three-tier.yaml").read_text())["spec"]

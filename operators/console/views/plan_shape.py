@@ -24,7 +24,7 @@ from typing import Any
 
 import networkx as nx
 
-from operators.console.views.topology import layers_of
+from operators.console.views.topology_app import layers_of
 from operators.environment.models import EnvironmentSpec
 from operators.graphs.kept import SourceGraph, plan_input, taken_by
 from operators.graphs.models import DeploymentGraphSpec
