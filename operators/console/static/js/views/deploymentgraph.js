@@ -69,8 +69,10 @@ function draw(out, view) {
     for (const lane of view.lanes) {
       picture.append(svg("rect", { class: "lane" + (lane.outside ? " outside" : ""), x: "8", y: String(lane.y),
                                    width: String(view.width - 16), height: String(lane.height), rx: "8" }),
-                     svg("text", { class: "lane-label", x: "16", y: String(lane.y + 28) },
-                         lane.node + (lane.outside ? " (not chosen)" : "")));
+                     svg("text", { class: "lane-label", x: "16", y: String(lane.y + 26) }, lane.node));
+      if (lane.outside) {
+        picture.append(svg("text", { class: "lane-note", x: "16", y: String(lane.y + 42) }, "not chosen"));
+      }
     }
     for (const b of view.boxes) {
       picture.append(box(b.x, b.y, view.boxWidth, view.boxHeight, [b.task, b.state],
