@@ -114,17 +114,11 @@ async def _layer(call: ConsoleCall) -> tuple[str, str, str, Any]:
     return resource, call.query.get("level") or "(root)", kind, values_api_path(snapshot.name, point, resource, kind)
 
 
-def _stead(call: ConsoleCall) -> Any:
-    if call.stead is None:
-        raise ConsoleError(503, "versions are read through the operator's API server, and this console has none "
-                           "(stead console --stead-api URL)")
-    return call.stead
-
-
 async def history(call: ConsoleCall) -> Any:
     *_, path = await _layer(call)
     try:
-        return await _stead(call).request("GET", path, params={"namespace": call.params["namespace"], "history": ""})
+        query = {"namespace": call.params["namespace"], "history": ""}
+        return await call.needs_stead().request("GET", path, params=query)
     except ApiError as error:
         if error.status == 404:
             return {"object": None, "current": None, "versions": [], "message": error.message}
@@ -141,7 +135,7 @@ def _number(call: ConsoleCall, name: str) -> int:
 async def diff(call: ConsoleCall) -> Any:
     resource, level, kind, path = await _layer(call)
     old, new = _number(call, "from"), _number(call, "to")
-    stead = _stead(call)
+    stead = call.needs_stead()
     namespace = call.params["namespace"]
     first, second = await asyncio.gather(
         stead.request("GET", path, params={"namespace": namespace, "version": str(old)}),
