@@ -109,3 +109,7 @@ function historyPanel(env, base, ctx, out) {
   return h("div", { class: "config-controls" }, h("h3", {}, "Versions of a layer"),
            h("label", {}, "layer ", layer), " ", load);
 }
+
+// A change of the Environment (its status, most often) keeps what the user chose and read here: the levels
+// and values are asked for again with the buttons, not redrawn under the user's hands.
+export function update() {}
