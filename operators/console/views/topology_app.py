@@ -28,9 +28,9 @@ from pydantic import ValidationError
 from operators.calm.compiler import compile_blueprint
 from operators.calm.models import ENTITY_KINDS, BlueprintSpec, CompiledState
 
-NODE_WIDTH = 168
+NODE_WIDTH = 156
 NODE_HEIGHT = 46
-COLUMN = 232
+COLUMN = 204
 ROW = 72
 MARGIN = 24
 BEND = 26
