@@ -24,7 +24,8 @@ Issue 28 asks for figures before and after its refactor; this script is how they
   of the same layer (`a | b`);
 - files a new domain must touch: the rule is "a file outside the domains' packages that names a
   domain". In Python modules outside `operators/<domain>/` (`operators/*.py`, `operators/runtime/`,
-  `operators/cluster/`, `pipelines/`), an import of a domain's module, or a string constant (not a
+  `operators/cluster/`, `pipelines/`; the console's views, which show the domains' objects, aside), an
+  import of a domain's module, or a string constant (not a
   docstring) spelling `operators.<domain>` or `operators/<domain>`; in pyproject.toml, the
   import-linter contracts that name a domain's package (a new domain joins the layers and the
   forbidden lists). Each such file is one a sixth domain would have to edit, because it lists
