@@ -125,6 +125,7 @@ def graph_run_view(obj: Mapping[str, Any], now: datetime) -> dict[str, Any]:
             "progress": status.get("progress"), "dryRun": bool(spec.get("dryRun")), "noop": bool(spec.get("noop")),
             "plan": plan, "omitted": status.get("omitted"), "groupKind": "node", "wholeOutput": True,
             "groups": _groups(groups, ANCHOR_GROUP, first_unnamed=False)}
+    view["taskStates"] = task_states(view["groups"])
     view["timeline"] = timeline(view["groups"], view["started"], now)
     return view
 
@@ -138,6 +139,15 @@ def _groups(groups: Mapping[str, Sequence[dict[str, Any]]], unnamed: str, first_
         names = ["", *names] if first_unnamed else [*names, ""]
     return [{"name": name, "label": name or unnamed, "state": group_state(i["state"] for i in groups[name]),
              "tasks": list(groups[name])} for name in names]
+
+
+def task_states(groups: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Each task's state over all its instances (`group_state`): how the DAG, a node per task, colours it."""
+    found: dict[str, list[str]] = {}
+    for group in groups:
+        for item in group.get("tasks") or []:
+            found.setdefault(str(item["task"]), []).append(str(item["state"]))
+    return {task: group_state(states) for task, states in found.items()}
 
 
 def run_view(obj: Mapping[str, Any], now: datetime) -> dict[str, Any]:

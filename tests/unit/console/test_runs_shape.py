@@ -96,6 +96,7 @@ def test_a_graph_run_is_a_tree_per_node_anchors_last_with_what_finds_each_output
     assert view["groups"][2]["tasks"][0]["outputRef"]["node"] is None
     assert view["groups"][1]["tasks"][0]["duration"] is None  # never started
     assert view["wholeOutput"] is True and view["final"] is True
+    assert view["taskStates"] == {"netconfig": "success", "collector": "failure", "deploy_end": "noop"}
 
 
 def test_a_run_given_two_types_names_no_type_and_an_unknown_kind_is_refused() -> None:
