@@ -129,3 +129,21 @@ def test_a_service_instances_transfers_are_the_action_runs_of_its_app_newest_fir
                  ("db1-update-2", "2025-01-01T00:01:00Z", "db1", "update", "Running"))]
     assert [(r["name"], r["action"], r["state"]) for r in transfer_runs(instance, runs)] == [
         ("db1-update-2", "update", "Running"), ("db1-create", "create", "Succeeded")]
+
+
+def test_a_real_failed_run_of_application_tasks_is_one_group_the_failure_named_by_its_task() -> None:
+    """The status the operator wrote for test_apps' `fail` action (captured from an e2e run, trimmed)."""
+    replica = {"attempts": 1, "target": "", "startedAt": "2026-11-27T23:43:55.326Z",
+               "finishedAt": "2026-11-27T23:43:55.374Z"}
+    obj = {"kind": "ActionRun", "metadata": {"name": "f", "namespace": "ns"}, "spec": {"app": "demo", "action": "fail"},
+           "status": {"state": "Failed", "failedTask": "boom", "startTime": "2026-11-27T23:43:52Z",
+                      "endTime": "2026-11-27T23:43:55Z", "progressText": "1/2", "runLog": [
+                          {"replicas": [{**replica, "exitCode": 0, "output": "fine", "state": "success"}],
+                           "state": "success", "step": "ok", "task": "ok", "type": "exec"},
+                          {"replicas": [{**replica, "exitCode": 3, "message": "script exited with code 3",
+                                         "output": "about to fail", "state": "failure"}],
+                           "state": "failure", "step": "boom", "task": "boom", "type": "exec"}]}}
+    (group,) = run_view(obj, NOW)["groups"]
+    assert (group["label"], group["state"]) == (APP_GROUP, "failure")
+    assert [(t["id"], t["exitCode"], t["duration"]) for t in group["tasks"]] == [
+        ("ok@(application)", 0, 0.048), ("boom@(application)", 3, 0.048)]
