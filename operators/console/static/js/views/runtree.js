@@ -155,15 +155,18 @@ class Outputs {
   follow(found, ref) {
     found.note.textContent = "Output (masked), streamed while the task runs.";
     const topic = {
-      id: `output:${this.run.namespace}/${this.run.name}/${ref.task}@${ref.node || ""}`,
-      kind: "output", namespace: this.run.namespace, run: this.run.name, task: ref.task, node: ref.node,
-      type: ref.type,
+      kind: "output", namespace: this.run.namespace, run: this.run.name, task: ref.task, node: ref.node || null,
+      type: ref.type || null,
     };
-    found.unsubscribe = this.ctx.stream.subscribe(topic, (data) => {
-      if (data.text) found.pre.append(text(data.text));
-      if (data.done) {
+    found.unsubscribe = this.ctx.stream.subscribe(topic, (message) => {
+      if (message.type === "data" && message.data && message.data.text) {
+        found.pre.append(text(message.data.text));
+        found.pre.dataset.offset = message.position;
+      } else if (message.type === "end") {
         found.pre.classList.add("done");
         found.note.textContent = found.pre.textContent ? "The whole output (masked)." : "No output.";
+      } else if (message.type === "error") {
+        found.note.textContent = `Output not shown: ${message.message || message.status}`;
       }
     });
   }
@@ -246,8 +249,9 @@ function drawSummary(box, view) {
 
 // --- the view -----------------------------------------------------------------------------------------
 
-// Render the run view of `obj` (an ActionRun or a GraphRun) into `root`; returns a function that stops
-// its streams. The first paint comes from one GET; then the `run` topic brings each change.
+// Draw the run view of `obj` (an ActionRun or a GraphRun) into `root`. The first paint comes from one GET
+// of the shaped view; `refresh()` (the object page's update() when the run changed) asks for it again.
+// Returns {refresh, stop}; stop ends the output streams.
 export function renderRun(root, plural, obj, ctx) {
   const run = { namespace: obj.metadata.namespace, name: obj.metadata.name };
   const outputs = new Outputs(ctx, run);
@@ -255,16 +259,17 @@ export function renderRun(root, plural, obj, ctx) {
   const timelineBox = h("section", { class: "run-timeline" });
   const dagBox = plural === "graphruns" ? h("section", { class: "run-dag" }) : null;
   const tree = h("section", { class: "run-tree", "data-test": "run-tree" });
-  const problem = h("p", { class: "error", "data-test": "run-error", hidden: "" });
+  const problem = h("p", { class: "error", "data-test": "run-error", hidden: true });
   root.append(h("div", { class: "runs", "data-test": "run-view" }, problem, summary, timelineBox,
-    ...(dagBox ? [dagBox] : []), tree));
-  const seen = new Set();
+    dagBox, tree));
+  const opened = new Set();
   let current = null;
   let layout = null;
+  let asked = 0;
   let stopped = false;
 
   const repaint = () => {
-    if (!current) return;
+    if (!current || stopped) return;
     drawSummary(summary, current);
     drawTimeline(timelineBox, current.timeline);
     if (dagBox) drawDag(dagBox, layout, current.taskStates || {});
@@ -272,36 +277,61 @@ export function renderRun(root, plural, obj, ctx) {
     root.dataset.runState = current.state;
   };
   const paint = (view) => {
-    if (stopped || !view || !view.groups) return;
     for (const group of view.groups) {
       for (const task of group.tasks) {
-        if (task.state === "failure" && !seen.has(task.id)) outputs.pane(task, view); // a failure opens itself
-        if (task.state === "failure") seen.add(task.id);
+        if (task.state === "failure" && !opened.has(task.id)) outputs.pane(task, view); // a failure opens itself
+        if (task.state === "failure") opened.add(task.id);
       }
     }
     current = view;
+    problem.hidden = true;
     repaint();
+    askDag(view);
   };
   const fail = (error) => {
     problem.hidden = false;
     problem.textContent = error && error.message ? error.message : String(error);
   };
-
-  ctx.api.get(`${RUNS}/${path(plural, run.namespace, run.name)}`).then(paint, fail);
-  if (dagBox) {
+  const refresh = () => {
+    const mine = ++asked;
+    ctx.api.get(`${RUNS}/${path(plural, run.namespace, run.name)}`).then((view) => {
+      if (mine === asked && !stopped) paint(view); // an older answer arriving late never paints over a newer one
+    }, fail);
+  };
+  // The DAG is asked for once the run has its tasks (it is planned after it is created), and again only if
+  // the tasks it lists change.
+  let dagFor = null;
+  const askDag = (view) => {
+    const tasks = Object.keys(view.taskStates || {}).sort().join(" ");
+    if (!dagBox || !tasks || tasks === dagFor) return;
+    dagFor = tasks;
     ctx.api.get(`${RUNS}/${path("graphruns", run.namespace, run.name)}/dag`).then((found) => {
       layout = found;
       repaint();
     }, fail);
-  }
-  const unsubscribe = ctx.stream.subscribe({
-    id: `run:${plural}/${run.namespace}/${run.name}`, kind: "run", plural, namespace: run.namespace, name: run.name,
-  }, paint);
-  return () => {
+  };
+  refresh();
+  const stop = () => {
     stopped = true;
-    unsubscribe();
     outputs.closeAll();
   };
+  if (ctx.onCleanup) ctx.onCleanup(stop);
+  return { refresh, stop };
+}
+
+const drawn = new WeakMap();
+
+// The view modules' render/update (views/index.js): one run view per root, asked again on each change.
+export function renderFor(plural) {
+  const render = (root, obj, ctx) => {
+    drawn.set(root, renderRun(root, plural, obj, ctx));
+  };
+  const update = (root, obj, ctx) => {
+    const found = drawn.get(root);
+    if (found) found.refresh();
+    else render(root, obj, ctx);
+  };
+  return { render, update };
 }
 
 // A ServiceInstance's lifecycle transfers that ran an action (its App's ActionRuns), newest first, each
@@ -316,10 +346,11 @@ export function renderTransfers(root, instance, ctx) {
       return;
     }
     const rows = runs.map((r) => {
-      const link = h("a", { href: `#/${path(namespace, "actionruns", r.name)}`, "data-test": `transfer-${r.name}` },
-        r.name);
-      return h("tr", {}, h("td", {}, link), h("td", {}, r.action || ""), h("td", {}, badge(r.state, `transfer-state-${r.name}`)),
-        h("td", {}, r.started || ""), h("td", {}, r.failedTask || ""));
+      const href = `#/ns/${path(namespace, "actionruns", r.name)}`;
+      const link = h("a", { href, "data-test": `transfer-${r.name}` }, r.name);
+      return h("tr", {}, h("td", {}, link), h("td", {}, r.action || ""),
+        h("td", {}, badge(r.state, `transfer-state-${r.name}`)), h("td", {}, r.started || ""),
+        h("td", {}, r.failedTask || ""));
     });
     box.append(h("table", { class: "tasks" }, h("thead", {}, h("tr", {},
       ...["run", "action", "state", "started", "failed task"].map((t) => h("th", {}, t)))), h("tbody", {}, ...rows)));
