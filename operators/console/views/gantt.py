@@ -5,23 +5,23 @@ so that the browser only scales coordinates and draws SVG (docs/console.md, "Run
   end (to `now` while it runs). Instances of one node that overlap in time (a parallel strategy) get lanes
   of their own in the row, so no bar hides another. x is in seconds from the run's start.
 - `task_edges` + `dag_layout`: the run's tasks as a DAG. The edges come from the merged graph the run
-  executed (`requires`, `required_for` and the cross dependencies, references resolved as the planner
-  resolves them, /regex/ by RE2), kept between the tasks the run has; a task the run does not have is
-  contracted (its predecessors lead to its successors), so an order that went through it stays drawn.
+  executed (`requires`, `required_for` and the cross dependencies; a `/regex/` reference is searched in
+  the task ids by RE2, as the planner does, since a tenant wrote it), kept between the tasks the run has;
+  a task the run does not have is contracted (its predecessors lead to its successors), so an order that
+  went through it stays drawn.
   Layers are topological generations; within a layer, tasks are ordered by the mean position of their
   predecessors (one barycentre pass), which uncrosses the common fan-in/fan-out shapes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import networkx as nx
 
-from operators.graphs.structure import TaskMatcher
-from operators.runtime import parse_instant
+from operators.runtime import RegexError, compile_pattern, parse_instant
 
 MAX_DAG_TASKS = 1500
 """Tasks the DAG is drawn for at most (fuel-library's default graph has about 400): past it the page says
@@ -93,11 +93,31 @@ def _names(value: Any) -> list[str]:
     return found
 
 
+def _matcher(ids: Sequence[str]) -> Callable[[str], list[str]]:
+    """Task reference -> the ids it names (an id, or a `/regex/` searched in them), each resolved once."""
+    known, cache = set(ids), {}
+
+    def match(ref: str) -> list[str]:
+        if ref not in cache:
+            if len(ref) >= 2 and ref.startswith("/") and ref.endswith("/"):
+                try:
+                    pattern = compile_pattern(ref[1:-1])
+                except RegexError:
+                    cache[ref] = []
+                else:
+                    cache[ref] = [i for i in ids if pattern.search(i)]
+            else:
+                cache[ref] = [ref] if ref in known else []
+        return cache[ref]
+
+    return match
+
+
 def task_edges(tasks: Sequence[Mapping[str, Any]], present: Iterable[str]) -> list[tuple[str, str]]:
     """(before, after) edges between the `present` tasks of a merged graph given in Fuel's form (the
     graphs API's deployment_tasks), tasks absent from the run contracted, sorted."""
     ids = [str(t.get("id")) for t in tasks if isinstance(t.get("id"), str)]
-    matcher = TaskMatcher(ids)
+    match = _matcher(ids)
     graph: nx.DiGraph[str] = nx.DiGraph()
     graph.add_nodes_from(ids)
     for task in tasks:
@@ -105,8 +125,8 @@ def task_edges(tasks: Sequence[Mapping[str, Any]], present: Iterable[str]) -> li
         before = [*_names(task.get("requires")), *_names(task.get("cross-depends") or task.get("cross_depends"))]
         after = [*_names(task.get("required_for")),
                  *_names(task.get("cross-depended-by") or task.get("cross_depended_by"))]
-        graph.add_edges_from((dep, tid) for ref in before for dep in matcher.match(ref) if dep != tid)
-        graph.add_edges_from((tid, dep) for ref in after for dep in matcher.match(ref) if dep != tid)
+        graph.add_edges_from((dep, tid) for ref in before for dep in match(ref) if dep != tid)
+        graph.add_edges_from((tid, dep) for ref in after for dep in match(ref) if dep != tid)
     keep = set(present)
     for node in [n for n in graph.nodes if n not in keep]:
         graph.add_edges_from((p, s) for p in graph.predecessors(node) for s in graph.successors(node) if p != s)

@@ -37,13 +37,13 @@ from operators.runtime import ApiError, custom_path
 
 PLURALS = ("actionruns", "graphruns")
 GRAPHS_API = "/api/v1"
-"""The operator's deployment graphs API (`operators.graphs.api`), on its API server (`call.stead`)."""
+"""The operator's deployment graphs API (docs/graphs.md), on its API server (`call.stead`)."""
 OUTPUT_POLL_SECONDS = 0.5
 """How often a live instance's output is read (the stream latency it adds is half of this, on average)."""
 STATE_CHECK_SECONDS = 2.0
 """How often the `output` topic looks whether the instance is still running, while it prints nothing."""
 TASK = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,119}$")
-"""A task id (`operators.graphs.models.TaskId`): what may go into the operator API's path."""
+"""A task id (a DeploymentGraph's task id pattern): what may go into the operator API's path."""
 
 
 def _now() -> datetime:

@@ -7,7 +7,7 @@ One shape for the three kinds of run the console shows (docs/console.md, "Runs")
   user follows is "what is happening on app_tier-1";
 - a **GraphRun**: `status.nodes` is already per node, each with its task instances in plan order;
 - a **lifecycle transfer** of a ServiceInstance is an ActionRun of the instance's App (its create,
-  update or delete action: `operators.lsm.converge`), so it is shown as one.
+  update or delete action), so it is shown as one.
 
 Every instance carries its state, attempts, start, end and duration, and the tail of its output the
 status keeps (masked by the runner before it was ever written). The whole output of a GraphRun's

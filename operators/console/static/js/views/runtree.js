@@ -145,9 +145,10 @@ class Outputs {
       // an ActionRun: the status keeps the tail of each instance's output (refreshed with the status)
       clear(found.pre);
       found.pre.append(text(task.output || ""));
+      const live = task.state === "running" || task.state === "pending";
       found.note.textContent = task.output
         ? "The last 2 KiB of the output (masked), as the run's status keeps it."
-        : "No output (yet).";
+        : live ? "An ActionRun's status gets a task's output when the task ends." : "No output.";
     }
     return found.box;
   }
