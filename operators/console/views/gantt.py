@@ -95,7 +95,8 @@ def _names(value: Any) -> list[str]:
 
 def _matcher(ids: Sequence[str]) -> Callable[[str], list[str]]:
     """Task reference -> the ids it names (an id, or a `/regex/` searched in them), each resolved once."""
-    known, cache = set(ids), {}
+    known = set(ids)
+    cache: dict[str, list[str]] = {}
 
     def match(ref: str) -> list[str]:
         if ref not in cache:
