@@ -202,13 +202,19 @@ class ConsoleServer:
         return session
 
     def check_write(self, request: web.Request, session: Session) -> None:
-        """A write made with the cookie carries the session's CSRF token and comes from the console's origin."""
-        if not session.nonce:
-            return  # bearer-token clients: no ambient authority
+        """A write comes from the console's own pages (or from a script, which a browser's headers would not
+        claim); made with the cookie, it also carries the session's CSRF token.
+
+        A bearer token needs no CSRF token when a script sends it, but an auth proxy in front of the console
+        (oauth2-proxy) may add it to every request of the browser, where it is as ambient as a cookie: so the
+        browser's own word on where a request comes from (`Origin`, `Sec-Fetch-Site`) is checked for both."""
         origin = request.headers.get("Origin")
         if origin is not None and urlsplit(origin).netloc != request.host:
             raise ConsoleError(403, f"Origin {origin[:100]!r} is not this console's")
-        if not self.sealer.csrf_ok(session, request.headers.get(CSRF_HEADER)):
+        site = request.headers.get("Sec-Fetch-Site")
+        if site is not None and site not in ("same-origin", "none"):
+            raise ConsoleError(403, f"Sec-Fetch-Site {site[:40]!r}: writes come from the console's own pages")
+        if session.nonce and not self.sealer.csrf_ok(session, request.headers.get(CSRF_HEADER)):
             raise ConsoleError(403, f"missing or wrong {CSRF_HEADER} header (reload the page)")
 
     def _about(self, session: Session) -> dict[str, Any]:

@@ -53,10 +53,15 @@ class ConsoleProcess:
         return f"http://127.0.0.1:{self.port}/console/"
 
     def start(self) -> None:
+        key = self.log_path.parent / "session.key"
+        if not key.exists():  # one key for the process's whole life, so that a restart keeps the sessions
+            from cryptography.fernet import Fernet
+
+            key.write_bytes(Fernet.generate_key())
         cmd = [str(STEAD), "console", "--kubeconfig", str(self.cluster.kubeconfig), "--port", str(self.port),
                "--stead-api", f"https://127.0.0.1:{self.operator.config_api_port}",
                "--stead-api-ca", str(self.operator.store.parent / "config-api" / "ca.crt"),
-               "--session-check-seconds", str(CHECK_SECONDS)]
+               "--session-check-seconds", str(CHECK_SECONDS), "--session-key-file", str(key)]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=os.environ)
         wait_until(self._ready, 30, "the console's /console/healthz")

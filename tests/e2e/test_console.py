@@ -85,6 +85,28 @@ def test_seven_tabs_share_one_stream(console: ConsoleProcess, console_page: Open
     assert console.metric("stead_console_streams_open") <= 2  # one stream (two while one reopens)
 
 
+def test_a_hidden_tab_lets_its_stream_go_and_a_restarted_console_is_caught_up_with(
+        console: ConsoleProcess, console_page: OpenConsole, kubectl: Kubectl, namespace: str) -> None:
+    token = console_user(kubectl, namespace)
+    kubectl("apply", "-f", "-", input=env_manifest("resume", namespace))
+    page = console_page(token, f"#/ns/{namespace}/environments/resume")
+    page.get_by_test_id("object-name").wait_for()
+    wait_until(lambda: console.metric("stead_console_streams_open") == 1, 30, "the page's stream open")
+    visibility = ("(state) => { Object.defineProperty(document, 'visibilityState', {value: state, configurable: true});"
+                  " document.dispatchEvent(new Event('visibilitychange')); }")
+    page.evaluate(visibility, "hidden")
+    wait_until(lambda: console.metric("stead_console_streams_open") == 0, 30, "the hidden tab's stream closed")
+    page.evaluate(visibility, "visible")
+    wait_until(lambda: console.metric("stead_console_streams_open") == 1, 30, "the stream open again")
+    # the console goes away under the open stream; what changes meanwhile shows once it is back (same session
+    # key: the page stays signed in; the stream reconnects with backoff and resumes from its resourceVersion)
+    console.stop()
+    kubectl("label", "environment", "resume", "-n", namespace, "while=away")
+    console.start()
+    wait_until(lambda: "while: away" in page.get_by_test_id("yaml").text_content(), 60,
+               "the change made while the console was down")
+
+
 def test_a_revoked_token_ends_the_stream_without_a_reconnect_flood(
         console: ConsoleProcess, console_page: OpenConsole, kubectl: Kubectl, namespace: str) -> None:
     token = console_user(kubectl, namespace, account="short-lived")
@@ -124,5 +146,9 @@ def test_the_console_refuses_cross_site_writes_forged_sessions_and_inline_script
     status, _, body = request(console, "DELETE", "/console/api/session",
                               headers={**jar, "Origin": "https://evil.example"})
     assert status == 403 and "Origin" in body
+    # a bearer token an auth proxy would add to every request of the browser is no licence for another site
+    status, _, body = request(console, "DELETE", "/console/api/session",
+                              headers={"Authorization": f"Bearer {token}", "Sec-Fetch-Site": "cross-site"})
+    assert status == 403 and "Sec-Fetch-Site" in body
     # the page's own script cannot read the token
     assert page.evaluate("document.cookie") == ""

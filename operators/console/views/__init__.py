@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from operators.console.stream import events_topic, list_topic, object_topic
-from operators.console.views import objects, runs
+from operators.console.views import forms, lifecycle, objects, runs
 from operators.console.web import ConsoleRoute, TopicSource
 from operators.runtime import Kind
 
 
 def all_routes(kinds: Sequence[Kind]) -> tuple[ConsoleRoute, ...]:
-    return (*objects.routes(kinds), *runs.ROUTES)
+    return (*objects.routes(kinds), *forms.ROUTES, *lifecycle.ROUTES, *runs.ROUTES)
 
 
 def all_topics(kinds: Sequence[Kind]) -> Mapping[str, TopicSource]:

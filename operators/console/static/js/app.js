@@ -137,12 +137,18 @@ async function listPage(namespace, mine) {
 
 // --- one object ---------------------------------------------------------------------------------------
 
+// How a condition reads: Ready True is good, Stalled True is bad, Reconciling True is work in progress.
+function conditionClass(c) {
+  if (c.type === 'Stalled') return c.status === 'True' ? 'cond-bad' : 'cond-quiet';
+  if (c.type === 'Reconciling') return c.status === 'True' ? 'cond-busy' : 'cond-quiet';
+  return c.status === 'True' ? 'cond-good' : (c.status === 'False' ? 'cond-bad' : 'cond-quiet');
+}
+
 function conditionsTable(obj) {
   const conditions = (obj.status && obj.status.conditions) || [];
   return h('table', {class: 'conditions', 'data-test': 'conditions'},
     h('thead', {}, h('tr', {}, ['Type', 'Status', 'Reason', 'Message', 'Since'].map((t) => h('th', {}, t)))),
-    h('tbody', {}, conditions.map((c) => h('tr', {'data-test': `condition-${c.type}`,
-      class: `status-${c.status}`},
+    h('tbody', {}, conditions.map((c) => h('tr', {'data-test': `condition-${c.type}`, class: conditionClass(c)},
     h('td', {}, c.type), h('td', {}, c.status), h('td', {}, c.reason || ''), h('td', {}, c.message || ''),
     h('td', {}, age(c.lastTransitionTime))))));
 }
@@ -164,7 +170,7 @@ function header(obj, kind) {
     h('h1', {}, `${kind.kind} `, h('span', {'data-test': 'object-name'}, obj.metadata.name)),
     h('p', {class: 'summary'},
       h('span', {class: 'phase', 'data-test': 'phase'}, status.phase || 'Init'), ' · ',
-      h('span', {class: `ready status-${ready ? ready.status : 'Unknown'}`, 'data-test': 'ready'},
+      h('span', {class: `ready ${ready ? conditionClass(ready) : 'cond-quiet'}`, 'data-test': 'ready'},
         `Ready ${ready ? ready.status : 'Unknown'}`),
       status.state ? [' · ', h('span', {class: 'state', 'data-test': 'state'}, status.state)] : null,
       ' · generation ', String(obj.metadata.generation || ''), ' · ',

@@ -6,6 +6,7 @@ const ROUTES = [
   [/^\/ns\/([^/]+)\/new\/([^/]+)$/, (m) => ({page: 'form', fn: 'renderNew', namespace: m[1], plural: m[2]})],
   [/^\/ns\/([^/]+)\/([^/]+)\/([^/]+)\/edit$/,
     (m) => ({page: 'form', fn: 'renderEdit', namespace: m[1], plural: m[2], name: m[3]})],
+  [/^\/ns\/([^/]+)\/([^/]+)\/([^/]+)\/do\/([^/]+)$/, (m) => ({page: 'form', fn: 'renderAction', namespace: m[1], plural: m[2], name: m[3], action: m[4]})],
   [/^\/ns\/([^/]+)\/([^/]+)\/([^/]+)$/, (m) => ({page: 'object', namespace: m[1], plural: m[2], name: m[3]})],
 ];
 

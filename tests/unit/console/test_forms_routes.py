@@ -1,0 +1,143 @@
+"""The forms' routes with a fake API server: schemas served without reading CRDs, actions read as the user, and a
+submission that is a dry run first and the request itself only if the API server let the dry run through."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import pytest
+
+from operators.console.views import forms
+from operators.console.web import ConsoleCall, ConsoleError
+from operators.runtime.kube.api import ApiError, custom_path
+from tests.unit.fakeapi import FakeApi
+
+Sent = tuple[str, str, dict[str, str], str, Any]
+
+
+class DryRunning:
+    """The fake API server, plus what it does not model: `dryRun=All` answers the object without storing it (or
+    `refuse`s it, as the real API server's schema or a webhook would)."""
+
+    def __init__(self, fake: FakeApi, refuse: ApiError | None = None) -> None:
+        self.fake = fake
+        self.refuse = refuse
+        self.sent: list[Sent] = []
+
+    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+                      params: dict[str, str] | None = None) -> dict[str, Any]:
+        self.sent.append((method, path, dict(params or {}), content_type, copy.deepcopy(body)))
+        if (params or {}).get("dryRun") == "All":
+            if self.refuse is not None:
+                raise self.refuse
+            return dict(copy.deepcopy(body))
+        return await self.fake.request(method, path, body, content_type, params)
+
+
+def _call(kube: Any, params: Mapping[str, str], body: Any = None, query: Mapping[str, str] | None = None
+          ) -> ConsoleCall:
+    return ConsoleCall(kube=kube, stead=None, user="alice", params=params, query=query or {}, body=body)
+
+
+def _route(method: str, suffix: str) -> Callable[[ConsoleCall], Awaitable[Any]]:
+    found = [r for r in forms.ROUTES if r.method == method and r.path == forms.PREFIX + suffix]
+    assert len(found) == 1, suffix
+    return found[0].handler
+
+
+def _run(handler: Callable[[ConsoleCall], Awaitable[Any]], call: ConsoleCall) -> Any:
+    async def main() -> Any:
+        return await handler(call)
+
+    return asyncio.run(main())
+
+
+APPS = custom_path("apps", "team")
+
+
+def test_schemas_come_from_the_models_not_from_the_cluster() -> None:
+    kube = DryRunning(FakeApi())
+    answer = _run(_route("GET", "/schema/{plural}"), _call(kube, {"plural": "apps"}))
+    assert answer["kind"] == "App" and answer["schema"]["required"] == ["blueprint"]
+    assert _run(_route("GET", ""), _call(kube, {}))[0]["plural"] == "environments"
+    assert kube.sent == []  # a user who may not read CRDs gets the same forms
+
+
+def test_an_unknown_kind_is_the_consoles_404() -> None:
+    with pytest.raises(ConsoleError) as refused:
+        _run(_route("GET", "/schema/{plural}"), _call(DryRunning(FakeApi()), {"plural": "pods"}))
+    assert refused.value.status == 404
+
+
+def test_a_submission_is_a_dry_run_as_the_user_then_the_request() -> None:
+    kube = DryRunning(FakeApi())
+    body = {"plural": "apps", "mode": "create",
+            "object": {"metadata": {"name": "web"}, "spec": {"blueprint": "small", "inputs": {"who": "me"}}}}
+    answer = _run(_route("POST", "/submit/{namespace}"), _call(kube, {"namespace": "team"}, body))
+    assert answer["ok"] is True and answer["object"]["metadata"]["name"] == "web"
+    assert [(m, p, params) for m, p, params, _, _ in kube.sent] == [
+        ("POST", APPS, {"dryRun": "All"}), ("POST", APPS, {})]
+    assert kube.sent[0][4] == kube.sent[1][4]  # the dry run was of the very object then sent
+    assert kube.fake.names(APPS) == ["web"]
+
+
+def test_a_refusal_of_the_dry_run_is_placed_in_the_form_and_nothing_is_sent() -> None:
+    refusal = ApiError(422, 'App.stead.dev "web" is invalid: [spec.blueprint: Required value, spec.lockTtlSeconds: '
+                            'Invalid value: 0: spec.lockTtlSeconds in body should be greater than or equal to 1]')
+    kube = DryRunning(FakeApi(), refuse=refusal)
+    body = {"plural": "apps", "mode": "create", "object": {"metadata": {"name": "web"},
+                                                           "spec": {"blueprint": "", "lockTtlSeconds": 0}}}
+    answer = _run(_route("POST", "/submit/{namespace}"), _call(kube, {"namespace": "team"}, body))
+    assert answer["ok"] is False and answer["stage"] == "dry-run" and answer["status"] == 422
+    assert [e["path"] for e in answer["errors"]] == ["spec.blueprint", "spec.lockTtlSeconds"]
+    assert len(kube.sent) == 1 and kube.fake.names(APPS) == []
+
+
+def test_a_token_no_longer_valid_is_not_a_form_error() -> None:
+    kube = DryRunning(FakeApi(), refuse=ApiError(401, "Unauthorized"))
+    body = {"plural": "apps", "mode": "create", "object": {"metadata": {"name": "web"}, "spec": {}}}
+    with pytest.raises(ApiError) as raised:
+        _run(_route("POST", "/submit/{namespace}"), _call(kube, {"namespace": "team"}, body))
+    assert raised.value.status == 401
+
+
+def test_an_edit_patches_what_changed_at_the_version_the_user_saw() -> None:
+    fake = FakeApi()
+    stored = fake.add(f"{APPS}/web", {"apiVersion": "stead.dev/v1alpha1", "kind": "App",
+                                      "spec": {"blueprint": "small", "inputs": {"a": "1", "b": "2"}}})
+    kube = DryRunning(fake)
+    form = _run(_route("GET", "/edit/{namespace}/{plural}/{name}"),
+                _call(kube, {"namespace": "team", "plural": "apps", "name": "web"}))
+    assert form["mode"] == "edit" and form["object"]["metadata"]["resourceVersion"] == stored["metadata"][
+        "resourceVersion"]
+    edited = copy.deepcopy(form["object"])
+    edited["spec"]["inputs"] = {"a": "1"}
+    answer = _run(_route("POST", "/submit/{namespace}"),
+                  _call(kube, {"namespace": "team"}, {"plural": "apps", "mode": "edit", "object": edited}))
+    assert answer["ok"] is True
+    patch = kube.sent[-1]
+    assert patch[0] == "PATCH" and patch[3] == "application/merge-patch+json"
+    assert patch[4]["spec"] == {"inputs": {"b": None}}
+    assert fake.objects[f"{APPS}/web"]["spec"]["inputs"] == {"a": "1"}
+
+
+def test_the_run_form_suggests_system_actions_when_the_blueprint_is_not_readable() -> None:
+    fake = FakeApi()
+    fake.add(f"{APPS}/web", {"kind": "App", "spec": {"blueprint": "small"}})
+    fake.fail_with(ApiError(403, "forbidden"), "GET", "/blueprints/small")
+    form = _run(_route("GET", "/action/{namespace}/{plural}/{name}/{action}"),
+                _call(DryRunning(fake), {"namespace": "team", "plural": "apps", "name": "web", "action": "run"}))
+    assert form["object"]["spec"]["app"] == "web"
+    assert form["suggestions"]["spec.action"] == ["create", "start", "stop", "restart", "delete"]
+
+
+def test_the_preview_is_the_yaml_and_commands_of_what_would_be_sent() -> None:
+    body = {"plural": "actionruns", "mode": "create", "object": {"spec": {"app": "web", "action": "greet"}}}
+    shown = _run(_route("POST", "/preview/{namespace}"), _call(DryRunning(FakeApi()), {"namespace": "team"}, body))
+    assert "generateName: web-greet-" in shown["yaml"]
+    assert shown["stead"] == "stead app run web greet -n team"
+    with pytest.raises(ConsoleError, match="mode"):
+        _run(_route("POST", "/preview/{namespace}"), _call(DryRunning(FakeApi()), {"namespace": "team"}, {}))
