@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from operators.console.stream import events_topic, list_topic, object_topic
-from operators.console.views import forms, lifecycle, objects, topology
+from operators.console.views import forms, lifecycle, objects, runs, topology
 from operators.console.web import ConsoleRoute, TopicSource
 from operators.runtime import Kind
 
 
 def all_routes(kinds: Sequence[Kind]) -> tuple[ConsoleRoute, ...]:
-    return (*objects.routes(kinds), *forms.ROUTES, *lifecycle.ROUTES, *topology.ROUTES)
+    return (*objects.routes(kinds), *forms.ROUTES, *lifecycle.ROUTES, *runs.ROUTES, *topology.ROUTES)
 
 
 def all_topics(kinds: Sequence[Kind]) -> Mapping[str, TopicSource]:
@@ -21,4 +21,5 @@ def all_topics(kinds: Sequence[Kind]) -> Mapping[str, TopicSource]:
         "object": object_topic(plurals, cluster_scoped),
         "list": list_topic(plurals - cluster_scoped),
         "events": events_topic,
+        **runs.TOPICS,
     }
