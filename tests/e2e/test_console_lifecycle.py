@@ -18,6 +18,7 @@ from tests.e2e.conftest import Kubectl, OperatorProcess
 from tests.e2e.console import ConsoleProcess, OpenConsole, console_user, screenshot
 from tests.e2e.test_apps import apply
 from tests.e2e.test_services import catalog, in_state, instance
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -73,4 +74,10 @@ def test_app_service_walked_up_update_rollback_in_the_diagram(
     assert offered(page) == ["action-update", "action-delete"]
     status = in_state(kubectl, namespace, "db-1", "up", version_above=9)
     assert status["activeAttributes"]["who"] == "one" and status["version"] == 10
+    # the transfers that ran an action are the App's runs, each a link to its run view: the failed update's too
+    app = status["app"]
+    wait_until(lambda: page.locator('[data-test="run-transfers"] a').count() >= 3, 30, "the transfer runs listed")
+    runs = [page.locator('[data-test="run-transfers"] a').nth(i).text_content()
+            for i in range(page.locator('[data-test="run-transfers"] a').count())]
+    assert all(run.startswith(app) for run in runs) and f"{app}-create" in runs
     screenshot(page, "serviceinstance", tmp_path)

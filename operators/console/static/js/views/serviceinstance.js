@@ -7,6 +7,7 @@
 // page when the instance changes (the object page follows it on the page's one stream and calls update()).
 
 import { clear, h, svg } from "../dom.js";
+import { renderTransfers } from "./runtree.js";
 
 const NONE = "\u2014";
 const VIEWS = new WeakMap();  // root -> {load, seen}: the view drawn in it
@@ -237,8 +238,12 @@ export function render(root, obj, ctx) {
     draw();
   }
 
-  VIEWS.set(root, { load, seen: obj.metadata.resourceVersion });
+  const transfers = h("div", { class: "lc-transfers" });
+  root.appendChild(transfers);
+  const runs = () => renderTransfers(clear(transfers), obj, ctx);  // the transfers that ran an action
+  VIEWS.set(root, { load, runs, seen: obj.metadata.resourceVersion });
   load();
+  runs();
 }
 
 // The object page follows the instance on the page's stream and calls this with each new version of it: the
@@ -249,4 +254,5 @@ export function update(root, obj, ctx) {
   if (obj.metadata.resourceVersion === view.seen) return;
   view.seen = obj.metadata.resourceVersion;
   view.load();
+  view.runs();
 }
