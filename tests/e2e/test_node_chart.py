@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import http.server
 import json
 import os
 import signal
 import socket
 import ssl
+import threading
 import time
 import urllib.request
 import uuid
@@ -64,7 +66,7 @@ CHART = ROOT / "charts" / "stead"
 CRD_NAMES = sorted(yaml.safe_load(path.read_text())["metadata"]["name"] for path in (ROOT / "crds").glob("*.yaml"))
 WRITES = frozenset({"create", "update", "patch", "delete"})
 WEBHOOK_PORT = 9443  # the container's webhook port (charts/stead/templates/statefulset.yaml)
-DELAY = 15  # the pause between a staged action's two scripts: long enough for a restart to fall into it
+DELAY = 15  # the pause of a staged action without a gate (test_node_sharding's across-rollout)
 
 pytestmark = [
     pytest.mark.node,
@@ -250,19 +252,61 @@ def project_namespace(kubectl: Kubectl, name: str) -> None:
             f"--serviceaccount={name}:default")
 
 
+class Gates:
+    """Gates a step's script waits on: an HTTP server on the node's address (the Pods' bridge, on this
+    host), answering 200 for a gate the test opened and 404 before. The test opens a gate once it has
+    seen what must happen before the step may end (a restart), instead of hoping a delay is long enough."""
+
+    def __init__(self, address: str) -> None:
+        opened: set[str] = set()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200 if self.path.strip("/") in opened else 404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # a poll a second: not worth the test's output
+
+        self._opened = opened
+        self._server = http.server.ThreadingHTTPServer((address, 0), Handler)
+        self.url = f"http://{address}:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="gates", daemon=True)
+        self._thread.start()
+
+    def wait_script(self, name: str) -> str:
+        """A shell script that polls the gate `name` (the image's python; no curl there) until it is open."""
+        return (f"until python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' "
+                f"{self.url}/{name} 2>/dev/null; do sleep 1; done; echo gate {name} open")
+
+    def open(self, name: str) -> None:
+        self._opened.add(name)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(10)
+
+
 # --- objects ----------------------------------------------------------------------------------------------
 
 
-def staged(name: str) -> Manifest:
-    """An action of two scripts with a pause between them: a restart falls into the pause."""
+def staged(name: str, gates: Gates | None = None) -> Manifest:
+    """An action of two scripts with a pause between them: a restart falls into the pause. With `gates`,
+    the pause is a script (a Job) that waits until the test opens the gate `name`, which it does only once
+    it has seen the restart: the run cannot end before it, however slow the machine. Without, a delay."""
+    pause: Manifest = {"name": f"{name}-pause", "type": "delay", "delaySeconds": DELAY}
+    if gates is not None:
+        pause = {"name": f"{name}-pause", "type": "exec", "script": gates.wait_script(name)}
     return {"name": name, "tasks": [
-        {"name": f"{name}-first", "type": "exec", "script": f"echo {name} first"},
-        {"name": f"{name}-pause", "type": "delay", "delaySeconds": DELAY},
+        {"name": f"{name}-first", "type": "exec", "script": f"echo {name} first"}, pause,
         {"name": f"{name}-last", "type": "exec", "script": f"echo {name} last"}],
         "edges": [{"from": f"{name}-first", "to": f"{name}-pause"}, {"from": f"{name}-pause", "to": f"{name}-last"}]}
 
 
-def node_spec() -> Manifest:
+def node_spec(gates: Gates | None = None) -> Manifest:
+    """The module's Blueprint; `gates` makes the pauses of across-upgrade and across-freeze wait for the test."""
     return {
         "substrates": [{"name": "host", "type": "Local"}],
         "services": [{"name": "S", "actions": [{"name": "create", "tasks": [
@@ -271,7 +315,7 @@ def node_spec() -> Manifest:
         "actions": [
             {"name": "fail", "tasks": [
                 {"name": "boom", "type": "exec", "script": "echo about to fail; echo the last words >&2; exit 3"}]},
-            staged("across-upgrade"), staged("across-freeze"), staged("across-rollout"),
+            staged("across-upgrade", gates), staged("across-freeze", gates), staged("across-rollout"),
         ],
     }
 
@@ -391,6 +435,8 @@ class Single:
     store: Path
     """The host directory of the store's PersistentVolume."""
     install_mark: int
+    gates: Gates
+    """What the staged actions' pauses wait for (node_spec)."""
 
 
 @pytest.fixture(scope="module")
@@ -402,6 +448,7 @@ def single(node: LocalNode, node_image: str, helm_cli: Helm, kubectl: Kubectl, o
                            tmp_path_factory.mktemp("node-chart"))
     project = f"t-node-chart-{suffix}"
     failed = request.session.testsfailed
+    gates = Gates(node.network.node_ip)
     with session_operator_stopped(operator, kubectl):
         try:
             kubectl("create", "namespace", release.namespace)
@@ -410,13 +457,14 @@ def single(node: LocalNode, node_image: str, helm_cli: Helm, kubectl: Kubectl, o
             project_namespace(kubectl, project)
             mark = audit.mark()
             release.install()
-            yield Single(release, project, store, mark)
+            yield Single(release, project, store, mark, gates)
         finally:
             if request.session.testsfailed > failed and release.installed:
                 diagnose(release, [project])
             if release.installed:
                 release.uninstall(check=False)
             kubectl("delete", "namespace", project, release.namespace, "--wait=false", check=False)
+            gates.close()
             print("\nnode chart timings: " + ", ".join(f"{k} {v:.1f}" for k, v in release.timings.items()))
 
 
@@ -471,7 +519,7 @@ def test_the_operator_in_its_pod_makes_every_kind_ready_with_its_service_account
 
     started = time.monotonic()
     kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "environment.yaml"))
-    apply(kubectl, blueprint("node", ns, node_spec()))
+    apply(kubectl, blueprint("node", ns, node_spec(single.gates)))
     kubectl("wait", "--for=condition=Ready", "-n", ns, "--timeout=60s", "environment/demo", "blueprint/node")
     apply(kubectl, app("demo", ns, "node"))
     wait_for_builtins(kubectl)  # the operator in the Pod installs the built-in lifecycles
@@ -549,6 +597,7 @@ def test_helm_upgrade_rolls_the_pod_and_no_run_is_lost_or_repeated(
     assert after["metadata"]["annotations"]["stead.dev/e2e-revision"] == "2"
     assert "--verbose" in container(after)["args"]
     assert restarts(after) == 0
+    single.gates.open("across-upgrade")  # the new Pod is Ready: the run's pause may end
 
     status = run_state(kubectl, ns, "upgrade-1", "Succeeded", "Failed", "Aborted", seconds=180)
     assert status["state"] == "Succeeded", status
@@ -586,6 +635,7 @@ def test_a_frozen_operator_is_restarted_by_its_liveness_probe_and_its_run_resume
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)  # only matters when the kubelet did not kill it: the test failed
+        single.gates.open("across-freeze")  # restarted (or failed): the run's pause may end
     assert restarts(again) == count + 1
     assert again["metadata"]["uid"] == pod["metadata"]["uid"]  # the same Pod: its container restarted
     events = json.loads(kubectl("get", "events", "-n", release.namespace, "--field-selector",
