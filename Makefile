@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 IMAGE  ?= localhost/stead:dev
 
-.PHONY: venv run run-chart test unit e2e lint typecheck crds controlplane image image-tools ssh-tools node-tools bench clean
+.PHONY: venv run run-chart test unit e2e lint typecheck crds controlplane image image-tools ssh-tools node-tools browser-tools bench clean
 
 venv: $(STAMP)
 
@@ -29,8 +29,8 @@ controlplane: venv ## build (once) and cache kube-apiserver, kube-controller-man
 
 # ARGS: more flags of `stead operator` (`make run ARGS='--ssh-allow 10.20.0.0/24 -v'`).
 ARGS ?=
-run: venv ## start a local control plane unless a cluster is reachable, install CRDs, run the operators
-	$(BIN)/stead operator --local auto $(ARGS)
+run: venv ## start a local control plane unless a cluster is reachable, install CRDs, run the operators and the console
+	$(BIN)/stead operator --local auto --console-port 8090 $(ARGS)
 
 # The chart on the local node, as on a real cluster: the image built with buildah, loaded into the
 # node's containerd (no registry), and installed by helm; the operator authenticates with its
@@ -91,14 +91,26 @@ node-tools: ## containerd, runc and the CNI plugins, installed with apt-get when
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 \
 		containerd runc containernetworking-plugins iptables >/dev/null
 
-e2e: venv controlplane image-tools ssh-tools node-tools
+# Debian's Chromium, for the console's browser tests (tests/e2e/console.py drives it with Playwright, whose own
+# browser downloads cannot run here).
+browser-tools: ## chromium, installed with apt-get when missing (as root; the console's browser tests need it)
+	@if command -v chromium >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+		echo "browser-tools: chromium missing: as root, this installs it (the console's browser tests fail meanwhile)" >&2; \
+		exit 0; fi; \
+	echo "browser-tools: installing chromium (apt-get)" >&2; \
+	apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 \
+		chromium >/dev/null
+
+e2e: venv controlplane image-tools ssh-tools node-tools browser-tools
 	$(BIN)/pytest -q tests/e2e
 
 # Two workers: the unit tests run beside the e2e session (tests/conftest.py keeps tests/e2e in one
 # worker: one control plane, one node, the tests in their order; loadscope keeps a module's tests,
 # and its module-scoped fixtures, in one worker). `make test PYTEST_ARGS=` runs serially.
 PYTEST_ARGS ?= -n 2 --dist loadscope
-test: venv controlplane image-tools ssh-tools node-tools lint typecheck
+test: venv controlplane image-tools ssh-tools node-tools browser-tools lint typecheck
 	$(BIN)/stead crds --check
 	$(BIN)/pytest -q $(PYTEST_ARGS) --durations=25 tests
 

@@ -17,6 +17,8 @@ import pytest
 
 E2E = "tests/e2e/"
 
+pytest_plugins = ("tests.e2e.console",)  # the console's fixtures (console, browser, console_page), for every e2e module
+
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: without it, nothing to schedule
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

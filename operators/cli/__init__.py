@@ -94,6 +94,8 @@ NOUNS: tuple[Noun, ...] = (
          "history", "operators.graphs.cli:add_graph_actions"),
     Noun("config", "read and change configuration values (the configuration API)",
          "operators.config.cli:add_config_actions"),
+    Noun("console", "the web console: serve it (every kind in a browser, with each user's own rights)",
+         "operators.cli.console:add_console_arguments"),
     Noun("cluster", "the local control plane (kube-apiserver, etcd, controller-manager)",
          "operators.cli.cluster:cluster_actions"),
     Noun("crds", "write crds/*.yaml and the chart's copies from the models (or --check them)",
@@ -102,7 +104,7 @@ NOUNS: tuple[Noun, ...] = (
 """The index of the nouns: the platform's (operator, cluster, crds) and the domains' (`Domain.cli`, which a
 test holds equal to this), written here so that start-up imports no domain."""
 
-PLATFORM_NOUNS = ("operator", "cluster", "crds")
+PLATFORM_NOUNS = ("operator", "console", "cluster", "crds")
 
 
 def _noun_index(words: Sequence[str]) -> int | None:

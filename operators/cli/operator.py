@@ -18,6 +18,7 @@ from typing import Any
 import operators.cluster
 from operators.catalog import API_EXTENSIONS, DOMAINS, KINDS
 from operators.cli import local
+from operators.cli.console import operator_console
 from operators.cluster.sshd import demo_allow_network
 from operators.runtime import process
 from operators.runtime.domain import AddonContext, platform_addons
@@ -172,7 +173,8 @@ def run_operator_with(settings: OperatorSettings) -> int:
     )
     context = AddonContext(settings, home, options.runs.state_dir if options.runs is not None else None,
                            API_EXTENSIONS)
-    addons = [*(addon for domain in DOMAINS for addon in domain.addons(context)), *platform_addons(context)]
+    addons = [*(addon for domain in DOMAINS for addon in domain.addons(context)), *platform_addons(context),
+              *operator_console(settings, home, kubeconfig)]  # last: it reaches the API server started before it
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             runner.run(process.run_operator(KINDS, options, addons=addons))

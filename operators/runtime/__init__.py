@@ -119,7 +119,15 @@ if TYPE_CHECKING:
     )
     from operators.runtime.engine.services import Services as ProcessServices
     from operators.runtime.kube.api import ApiError, Requester, custom_path
-    from operators.runtime.kube.client import USER_AGENT, ClusterAccess, KubeClient, core_path, load_access
+    from operators.runtime.kube.client import (
+        USER_AGENT,
+        ClusterAccess,
+        KubeClient,
+        core_path,
+        load_access,
+        load_configuration,
+    )
+    from operators.runtime.kube.crds import crd_for
     from operators.runtime.kube.objects import Objects
     from operators.runtime.kube.watch import Watch
     from operators.runtime.lazy import front_door
@@ -198,6 +206,7 @@ __all__ = [
     "compile_pattern",
     "conditions",
     "core_path",
+    "crd_for",
     "custom_path",
     "dump",
     "dumps",
@@ -210,6 +219,7 @@ __all__ = [
     "json_body",
     "json_response",
     "load_access",
+    "load_configuration",
     "named_after",
     "not_found",
     "object_key",

@@ -288,6 +288,18 @@ class HealthSettings:
 
 
 @dataclass(frozen=True)
+class ConsoleSettings:
+    """The web console, served by the operator's process beside its reconcilers (`make run`); in a cluster it
+    is a Deployment of its own (`stead console`)."""
+
+    port: int = field(
+        default=0, metadata=flag("--console-port", parser=int,
+                                 help="serve the web console on this port (0, the default: not here; `make run`: "
+                                      "8090)"))
+    listen: str = field(default="127.0.0.1", metadata=flag("--console-listen"))
+
+
+@dataclass(frozen=True)
 class RunnerSettings:
     """How workflow runs are started: where scripts run and as whom, what their tasks may reach."""
 
@@ -458,6 +470,7 @@ class OperatorSettings:
     webhook: WebhookSettings = field(default_factory=WebhookSettings)
     config_api: ConfigApiSettings = field(default_factory=ConfigApiSettings)
     health: HealthSettings = field(default_factory=HealthSettings)
+    console: ConsoleSettings = field(default_factory=ConsoleSettings)
     runs: RunnerSettings = field(default_factory=RunnerSettings)
     vault: VaultSettings = field(default_factory=VaultSettings)
     slots: SlotsSettings = field(default_factory=SlotsSettings)

@@ -19,11 +19,10 @@ STEAD_KINDS_ROLE = "stead-kinds"
 """Stead's kinds in the namespace: what the chart's aggregated ClusterRoles add to `edit`."""
 
 
-def tenant_kubectl(kubectl: Kubectl, cluster: ClusterInfo, binaries: Binaries, namespace: str, work: Path, *,
-                   role: str = "edit", account: str = "tenant") -> Kubectl:
+def tenant_token(kubectl: Kubectl, namespace: str, *, role: str = "edit", account: str = "tenant",
+                 duration: str = "1h") -> str:
     """Make ServiceAccount `account` in `namespace`, bound there to the ClusterRole `role` (`edit`; `view`
-    for a tenant who may not read the namespace's Secrets) and to Stead's kinds, and return a kubectl
-    acting as it, with a kubeconfig of its token alone."""
+    for a tenant who may not read the namespace's Secrets) and to Stead's kinds, and return a token of it."""
     kubectl("create", "serviceaccount", account, "-n", namespace)
     kubectl("apply", "-f", "-", input=json.dumps({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
@@ -33,7 +32,13 @@ def tenant_kubectl(kubectl: Kubectl, cluster: ClusterInfo, binaries: Binaries, n
             f"--serviceaccount={namespace}:{account}")
     kubectl("create", "rolebinding", f"{account}-{role}", "-n", namespace, f"--clusterrole={role}",
             f"--serviceaccount={namespace}:{account}")
-    token = kubectl("create", "token", account, "-n", namespace, "--duration=1h").stdout.strip()
+    return kubectl("create", "token", account, "-n", namespace, f"--duration={duration}").stdout.strip()
+
+
+def tenant_kubectl(kubectl: Kubectl, cluster: ClusterInfo, binaries: Binaries, namespace: str, work: Path, *,
+                   role: str = "edit", account: str = "tenant") -> Kubectl:
+    """A kubectl acting as a tenant (`tenant_token`), with a kubeconfig of its token alone."""
+    token = tenant_token(kubectl, namespace, role=role, account=account)
     config = work / f"{namespace}-{account}.kubeconfig"
     config.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "tenant",

@@ -64,8 +64,8 @@ def test_breaking_a_rule_breaks_its_contract(tmp_path: Path, contract: str) -> N
 def test_a_module_in_no_layer_breaks_the_exhaustive_layers(tmp_path: Path) -> None:
     """A new domain (or any new top-level module) must be placed in the layers: unlisted, it is refused."""
     tree = _copy(tmp_path)
-    (tree / "operators" / "console.py").write_text('"""A new domain nobody placed."""\n')
-    (tree / "operators" / "runtime" / "console.py").write_text('"""A new runtime part nobody placed."""\n')
+    (tree / "operators" / "unplaced.py").write_text('"""A new domain nobody placed."""\n')
+    (tree / "operators" / "runtime" / "unplaced.py").write_text('"""A new runtime part nobody placed."""\n')
     broken = _broken(_lint(tree))
     assert any(entry.startswith("layers (exhaustive)") for entry in broken), broken
     assert any(entry.startswith("the runtime's layers (exhaustive)") for entry in broken), broken

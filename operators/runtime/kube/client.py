@@ -151,8 +151,10 @@ class KubeClient:
             raise ApiError(resp.status, error_message(text))
         return json.loads(text) if text else {}
 
-    async def lines(self, path: str, params: dict[str, str], read_timeout: float) -> AsyncGenerator[bytes, None]:
-        """The lines of a streamed answer (a WATCH: one JSON event a line) as they arrive.
+    async def lines(self, path: str, params: dict[str, str], read_timeout: float,
+                    headers: Sequence[tuple[str, str]] = ()) -> AsyncGenerator[bytes, None]:
+        """The lines of a streamed answer (a WATCH: one JSON event a line) as they arrive; `headers` are added
+        to the request's (a console's user token).
 
         No total timeout (a watch is meant to last; the API server ends it after the
         `timeoutSeconds` asked), only `read_timeout` between two reads, so a connection that went
@@ -164,7 +166,7 @@ class KubeClient:
         self.requests["WATCH"] = self.requests.get("WATCH", 0) + 1
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout, sock_read=read_timeout)
         try:
-            async with self._session.get(path, params=params, timeout=timeout) as resp:
+            async with self._session.get(path, params=params, timeout=timeout, headers=list(headers)) as resp:
                 if resp.status >= 300:
                     raise ApiError(resp.status, error_message(await resp.text()))
                 pending = b""

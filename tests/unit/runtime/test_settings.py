@@ -56,4 +56,4 @@ def test_the_process_options_default_to_the_tree() -> None:
     assert (options.health_listen, options.health_port, options.sharding) == (
         tree.health.listen, tree.health.port, tree.cluster.sharding)
     assert {f.name for f in dataclasses.fields(OperatorSettings)} == {
-        "cluster", "webhook", "config_api", "health", "runs", "vault", "slots", "log"}
+        "cluster", "webhook", "config_api", "health", "console", "runs", "vault", "slots", "log"}

@@ -1,0 +1,128 @@
+"""The console in a real browser, as users that are ServiceAccounts: sign-in, the namespace's objects, what a
+user without rights sees, many tabs on one stream, a token revoked under an open stream, and the attacks on
+the console itself (CSRF, CSP, a forged session)."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Kubectl, env_manifest
+from tests.e2e.console import ConsoleProcess, OpenConsole, console_user, screenshot
+from tests.polling import wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+def request(console: ConsoleProcess, method: str, path: str, body: Any = None,
+            headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{console.port}{path}", data=data, method=method,
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, dict(resp.headers), resp.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read().decode()
+
+
+def test_sign_in_lists_the_namespaces_objects_and_follows_an_object_live(
+        console: ConsoleProcess, console_page: OpenConsole, kubectl: Kubectl, namespace: str,
+        tmp_path: Path) -> None:
+    token = console_user(kubectl, namespace)
+    kubectl("apply", "-f", "-", input=env_manifest("lab", namespace))
+    page = console_page(token)
+    assert namespace in page.get_by_test_id("user").inner_text()
+    page.get_by_test_id("row-environments-lab").wait_for()
+    page.get_by_role("link", name="lab").click()
+    page.get_by_test_id("object-name").wait_for()
+    assert page.get_by_test_id("object-name").inner_text() == "lab"
+    page.get_by_test_id("condition-Ready").wait_for()
+    screenshot(page, "object", tmp_path)
+    # a change made elsewhere shows without a reload: the label lands in the YAML through the stream
+    kubectl("label", "environment", "lab", "-n", namespace, "console-test=seen")
+    wait_until(lambda: "console-test: seen" in page.get_by_test_id("yaml").text_content(), 30,
+               "the label in the page's YAML")
+
+
+def test_a_user_without_rights_sees_nothing(console: ConsoleProcess, console_page: OpenConsole,
+                                            kubectl: Kubectl, namespace: str) -> None:
+    kubectl("apply", "-f", "-", input=env_manifest("secret-lab", namespace))
+    kubectl("create", "serviceaccount", "nobody", "-n", namespace)
+    token = kubectl("create", "token", "nobody", "-n", namespace).stdout.strip()
+    page = console_page(token, f"#/ns/{namespace}")
+    page.get_by_test_id("empty").wait_for()
+    assert "secret-lab" not in page.content()
+    assert "Environment" in page.get_by_test_id("refused").inner_text()
+    page.goto(console.url + f"#/ns/{namespace}/environments/secret-lab")
+    page.get_by_test_id("problem").wait_for()
+    assert "403" in page.get_by_test_id("problem").inner_text()
+    assert "release" not in page.content()  # nothing of the object's spec
+
+
+def test_seven_tabs_share_one_stream(console: ConsoleProcess, console_page: OpenConsole, kubectl: Kubectl,
+                                     namespace: str, browser: Any) -> None:
+    token = console_user(kubectl, namespace)
+    kubectl("apply", "-f", "-", input=env_manifest("tabs", namespace))
+    first = console_page(token, f"#/ns/{namespace}/environments/tabs")
+    first.get_by_test_id("object-name").wait_for()
+    pages = [first]
+    for _ in range(6):
+        page = first.context.new_page()
+        page.goto(console.url + f"#/ns/{namespace}/environments/tabs")
+        page.get_by_test_id("object-name").wait_for()
+        pages.append(page)
+    kubectl("label", "environment", "tabs", "-n", namespace, "tabs=seven")
+    for page in pages:
+        wait_until(lambda page=page: "tabs: seven" in page.get_by_test_id("yaml").text_content(), 30,
+                   "every tab sees the change")
+    assert console.metric("stead_console_streams_open") <= 2  # one stream (two while one reopens)
+
+
+def test_a_revoked_token_ends_the_stream_without_a_reconnect_flood(
+        console: ConsoleProcess, console_page: OpenConsole, kubectl: Kubectl, namespace: str) -> None:
+    token = console_user(kubectl, namespace, account="short-lived")
+    kubectl("apply", "-f", "-", input=env_manifest("expiry", namespace))
+    page = console_page(token, f"#/ns/{namespace}/environments/expiry")
+    page.get_by_test_id("object-name").wait_for()
+    wait_until(lambda: console.metric("stead_console_streams_open") >= 1, 30, "the page's stream open")
+    # the token stops being good while the stream is open: deleting its ServiceAccount revokes it at once
+    kubectl("delete", "serviceaccount", "short-lived", "-n", namespace)
+    page.get_by_test_id("signin").wait_for(timeout=30_000)
+    assert "Signed out" in page.get_by_test_id("signin-problem").inner_text()
+    before = console.metric("stead_console_requests", route="/console/api/stream")
+    page.wait_for_timeout(5_000)  # a window in which a reconnect loop would show: it must stay quiet
+    after = console.metric("stead_console_requests", route="/console/api/stream")
+    assert after - before == 0
+
+
+def test_the_console_refuses_cross_site_writes_forged_sessions_and_inline_script(
+        console: ConsoleProcess, console_page: OpenConsole, kubectl: Kubectl, namespace: str) -> None:
+    token = console_user(kubectl, namespace)
+    # every answer carries the policy: scripts from the console only, no inline script, no framing
+    status, headers, body = request(console, "GET", "/console/")
+    assert status == 200
+    csp = headers["Content-Security-Policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
+    assert "<script>" not in body and not re.search(r"<script(?![^>]*\bsrc=)", body)
+    # a forged or altered cookie opens no session
+    status, _, _ = request(console, "GET", "/console/api/kinds", headers={"Cookie": "stead-console=gAAAAforged"})
+    assert status == 401
+    # a signed-in page's cookie without the CSRF token, or from another origin, changes nothing
+    page = console_page(token)
+    cookie = next(c for c in page.context.cookies() if c["name"] == "stead-console")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    jar = {"Cookie": f"stead-console={cookie['value']}"}
+    status, _, body = request(console, "DELETE", "/console/api/session", headers=jar)
+    assert status == 403 and "CSRF" in body
+    status, _, body = request(console, "DELETE", "/console/api/session",
+                              headers={**jar, "Origin": "https://evil.example"})
+    assert status == 403 and "Origin" in body
+    # the page's own script cannot read the token
+    assert page.evaluate("document.cookie") == ""
