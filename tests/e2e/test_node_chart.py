@@ -8,13 +8,15 @@ projected token (no kubeconfig is mounted), its store is the StatefulSet's claim
 PersistentVolume made here: there is no provisioner), and every script of an App runs as a Job in its
 namespace (`actions.jobs`, the same image), under the namespace's service account.
 
-One release for the module, in this order: every kind made Ready through the operator in its Pod; a
-failing script fails its step with the container's exit code and log; `helm upgrade` rolls the Pod
-with a run in flight, which is neither lost nor repeated, and Provisioned objects are not written
-again (the store stayed on its volume); a frozen operator (SIGSTOP from the host) is restarted by the
-kubelet through the liveness probe and its run resumes; `helm uninstall` keeps the CRDs and the
-objects. The session's own operator process is stopped meanwhile (and its webhook registrations
-removed: they would point at a process that is not there), and started again afterwards.
+One release for the module, in this order: every kind made Ready through the operator in its Pod; the
+console's Pod Ready, without a token, serving its page with its CSP; a failing script fails its step
+with the container's exit code and log; `helm upgrade` rolls the Pod with a run in flight, which is
+neither lost nor repeated, and Provisioned objects are not written again (the store stayed on its
+volume); a frozen operator (SIGSTOP from the host) is restarted by the kubelet through the liveness
+probe and its run resumes (the runs' pauses wait for a gate the test opens once it saw the roll or the
+restart, so the restart falls inside the run however slow the machine); `helm uninstall` keeps the
+CRDs and the objects. The session's own operator process is stopped meanwhile (and its webhook
+registrations removed: they would point at a process that is not there), and started again afterwards.
 
 tests/e2e/test_node_sharding.py installs the chart with three sharded replicas.
 """
@@ -557,6 +559,40 @@ def test_the_operator_in_its_pod_makes_every_kind_ready_with_its_service_account
     job_creators = {e.user for e in entries if e.verb == "create" and e.resource == "jobs" and e.namespace == ns
                     and 200 <= e.code < 300}
     assert job_creators == {f"system:serviceaccount:{ns}:default"}
+
+
+@pytest.mark.timeout(120)
+def test_the_console_pod_is_ready_without_a_token_and_serves_its_sign_in_page_with_its_csp(
+        single: Single, kubectl: Kubectl) -> None:
+    """The chart's console (issue 29) on the node: Ready (`helm install --wait` waited for it), with no
+    ServiceAccount token in its Pod (it acts only with its users' tokens), its page served from the
+    Pod's address with the strict Content-Security-Policy, and a user's token signs in."""
+    release = single.release
+    [pod] = json.loads(kubectl("get", "pods", "-n", release.namespace, "-l",
+                               f"app.kubernetes.io/instance={release.name},app.kubernetes.io/component=console",
+                               "-o", "json").stdout)["items"]
+    assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"] == "True"
+    sources = [s for v in pod["spec"]["volumes"] for s in (v.get("projected") or {}).get("sources") or []]
+    assert not [s for s in sources if "serviceAccountToken" in s], sources
+    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8090/console/", timeout=10) as answer:
+        assert answer.status == 200
+        policy = answer.headers["Content-Security-Policy"]
+        page = answer.read().decode()
+    directives = dict(d.strip().partition(" ")[::2] for d in policy.split(";") if d.strip())
+    assert directives["default-src"] in ("'none'", "'self'") and directives["script-src"] == "'self'", policy
+    assert "unsafe" not in policy, policy  # no inline script or style, no eval
+    assert "<script" in page and 'type="module"' in page, page[:500]
+    # A sign-in reaches the API server with the user's token alone, trusting the CA the Pod was given.
+    token = kubectl("create", "token", "default", "-n", single.project).stdout.strip()
+    sign_in = urllib.request.Request(f"http://{pod['status']['podIP']}:8090/console/api/session", method="POST",
+                                     data=json.dumps({"token": token}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(sign_in, timeout=30) as answer:
+        session = json.loads(answer.read())
+    assert session["user"] == f"system:serviceaccount:{single.project}:default", session
+    status = Path(f"/proc/{container_pid(container_status(pod, 'console')['containerID'])}/status").read_text()
+    rss = next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))
+    release.timings["console RSS MiB (idle)"] = int(rss) / 1024
 
 
 @pytest.mark.timeout(300)
