@@ -106,11 +106,10 @@ browser-tools: ## chromium, installed with apt-get when missing (as root; the co
 e2e: venv controlplane image-tools ssh-tools node-tools browser-tools
 	$(BIN)/pytest -q tests/e2e
 
-# Serial for now. `PYTEST_ARGS='-n 2 --dist loadscope'` runs the unit tests beside the e2e session
-# (tests/conftest.py keeps tests/e2e in one worker: one control plane, one node, the tests in their
-# order). Measured on subsets only; it becomes the default once a whole run has shown the lease and
-# timing tests hold beside a second worker.
-PYTEST_ARGS ?=
+# Two workers: the unit tests run beside the e2e session (tests/conftest.py keeps tests/e2e in one
+# worker: one control plane, one node, the tests in their order; loadscope keeps a module's tests,
+# and its module-scoped fixtures, in one worker). `make test PYTEST_ARGS=` runs serially.
+PYTEST_ARGS ?= -n 2 --dist loadscope
 test: venv controlplane image-tools ssh-tools node-tools browser-tools lint typecheck
 	$(BIN)/stead crds --check
 	$(BIN)/pytest -q $(PYTEST_ARGS) --durations=25 tests

@@ -10,8 +10,9 @@ token itself (TokenReview, SubjectAccessReview).
 from __future__ import annotations
 
 import contextlib
+import os
 import ssl
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,20 @@ from operators.runtime import ClusterAccess, KubeClient, load_configuration
 USER_AGENT = "stead-console"
 
 
-def kube_access(kubeconfig: Path | None) -> ClusterAccess:
-    """The API server's address and CA, and nothing else of the kubeconfig (no token, no client certificate)."""
+IN_CLUSTER_CA = Path("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
+"""The API server's CA in a Pod. The chart mounts only this file there (from kube-root-ca.crt), no token."""
+
+
+def kube_access(kubeconfig: Path | None, environ: Mapping[str, str] = os.environ,
+                in_cluster_ca: Path = IN_CLUSTER_CA) -> ClusterAccess:
+    """The API server's address and CA, and nothing else of the kubeconfig (no token, no client certificate).
+    In a Pod, from KUBERNETES_SERVICE_HOST/PORT and the CA file alone: the kubernetes package's in-cluster
+    loader insists on a token file, and the console's Pod has none."""
+    if kubeconfig is None and environ.get("KUBERNETES_SERVICE_HOST") and "KUBECONFIG" not in environ:
+        host, port = environ["KUBERNETES_SERVICE_HOST"], environ.get("KUBERNETES_SERVICE_PORT") or "443"
+        server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+        return ClusterAccess(server=server, ssl_context=ssl.create_default_context(cafile=str(in_cluster_ca)),
+                             headers={})
     cfg = load_configuration(kubeconfig)
     context = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
     return ClusterAccess(server=cfg.host.rstrip("/"), ssl_context=context, headers={})

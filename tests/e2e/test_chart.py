@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from cryptography import x509
+from cryptography.fernet import Fernet
 
 from operators.cluster import Binaries, ClusterInfo
 from operators.cluster.versions import KUBERNETES_VERSION
@@ -119,6 +120,13 @@ def _of_kind(objects: list[Manifest], kind: str) -> list[Manifest]:
 def _one(objects: list[Manifest], kind: str) -> Manifest:
     found = _of_kind(objects, kind)
     assert len(found) == 1, f"expected one {kind}, rendered {len(found)}"
+    return found[0]
+
+
+def _tls_secret(objects: list[Manifest]) -> Manifest:
+    """The serving certificate's Secret (the console's session key is the other Secret)."""
+    found = [obj for obj in _of_kind(objects, "Secret") if obj.get("type") == "kubernetes.io/tls"]
+    assert len(found) == 1, f"expected one TLS Secret, rendered {len(found)}"
     return found[0]
 
 
@@ -354,7 +362,7 @@ def test_rendered_chart_is_least_privilege_and_serves_every_crd(
     wanted_dns = (_service_names(service["metadata"]["name"]) | _service_names(config_api_service["metadata"]["name"])
                   | {"localhost"})
     if values == CERT_MANAGER:
-        assert not _of_kind(objects, "Secret")
+        assert not [s for s in _of_kind(objects, "Secret") if s.get("type") == "kubernetes.io/tls"]
         certificate = _one(objects, "Certificate")
         assert certificate["spec"]["secretName"] == tls_secret_name
         assert certificate["spec"]["commonName"] == f"{service['metadata']['name']}.{NAMESPACE}.svc"
@@ -366,7 +374,7 @@ def test_rendered_chart_is_least_privilege_and_serves_every_crd(
             assert all("caBundle" not in hook["clientConfig"] for hook in configuration["webhooks"])
     else:
         assert not _of_kind(objects, "Certificate")
-        secret = _one(objects, "Secret")
+        secret = _tls_secret(objects)
         assert secret["metadata"]["name"] == tls_secret_name and secret["type"] == "kubernetes.io/tls"
         for configuration in (config, mutation):
             assert all(hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
@@ -472,7 +480,7 @@ def test_config_api_args_ports_service_and_rbac(helm: Helm) -> None:
     binding = _named(objects, "ClusterRoleBinding", f"{RELEASE}-auth-delegator")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": "system:auth-delegator"}
-    sa = _one(objects, "ServiceAccount")["metadata"]["name"]
+    sa = _one(objects, "StatefulSet")["spec"]["template"]["spec"]["serviceAccountName"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
     _assert_no_wildcards(objects)
 
@@ -532,8 +540,8 @@ def test_config_api_disabled_renders_none_of_it(helm: Helm, values: list[str]) -
     assert "--config-api-port=0" in args
     assert not [arg for arg in args if arg.startswith("--config-api-") and arg != "--config-api-port=0"]
     assert "config-api" not in {p["name"] for p in _operator(objects)["ports"]}
-    assert {s["metadata"]["name"] for s in _of_kind(objects, "Service")} == {f"{RELEASE}-webhook",
-                                                                             f"{RELEASE}-headless"}
+    assert {s["metadata"]["name"] for s in _of_kind(objects, "Service")} == {
+        f"{RELEASE}-webhook", f"{RELEASE}-headless", f"{RELEASE}-console"}
     assert not [b for b in _of_kind(objects, "ClusterRoleBinding") if b["roleRef"]["name"] == "system:auth-delegator"]
     crds = _crd_files()
     granted = _grants(_named(objects, "ClusterRole", RELEASE))
@@ -547,7 +555,7 @@ def test_config_api_disabled_renders_none_of_it(helm: Helm, values: list[str]) -
         certificate = _one(objects, "Certificate")["spec"]
         assert set(certificate["dnsNames"]) == wanted and "ipAddresses" not in certificate
     else:
-        assert _leaf_names(_one(objects, "Secret")) == (wanted, set())
+        assert _leaf_names(_tls_secret(objects)) == (wanted, set())
 
 
 # --- 5. actions: script Jobs and trusted namespaces -------------------------------------------------
@@ -632,6 +640,105 @@ def test_finalizer_and_actionrun_rbac_follow_the_crd_files(helm: Helm, tmp_path:
     assert "--exec-in-jobs" in _operator(objects)["args"]
 
 
+# --- 5b. the web console ----------------------------------------------------------------------------
+
+CONSOLE = f"{RELEASE}-console"
+INGRESS = ["--set", "console.ingress.enabled=true", "--set", "console.ingress.host=stead.example.com",
+           "--set", "console.ingress.className=nginx", "--set", "console.ingress.tls.secretName=stead-example-tls",
+           "--set", "console.ingress.annotations.cert-manager\\.io/cluster-issuer=letsencrypt"]
+
+
+def _console(objects: list[Manifest]) -> tuple[Manifest, Manifest]:
+    """The console's pod spec and its one container."""
+    pod = _named(objects, "Deployment", CONSOLE)["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    return pod, container
+
+
+def _selects(selector: Manifest, labels: Manifest) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+@pytest.mark.e2e
+def test_the_console_has_no_credentials_only_the_cas_and_its_session_key(helm: Helm) -> None:
+    """The console acts with its users' tokens only (issue 29): its ServiceAccount is bound to nothing
+    and mounts no token; it gets the API server's CA (the kube-root-ca.crt ConfigMap, where a
+    ServiceAccount's ca.crt would be), the config API's CA (ca.crt of the serving certificate's Secret,
+    never its key) and the session key, a Fernet key the chart generated."""
+    objects = _objects(_template(helm))
+    account = _named(objects, "ServiceAccount", CONSOLE)
+    assert account["automountServiceAccountToken"] is False
+    for binding in _of_kind(objects, "RoleBinding") + _of_kind(objects, "ClusterRoleBinding"):
+        assert CONSOLE not in {subject["name"] for subject in binding.get("subjects") or []}, binding
+    pod, container = _console(objects)
+    assert pod["serviceAccountName"] == CONSOLE and pod["automountServiceAccountToken"] is False
+    assert container["image"] == _operator(objects)["image"]  # the same image
+    assert container["args"] == [
+        "console", "--listen=0.0.0.0", "--port=8090",
+        f"--stead-api=https://{RELEASE}-config-api.{NAMESPACE}.svc:{CONFIG_API_PORT}",
+        "--stead-api-ca=/etc/stead/stead-api-ca/ca.crt", "--session-key-file=/var/run/stead-console/key"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert volumes["kube-api-ca"]["projected"]["sources"] == [
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]
+    assert mounts["kube-api-ca"]["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert volumes["stead-api-ca"]["secret"] == {"secretName": f"{RELEASE}-webhook-tls",
+                                                 "items": [{"key": "ca.crt", "path": "ca.crt"}]}
+    assert volumes["session-key"]["secret"]["secretName"] == f"{RELEASE}-console-session"
+    assert all(m["readOnly"] for name, m in mounts.items() if name != "tmp")
+    assert {n for n, v in volumes.items() if "secret" in v} == {"stead-api-ca", "session-key"}
+    key = base64.b64decode(_named(objects, "Secret", f"{RELEASE}-console-session")["data"]["key"])
+    Fernet(key)  # 32 bytes in URL-safe base64: refused otherwise
+    assert len(key) == 44
+    # Probes, hardening and resources as the operator's.
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/console/healthz", "port": "http"}
+    assert container["securityContext"] == _operator(objects)["securityContext"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"] == _one(objects, "StatefulSet")["spec"]["template"]["spec"]["securityContext"]
+    assert container["resources"]["limits"]["memory"]
+    # Its Service selects its pods and no operator's; no operator Service selects a console pod.
+    service = _named(objects, "Service", CONSOLE)
+    console_labels = _named(objects, "Deployment", CONSOLE)["spec"]["template"]["metadata"]["labels"]
+    operator_labels = _one(objects, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
+    assert _selects(service["spec"]["selector"], console_labels)
+    assert not _selects(service["spec"]["selector"], operator_labels)
+    for other in _of_kind(objects, "Service"):
+        if other is not service:
+            assert not _selects(other["spec"]["selector"], console_labels), other["metadata"]["name"]
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(8090, "http")]
+    assert not _of_kind(objects, "Ingress")
+
+
+@pytest.mark.e2e
+def test_the_console_ingress_secret_and_stead_api_follow_the_values(helm: Helm) -> None:
+    objects = _objects(_template(helm, *INGRESS, "--set", "console.sessionKey.existingSecret=my-key"))
+    ingress = _one(objects, "Ingress")
+    assert ingress["metadata"]["annotations"] == {"cert-manager.io/cluster-issuer": "letsencrypt"}
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["spec"]["tls"] == [{"hosts": ["stead.example.com"], "secretName": "stead-example-tls"}]
+    [rule] = ingress["spec"]["rules"]
+    assert rule["host"] == "stead.example.com"
+    assert rule["http"]["paths"] == [{"path": "/", "pathType": "Prefix", "backend": {
+        "service": {"name": CONSOLE, "port": {"name": "http"}}}}]
+    # A session key of one's own: the chart renders none, and mounts that one.
+    assert not [s for s in _of_kind(objects, "Secret") if s["metadata"]["name"].endswith("-console-session")]
+    pod, _ = _console(objects)
+    assert {"name": "session-key", "secret": {"secretName": "my-key", "defaultMode": 0o440,
+                                              "items": [{"key": "key", "path": "key"}]}} in pod["volumes"]
+    # No config API: no --stead-api, no CA of it.
+    pod, container = _console(_objects(_template(helm, *CONFIG_API_OFF)))
+    assert not [a for a in container["args"] if a.startswith("--stead-api")]
+    assert "stead-api-ca" not in {v["name"] for v in pod["volumes"]}
+    # An Ingress without a host is refused, naming the value.
+    result = helm("template", RELEASE, str(CHART), *KUBE_VERSION, "--set", "console.ingress.enabled=true", check=False)
+    assert result.returncode != 0 and "console.ingress.enabled needs console.ingress.host" in result.stderr
+    # console.enabled=false: nothing of it.
+    off = _objects(_template(helm, "--set", "console.enabled=false"))
+    assert not [o for o in off if (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "console"]
+    assert not [o for o in off if o["metadata"]["name"].startswith(CONSOLE)]
+
+
 # --- 6. the API server accepts it ------------------------------------------------------------------
 
 
@@ -647,8 +754,8 @@ def chart_namespace(kubectl: Kubectl) -> Iterator[str]:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("values", [[], CONFIG_API_OFF, BASIC, [*JOBS_OFF, *TRUSTED]],
-                         ids=["default", "config-api-off", "basic", "jobs-off-trusted"])
+@pytest.mark.parametrize("values", [[], CONFIG_API_OFF, BASIC, [*JOBS_OFF, *TRUSTED], INGRESS],
+                         ids=["default", "config-api-off", "basic", "jobs-off-trusted", "console-ingress"])
 def test_rendered_chart_passes_server_side_dry_run(
     helm: Helm, kubectl: Kubectl, chart_namespace: str, values: list[str]
 ) -> None:
@@ -665,23 +772,27 @@ def test_rendered_chart_passes_server_side_dry_run(
 
 
 @pytest.mark.e2e
-def test_generated_certificate_is_reused_when_its_secret_exists(
+def test_generated_certificate_and_session_key_are_reused_when_their_secrets_exist(
     helm: Helm, kubectl: Kubectl, cluster: ClusterInfo, chart_namespace: str
 ) -> None:
-    """`lookup` finds the Secret of the previous release: an upgrade keeps the certificate."""
+    """`lookup` finds the Secrets of the previous release: an upgrade keeps the certificate, and the
+    console's session key (nobody is signed out)."""
     release = f"{chart_namespace}-stead"
-    def secret(*args: str, kubeconfig: Path | None = None) -> Manifest:
-        rendered = _template(helm, *args, namespace=chart_namespace, release=release, kubeconfig=kubeconfig)
-        return _one(_objects(rendered), "Secret")
+    def secrets(*args: str, kubeconfig: Path | None = None) -> tuple[Manifest, Manifest]:
+        objects = _objects(_template(helm, *args, namespace=chart_namespace, release=release, kubeconfig=kubeconfig))
+        return _tls_secret(objects), _named(objects, "Secret", f"{release}-console-session")
 
-    first = secret()
-    assert secret()["data"] != first["data"], "without a cluster to look in, every render generates anew"
+    first, first_key = secrets()
+    again, again_key = secrets()
+    assert again["data"] != first["data"], "without a cluster to look in, every render generates anew"
+    assert again_key["data"] != first_key["data"]
 
-    kubectl("apply", "-f", "-", input=yaml.safe_dump(first))
-    # --dry-run=server lets `helm template` reach the cluster, so `lookup` sees the Secret.
+    kubectl("apply", "-f", "-", input=yaml.safe_dump_all([first, first_key]))
+    # --dry-run=server lets `helm template` reach the cluster, so `lookup` sees the Secrets.
     again = _objects(_template(helm, "--dry-run=server", namespace=chart_namespace, release=release,
                                kubeconfig=cluster.kubeconfig))
-    assert _one(again, "Secret")["data"] == first["data"]
+    assert _tls_secret(again)["data"] == first["data"]
+    assert _named(again, "Secret", f"{release}-console-session")["data"] == first_key["data"]
     hooks = _one(again, "ValidatingWebhookConfiguration")["webhooks"] + _one(
         again, "MutatingWebhookConfiguration")["webhooks"]
     assert all(hook["clientConfig"]["caBundle"] == first["data"]["ca.crt"] for hook in hooks)
@@ -698,11 +809,11 @@ def test_generated_certificate_is_replaced_when_made_for_other_names(
     def render(*args: str, kubeconfig: Path | None = None) -> list[Manifest]:
         return _objects(_template(helm, *args, namespace=chart_namespace, release=release, kubeconfig=kubeconfig))
 
-    older = _one(render(*CONFIG_API_OFF), "Secret")
+    older = _tls_secret(render(*CONFIG_API_OFF))
     del older["metadata"]["annotations"]
     kubectl("apply", "-f", "-", input=yaml.safe_dump(older))
     objects = render("--dry-run=server", kubeconfig=cluster.kubeconfig)
-    secret = _one(objects, "Secret")
+    secret = _tls_secret(objects)
     assert secret["data"] != older["data"]
     dns, ips = _leaf_names(secret)
     assert f"{release}-config-api.{chart_namespace}.svc" in dns and ips == {"127.0.0.1"}
@@ -711,8 +822,8 @@ def test_generated_certificate_is_replaced_when_made_for_other_names(
 
     # The same names again: reused; switching the config API off: replaced.
     kubectl("apply", "-f", "-", input=yaml.safe_dump(secret))
-    assert _one(render("--dry-run=server", kubeconfig=cluster.kubeconfig), "Secret")["data"] == secret["data"]
-    off = _one(render(*CONFIG_API_OFF, "--dry-run=server", kubeconfig=cluster.kubeconfig), "Secret")
+    assert _tls_secret(render("--dry-run=server", kubeconfig=cluster.kubeconfig))["data"] == secret["data"]
+    off = _tls_secret(render(*CONFIG_API_OFF, "--dry-run=server", kubeconfig=cluster.kubeconfig))
     assert off["data"] != secret["data"]
     assert _leaf_names(off) == (_service_names(f"{release}-webhook", chart_namespace), set())
 
@@ -742,6 +853,11 @@ def test_generated_certificate_is_replaced_when_made_for_other_names(
         ("actions.jobs.serviceAccount=Not_A_Name", "/actions/jobs/serviceAccount"),
         ("actions.trustLocalNamespaces=team-*", "/actions/trustLocalNamespaces"),
         ("actions.local=true", "/actions"),
+        ("console.enabled=maybe", "/console/enabled"),
+        ("console.service.type=ExternalName", "/console/service/type"),
+        ("console.sessionKey.existingSecret=Not_A_Name", "/console/sessionKey/existingSecret"),
+        ("console.ingress.host=not a host", "/console/ingress/host"),
+        ("console.ingress.tls=true", "/console/ingress/tls"),
     ],
 )
 def test_schema_rejects_bad_values_naming_them(
@@ -765,7 +881,7 @@ def test_the_operator_identity_cannot_change_or_delete_a_users_configmap(
                 if o["metadata"]["name"].endswith("-own-configmaps")]
     [binding] = [o for o in _of_kind(objects, "ValidatingAdmissionPolicyBinding")
                  if o["metadata"]["name"].endswith("-own-configmaps")]
-    account = _one(objects, "ServiceAccount")["metadata"]["name"]
+    account = _one(objects, "StatefulSet")["spec"]["template"]["spec"]["serviceAccountName"]
     as_operator = f"--as=system:serviceaccount:{chart_namespace}:{account}"
     kubectl("apply", "-f", "-", input=yaml.safe_dump_all([policy, binding]))
     try:

@@ -8,13 +8,15 @@ projected token (no kubeconfig is mounted), its store is the StatefulSet's claim
 PersistentVolume made here: there is no provisioner), and every script of an App runs as a Job in its
 namespace (`actions.jobs`, the same image), under the namespace's service account.
 
-One release for the module, in this order: every kind made Ready through the operator in its Pod; a
-failing script fails its step with the container's exit code and log; `helm upgrade` rolls the Pod
-with a run in flight, which is neither lost nor repeated, and Provisioned objects are not written
-again (the store stayed on its volume); a frozen operator (SIGSTOP from the host) is restarted by the
-kubelet through the liveness probe and its run resumes; `helm uninstall` keeps the CRDs and the
-objects. The session's own operator process is stopped meanwhile (and its webhook registrations
-removed: they would point at a process that is not there), and started again afterwards.
+One release for the module, in this order: every kind made Ready through the operator in its Pod; the
+console's Pod Ready, without a token, serving its page with its CSP; a failing script fails its step
+with the container's exit code and log; `helm upgrade` rolls the Pod with a run in flight, which is
+neither lost nor repeated, and Provisioned objects are not written again (the store stayed on its
+volume); a frozen operator (SIGSTOP from the host) is restarted by the kubelet through the liveness
+probe and its run resumes (the runs' pauses wait for a gate the test opens once it saw the roll or the
+restart, so the restart falls inside the run however slow the machine); `helm uninstall` keeps the
+CRDs and the objects. The session's own operator process is stopped meanwhile (and its webhook
+registrations removed: they would point at a process that is not there), and started again afterwards.
 
 tests/e2e/test_node_sharding.py installs the chart with three sharded replicas.
 """
@@ -23,11 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import http.server
 import json
 import os
 import signal
 import socket
 import ssl
+import threading
 import time
 import urllib.request
 import uuid
@@ -64,7 +68,7 @@ CHART = ROOT / "charts" / "stead"
 CRD_NAMES = sorted(yaml.safe_load(path.read_text())["metadata"]["name"] for path in (ROOT / "crds").glob("*.yaml"))
 WRITES = frozenset({"create", "update", "patch", "delete"})
 WEBHOOK_PORT = 9443  # the container's webhook port (charts/stead/templates/statefulset.yaml)
-DELAY = 15  # the pause between a staged action's two scripts: long enough for a restart to fall into it
+DELAY = 15  # the pause of a staged action without a gate (test_node_sharding's across-rollout)
 
 pytestmark = [
     pytest.mark.node,
@@ -250,19 +254,61 @@ def project_namespace(kubectl: Kubectl, name: str) -> None:
             f"--serviceaccount={name}:default")
 
 
+class Gates:
+    """Gates a step's script waits on: an HTTP server on the node's address (the Pods' bridge, on this
+    host), answering 200 for a gate the test opened and 404 before. The test opens a gate once it has
+    seen what must happen before the step may end (a restart), instead of hoping a delay is long enough."""
+
+    def __init__(self, address: str) -> None:
+        opened: set[str] = set()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200 if self.path.strip("/") in opened else 404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # a poll a second: not worth the test's output
+
+        self._opened = opened
+        self._server = http.server.ThreadingHTTPServer((address, 0), Handler)
+        self.url = f"http://{address}:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="gates", daemon=True)
+        self._thread.start()
+
+    def wait_script(self, name: str) -> str:
+        """A shell script that polls the gate `name` (the image's python; no curl there) until it is open."""
+        return (f"until python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' "
+                f"{self.url}/{name} 2>/dev/null; do sleep 1; done; echo gate {name} open")
+
+    def open(self, name: str) -> None:
+        self._opened.add(name)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(10)
+
+
 # --- objects ----------------------------------------------------------------------------------------------
 
 
-def staged(name: str) -> Manifest:
-    """An action of two scripts with a pause between them: a restart falls into the pause."""
+def staged(name: str, gates: Gates | None = None) -> Manifest:
+    """An action of two scripts with a pause between them: a restart falls into the pause. With `gates`,
+    the pause is a script (a Job) that waits until the test opens the gate `name`, which it does only once
+    it has seen the restart: the run cannot end before it, however slow the machine. Without, a delay."""
+    pause: Manifest = {"name": f"{name}-pause", "type": "delay", "delaySeconds": DELAY}
+    if gates is not None:
+        pause = {"name": f"{name}-pause", "type": "exec", "script": gates.wait_script(name)}
     return {"name": name, "tasks": [
-        {"name": f"{name}-first", "type": "exec", "script": f"echo {name} first"},
-        {"name": f"{name}-pause", "type": "delay", "delaySeconds": DELAY},
+        {"name": f"{name}-first", "type": "exec", "script": f"echo {name} first"}, pause,
         {"name": f"{name}-last", "type": "exec", "script": f"echo {name} last"}],
         "edges": [{"from": f"{name}-first", "to": f"{name}-pause"}, {"from": f"{name}-pause", "to": f"{name}-last"}]}
 
 
-def node_spec() -> Manifest:
+def node_spec(gates: Gates | None = None) -> Manifest:
+    """The module's Blueprint; `gates` makes the pauses of across-upgrade and across-freeze wait for the test."""
     return {
         "substrates": [{"name": "host", "type": "Local"}],
         "services": [{"name": "S", "actions": [{"name": "create", "tasks": [
@@ -271,7 +317,7 @@ def node_spec() -> Manifest:
         "actions": [
             {"name": "fail", "tasks": [
                 {"name": "boom", "type": "exec", "script": "echo about to fail; echo the last words >&2; exit 3"}]},
-            staged("across-upgrade"), staged("across-freeze"), staged("across-rollout"),
+            staged("across-upgrade", gates), staged("across-freeze", gates), staged("across-rollout"),
         ],
     }
 
@@ -391,6 +437,8 @@ class Single:
     store: Path
     """The host directory of the store's PersistentVolume."""
     install_mark: int
+    gates: Gates
+    """What the staged actions' pauses wait for (node_spec)."""
 
 
 @pytest.fixture(scope="module")
@@ -402,6 +450,7 @@ def single(node: LocalNode, node_image: str, helm_cli: Helm, kubectl: Kubectl, o
                            tmp_path_factory.mktemp("node-chart"))
     project = f"t-node-chart-{suffix}"
     failed = request.session.testsfailed
+    gates = Gates(node.network.node_ip)
     with session_operator_stopped(operator, kubectl):
         try:
             kubectl("create", "namespace", release.namespace)
@@ -410,13 +459,14 @@ def single(node: LocalNode, node_image: str, helm_cli: Helm, kubectl: Kubectl, o
             project_namespace(kubectl, project)
             mark = audit.mark()
             release.install()
-            yield Single(release, project, store, mark)
+            yield Single(release, project, store, mark, gates)
         finally:
             if request.session.testsfailed > failed and release.installed:
                 diagnose(release, [project])
             if release.installed:
                 release.uninstall(check=False)
             kubectl("delete", "namespace", project, release.namespace, "--wait=false", check=False)
+            gates.close()
             print("\nnode chart timings: " + ", ".join(f"{k} {v:.1f}" for k, v in release.timings.items()))
 
 
@@ -471,7 +521,7 @@ def test_the_operator_in_its_pod_makes_every_kind_ready_with_its_service_account
 
     started = time.monotonic()
     kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "environment.yaml"))
-    apply(kubectl, blueprint("node", ns, node_spec()))
+    apply(kubectl, blueprint("node", ns, node_spec(single.gates)))
     kubectl("wait", "--for=condition=Ready", "-n", ns, "--timeout=60s", "environment/demo", "blueprint/node")
     apply(kubectl, app("demo", ns, "node"))
     wait_for_builtins(kubectl)  # the operator in the Pod installs the built-in lifecycles
@@ -509,6 +559,40 @@ def test_the_operator_in_its_pod_makes_every_kind_ready_with_its_service_account
     job_creators = {e.user for e in entries if e.verb == "create" and e.resource == "jobs" and e.namespace == ns
                     and 200 <= e.code < 300}
     assert job_creators == {f"system:serviceaccount:{ns}:default"}
+
+
+@pytest.mark.timeout(120)
+def test_the_console_pod_is_ready_without_a_token_and_serves_its_sign_in_page_with_its_csp(
+        single: Single, kubectl: Kubectl) -> None:
+    """The chart's console (issue 29) on the node: Ready (`helm install --wait` waited for it), with no
+    ServiceAccount token in its Pod (it acts only with its users' tokens), its page served from the
+    Pod's address with the strict Content-Security-Policy, and a user's token signs in."""
+    release = single.release
+    [pod] = json.loads(kubectl("get", "pods", "-n", release.namespace, "-l",
+                               f"app.kubernetes.io/instance={release.name},app.kubernetes.io/component=console",
+                               "-o", "json").stdout)["items"]
+    assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"] == "True"
+    sources = [s for v in pod["spec"]["volumes"] for s in (v.get("projected") or {}).get("sources") or []]
+    assert not [s for s in sources if "serviceAccountToken" in s], sources
+    with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8090/console/", timeout=10) as answer:
+        assert answer.status == 200
+        policy = answer.headers["Content-Security-Policy"]
+        page = answer.read().decode()
+    directives = dict(d.strip().partition(" ")[::2] for d in policy.split(";") if d.strip())
+    assert directives["default-src"] in ("'none'", "'self'") and directives["script-src"] == "'self'", policy
+    assert "unsafe" not in policy, policy  # no inline script or style, no eval
+    assert "<script" in page and 'type="module"' in page, page[:500]
+    # A sign-in reaches the API server with the user's token alone, trusting the CA the Pod was given.
+    token = kubectl("create", "token", "default", "-n", single.project).stdout.strip()
+    sign_in = urllib.request.Request(f"http://{pod['status']['podIP']}:8090/console/api/session", method="POST",
+                                     data=json.dumps({"token": token}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(sign_in, timeout=30) as answer:
+        session = json.loads(answer.read())
+    assert session["user"] == f"system:serviceaccount:{single.project}:default", session
+    status = Path(f"/proc/{container_pid(container_status(pod, 'console')['containerID'])}/status").read_text()
+    rss = next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))
+    release.timings["console RSS MiB (idle)"] = int(rss) / 1024
 
 
 @pytest.mark.timeout(300)
@@ -549,6 +633,7 @@ def test_helm_upgrade_rolls_the_pod_and_no_run_is_lost_or_repeated(
     assert after["metadata"]["annotations"]["stead.dev/e2e-revision"] == "2"
     assert "--verbose" in container(after)["args"]
     assert restarts(after) == 0
+    single.gates.open("across-upgrade")  # the new Pod is Ready: the run's pause may end
 
     status = run_state(kubectl, ns, "upgrade-1", "Succeeded", "Failed", "Aborted", seconds=180)
     assert status["state"] == "Succeeded", status
@@ -586,6 +671,7 @@ def test_a_frozen_operator_is_restarted_by_its_liveness_probe_and_its_run_resume
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)  # only matters when the kubelet did not kill it: the test failed
+        single.gates.open("across-freeze")  # restarted (or failed): the run's pause may end
     assert restarts(again) == count + 1
     assert again["metadata"]["uid"] == pod["metadata"]["uid"]  # the same Pod: its container restarted
     events = json.loads(kubectl("get", "events", "-n", release.namespace, "--field-selector",

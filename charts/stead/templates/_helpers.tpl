@@ -213,3 +213,32 @@ RBAC rules, webhooks) is derived from this list: adding a kind needs no template
 {{- end }}
 {{- toJson $crds }}
 {{- end }}
+
+{{/*
+The web console's resources (Deployment, Service, ServiceAccount, Ingress): <fullname>-console.
+*/}}
+{{- define "stead.consoleName" -}}
+{{- printf "%s-console" (include "stead.fullname" .) }}
+{{- end }}
+
+{{/*
+Selector labels of the console's pods (immutable in the Deployment: never change them). Its own
+component, so that the operator's Services never select a console pod, nor the console's an operator.
+*/}}
+{{- define "stead.consoleSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "stead.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: console
+{{- end }}
+
+{{- define "stead.consoleLabels" -}}
+{{ include "stead.labels" . }}
+app.kubernetes.io/component: console
+{{- end }}
+
+{{/*
+The Secret holding the console's session key: console.sessionKey.existingSecret, else the chart's.
+*/}}
+{{- define "stead.consoleSessionSecretName" -}}
+{{- default (printf "%s-console-session" (include "stead.fullname" .)) .Values.console.sessionKey.existingSecret }}
+{{- end }}
