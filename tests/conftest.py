@@ -1,4 +1,4 @@
-"""The test session's layout under pytest-xdist (`make unit`, and `make test PYTEST_ARGS='-n 2 --dist loadscope'`).
+"""The test session's layout under pytest-xdist (`make unit` and `make test`, which run two workers).
 
 The e2e tests share one control plane, one operator and one node per session (tests/e2e/conftest.py's
 session fixtures), and the node's network bridge exists once per machine: they must all run in one

@@ -182,9 +182,14 @@ class ConsoleServer:
 
     # --- sessions ---------------------------------------------------------------------------------------------
 
-    def _cookie(self, response: web.StreamResponse, value: str, max_age: float) -> None:
+    def _cookie(self, request: web.Request, response: web.StreamResponse, value: str, max_age: float) -> None:
+        """The session cookie; `Secure` when the browser reached the console over HTTPS: served with TLS here,
+        or through an Ingress that ended TLS and says so (`X-Forwarded-Proto`; a client that lies about it
+        only makes its own cookie stricter)."""
+        secure = (self.settings.tls_dir is not None or request.secure
+                  or request.headers.get("X-Forwarded-Proto", "").lower() == "https")
         response.set_cookie(COOKIE, value, max_age=max(int(max_age), 0), path="/console", httponly=True,
-                            samesite="Strict", secure=self.settings.tls_dir is not None)
+                            samesite="Strict", secure=secure)
 
     def _signed_out(self, message: str) -> web.Response:
         response = error_json(401, message)
@@ -253,7 +258,7 @@ class ConsoleServer:
         value, session = self.sealer.seal(token.strip(), user)
         log.info("console: %s signed in", user)
         response = web.json_response(self._about(session))
-        self._cookie(response, value, session.expires - time.time())
+        self._cookie(request, response, value, session.expires - time.time())
         return response
 
     async def _session(self, request: web.Request) -> web.StreamResponse:

@@ -150,5 +150,11 @@ def test_the_console_refuses_cross_site_writes_forged_sessions_and_inline_script
     status, _, body = request(console, "DELETE", "/console/api/session",
                               headers={"Authorization": f"Bearer {token}", "Sec-Fetch-Site": "cross-site"})
     assert status == 403 and "Sec-Fetch-Site" in body
+    # reached over HTTPS through an Ingress that says so, the cookie is Secure; over plain HTTP it cannot be
+    _, headers, _ = request(console, "POST", "/console/api/session", {"token": token},
+                            headers={"X-Forwarded-Proto": "https"})
+    assert "Secure" in headers["Set-Cookie"] and "HttpOnly" in headers["Set-Cookie"]
+    _, headers, _ = request(console, "POST", "/console/api/session", {"token": token})
+    assert "Secure" not in headers["Set-Cookie"]
     # the page's own script cannot read the token
     assert page.evaluate("document.cookie") == ""
