@@ -1,18 +1,14 @@
-"""The console's figures (issue 29): time to first paint of a run's page, latency from a task's output line
-to the page, and the console's CPU and memory while N run pages are open.
+"""The console's cost (issue 29): its CPU and memory while N run pages are open (bench/console_runs.py
+measures a run page's first paint and its output's latency).
 
 It starts its own local control plane, the real operator (`bench/harness.py`) and `stead console` as a
-process of its own, makes a ServiceAccount whose token signs in, and an App whose create run prints
-`TICK <ms since the epoch>` every `--tick` seconds for `--seconds`. Debian's chromium (Playwright) then:
+process of its own, makes a ServiceAccount whose token signs in, and an App whose create run prints a line
+every `--tick` seconds for `--seconds`. Debian's chromium (Playwright) then shows that run's page in `--pages`
+tabs of one browser (one stream, shared by the tabs), then in `--pages` browsers of one tab each (a stream
+each); for each, the console process's CPU time (utime + stime) and RSS are sampled from /proc over
+`--window` seconds while the run prints, beside its RSS before any page was open.
 
-- loads the run's page `--loads` times in fresh contexts: first paint = navigation start to the run's name
-  on the page, and to its kind's view drawn (`[data-test=view]` holding something); median and max;
-- watches the page's text for TICK lines as they appear (a MutationObserver): latency = the time the line
-  showed minus the time the task printed it (same host clock); median, p95, max over every line seen;
-- opens `--pages` tabs of that page at once and samples the console process's CPU time (utime + stime) and
-  RSS from /proc over `--window` seconds.
-
-    .venv/bin/python bench/console_views.py [--pages 10] [--seconds 90] [--tick 0.5] [--window 30]
+    .venv/bin/python bench/console_load.py [--pages 10] [--seconds 180] [--tick 0.5] [--window 30]
 """
 
 from __future__ import annotations
@@ -22,7 +18,6 @@ import asyncio
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,23 +35,6 @@ NAMESPACE = "console-bench-views"
 CLK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
-OBSERVER = """() => {
-  window.__ticks = [];
-  const seen = new Set();
-  const scan = (text) => {
-    for (const match of (text || '').matchAll(/TICK (\\d{13})/g)) {
-      if (!seen.has(match[1])) { seen.add(match[1]); window.__ticks.push(Date.now() - Number(match[1])); }
-    }
-  };
-  new MutationObserver((records) => {
-    for (const record of records) {
-      if (record.type === 'characterData') scan(record.target.data);
-      for (const node of record.addedNodes || []) scan(node.textContent);
-    }
-  }).observe(document.body, {subtree: true, childList: true, characterData: true});
-}"""
-
-
 def cpu_and_rss(pid: int) -> tuple[float, int]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     cpu = (int(fields[11]) + int(fields[12])) / CLK
@@ -66,16 +44,11 @@ def cpu_and_rss(pid: int) -> tuple[float, int]:
 
 def blueprint(seconds: float, tick: float) -> dict[str, Any]:
     count = max(1, int(seconds / tick))
-    script = (f"for i in $(seq {count}); do echo \"TICK $(date +%s%3N)\"; sleep {tick}; done; echo done")
+    script = f"for i in $(seq {count}); do echo \"line $i\"; sleep {tick}; done; echo done"
     return {"active": True, "substrates": [{"name": "host", "type": "Local"}],
             "services": [{"name": "S", "actions": [
                 {"name": "create", "tasks": [{"name": "ticker", "type": "exec", "script": script}]}]}],
             "deployments": [{"name": "tier", "substrate": "host", "services": ["S"]}]}
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def scenario(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -113,7 +86,6 @@ async def scenario(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 def browse(args: argparse.Namespace, port: int, token: str, console_pid: int) -> dict[str, Any]:
     import urllib.request
 
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     base = f"http://127.0.0.1:{port}/console/"
@@ -138,44 +110,41 @@ def browse(args: argparse.Namespace, port: int, token: str, console_pid: int) ->
         page.get_by_test_id("token").fill(token)
         page.get_by_test_id("signin-submit").click()
         page.get_by_test_id("user").wait_for()
-        names, views = [], []
-        for _ in range(args.loads):
-            fresh = context.new_page()
-            start = time.perf_counter()
-            fresh.goto(base + hash_)
-            fresh.get_by_test_id("object-name").wait_for()
-            names.append(time.perf_counter() - start)
-            try:
-                fresh.locator("[data-test=view] > *").first.wait_for(timeout=15_000)
-                views.append(time.perf_counter() - start)
-            except PlaywrightTimeout:  # this build has no view of the kind
-                pass
-            fresh.close()
-        out["first_paint_name_ms"] = (statistics.median(names) * 1000, max(names) * 1000)
-        out["first_paint_view_ms"] = (statistics.median(views) * 1000, max(views) * 1000) if views else None
-        watcher = context.new_page()
-        watcher.goto(base + hash_)
-        watcher.evaluate(OBSERVER)
-        tabs = [context.new_page() for _ in range(args.pages - 1)]
-        for tab in tabs:
-            tab.goto(base + hash_)
-            tab.get_by_test_id("object-name").wait_for()
-        cpu0, _ = cpu_and_rss(console_pid)
-        rss_peak = 0
-        started = time.monotonic()
-        while time.monotonic() - started < args.window:
-            watcher.wait_for_timeout(1000)
-            rss_peak = max(rss_peak, cpu_and_rss(console_pid)[1])
-        cpu1, rss = cpu_and_rss(console_pid)
-        out["pages"] = args.pages
-        out["console_cpu_percent"] = 100 * (cpu1 - cpu0) / (time.monotonic() - started)
-        out["console_rss_mib"] = (rss / 2**20, rss_peak / 2**20)
-        ticks = watcher.evaluate("window.__ticks")
-        out["ticks_seen"] = len(ticks)
-        if ticks:
-            out["latency_ms"] = (statistics.median(ticks), pct(ticks, 0.95), max(ticks))
+        out["idle_rss_mib"] = cpu_and_rss(console_pid)[1] / 2**20
+        # one browser with N tabs (one stream, shared), then N browsers of one tab each (N streams)
+        shared = [context.new_page() for _ in range(args.pages)]
+        out["one_browser"] = sample(args, console_pid, shared, base + hash_)
+        for tab in shared:
+            tab.close()
+        browsers = []
+        for _ in range(args.pages):
+            other = browser.new_context()
+            tab = other.new_page()
+            tab.goto(base)
+            tab.get_by_test_id("token").fill(token)
+            tab.get_by_test_id("signin-submit").click()
+            tab.get_by_test_id("user").wait_for()
+            browsers.append(tab)
+        out["separate_browsers"] = sample(args, console_pid, browsers, base + hash_)
         browser.close()
     return out
+
+
+def sample(args: argparse.Namespace, console_pid: int, tabs: list[Any], url: str) -> dict[str, Any]:
+    """The console's CPU (percent of one core) and RSS (MiB, at the end and the peak) over `--window` seconds
+    while `tabs` show the run's page."""
+    for tab in tabs:
+        tab.goto(url)
+        tab.get_by_test_id("object-name").wait_for()
+    cpu0, _ = cpu_and_rss(console_pid)
+    rss_peak = 0
+    started = time.monotonic()
+    while time.monotonic() - started < args.window:
+        tabs[0].wait_for_timeout(1000)
+        rss_peak = max(rss_peak, cpu_and_rss(console_pid)[1])
+    cpu1, rss = cpu_and_rss(console_pid)
+    return {"pages": len(tabs), "cpu_percent": round(100 * (cpu1 - cpu0) / (time.monotonic() - started), 2),
+            "rss_mib": round(rss / 2**20, 1), "rss_peak_mib": round(rss_peak / 2**20, 1)}
 
 
 async def create(kube: Any, spec: dict[str, Any], name: str) -> None:
@@ -195,8 +164,7 @@ async def create(kube: Any, spec: dict[str, Any], name: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=10)
-    parser.add_argument("--loads", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=90.0, help="how long the run prints")
+    parser.add_argument("--seconds", type=float, default=180.0, help="how long the run prints")
     parser.add_argument("--tick", type=float, default=0.5)
     parser.add_argument("--window", type=float, default=30.0)
     parser.add_argument("--app", default="ticker")
