@@ -75,8 +75,9 @@ def test_app_launched_from_the_form_with_the_api_servers_refusals_at_their_field
     assert edited["spec"] == {"blueprint": "small", "inputs": {"who": "forms"}, "softDelete": True}
     assert edited["metadata"]["finalizers"] == made["metadata"]["finalizers"]
 
-    # An action called from its form: the App's run form, the App fixed, the blueprint's actions suggested.
-    page.goto(console.url + f"#/ns/{namespace}/apps/web/do/run")
+    # An action called from its form, reached from the App's page: the App fixed, its actions suggested.
+    page.goto(console.url + f"#/ns/{namespace}/apps/web")
+    page.get_by_test_id("do-run").click()
     field("spec.action").wait_for()
     assert field("spec.app").input_value() == "web" and field("spec.app").is_disabled()
     field("spec.action").fill("greet")

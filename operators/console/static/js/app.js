@@ -163,7 +163,20 @@ function eventsTable(events) {
       h('td', {}, e.message || '')))));
 }
 
-function header(obj, kind) {
+let actionsByPlural = null;  // the actions a form can call, by kind (views/forms.py's catalog), fetched once
+
+async function actionsOf(plural) {
+  if (!actionsByPlural) {
+    try {
+      actionsByPlural = Object.fromEntries((await api.get('/console/api/forms')).map((k) => [k.plural, k.actions]));
+    } catch {
+      return [];
+    }
+  }
+  return actionsByPlural[plural] || [];
+}
+
+function header(obj, kind, actions) {
   const status = obj.status || {};
   const ready = (status.conditions || []).find((c) => c.type === 'Ready');
   return h('div', {class: 'object-head'},
@@ -174,7 +187,9 @@ function header(obj, kind) {
         `Ready ${ready ? ready.status : 'Unknown'}`),
       status.state ? [' · ', h('span', {class: 'state', 'data-test': 'state'}, status.state)] : null,
       ' · generation ', String(obj.metadata.generation || ''), ' · ',
-      h('a', {href: `${objectHash(obj.metadata.namespace || '-', kind.plural, obj.metadata.name)}/edit`}, 'edit')));
+      h('a', {href: `${objectHash(obj.metadata.namespace || '-', kind.plural, obj.metadata.name)}/edit`}, 'edit'),
+      actions.map((action) => [' · ', h('a', {'data-test': `do-${action}`,
+        href: `${objectHash(obj.metadata.namespace || '-', kind.plural, obj.metadata.name)}/do/${action}`}, action)])));
 }
 
 async function objectPage(route, mine) {
@@ -191,6 +206,7 @@ async function objectPage(route, mine) {
   main.append(head, h('h2', {}, 'Conditions'), conditions, viewRoot, h('h2', {}, 'Events'), events,
     h('details', {}, h('summary', {}, 'YAML'), yamlText));
   const ctx = ctxFor(route.namespace);
+  const actions = await actionsOf(kind.plural);
   let view = null;
   const load = VIEWS[kind.plural];
   if (load) {
@@ -201,7 +217,7 @@ async function objectPage(route, mine) {
     }
   }
   const drawAll = (first) => {
-    clear(head).append(header(answer.object, kind));
+    clear(head).append(header(answer.object, kind, actions));
     clear(conditions).append(conditionsTable(answer.object));
     clear(events).append(eventsTable(answer.events));
     yamlText.textContent = answer.yaml;
