@@ -14,7 +14,9 @@ What a misbehaving or stale client cannot do:
   `unauthorized` event, which the page takes as "sign in again", not "reconnect";
 - be cut by a proxy for idleness: a comment line goes out every `HEARTBEAT` seconds.
 A topic whose source fails for a reason other than the user's rights (the API server away) is restarted
-from its last position after a growing pause; a 403 or 404 ends that topic with an `error` event.
+from its last position after a growing pause; a 403 or 404, or parameters it refuses, end that topic with an
+`error` event. A stream whose every topic has ended closes with a `close` event, which tells the page not to
+reconnect for the same topics.
 """
 
 from __future__ import annotations
@@ -161,6 +163,9 @@ async def serve_stream(call: ConsoleCall, topics: list[Topic], sources: Mapping[
                     return "unauthorized"
                 if error is not None:
                     raise error
+            if all(task.done() for task in tasks):  # every topic ended or was refused: nothing left to follow
+                await locked(sse("close", {"reason": "every topic of this stream has ended"}))
+                return "ended"
     finally:
         for task in everything:
             task.cancel()

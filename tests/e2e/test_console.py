@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -158,3 +159,43 @@ def test_the_console_refuses_cross_site_writes_forged_sessions_and_inline_script
     assert "Secure" not in headers["Set-Cookie"]
     # the page's own script cannot read the token
     assert page.evaluate("document.cookie") == ""
+
+
+def test_a_misbehaving_client_is_held_to_the_consoles_bounds(console: ConsoleProcess, kubectl: Kubectl,
+                                                              namespace: str) -> None:
+    import http.client
+
+    token = console_user(kubectl, namespace, account="greedy")
+    bearer = {"Authorization": f"Bearer {token}"}
+    topics = json.dumps([{"id": "a", "kind": "list", "plural": "environments", "namespace": namespace}])
+    held: list[http.client.HTTPConnection] = []
+    try:
+        statuses = []
+        for _ in range(9):  # a session holds at most 8 streams: the ninth is refused, the others stay open
+            connection = http.client.HTTPConnection("127.0.0.1", console.port, timeout=30)
+            connection.request("GET", f"/console/api/stream?topics={urllib.parse.quote(topics)}", headers=bearer)
+            answer = connection.getresponse()
+            statuses.append(answer.status)
+            held.append(connection)
+        assert statuses == [200] * 8 + [429]
+    finally:
+        for connection in held:
+            connection.close()
+    many = json.dumps([{"id": f"t{i}", "kind": "list", "plural": "environments", "namespace": namespace}
+                       for i in range(33)])
+    status, _, body = request(console, "GET", f"/console/api/stream?topics={urllib.parse.quote(many)}", headers=bearer)
+    assert status == 400 and "at most 32" in body
+    alien = json.dumps([{"id": "s", "kind": "list", "plural": "secrets", "namespace": namespace}])
+    status, _, body = request(console, "GET", f"/console/api/stream?topics={urllib.parse.quote(alien)}", headers=bearer)
+    assert status == 200 and "event: error" in body and "plural" in body  # Stead's kinds only, never a Secret
+    assert body.rstrip().endswith('"reason":"every topic of this stream has ended"}')  # and then it closes
+    status, _, body = request(console, "POST", "/console/api/session", {"token": "x" * 20_000})
+    assert status in (400, 413)
+    status, _, _ = request(console, "POST", f"/console/api/forms/preview/{namespace}", {"pad": "x" * (2 << 20)},
+                           headers=bearer)
+    assert status == 413  # a body over 1 MiB is refused, not read
+    for path in (f"/console/api/objects/{namespace}/environments/..", "/console/api/objects/..%2Fkube-system",
+                 f"/console/api/objects/{namespace}/secrets/x"):
+        status, _, body = request(console, "GET", path, headers=bearer)
+        assert status in (400, 404), (path, status, body)
+        assert "kube-system" not in body or status == 400

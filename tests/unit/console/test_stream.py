@@ -88,6 +88,12 @@ def test_a_refused_token_ends_the_stream_as_unauthorized() -> None:
     assert why == "unauthorized" and sent[-1].startswith(b"event: unauthorized")
 
 
+async def _forever(call: ConsoleCall, params: Mapping[str, Any], position: str | None
+                   ) -> AsyncIterator[tuple[str, Any]]:
+    await asyncio.Event().wait()
+    yield "", None
+
+
 def test_a_stream_ends_when_its_session_does() -> None:
     sent: list[bytes] = []
 
@@ -97,6 +103,20 @@ def test_a_stream_ends_when_its_session_does() -> None:
     async def good() -> bool:
         return True
 
+    topics = parse_topics('[{"id": "t", "kind": "object"}]', {"object": _forever}, 4)
+    why = asyncio.run(serve_stream(_call(), topics, {"object": _forever}, send, good, 60.0, 0.01))
+    assert why == "expired" and sent[-1].startswith(b"event: unauthorized")
+
+
+def test_a_stream_whose_topics_all_ended_closes_and_says_so() -> None:
+    sent: list[bytes] = []
+
+    async def send(data: bytes) -> None:
+        sent.append(data)
+
+    async def good() -> bool:
+        return True
+
     topics = parse_topics('[{"id": "t", "kind": "object"}]', SOURCES, 4)
-    why = asyncio.run(serve_stream(_call(), topics, SOURCES, send, good, 60.0, 0.01))
-    assert why == "expired"
+    why = asyncio.run(serve_stream(_call(), topics, SOURCES, send, good, 60.0, 3600.0))
+    assert why == "ended" and sent[-2].startswith(b"event: end") and sent[-1].startswith(b"event: close")

@@ -74,6 +74,10 @@ function signedOut(reason) {
 
 function handle(event, data) {
   if (event === 'unauthorized') return signedOut(data.reason);
+  if (event === 'close') {  // every topic ended: the same topics again would end again
+    if (current) current.closed = true;
+    return;
+  }
   if (event === 'open') {
     backoff = 1000;
     return broadcast({type: 'status', state: 'live'});
@@ -141,7 +145,9 @@ async function open(wanted, key) {
   } catch (error) {
     if (controller.signal.aborted) return;
   }
-  if (!controller.signal.aborted && current && current.controller === controller) retry('the stream ended');
+  if (!controller.signal.aborted && current && current.controller === controller && !current.closed) {
+    retry('the stream ended');
+  }
 }
 
 export function connect(port) {
