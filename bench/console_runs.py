@@ -10,10 +10,9 @@ launched whose create action has one task that prints `T <epoch seconds>` every 
 - **stream latency**, for an ActionRun (a Local substrate) and a GraphRun (one sshd node of tests/sshd.py
   on 127.0.0.2): the run's page is opened while the task runs and its output pane opened; a
   MutationObserver in the page notes when each `T` line first appears. Latency = that moment minus the
-  time the task printed (same host, same clock). A GraphRun's output comes through the `output` topic
-  (the operator API's output route, read every 0.5 s). An ActionRun's reaches the page only through its
-  status, whose run log holds an instance's output tail once the instance has ended: its lines arrive
-  when the task ends, so its "latency" is how long before the end a line was printed.
+  time the task printed (same host, same clock). Both come through the `output` topic, which reads the
+  operator API's output route of the run's kind every 0.5 s (`/api/v1/graphruns/RUN/output/TASK/`,
+  `/api/v1/actionruns/RUN/output/STEP/`), so both stream while the task runs.
 - **first paint**: `--paints` times, a fresh tab opens the finished run's page; the figure is the page's
   `performance.now()` (milliseconds since navigation started) when the first task row is in the DOM,
   noted by a requestAnimationFrame poll (so within a frame of the paint).

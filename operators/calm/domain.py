@@ -1,10 +1,12 @@
-"""The Calm domain as the platform sees it: blueprints, apps and action runs, their nouns, the vault collector."""
+"""The Calm domain as the platform sees it: blueprints, apps and action runs, their nouns, the vault collector,
+and its API routes (an ActionRun's whole output, `operators.calm.api`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from operators.calm import actionrun, app, blueprint
+from operators.calm.api import CalmApi
 from operators.calm.cli import add_actionrun_actions, add_app_actions, add_blueprint_actions
 from operators.calm.vaultgc import VaultCollector
 from operators.runtime import Addon, AddonContext, Domain
@@ -20,6 +22,7 @@ def addons(context: AddonContext) -> Sequence[Addon]:
 DOMAIN = Domain(
     name="calm",
     kinds=(blueprint.KIND, app.KIND, actionrun.KIND),
+    api=CalmApi,
     cli={"app": add_app_actions, "actionrun": add_actionrun_actions, "blueprint": add_blueprint_actions},
     addons=addons,
 )

@@ -110,8 +110,10 @@ def console(cluster: ClusterInfo, operator: OperatorProcess,
         proc.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """Chromium for one module's tests. Not for the session: Playwright's sync API keeps an event loop running
+    in the test's thread while it is started, and every later test that calls `asyncio.run` would fail."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

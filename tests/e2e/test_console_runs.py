@@ -28,6 +28,11 @@ def state_of(page: Page) -> str:
     return str(page.locator('[data-test="run-state"]').first.text_content(timeout=5000) or "")
 
 
+def run_state_now(kubectl: Kubectl, namespace: str, name: str) -> str:
+    """The ActionRun's state as the API server has it now (not as the page shows it)."""
+    return str(kubectl("get", "actionrun", name, "-n", namespace, "-o", "jsonpath={.status.state}").stdout).strip()
+
+
 def spec() -> dict[str, Any]:
     """A create action long enough to be watched running, and an action whose task prints markup and fails."""
     return {
@@ -35,7 +40,7 @@ def spec() -> dict[str, Any]:
         "services": [{"name": "S", "actions": [
             {"name": "create", "tasks": [
                 {"name": "prepare", "type": "exec", "script": "echo preparing"},
-                {"name": "install", "type": "exec", "script": "echo installing; sleep 4; echo installed"}],
+                {"name": "install", "type": "exec", "script": "echo installing; sleep 8; echo installed"}],
              "edges": [{"from": "prepare", "to": "install"}]}]}],
         "deployments": [{"name": "tier", "substrate": "host", "services": ["S"]}],
         "actions": [{"name": "break", "tasks": [
@@ -52,7 +57,17 @@ def test_app_create_run_is_followed_live_and_a_failing_tasks_output_is_shown_as_
     wait_until(lambda: kubectl("get", "actionrun", "web-create", "-n", namespace, check=False).returncode == 0,
                20, "the App's create run")
     run_page(page, console, namespace, "actionruns", "web-create")
-    seen: list[str] = []
+    seen: list[str] = [state_of(page)]
+    # a service's tasks are named service/task, per replica; its output streams while it runs: the first line
+    # is on the page while the run is still Running (the status gets a task's output only when it ends)
+    install = 'task-S/install@tier-0'
+    state = page.locator(f'[data-test="{install}"] [data-test="task-state-S/install@tier-0"]')
+    wait_until(lambda: state.text_content(timeout=5000) == "running", 40, "the install task to run")
+    page.locator(f'[data-test="{install}"]').click()
+    output = page.locator('[data-test="output-S/install@tier-0"]')
+    wait_until(lambda: "installing" in (output.text_content() or ""), 10, "the first line, streamed", interval=0.1)
+    assert run_state_now(kubectl, namespace, "web-create") == "Running"
+    assert "installed" not in (output.text_content() or "")
 
     def succeeded() -> bool:
         seen.append(state_of(page))
@@ -60,12 +75,9 @@ def test_app_create_run_is_followed_live_and_a_failing_tasks_output_is_shown_as_
 
     wait_until(succeeded, 60, "the page to show the create run Succeeded", interval=0.2)
     assert any(s in ("Pending", "Running") for s in seen), seen  # followed live, not loaded once at the end
-    # a service's tasks are named service/task, per replica
-    install = 'task-S/install@tier-0'
-    assert page.locator(f'[data-test="{install}"] [data-test="task-state-S/install@tier-0"]').text_content() \
-        == "success"
-    page.locator(f'[data-test="{install}"]').click()
-    assert "installed" in (page.locator('[data-test="output-S/install@tier-0"]').text_content() or "")
+    assert state.text_content() == "success"
+    wait_until(lambda: "installed" in (output.text_content() or ""), 10, "the last line, in the same pane")
+    assert (output.text_content() or "").count("installing") == 1  # appended, never repeated
     screenshot(page, "actionrun")
 
     apply(kubectl, action_run("web-break", namespace, "web", "break"))

@@ -5,20 +5,21 @@ Routes (under /console/api/runs/, every read as the signed-in user):
 
     GET  runs/{plural}/{namespace}/{name}                 the run view (plural: actionruns or graphruns)
     GET  runs/graphruns/{namespace}/{name}/dag            the run's tasks as a DAG, laid out
-    GET  runs/graphruns/{namespace}/{name}/output         one page of an instance's whole output
-                                                          (?task, ?node, ?type, ?offset)
+    GET  runs/{plural}/{namespace}/{name}/output          one page of an instance's whole output
+                                                          (GraphRuns: ?task, ?node, ?type; ActionRuns:
+                                                          ?step, ?target; both: ?offset)
     GET  runs/serviceinstances/{namespace}/{name}         the instance's transfers: its App's ActionRuns
 
 The page follows the run with the object page's own `object` topic (each change asks for the view again),
 and adds one topic of its own to the page's multiplexed stream:
 
-- `output` {namespace, run, task, node?, type?}: a GraphRun instance's output as it grows (position: the
-  byte offset read so far, so a reconnect resumes without repeating a line). It reads the operator API's
-  output route as the user, every `OUTPUT_POLL_SECONDS` while the instance may still print, and ends (the
-  stream's `end` event) once it finished and everything it printed was sent.
-
-An ActionRun's whole output is on the operator's volume only (no route serves it): its view shows the tail
-the status keeps (the last 2 KiB of each instance), which comes with each change of the run.
+- `output` {namespace, run, plural?, ...}: a task instance's output as it grows (position: the byte offset
+  read so far, so a reconnect resumes without repeating a line). A GraphRun's instance (`plural`
+  graphruns, the default) is named by {task, node?, type?}, an ActionRun's (`plural` actionruns) by
+  {step, target?}. It reads the operator API's output route for that kind as the user
+  (`/api/v1/graphruns/<run>/output/<task>/`, `/api/v1/actionruns/<run>/output/<step>/`), every
+  `OUTPUT_POLL_SECONDS` while the instance may still print, and ends (the stream's `end` event) once it
+  finished and everything it printed was sent: the same topic shows the whole output after the run.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from operators.console.views.gantt import MAX_DAG_TASKS, dag_layout, task_edges
 from operators.console.views.runs_shape import FINAL, LIVE_TASK_STATES, run_view, transfer_runs
 from operators.console.web import ConsoleCall, ConsoleError, ConsoleRoute, TopicSource
 from operators.runtime import ApiError, custom_path
+from pipelines.model import NAME_PATTERN
 
 PLURALS = ("actionruns", "graphruns")
 GRAPHS_API = "/api/v1"
@@ -44,6 +46,8 @@ STATE_CHECK_SECONDS = 2.0
 """How often the `output` topic looks whether the instance is still running, while it prints nothing."""
 TASK = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,119}$")
 """A task id (a DeploymentGraph's task id pattern): what may go into the operator API's path."""
+STEP = re.compile(NAME_PATTERN)
+"""An ActionRun's step id or target (the runner's names, `pipelines.model`): what may go into its output route."""
 
 
 def _now() -> datetime:
@@ -99,23 +103,37 @@ async def dag(call: ConsoleCall) -> Any:
     return {"available": True, **dag_layout(present, sorted(edges))}
 
 
-def _output_params(namespace: str, source: Mapping[str, Any], offset: int) -> dict[str, str]:
-    params = {"namespace": namespace, "offset": str(offset)}
-    for key in ("node", "type"):
-        if source.get(key):
-            params[key] = str(source[key])
-    return params
+def _output_plural(source: Mapping[str, Any]) -> str:
+    plural = source.get("plural") or "graphruns"
+    if plural not in PLURALS:
+        raise ConsoleError(400, f"plural: {str(plural)[:64]!r} is not a kind of run ({', '.join(PLURALS)})")
+    return str(plural)
 
 
 async def _page(call: ConsoleCall, namespace: str, run: str, source: Mapping[str, Any], offset: int
                 ) -> dict[str, Any]:
-    task = source.get("task")
-    if not isinstance(task, str) or not TASK.match(task):
-        raise ConsoleError(400, f"task: {str(task)[:64]!r} is not a task id")
-    _name(namespace, "namespace")
-    page: dict[str, Any] = await call.needs_stead().request(
-        "GET", f"{GRAPHS_API}/graphruns/{_name(run, 'run')}/output/{task}/",
-        params=_output_params(namespace, source, offset))
+    """One page of the instance's output from the operator's API (its route for the run's kind), as the
+    user; every name that goes into its path or query is checked first."""
+    plural = _output_plural(source)
+    params = {"namespace": _name(namespace, "namespace"), "offset": str(offset)}
+    if plural == "actionruns":
+        step, target = source.get("step"), source.get("target")
+        if not isinstance(step, str) or not STEP.match(step):
+            raise ConsoleError(400, f"step: {str(step)[:64]!r} is not a step id")
+        if target:
+            if not isinstance(target, str) or not STEP.match(target):
+                raise ConsoleError(400, f"target: {str(target)[:64]!r} is not a target's name")
+            params["target"] = target
+        path = f"{GRAPHS_API}/actionruns/{_name(run, 'run')}/output/{step}/"
+    else:
+        task = source.get("task")
+        if not isinstance(task, str) or not TASK.match(task):
+            raise ConsoleError(400, f"task: {str(task)[:64]!r} is not a task id")
+        for key in ("node", "type"):
+            if source.get(key):
+                params[key] = str(source[key])
+        path = f"{GRAPHS_API}/graphruns/{_name(run, 'run')}/output/{task}/"
+    page: dict[str, Any] = await call.needs_stead().request("GET", path, params=params)
     return page
 
 
@@ -128,11 +146,12 @@ def page_end(page: Mapping[str, Any]) -> int:
 
 
 async def output(call: ConsoleCall) -> Any:
-    """One page of a GraphRun instance's whole output (the operator API's answer, as it gives it)."""
+    """One page of an instance's whole output (the operator API's answer, as it gives it)."""
     offset = call.query.get("offset", "0")
     if not offset.isdigit():
         raise ConsoleError(400, f"offset: a byte offset, not {offset!r}")
-    return await _page(call, call.params["namespace"], call.params["name"], call.query, int(offset))
+    source = {**call.query, "plural": _plural(call)}
+    return await _page(call, call.params["namespace"], call.params["name"], source, int(offset))
 
 
 async def transfers(call: ConsoleCall) -> Any:
@@ -146,10 +165,19 @@ async def transfers(call: ConsoleCall) -> Any:
 
 async def _instance_live(call: ConsoleCall, namespace: str, run: str, source: Mapping[str, Any]) -> bool:
     """Whether the instance may still print: the run is not over and the instance has not finished."""
-    found = await _get(call, "graphruns", namespace, run)
+    plural = _output_plural(source)
+    found = await _get(call, plural, namespace, run)
     status = found.get("status") or {}
     if status.get("state") in FINAL:
         return False
+    if plural == "actionruns":
+        target = str(source.get("target") or "")
+        for task in status.get("runLog") or []:
+            if task.get("step") == source.get("step"):
+                for replica in task.get("replicas") or []:
+                    if str(replica.get("target") or "") == target:
+                        return replica.get("state") in LIVE_TASK_STATES
+        return True  # not listed yet: the run goes on
     node = str(source.get("node") or "")
     for entry in status.get("nodes") or []:
         if str(entry.get("name") or "") == node:
@@ -161,7 +189,7 @@ async def _instance_live(call: ConsoleCall, namespace: str, run: str, source: Ma
 
 async def output_topic(call: ConsoleCall, params: Mapping[str, Any], position: str | None
                        ) -> AsyncIterator[tuple[str, Any]]:
-    """The `output` topic: a GraphRun instance's output from byte `position` on, as it grows."""
+    """The `output` topic: a run's task instance's output from byte `position` on, as it grows."""
     namespace, run = str(params.get("namespace") or ""), str(params.get("run") or "")
     offset = int(position) if position and position.isdigit() else 0
     checked, live = 0.0, True
@@ -188,7 +216,7 @@ RUNS = "/console/api/runs"
 ROUTES = (
     ConsoleRoute("GET", RUNS + "/serviceinstances/{namespace}/{name}", transfers),
     ConsoleRoute("GET", RUNS + "/graphruns/{namespace}/{name}/dag", dag),
-    ConsoleRoute("GET", RUNS + "/graphruns/{namespace}/{name}/output", output),
+    ConsoleRoute("GET", RUNS + "/{plural}/{namespace}/{name}/output", output),
     ConsoleRoute("GET", RUNS + "/{plural}/{namespace}/{name}", view),
 )
 TOPICS: Mapping[str, TopicSource] = {"output": output_topic}

@@ -89,9 +89,10 @@ def action_run_view(obj: Mapping[str, Any], now: datetime) -> dict[str, Any]:
         replicas = task.get("replicas") or []
         for record in replicas:
             group = str(record.get("target") or "")
+            ref = {"plural": "actionruns", "step": task.get("step"), "target": group or None}
             groups.setdefault(group, []).append(_instance(
                 name, group or APP_GROUP, record, "startedAt", "finishedAt", now, step=task.get("step"),
-                type=task.get("type"), exitCode=record.get("exitCode"), reason=record.get("message"), outputRef=None))
+                type=task.get("type"), exitCode=record.get("exitCode"), reason=record.get("message"), outputRef=ref))
         if not replicas:  # not reached yet: shown on the application until it has instances
             groups.setdefault("", []).append(_instance(name, APP_GROUP, {"state": task.get("state")}, "", "", now,
                                                        step=task.get("step"), type=task.get("type"), outputRef=None))
@@ -99,7 +100,7 @@ def action_run_view(obj: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     view = {**_run_fields(obj, now), "app": spec.get("app"), "action": spec.get("action"),
             "progress": status.get("progressText") or (f"{progress.get('done', 0)}/{progress.get('total', 0)}"
                                                         if progress else None),
-            "groupKind": "replica", "wholeOutput": False,
+            "groupKind": "replica", "wholeOutput": True,
             "groups": _groups(groups, APP_GROUP, first_unnamed=True)}
     view["timeline"] = timeline(view["groups"], view["started"], now)
     return view

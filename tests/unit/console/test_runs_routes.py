@@ -129,3 +129,66 @@ def test_the_dag_comes_from_the_merged_graph_read_as_the_user_or_says_why_not() 
 
     refused = asyncio.run(runs.dag(call(kube, Fake(refuse), namespace="ns", name="r")))
     assert refused == {"available": False, "reason": "the graph 'default': forbidden: may not list deploymentgraphs"}
+
+
+def action_run(state: str, replica_state: str = "running") -> dict[str, Any]:
+    return {"kind": "ActionRun", "metadata": {"name": "web-create", "namespace": "ns"},
+            "status": {"state": state, "runLog": [
+                {"task": "S/install", "step": "S.install", "replicas": [{"target": "tier-0", "state": replica_state}]},
+                {"task": "notify", "step": "notify", "replicas": [{"target": "", "state": "pending"}]}]}}
+
+
+def test_an_action_runs_output_topic_reads_its_own_route_and_ends_when_its_replica_is_done(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runs, "OUTPUT_POLL_SECONDS", 0.0)
+    monkeypatch.setattr(runs, "STATE_CHECK_SECONDS", 0.0)
+    printed = ["first\n"]
+    replica = ["running"]
+
+    def operator_api(method: str, path: str, params: dict[str, str]) -> Any:
+        whole = "".join(printed).encode()
+        offset = int(params["offset"])
+        if len(printed) == 1:
+            printed.append("second\n")  # printed while the run goes on
+        else:
+            replica[0] = "success"  # the task ended; the run (its other tasks) may go on
+        return {"offset": offset, "size": len(whole), "next_offset": None, "output": whole[offset:].decode()}
+
+    kube = Fake(lambda *_: action_run("Running", replica[0]))
+    stead = Fake(operator_api)
+    params = {"namespace": "ns", "run": "web-create", "step": "S.install", "target": "tier-0",
+              "plural": "actionruns"}
+
+    async def collect() -> list[tuple[str, Any]]:
+        return [item async for item in runs.output_topic(call(kube, stead), params, None)]
+
+    assert [(p, d["text"]) for p, d in asyncio.run(collect())] == [("6", "first\n"), ("13", "second\n")]
+    assert stead.asked[0] == ("GET", "/api/v1/actionruns/web-create/output/S.install/",
+                              {"namespace": "ns", "offset": "0", "target": "tier-0"})
+    assert {path for _, path, _ in kube.asked} == {"/apis/stead.dev/v1alpha1/namespaces/ns/actionruns/web-create"}
+
+
+@pytest.mark.parametrize(("params", "named"), [
+    ({"step": "../../config"}, "step"), ({"step": "%2e%2e"}, "step"), ({"step": "S.install", "target": "t/../x"},
+                                                                      "target"),
+    ({"step": "S.install", "plural": "secrets"}, "plural"), ({"step": "S.install", "run": "R!"}, "run")])
+def test_action_run_names_that_would_change_the_operator_apis_path_are_refused_before_asking(
+        params: dict[str, str], named: str) -> None:
+    stead = Fake(lambda *_: {})
+    given = {"namespace": "ns", "run": "r", "plural": "actionruns", **params}
+
+    async def first() -> Any:
+        return await anext(runs.output_topic(call(Fake(lambda *_: {}), stead), given, None))
+
+    with pytest.raises(ConsoleError) as refused:
+        asyncio.run(first())
+    assert refused.value.status == 400 and refused.value.message.startswith(named) and stead.asked == []
+
+
+def test_the_output_route_serves_both_kinds_of_run() -> None:
+    stead = Fake(lambda *_: {"offset": 0, "output": "x"})
+    asyncio.run(runs.output(call(None, stead, plural="actionruns", namespace="ns", name="r", q_step="notify",
+                                 q_offset="3")))
+    asyncio.run(runs.output(call(None, stead, plural="graphruns", namespace="ns", name="r", q_task="b")))
+    assert stead.asked == [("GET", "/api/v1/actionruns/r/output/notify/", {"namespace": "ns", "offset": "3"}),
+                           ("GET", "/api/v1/graphruns/r/output/b/", {"namespace": "ns", "offset": "0"})]

@@ -74,7 +74,11 @@ def test_an_action_run_is_a_tree_per_replica_with_the_application_tasks_first() 
     assert tier1["tasks"][0]["duration"] == 106.0
     assert view["groups"][1]["tasks"][0]["duration"] == 66.0 and view["groups"][0]["tasks"][0]["duration"] == 0.2
     assert view["progress"] == "3/5" and view["final"] is False and view["duration"] == 120.0
-    assert view["wholeOutput"] is False  # only the status's tail: no output route for ActionRuns
+    # each instance names what the operator's ActionRun output route needs; a task not reached has none yet
+    assert view["wholeOutput"] is True
+    assert tier1["tasks"][0]["outputRef"] == {"plural": "actionruns", "step": "s1", "target": "tier-1"}
+    assert view["groups"][0]["tasks"][0]["outputRef"] == {"plural": "actionruns", "step": "s0", "target": None}
+    assert view["groups"][0]["tasks"][1]["outputRef"] is None
 
 
 def test_a_failed_action_run_names_its_failure_and_keeps_the_output_as_data() -> None:

@@ -15,7 +15,7 @@ from operators.config.api import ConfigApi
 from operators.config.repository import ConfigRepository
 from operators.graphs import GRAPH_RUN
 from operators.graphs.api import GraphsApi
-from operators.graphs.output import PAGE_BYTES, PLAN_FILE, RunInstance, output_file, read_page
+from operators.graphs.output import PAGE_BYTES, PLAN_FILE, RunInstance, output_file
 from operators.runtime.api.auth import Access
 from operators.runtime.api.extension import ExtensionSettings
 from operators.runtime.kube.client import custom_path
@@ -185,20 +185,6 @@ def test_long_output_comes_in_bounded_pages_that_join_up(client: Client, state_d
     assert status == 400 and "query parameter limit" in body["message"]
     status, body = client.get(f"{API}/deploy-1/output/report/", "offset=-1")
     assert status == 400 and "query parameter offset" in body["message"]
-
-
-def test_a_page_never_splits_a_character(tmp_path: Path) -> None:
-    path = tmp_path / "out.log"
-    path.write_bytes("aé✓😀b".encode())  # 1 + 2 + 3 + 4 + 1 bytes
-    texts, offset = [], 0
-    for limit in (2, 2, 3, 1, 4, 4):
-        page = read_page(path, offset, limit)
-        texts.append(page.text)
-        if page.next_offset is None:
-            break
-        offset = page.next_offset
-    assert "".join(texts) == "aé✓😀b" and "\ufffd" not in "".join(texts)
-    assert read_page(tmp_path / "missing.log").text == "" and read_page(path, 99).text == ""
 
 
 def test_an_instance_key_is_the_runners() -> None:

@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from operators import environment
+from operators.calm.api import CalmApi
 from operators.calm.vaultgc import VaultCollector
 from operators.catalog import API_EXTENSIONS, DOMAINS, KINDS
 from operators.config.api import ConfigStoreApi
@@ -30,7 +31,7 @@ def test_the_kinds_are_the_domains_kinds_in_order_the_environment_extended_by_gr
 
 
 def test_the_api_extensions_are_the_domains_factories() -> None:
-    assert (ConfigStoreApi.serving, InventoryApi, GraphsApi) == API_EXTENSIONS
+    assert (CalmApi, ConfigStoreApi.serving, InventoryApi, GraphsApi) == API_EXTENSIONS
 
 
 def _addons(settings: OperatorSettings, tmp_path: Path) -> list[object]:

@@ -1,4 +1,5 @@
-// An ActionRun's page: the run view (runtree.js) per replica, its output the tail the status keeps.
+// An ActionRun's page: the run view (runtree.js) per replica, and each task instance's whole output streamed
+// from the operator's API while it runs (GET /api/v1/actionruns/<run>/output/<step>/), readable whole after.
 
 import { renderFor } from "./runtree.js";
 

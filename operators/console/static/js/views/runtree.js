@@ -137,28 +137,32 @@ class Outputs {
     if (!found) {
       const pre = h("pre", { class: "output", "data-test": `output-${task.id}` });
       const note = h("p", { class: "muted output-note" });
-      found = { box: h("div", { class: "output-box" }, note, pre), pre, note, unsubscribe: null };
+      found = { box: h("div", { class: "output-box" }, note, pre), pre, note, unsubscribe: null, tail: "" };
       this.panes.set(task.id, found);
-      if (view.wholeOutput && task.outputRef) this.follow(found, task.outputRef);
     }
-    if (!view.wholeOutput) {
-      // an ActionRun: the status keeps the tail of each instance's output (refreshed with the status)
+    found.tail = task.output || "";
+    if (view.wholeOutput && task.outputRef) {
+      // the whole output from the operator's API, streamed while the task runs (an ActionRun's task gets its
+      // outputRef once it is reached: a pane opened before then starts following now)
+      if (!found.unsubscribe) this.follow(found, task.outputRef);
+    } else {
+      // not reached yet, or no output route: the tail the status keeps (refreshed with the status)
       clear(found.pre);
-      found.pre.append(text(task.output || ""));
+      found.pre.append(text(found.tail));
       const live = task.state === "running" || task.state === "pending";
-      found.note.textContent = task.output
+      found.note.textContent = found.tail
         ? "The last 2 KiB of the output (masked), as the run's status keeps it."
-        : live ? "An ActionRun's status gets a task's output when the task ends." : "No output.";
+        : live ? "No output yet." : "No output.";
     }
     return found.box;
   }
 
   follow(found, ref) {
     found.note.textContent = "Output (masked), streamed while the task runs.";
-    const topic = {
-      kind: "output", namespace: this.run.namespace, run: this.run.name, task: ref.task, node: ref.node || null,
-      type: ref.type || null,
-    };
+    const { namespace, name } = this.run;
+    const topic = ref.plural === "actionruns"
+      ? { kind: "output", plural: "actionruns", namespace, run: name, step: ref.step, target: ref.target || null }
+      : { kind: "output", namespace, run: name, task: ref.task, node: ref.node || null, type: ref.type || null };
     found.unsubscribe = this.ctx.stream.subscribe(topic, (message) => {
       if (message.type === "data" && message.data && message.data.text) {
         found.pre.append(text(message.data.text));
@@ -167,7 +171,14 @@ class Outputs {
         found.pre.classList.add("done");
         found.note.textContent = found.pre.textContent ? "The whole output (masked)." : "No output.";
       } else if (message.type === "error") {
-        found.note.textContent = `Output not shown: ${message.message || message.status}`;
+        const why = message.message || message.status;
+        if (!found.pre.textContent && found.tail) {
+          // the operator's API cannot be read (no --stead-api, say): the tail the status keeps, as text
+          found.pre.append(text(found.tail));
+          found.note.textContent = `The last 2 KiB of the output (masked), as the run's status keeps it (the whole output is not shown: ${why}).`;
+        } else {
+          found.note.textContent = `Output not shown: ${why}`;
+        }
       }
     });
   }
