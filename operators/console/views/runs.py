@@ -29,6 +29,7 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from operators.console.stream import NAME
 from operators.console.views.gantt import MAX_DAG_TASKS, dag_layout, task_edges
@@ -95,7 +96,7 @@ async def dag(call: ConsoleCall) -> Any:
     for graph in spec.get("graphs") or []:
         try:
             tasks = await call.stead.request(
-                "GET", f"{GRAPHS_API}/clusters/{environment}/deployment_tasks/",
+                "GET", f"{GRAPHS_API}/clusters/{quote(environment, safe='')}/deployment_tasks/",
                 params={"namespace": namespace, "graph_type": str(graph.get("type") or "default")})
         except ApiError as error:
             return {"available": False, "reason": f"the graph {graph.get('type')!r}: {error.message}"}
