@@ -174,8 +174,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=180.0, help="how long the run prints")
     parser.add_argument("--tick", type=float, default=0.5)
     parser.add_argument("--window", type=float, default=30.0)
-    parser.add_argument("--separate", action="store_true", help="also N browsers of one tab each (N streams); "
-                        "on 2026-11-28 the third browser's sign-in sent nothing, unexplained")
+    parser.add_argument("--separate", action="store_true", help="also N browsers of one tab each (N streams)")
     parser.add_argument("--app", default="ticker")
     parser.add_argument("--stead-command", default=str(BIN / "stead"))
     parser.add_argument("--stead-pythonpath")

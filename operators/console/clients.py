@@ -21,6 +21,12 @@ from operators.console.settings import ConsoleSettings
 from operators.runtime import ClusterAccess, KubeClient, load_configuration
 
 USER_AGENT = "stead-console"
+UPSTREAM_CONNECTIONS = 4096
+"""Connections the console may hold open to each API server. Every topic a page follows is a WATCH that
+holds a connection for as long as it is followed (a namespace's list page follows one per kind), so the
+client's usual bound (32) was reached by three users on list pages, and every other request, a sign-in
+included, then waited for a watch to end (found by `bench/console_load.py --separate`). The bounds that
+matter are the console's own: topics per stream and streams per session (`ConsoleSettings`)."""
 
 
 IN_CLUSTER_CA = Path("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
@@ -80,11 +86,13 @@ async def upstreams(settings: ConsoleSettings, kube: ClusterAccess | None = None
     """Open both pools for as long as the console runs (`kube`: given by an operator process that has it)."""
     async with contextlib.AsyncExitStack() as stack:
         client = await stack.enter_async_context(
-            KubeClient(kube or kube_access(settings.kubeconfig), user_agent=USER_AGENT))
+            KubeClient(kube or kube_access(settings.kubeconfig), concurrency=UPSTREAM_CONNECTIONS,
+                       user_agent=USER_AGENT))
         stead = None
         if settings.stead_api:
             stead = await stack.enter_async_context(
-                KubeClient(stead_access(settings.stead_api, settings.stead_api_ca), user_agent=USER_AGENT))
+                KubeClient(stead_access(settings.stead_api, settings.stead_api_ca),
+                           concurrency=UPSTREAM_CONNECTIONS, user_agent=USER_AGENT))
         yield Upstreams(client, stead)
 
 

@@ -199,3 +199,17 @@ def test_a_misbehaving_client_is_held_to_the_consoles_bounds(console: ConsolePro
         status, _, body = request(console, "GET", path, headers=bearer)
         assert status in (400, 404), (path, status, body)
         assert "kube-system" not in body or status == 400
+
+
+def test_users_following_lists_leave_room_for_the_next_users_sign_in(
+        console: ConsoleProcess, console_page: OpenConsole, kubectl: Kubectl, namespace: str) -> None:
+    """A list page follows every kind (a WATCH each, held upstream for as long as it is open): three of them
+    once took every connection of the console's client of the API server, and a fourth user's sign-in waited."""
+    token = console_user(kubectl, namespace)
+    before = console.metric("stead_console_streams_open")
+    for _ in range(3):
+        page = console_page(token, f"#/ns/{namespace}")
+        page.get_by_test_id("empty").wait_for()
+    wait_until(lambda: console.metric("stead_console_streams_open") >= before + 3, 30, "three list pages' streams")
+    fourth = console_page(token)  # signs in: waits for the user's name on the page (30 s at most)
+    assert namespace in fourth.get_by_test_id("user").inner_text()
