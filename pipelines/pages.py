@@ -11,9 +11,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.model import Instance, check_name
+from pipelines.paths import RunPaths
+
 PAGE_BYTES = 1 << 20
 """At most this much output per answer (the default and the most a caller may ask for): a page of a
 long output, with the offset of the next one."""
+
+
+def instance_output(paths: RunPaths, step: str, target: str, target_name: str = "target") -> Path:
+    """Where the runner wrote the output of `step` on `target` ("" for none), inside the run's output directory:
+    ValueError when the names are no runner names (`check_name`; `target_name` says what the caller calls the
+    target: node, replica) or the file would lead out of it. Names from a URL or a status are only ever
+    joined into a path through this."""
+    check_name(step, "step")
+    if target:
+        check_name(target, target_name)
+    key = Instance(step, target).key
+    path = paths.output_file(key).resolve()
+    if path.parent != paths.output_dir.resolve():
+        raise ValueError(f"instance {key!r} leads out of the run's output directory")
+    return path
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from operators.runtime import (
     passed_on,
 )
 from pipelines.model import Instance, check_name
-from pipelines.pages import PAGE_BYTES, output_size, read_page
+from pipelines.pages import PAGE_BYTES, instance_output, output_size, read_page
 from pipelines.paths import RunPaths
 
 PREFIX = "/api/v1"
@@ -73,16 +73,9 @@ def run_instances(status: Mapping[str, Any]) -> list[RunInstance]:
 
 
 def output_file(paths: RunPaths, instance: RunInstance) -> Path:
-    """Where the runner wrote the instance's output, inside the run's output directory (ValueError when the
-    names are no runner names or would lead out of it)."""
-    check_name(instance.step, "step")
-    if instance.target:
-        check_name(instance.target, "target")
-    outputs = paths.output_dir.resolve()
-    path = paths.output_file(instance.key).resolve()
-    if path.parent != outputs:
-        raise ValueError(f"instance {instance.key!r} leads out of the run's output directory")
-    return path
+    """Where the runner wrote the instance's output (`pipelines.pages.instance_output`: inside the run's output
+    directory, ValueError otherwise)."""
+    return instance_output(paths, instance.step, instance.target)
 
 
 class CalmApi(ExtensionBase):

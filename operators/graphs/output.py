@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipelines.model import Instance, check_name
-from pipelines.pages import PAGE_BYTES, Page, output_size, read_page
+from pipelines.model import Instance
+from pipelines.pages import PAGE_BYTES, Page, instance_output, output_size, read_page
 from pipelines.paths import RunPaths
 
 __all__ = ["PAGE_BYTES", "PLAN_FILE", "Ambiguous", "NoSuchInstance", "Page", "RunInstance", "find", "instances",
@@ -113,13 +113,6 @@ def find(found: Sequence[RunInstance], run: str, task: str, node: str | None,
 
 
 def output_file(paths: RunPaths, instance: RunInstance) -> Path:
-    """Where the runner wrote the instance's output (`RunPaths.output_file`), inside the run's output
-    directory (ValueError otherwise: a plan that does not hold runner names is not followed out of it)."""
-    check_name(instance.step, "step")
-    if instance.node:
-        check_name(instance.node, "node")
-    outputs = paths.output_dir.resolve()
-    path = paths.output_file(instance.key).resolve()
-    if path.parent != outputs:
-        raise ValueError(f"instance {instance.key!r} leads out of the run's output directory")
-    return path
+    """Where the runner wrote the instance's output (`pipelines.pages.instance_output`: inside the run's output
+    directory, ValueError otherwise: a plan that does not hold runner names is not followed out of it)."""
+    return instance_output(paths, instance.step, instance.node, "node")
