@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from operators.console.web import ConsoleCall, ConsoleError, TopicSource
-from operators.runtime import ApiError, core_path, custom_path
+from operators.runtime import ApiError, core_path, custom_path, object_name_ok
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,6 @@ WATCH_SECONDS = 240
 """How long one WATCH lasts before it is asked again (the API server's `timeoutSeconds`)."""
 RETRY_FIRST, RETRY_MAX = 1.0, 30.0
 TOPIC_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -179,7 +178,7 @@ async def serve_stream(call: ConsoleCall, topics: list[Topic], sources: Mapping[
 
 def _name(params: Mapping[str, Any], key: str) -> str:
     value = params.get(key)
-    if not isinstance(value, str) or not NAME.match(value) or len(value) > 253:
+    if not isinstance(value, str) or not object_name_ok(value):
         raise ConsoleError(400, f"topic parameter {key}: {str(value)[:64]!r} is not a Kubernetes name")
     return value
 

@@ -12,9 +12,8 @@ from typing import Any
 
 import yaml
 
-from operators.console.stream import NAME
 from operators.console.web import ConsoleCall, ConsoleError, ConsoleRoute
-from operators.runtime import ApiError, Kind, core_path, crd_for, custom_path
+from operators.runtime import ApiError, Kind, core_path, crd_for, custom_path, object_name_ok
 
 _CONDITION = re.compile(r'^\.status\.conditions\[\?\(@\.type=="(\w+)"\)\]\.(\w+)$')
 
@@ -64,7 +63,7 @@ def kind_infos(kinds: Sequence[Kind]) -> tuple[KindInfo, ...]:
 
 def checked_name(call: ConsoleCall, key: str) -> str:
     value = call.params.get(key, "")
-    if not NAME.match(value) or len(value) > 253:
+    if not object_name_ok(value):
         raise ConsoleError(400, f"{key}: {value[:64]!r} is not a Kubernetes name")
     return value
 

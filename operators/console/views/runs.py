@@ -31,11 +31,10 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from operators.console.stream import NAME
 from operators.console.views.gantt import MAX_DAG_TASKS, dag_layout, task_edges
 from operators.console.views.runs_shape import FINAL, LIVE_TASK_STATES, run_view, transfer_runs
 from operators.console.web import ConsoleCall, ConsoleError, ConsoleRoute, TopicSource
-from operators.runtime import ApiError, custom_path
+from operators.runtime import ApiError, custom_path, object_name_ok
 from pipelines.model import NAME_PATTERN
 
 PLURALS = ("actionruns", "graphruns")
@@ -63,7 +62,7 @@ def _plural(call: ConsoleCall) -> str:
 
 
 def _name(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not NAME.match(value):
+    if not isinstance(value, str) or not object_name_ok(value):
         raise ConsoleError(400, f"{what}: {str(value)[:64]!r} is not an object's name")
     return value
 
