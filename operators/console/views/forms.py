@@ -89,25 +89,41 @@ async def preview(call: ConsoleCall) -> Any:
     return model.preview(plural, mode, call.params["namespace"], obj)
 
 
+EDIT_ATTEMPTS = 3
+"""How many times an edit whose fields nobody else changed is re-sent when the object's version moved between
+the console's read and its write (a status write landing in those milliseconds), as `kubectl edit` retries."""
+
+
 async def submit(call: ConsoleCall) -> Any:
     """Dry run, then the request itself; a refusal of either is the form's answer (`model.refusal`), with each
-    problem at the field it names."""
+    problem at the field it names. An edit carries `base`, the object its form was opened on, so that it is
+    sent at the present resourceVersion unless someone changed its fields since (`model.rebased`)."""
     plural, mode, obj = _body(call)
     namespace = call.params["namespace"]
     sent = model.outgoing(plural, mode, namespace, obj)
-    current = None
-    if mode == "edit":
-        current = await call.kube.request("GET", _path(plural, namespace, str(sent["metadata"].get("name") or "")))
-    request = model.request_for(plural, mode, sent, current)
-    for stage, params in (("dry-run", {"dryRun": "All"}), ("submit", None)):
-        try:
-            made = await call.kube.request(request.method, request.path, request.body,
-                                           content_type=request.content_type, params=params)
-        except ApiError as error:
-            if error.status in UNANSWERABLE:
-                raise
-            return {**model.refusal(error.status, error.message), "stage": stage}
-    return {"ok": True, "plural": plural, "object": made}
+    base = call.body.get("base") if mode == "edit" and isinstance(call.body, Mapping) else None
+    for attempt in range(1, EDIT_ATTEMPTS + 1):
+        current = None
+        if mode == "edit":
+            current = await call.kube.request("GET", _path(plural, namespace, str(sent["metadata"].get("name") or "")))
+            try:
+                sent = model.rebased(sent, base if isinstance(base, Mapping) else None, current)
+            except model.EditConflict as conflict:
+                return {**conflict.refusal(), "stage": "conflict"}
+        request = model.request_for(plural, mode, sent, current)
+        for stage, params in (("dry-run", {"dryRun": "All"}), ("submit", None)):
+            try:
+                made = await call.kube.request(request.method, request.path, request.body,
+                                               content_type=request.content_type, params=params)
+            except ApiError as error:
+                if error.status in UNANSWERABLE:
+                    raise
+                if error.status == 409 and isinstance(base, Mapping) and attempt < EDIT_ATTEMPTS:
+                    break  # read again: if its fields are still as the form saw them, send it at the new version
+                return {**model.refusal(error.status, error.message), "stage": stage}
+        else:
+            return {"ok": True, "plural": plural, "object": made}
+    raise AssertionError("unreachable: the last attempt returns")
 
 
 PREFIX = "/console/api/forms"

@@ -316,6 +316,57 @@ def edit_patch(current: Mapping[str, Any], edited: Mapping[str, Any]) -> dict[st
     return {"metadata": metadata, "spec": merge_patch(before["spec"], edited.get("spec") or {})}
 
 
+def _differences(before: Any, after: Any, path: str) -> list[str]:
+    """The paths at which two values differ, as the API server names them (`spec.inputs.size`)."""
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
+        found: list[str] = []
+        for key in [*before, *(k for k in after if k not in before)]:
+            if before.get(key) != after.get(key):
+                found += _differences(before.get(key), after.get(key), f"{path}.{key}")
+        return found
+    return [] if before == after else [path]
+
+
+def changed_since(base: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """What another writer changed, of what an edit form holds (spec, labels, annotations), between the object
+    the form was opened on (`base`, as `editable` gave it) and the object as it is now."""
+    before, after = editable(base), editable(current)
+    found: list[str] = []
+    for key in ("labels", "annotations"):
+        found += _differences(before["metadata"].get(key) or {}, after["metadata"].get(key) or {}, f"metadata.{key}")
+    return found + _differences(before["spec"], after["spec"], "spec")
+
+
+def rebased(edited: Mapping[str, Any], base: Mapping[str, Any] | None,
+            current: Mapping[str, Any]) -> dict[str, Any]:
+    """An edit sent at the object's present resourceVersion when nobody changed what the form holds since it
+    was opened, as `kubectl edit` does: the operator's status writes and finalizers move the resourceVersion
+    every few seconds, and refusing the edit for them would refuse most edits of a live object. If someone did
+    change a field the form holds, the edit is refused (409), naming each such field, so that it overwrites
+    nothing unseen. Without `base` (a client that does not send it), the edit stays at the version it names."""
+    if base is None:
+        return dict(edited)
+    changed = changed_since(base, current)
+    if changed:
+        raise EditConflict(changed)
+    version = str((current.get("metadata") or {}).get("resourceVersion") or "")
+    return {**edited, "metadata": {**(edited.get("metadata") or {}), "resourceVersion": version}}
+
+
+class EditConflict(FormRefused):
+    """An edit whose fields another writer changed since the form was opened."""
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        super().__init__(f"changed by someone else since this form was opened: {', '.join(paths)}; "
+                         "open the form again to edit the object as it is now", 409)
+        self.paths = list(paths)
+
+    def refusal(self) -> dict[str, Any]:
+        why = "changed by someone else since this form was opened"
+        return {"ok": False, "status": self.status, "message": self.message,
+                "errors": [FieldError(p, why, ancestors(p)).as_json() for p in self.paths]}
+
+
 @dataclass(frozen=True)
 class Request:
     method: str

@@ -124,6 +124,84 @@ def test_an_edit_patches_what_changed_at_the_version_the_user_saw() -> None:
     assert fake.objects[f"{APPS}/web"]["spec"]["inputs"] == {"a": "1"}
 
 
+def _edit_of_web(fake: FakeApi) -> tuple[DryRunning, dict[str, Any]]:
+    fake.add(f"{APPS}/web", {"apiVersion": "stead.dev/v1alpha1", "kind": "App", "metadata": {"labels": {"t": "1"}},
+                             "spec": {"blueprint": "small", "inputs": {"a": "1"}}})
+    kube = DryRunning(fake)
+    form = _run(_route("GET", "/edit/{namespace}/{plural}/{name}"),
+                _call(kube, {"namespace": "team", "plural": "apps", "name": "web"}))
+    return kube, form["object"]
+
+
+def test_an_edit_is_sent_at_the_present_version_when_only_status_and_finalizers_moved_it() -> None:
+    fake = FakeApi()
+    kube, base = _edit_of_web(fake)
+    _run(lambda call: fake.patch_status("apps", "team", "web", {"phase": "Ready"}), _call(kube, {}))
+    fake.objects[f"{APPS}/web"]["metadata"]["finalizers"] = ["stead.dev/app"]
+    edited = copy.deepcopy(base)
+    edited["spec"]["softDelete"] = True
+    body = {"plural": "apps", "mode": "edit", "object": edited, "base": base}
+    answer = _run(_route("POST", "/submit/{namespace}"), _call(kube, {"namespace": "team"}, body))
+    assert answer["ok"] is True, answer
+    stored = fake.objects[f"{APPS}/web"]
+    assert stored["spec"]["softDelete"] is True and stored["metadata"]["finalizers"] == ["stead.dev/app"]
+    assert kube.sent[-1][4]["metadata"]["resourceVersion"] != base["metadata"]["resourceVersion"]
+
+    # Without `base` (a client of the route that does not send it) the edit stays at the version it names.
+    again = {"plural": "apps", "mode": "edit", "object": edited}
+    stale = _run(_route("POST", "/submit/{namespace}"), _call(kube, {"namespace": "team"}, again))
+    assert stale["ok"] is False and stale["status"] == 409
+
+
+class StatusWriterBetween(DryRunning):
+    """A status write landing between the console's dry run and its request, `times` times."""
+
+    def __init__(self, fake: FakeApi, times: int) -> None:
+        super().__init__(fake)
+        self.times = times
+
+    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+                      params: dict[str, str] | None = None) -> dict[str, Any]:
+        answer = await super().request(method, path, body, content_type, params)
+        if (params or {}).get("dryRun") == "All" and self.times:
+            self.times -= 1
+            await self.fake.patch_status("apps", "team", "web", {"writes": self.times})
+        return answer
+
+
+@pytest.mark.parametrize(("writes", "ok"), [(2, True), (3, False)])
+def test_an_edit_raced_by_status_writes_is_sent_again_a_bounded_number_of_times(writes: int, ok: bool) -> None:
+    fake = FakeApi()
+    _, base = _edit_of_web(fake)
+    kube = StatusWriterBetween(fake, writes)
+    edited = copy.deepcopy(base)
+    edited["spec"]["softDelete"] = True
+    body = {"plural": "apps", "mode": "edit", "object": edited, "base": base}
+    answer = _run(_route("POST", "/submit/{namespace}"), _call(kube, {"namespace": "team"}, body))
+    assert answer["ok"] is ok and fake.objects[f"{APPS}/web"]["spec"].get("softDelete", False) is ok
+    assert [s[0] for s in kube.sent if not s[2]].count("PATCH") == min(writes + 1, forms.EDIT_ATTEMPTS)
+    if not ok:
+        assert answer["status"] == 409 and answer["stage"] == "submit"
+
+
+def test_an_edit_whose_fields_someone_else_changed_is_refused_naming_them_and_changes_nothing() -> None:
+    fake = FakeApi()
+    kube, base = _edit_of_web(fake)
+    stored = fake.objects[f"{APPS}/web"]
+    stored["spec"]["inputs"] = {"a": "2"}
+    stored["metadata"]["labels"] = {"t": "1", "owner": "bob"}
+    edited = copy.deepcopy(base)
+    edited["spec"]["softDelete"] = True
+    body = {"plural": "apps", "mode": "edit", "object": edited, "base": base}
+    sent_before = len(kube.sent)
+    answer = _run(_route("POST", "/submit/{namespace}"), _call(kube, {"namespace": "team"}, body))
+    assert answer["ok"] is False and answer["status"] == 409 and answer["stage"] == "conflict"
+    assert [e["path"] for e in answer["errors"]] == ["metadata.labels.owner", "spec.inputs.a"]
+    assert "open the form again" in answer["message"]
+    assert [s[0] for s in kube.sent[sent_before:]] == ["GET"]
+    assert "softDelete" not in stored["spec"]
+
+
 def test_the_run_form_suggests_system_actions_when_the_blueprint_is_not_readable() -> None:
     fake = FakeApi()
     fake.add(f"{APPS}/web", {"kind": "App", "spec": {"blueprint": "small"}})

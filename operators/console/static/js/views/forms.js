@@ -87,7 +87,10 @@ export async function render(root, route, ctx = {}) {
         h("h3", {}, text("kubectl")), kubectlText,
         steadBlock))));
 
-  const body = () => ({ plural: form.plural, mode: form.mode, object: built.value() });
+  // An edit sends the object its form was opened on: the console then sends it at the object's present version
+  // unless someone else changed one of its fields since (the operator's status writes move the version often).
+  const body = () => ({ plural: form.plural, mode: form.mode, object: built.value(),
+    ...(form.mode === "edit" ? { base: form.object } : {}) });
   let asked = 0;
   let timer = null;
   const refresh = async () => {
@@ -128,7 +131,8 @@ export async function render(root, route, ctx = {}) {
     }
     clear(status);
     if (!answer.ok) {
-      const stage = answer.stage === "dry-run" ? "Refused by the API server (dry run)" : "Refused by the API server";
+      const stage = { "dry-run": "Refused by the API server (dry run)", conflict: "Changed since this form was opened" }[
+        answer.stage] || "Refused by the API server";
       status.appendChild(text(`${stage}: nothing was ${form.mode === "create" ? "created" : "changed"}.`));
       for (const e of built.showErrors(answer.errors || [])) {
         errors.appendChild(h("li", { "data-test": "form-error" }, text(e.message)));
