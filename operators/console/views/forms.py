@@ -6,11 +6,16 @@ server itself (schema, admission webhooks, ValidatingAdmissionPolicies), then fo
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from operators.console.views import forms_model as model
 from operators.console.web import ConsoleCall, ConsoleError, ConsoleRoute
+from operators.graphs.api import environment_graph_types
+from operators.graphs.objects import graph_items
 from operators.runtime import ApiError, custom_path
 
 UNANSWERABLE = frozenset({0, 401})
@@ -70,18 +75,24 @@ async def edit(call: ConsoleCall) -> Any:
 
 async def action(call: ConsoleCall) -> Any:
     """The form of an action on an object, read as the user; an App's run form suggests its blueprint's actions
-    when the user may read the blueprint (if not, the system actions only)."""
+    when the user may read the blueprint (if not, the system actions only), an Environment's execute form the
+    graph types it has when the user may list DeploymentGraphs (if not, its nodes only)."""
     on, namespace = call.params["plural"], call.params["namespace"]
     model.action_of(on, call.params["action"])
     target = await call.kube.request("GET", _path(on, namespace, call.params["name"]))
     blueprint = None
-    if on == "apps" and (target.get("spec") or {}).get("blueprint"):
-        try:
+    graph_types: list[str] = []
+    try:
+        if on == "apps" and (target.get("spec") or {}).get("blueprint"):
             blueprint = await call.kube.request("GET", _path("blueprints", namespace, target["spec"]["blueprint"]))
-        except ApiError as error:
-            if error.status in UNANSWERABLE:
-                raise
-    return model.action_form(on, call.params["action"], target, blueprint)
+        elif on == "environments":
+            items = await graph_items(call.kube, namespace)
+            with contextlib.suppress(ValidationError):  # an invalid Environment has no types (its status says why)
+                graph_types = environment_graph_types(items, call.params["name"], target)
+    except ApiError as error:
+        if error.status in UNANSWERABLE:
+            raise
+    return model.action_form(on, call.params["action"], target, blueprint, graph_types)
 
 
 async def preview(call: ConsoleCall) -> Any:

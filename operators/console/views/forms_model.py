@@ -196,10 +196,14 @@ def action_of(on: str, name: str) -> Action:
 
 
 def action_form(on: str, action_name: str, target: Mapping[str, Any],
-                blueprint: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                blueprint: Mapping[str, Any] | None = None, graph_types: Sequence[str] = ()) -> dict[str, Any]:
     """The form calling an action on `target` (an object of `on`, as the API server gave it): the field that
     names the target is filled in and fixed. `blueprint` (an App's, when the user may read it) adds its
-    actions to the suggestions of the run form."""
+    actions to the suggestions of the run form; `graph_types` (an Environment's, when the user may read its
+    DeploymentGraphs) are suggested in the execute form, with the Environment's nodes.
+
+    A suggestion's path may write an array's index as `[]`: it is then offered in every item of the array
+    (`spec.graphs[].type` in `spec.graphs[0].type` and in `spec.graphs[1].type`)."""
     action = action_of(on, action_name)
     kind = kind_of(action.plural)
     meta = target.get("metadata") or {}
@@ -228,7 +232,10 @@ def action_form(on: str, action_name: str, target: Mapping[str, Any],
     else:  # execute
         spec = {"environment": name, "graphs": [{"type": "default"}]}
         fixed = ["spec.environment"]
-        suggestions = {}
+        nodes = [str(node["name"]) for node in (target.get("spec") or {}).get("nodes") or []
+                 if isinstance(node, Mapping) and node.get("name")]
+        suggestions = {path: values for path, values in (("spec.graphs[].type", list(graph_types)),
+                                                         ("spec.graphs[].nodes[]", nodes)) if values}
     return {**base, "mode": "create", "schema": spec_schema(action.plural),
             "object": {"apiVersion": API_VERSION, "kind": kind.kind, "metadata": {"name": "", "namespace": namespace},
                        "spec": spec},

@@ -78,6 +78,15 @@ def test_the_execute_form_runs_the_default_graph_on_its_environment() -> None:
     assert form["plural"] == "graphruns"
     assert form["object"]["spec"] == {"environment": "env1", "graphs": [{"type": "default"}]}
     assert form["fixed"] == ["spec.environment"]
+    assert form["suggestions"] == {}
+
+
+def test_the_execute_form_offers_the_environments_graph_types_and_nodes_in_every_item() -> None:
+    env = {"metadata": {"name": "env1", "namespace": "team"},
+           "spec": {"release": "r1", "nodes": [{"name": "ctl", "roles": ["controller"]}, {"name": "cmp-1"}]}}
+    form = forms.action_form("environments", "execute", env, graph_types=["default", "netconfig"])
+    assert form["suggestions"] == {"spec.graphs[].type": ["default", "netconfig"],
+                                   "spec.graphs[].nodes[]": ["ctl", "cmp-1"]}
 
 
 def test_the_state_request_form_is_a_patch_at_the_version_seen_offering_the_states_allowed_now() -> None:

@@ -212,6 +212,24 @@ def test_the_run_form_suggests_system_actions_when_the_blueprint_is_not_readable
     assert form["suggestions"]["spec.action"] == ["create", "start", "stop", "restart", "delete"]
 
 
+def test_the_execute_form_suggests_the_graph_types_the_environment_has_as_the_user_may_list_them() -> None:
+    fake = FakeApi()
+    env = custom_path("environments", "team", "env1")
+    nodes = [{"name": name, "roles": ["compute"]} for name in ("ctl", "cmp-1")]
+    fake.add(env, {"kind": "Environment", "spec": {"release": "r1", "nodes": nodes}})
+    for name, owner in (("r1-default", {"release": "r1"}), ("env1-net", {"environment": "env1", "type": "net"}),
+                        ("r2-other", {"release": "r2", "type": "other"})):  # r2's graph is not env1's
+        fake.add(custom_path("deploymentgraphs", "team", name),
+                 {"kind": "DeploymentGraph", "spec": {**owner, "tasks": []}})
+    params = {"namespace": "team", "plural": "environments", "name": "env1", "action": "execute"}
+    form = _run(_route("GET", "/action/{namespace}/{plural}/{name}/{action}"), _call(DryRunning(fake), params))
+    assert form["suggestions"] == {"spec.graphs[].type": ["default", "net"], "spec.graphs[].nodes[]": ["ctl", "cmp-1"]}
+
+    fake.fail_with(ApiError(403, "forbidden"), "GET", "/deploymentgraphs")
+    form = _run(_route("GET", "/action/{namespace}/{plural}/{name}/{action}"), _call(DryRunning(fake), params))
+    assert form["suggestions"] == {"spec.graphs[].nodes[]": ["ctl", "cmp-1"]}  # its nodes still: they are its own
+
+
 def test_the_preview_is_the_yaml_and_commands_of_what_would_be_sent() -> None:
     body = {"plural": "actionruns", "mode": "create", "object": {"spec": {"app": "web", "action": "greet"}}}
     shown = _run(_route("POST", "/preview/{namespace}"), _call(DryRunning(FakeApi()), {"namespace": "team"}, body))

@@ -51,6 +51,12 @@ export function field(schema, path, value, name, required, opts) {
   }
 }
 
+// What the form suggests at `path`: given for the path itself, or for every item of its arrays (a suggestion's path
+// may write an index as `[]`: `spec.graphs[].type` is offered in `spec.graphs[0].type` and `spec.graphs[1].type`).
+function suggestionsAt(suggestions, path) {
+  return suggestions[path] || suggestions[path.replace(/\[\d+\]/g, "[]")];
+}
+
 function scalarField(schema, path, value, name, required, opts) {
   const fixed = opts.fixed.has(path);
   const kind = kindOf(schema);
@@ -66,7 +72,7 @@ function scalarField(schema, path, value, name, required, opts) {
   } else {
     attrs.type = kind === "integer" || kind === "number" ? "number" : "text";
     if (schema.default !== undefined && typeof schema.default !== "object") attrs.placeholder = String(schema.default);
-    const suggested = opts.suggestions[path];
+    const suggested = suggestionsAt(opts.suggestions, path);
     let list = [];
     if (suggested && suggested.length) {
       attrs.list = `${attrs.id}-list`;
