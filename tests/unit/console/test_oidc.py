@@ -34,8 +34,8 @@ NOW = 1_800_000_000.0
 
 
 def test_the_pkce_challenge_is_rfc_7636s_s256() -> None:
-    # RFC 7636, appendix B
-    assert pkce_challenge("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk") == "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+    verifier, challenge = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk", "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+    assert pkce_challenge(verifier) == challenge  # RFC 7636, appendix B
     pending = new_pending("http://console/cb", now=NOW)
     assert len(pending.verifier) >= 43 and pending.state != pending.nonce != pending.verifier
 
