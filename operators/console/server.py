@@ -81,6 +81,11 @@ def error_json(status: int, message: str) -> web.Response:
                              headers={"Cache-Control": "no-store"})
 
 
+def redirect(location: str) -> web.Response:
+    """A 302 that carries the cookies set on it (aiohttp's HTTPFound is meant to be raised, not returned)."""
+    return web.Response(status=302, headers={"Location": location, "Cache-Control": "no-store"})
+
+
 def page(static: Path) -> bytes:
     """index.html with a stylesheet link for every file of static/css (each view brings its own)."""
     links = "\n".join(f'  <link rel="stylesheet" href="/console/static/css/{css.name}">'
@@ -321,7 +326,7 @@ class ConsoleServer:
         """Back to the sign-in page, which shows `message` (sealed in a cookie: no message of anyone else's
         making can be put there through a link)."""
         log.info("console: an OIDC sign-in failed: %s", message)
-        response = web.HTTPFound("/console/#/signin")
+        response = redirect("/console/#/signin")
         self._cookie(request, response, self.pending.seal_problem(message), STATE_LIFETIME, name=PROBLEM_COOKIE)
         response.del_cookie(STATE_COOKIE, path="/console")
         return response
@@ -334,14 +339,14 @@ class ConsoleServer:
             target = await self.issuer.authorization_url(pending)
         except OidcError as error:
             return self._oidc_failed(request, error.message)
-        response = web.HTTPFound(target)
+        response = redirect(target)
         # Lax: the issuer's redirect back is a navigation from its site, which a Strict cookie would not follow
         self._cookie(request, response, self.pending.seal(pending), STATE_LIFETIME, name=STATE_COOKIE,
                      samesite="Lax")
         return response
 
     async def _oidc_callback(self, request: web.Request) -> web.StreamResponse:
-        if self.issuer is None or self.upstreams is None:
+        if self.issuer is None:
             return error_json(404, "this console has no OIDC issuer configured (--oidc-issuer)")
         issuer = self.issuer
         pending = self.pending.open(request.cookies.get(STATE_COOKIE))
@@ -352,6 +357,8 @@ class ConsoleServer:
             claims = await issuer.verify(id_token, pending.nonce)
         except OidcError as error:
             return self._oidc_failed(request, error.message)
+        if self.upstreams is None:
+            return error_json(503, "the console is starting")
         kube, _ = self.upstreams.as_user(id_token)
         try:
             async with self._sign_ins:
@@ -367,7 +374,7 @@ class ConsoleServer:
             return self._oidc_failed(request, f"the API server is unreachable: {error}")
         value, session = self.sealer.seal(id_token, user, name=display_name(claims, issuer.settings.username_claim))
         log.info("console: %s signed in with OIDC", user)
-        response = web.HTTPFound("/console/")
+        response = redirect("/console/")
         self._cookie(request, response, value, session.expires - time.time())
         response.del_cookie(STATE_COOKIE, path="/console")
         return response
