@@ -258,9 +258,8 @@ class ConsoleServer:
             raise ConsoleError(403, f"missing or wrong {CSRF_HEADER} header (reload the page)")
 
     def _about(self, session: Session) -> dict[str, Any]:
-        return {"user": session.user, "name": session.name, "namespace": session.namespace,
-                "csrf": self.sealer.csrf(session), "expires": session.expires,
-                "steadApi": self.settings.stead_api is not None}
+        return {"user": session.user, "namespace": session.namespace, "csrf": self.sealer.csrf(session),
+                "expires": session.expires, "steadApi": self.settings.stead_api is not None, "name": session.name}
 
     async def _sign_in(self, request: web.Request) -> web.StreamResponse:
         if request.content_length is not None and request.content_length > MAX_TOKEN + 1024:
