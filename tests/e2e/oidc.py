@@ -20,7 +20,7 @@ import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,10 +141,3 @@ def http_sign_in(console_port: int, issuer: IssuerProcess, user: str, password: 
     status, _, body = get(f"{console}/console/api/session")
     return status, json.loads(body)
 
-
-def issuer_fixture(work: Path, clients: Sequence[Client], users: Mapping[str, str]) -> Iterator[IssuerProcess]:
-    issuer = start_issuer(work, clients, users)
-    try:
-        yield issuer
-    finally:
-        issuer.stop()
