@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from operators.console import ConsoleServer, ConsoleSettings, console_server
+from operators.console.oidc import OidcSettings, scopes_of
 from operators.runtime.settings import OperatorSettings
 
 DEFAULT_PORT = 8090
@@ -31,13 +32,47 @@ def add_console_arguments(parser: argparse.ArgumentParser) -> None:
                         "plain HTTP, for loopback or behind an Ingress that terminates TLS)")
     parser.add_argument("--session-check-seconds", type=float, default=30.0, metavar="S",
                         help="how often an open stream asks whether its token is still good (default 30)")
+    oidc = parser.add_argument_group("OIDC sign-in", "offer \"Sign in with OIDC\" at the issuer the cluster's API "
+                                     "server trusts; its id_token is then the user's token")
+    oidc.add_argument("--oidc-issuer", metavar="URL", help="the issuer URL (https://), as the API server's "
+                      "--authentication-config names it")
+    oidc.add_argument("--oidc-client-id", metavar="ID", help="the console's client id at the issuer (the "
+                      "audience the API server expects)")
+    oidc.add_argument("--oidc-client-secret-file", type=Path, metavar="PATH", help="a file holding the client's "
+                      "secret (never given on the command line; none: a public client, PKCE alone)")
+    oidc.add_argument("--oidc-ca-file", type=Path, metavar="PATH", help="the CA bundle of the issuer's HTTPS "
+                      "(default: the system's)")
+    oidc.add_argument("--oidc-scopes", default="openid profile email", metavar="SCOPES",
+                      help="the scopes asked for (default 'openid profile email')")
+    oidc.add_argument("--oidc-username-claim", default="preferred_username", metavar="CLAIM",
+                      help="the claim shown as the user's name (display only: the API server decides who the "
+                           "user is; default preferred_username)")
+    oidc.add_argument("--oidc-redirect-url", metavar="URL", help="the callback URL registered at the issuer "
+                      "(default: this console's address as the browser reaches it, + /console/oidc/callback)")
     parser.set_defaults(func=cmd_console)
+
+
+def oidc_of(args: argparse.Namespace) -> OidcSettings | None:
+    """The OIDC settings of the flags; a clear error naming the flag when they do not go together."""
+    given = [flag for flag in ("oidc_client_id", "oidc_client_secret_file", "oidc_ca_file", "oidc_redirect_url")
+             if getattr(args, flag, None)]
+    if not getattr(args, "oidc_issuer", None):
+        if given:
+            raise ValueError(f"--{given[0].replace('_', '-')} needs --oidc-issuer")
+        return None
+    if not args.oidc_client_id:
+        raise ValueError("--oidc-issuer needs --oidc-client-id")
+    return OidcSettings(issuer=args.oidc_issuer, client_id=args.oidc_client_id,
+                        client_secret_file=args.oidc_client_secret_file, ca_file=args.oidc_ca_file,
+                        scopes=scopes_of(args.oidc_scopes), username_claim=args.oidc_username_claim,
+                        redirect_url=args.oidc_redirect_url)
 
 
 def settings_of(args: argparse.Namespace) -> ConsoleSettings:
     return ConsoleSettings(listen=args.listen, port=args.port, kubeconfig=args.kubeconfig, stead_api=args.stead_api,
                            stead_api_ca=args.stead_api_ca, session_key_file=args.session_key_file,
-                           tls_dir=args.tls_dir, session_check_seconds=args.session_check_seconds)
+                           tls_dir=args.tls_dir, session_check_seconds=args.session_check_seconds,
+                           oidc=oidc_of(args))
 
 
 def cmd_console(args: argparse.Namespace) -> int:

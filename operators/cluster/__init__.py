@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from operators.cluster.home import default_home
     from operators.cluster.node import LocalNode, NodeUnavailable
     from operators.cluster.nodehost import NodeNetwork
+    from operators.cluster.planeconfig import JwtIssuer
     from operators.cluster.probes import reaches_cluster
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "ClusterInfo",
     "ClusterStatus",
     "ControlPlaneError",
+    "JwtIssuer",
     "LocalControlPlane",
     "LocalNode",
     "NodeNetwork",

@@ -77,6 +77,10 @@ class GoComponent:
     """``-X symbol=value`` link flags: without them the binaries report version v0.0.0."""
     replace_staging: bool = False
     """Re-point the module's ``./staging/...`` replace targets at published releases."""
+    sources: tuple[tuple[str, str], ...] = ()
+    """(path, text) of Go files written into the wrapper module itself: a main package of ours, e.g.
+    ``cmd/x/main.go``, built as ``stead.dev/controlplane/cmd/x``, that imports the required module's
+    packages (a component whose own main cannot be told what it needs)."""
 
     @property
     def binary_names(self) -> tuple[str, ...]:
@@ -85,7 +89,8 @@ class GoComponent:
     @property
     def directory_name(self) -> str:
         """Version plus a digest of the link flags, so changing a flag never reuses an old build."""
-        digest = hashlib.sha256(repr(self.version_symbols).encode()).hexdigest()[:8]
+        digest = hashlib.sha256(repr((self.version_symbols, self.sources) if self.sources
+                                     else self.version_symbols).encode()).hexdigest()[:8]
         return f"{self.name}-{self.version}-{digest}"
 
 
@@ -412,8 +417,13 @@ def _build(component: GoComponent, go: str, root: Path, final: Path, say: Progre
                     go_directive(upstream) or "1.24.0", (component.module, component.version)
                 )
             (work / "go.mod").write_text(go_mod)
+            for relative, text in component.sources:
+                (work / relative).parent.mkdir(parents=True, exist_ok=True)
+                (work / relative).write_text(text)
             packages = [package for package, _ in component.outputs]
-            (work / "tools.go").write_text(tools_go(packages))
+            # the wrapper's own packages need no tools.go import for `go mod tidy` to see theirs
+            (work / "tools.go").write_text(tools_go(
+                [package for package in packages if not package.startswith(WRAPPER_MODULE + "/")]))
             say(f"resolving dependencies of {component.name} (go mod tidy)")
             _run_go(component, go, ["mod", "tidy"], work, log_path, "tidy")
             # One package: name the file (etcd's package path ends in /v3); several: a directory.

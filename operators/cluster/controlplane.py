@@ -45,10 +45,12 @@ from operators.cluster.home import kubeconfig_path
 from operators.cluster.pki import ADMIN_USER, CONTROLLER_MANAGER_USER, PkiFiles, ensure_pki
 from operators.cluster.planeconfig import (
     AUDIT_POLICY,
+    JwtIssuer,
     apiserver_argv,
     controller_manager_argv,
     etcd_argv,
     render_admission_config,
+    render_authentication_config,
     render_kubeconfig,
     render_webhook_client_kubeconfig,
 )
@@ -406,6 +408,8 @@ class LocalControlPlane:
         )
         write_file_atomically(self._admission_config,
                               render_admission_config(self._webhook_client_kubeconfig).encode())
+        if not self.authentication_config_path.exists():  # issuers set by `set_jwt_issuers` stay across a restart
+            write_file_atomically(self.authentication_config_path, render_authentication_config().encode())
 
     @property
     def _controller_manager_kubeconfig(self) -> Path:
@@ -422,6 +426,19 @@ class LocalControlPlane:
     @property
     def _admission_config(self) -> Path:
         return self._config_dir / "admission.yaml"
+
+    @property
+    def authentication_config_path(self) -> Path:
+        """The API server's AuthenticationConfiguration (`set_jwt_issuers` writes it)."""
+        return self._config_dir / "authentication.yaml"
+
+    def set_jwt_issuers(self, issuers: Sequence[JwtIssuer]) -> None:
+        """Make the API server accept these OIDC issuers' id_tokens (and no other issuer's), without a restart:
+        it reloads `authentication_config_path` when the file changes (written whole, by a rename). It then
+        fetches each issuer's discovery document and keys before the new authenticators count, so a caller
+        polls until a token of the issuer authenticates."""
+        self._config_dir.mkdir(parents=True, exist_ok=True)
+        write_file_atomically(self.authentication_config_path, render_authentication_config(issuers).encode())
 
     def _start_all(self, binaries: Binaries, deadline: float, keep: frozenset[str] = frozenset()) -> None:
         """Start etcd, the apiserver and the controller-manager in that order, but those in `keep`
@@ -441,7 +458,7 @@ class LocalControlPlane:
             self._progress(f"starting kube-apiserver on {self.server_url()}")
             started[APISERVER] = self._launch(APISERVER, apiserver_argv(
                 binaries, pki, ports, audit_policy=self._audit_policy, audit_log=self.audit_log_path,
-                admission_config=self._admission_config))
+                admission_config=self._admission_config, authentication_config=self.authentication_config_path))
             self._wait(lambda: http_status(ports.apiserver, "/readyz", admin) == 200,
                        "kube-apiserver /readyz", started, deadline)
 

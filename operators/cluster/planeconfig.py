@@ -10,6 +10,8 @@ each with the reason it is set, can be read and tested without starting anything
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -114,6 +116,45 @@ def render_admission_config(webhook_client_kubeconfig: Path) -> str:
     return yaml.safe_dump(document, sort_keys=False)
 
 
+@dataclass(frozen=True)
+class JwtIssuer:
+    """An OIDC issuer whose id_tokens the API server accepts as users' credentials (a JWT authenticator of
+    its AuthenticationConfiguration): `aud` must be one of `audiences`, and the user is `username_prefix`
+    followed by the `username_claim` claim (a prefix keeps an issuer's users apart from every other's)."""
+
+    url: str
+    audiences: tuple[str, ...]
+    certificate_authority: str = ""
+    """PEM of the CA the issuer's HTTPS is trusted by (empty: the system's)."""
+    username_claim: str = "sub"
+    username_prefix: str = "oidc:"
+    groups_claim: str = ""
+    """A claim whose strings become the user's groups, each prefixed with `username_prefix` (empty: none)."""
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith("https://"):
+            raise ValueError(f"JwtIssuer.url: {self.url!r} is not https:// (the API server refuses any other)")
+        if not self.audiences:
+            raise ValueError("JwtIssuer.audiences: at least one")
+
+
+def render_authentication_config(issuers: Sequence[JwtIssuer] = ()) -> str:
+    """kube-apiserver's AuthenticationConfiguration (`--authentication-config`): one JWT authenticator per
+    issuer. With none it only says so: service-account tokens and client certificates are not of this file
+    and keep working either way."""
+    jwt = []
+    for issuer in issuers:
+        spec: dict[str, object] = {"url": issuer.url, "audiences": list(issuer.audiences)}
+        if issuer.certificate_authority:
+            spec["certificateAuthority"] = issuer.certificate_authority
+        mappings: dict[str, object] = {"username": {"claim": issuer.username_claim, "prefix": issuer.username_prefix}}
+        if issuer.groups_claim:
+            mappings["groups"] = {"claim": issuer.groups_claim, "prefix": issuer.username_prefix}
+        jwt.append({"issuer": spec, "claimMappings": mappings})
+    document = {"apiVersion": "apiserver.config.k8s.io/v1", "kind": "AuthenticationConfiguration", "jwt": jwt}
+    return yaml.safe_dump(document, sort_keys=False)
+
+
 def etcd_argv(etcd: Path, ports: Ports, data_dir: Path) -> list[str]:
     """etcd's command line: one member on loopback, its data in `data_dir`."""
     client = f"http://{LOOPBACK}:{ports.etcd_client}"
@@ -135,8 +176,10 @@ def etcd_argv(etcd: Path, ports: Ports, data_dir: Path) -> list[str]:
 
 def apiserver_argv(
     binaries: Binaries, pki: PkiFiles, ports: Ports, *, audit_policy: Path, audit_log: Path, admission_config: Path,
+    authentication_config: Path | None = None,
 ) -> list[str]:
-    """kube-apiserver's command line: loopback only, the plane's certificates, audit and admission."""
+    """kube-apiserver's command line: loopback only, the plane's certificates, audit, admission and, when given,
+    the AuthenticationConfiguration of its JWT (OIDC) issuers, which it reloads whenever the file changes."""
     return [
         str(binaries.kube_apiserver),
         f"--etcd-servers=http://{LOOPBACK}:{ports.etcd_client}",
@@ -175,6 +218,7 @@ def apiserver_argv(
         # Admission webhooks get the API server's webhook client certificate, so that they can
         # refuse reviews that do not come from it (a forged review is an attack, issue 25).
         f"--admission-control-config-file={admission_config}",
+        *([f"--authentication-config={authentication_config}"] if authentication_config else []),
     ]
 
 def controller_manager_argv(

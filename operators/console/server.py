@@ -28,6 +28,19 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from operators.console.clients import Upstreams, bearer, upstreams
+from operators.console.oidc import (
+    CALLBACK_PATH,
+    LOGIN_PATH,
+    PROBLEM_COOKIE,
+    STATE_COOKIE,
+    STATE_LIFETIME,
+    Issuer,
+    OidcError,
+    PendingSealer,
+    check_callback,
+    display_name,
+    new_pending,
+)
 from operators.console.session import COOKIE, CSRF_HEADER, MAX_TOKEN, Sealer, Session
 from operators.console.settings import ConsoleSettings
 from operators.console.stream import parse_topics, serve_stream
@@ -68,6 +81,11 @@ def error_json(status: int, message: str) -> web.Response:
                              headers={"Cache-Control": "no-store"})
 
 
+def redirect(location: str) -> web.Response:
+    """A 302 that carries the cookies set on it (aiohttp's HTTPFound is meant to be raised, not returned)."""
+    return web.Response(status=302, headers={"Location": location, "Cache-Control": "no-store"})
+
+
 def page(static: Path) -> bytes:
     """index.html with a stylesheet link for every file of static/css (each view brings its own)."""
     links = "\n".join(f'  <link rel="stylesheet" href="/console/static/css/{css.name}">'
@@ -99,6 +117,10 @@ class ConsoleServer:
         self.topics = topics
         self.kube_access = kube
         self.sealer = Sealer.from_file(settings.session_key_file)
+        self.pending = PendingSealer(self.sealer.key)
+        if settings.oidc is not None:
+            settings.oidc.client_secret()  # a missing or empty secret file stops the start, not a sign-in
+        self.issuer: Issuer | None = None
         self.metrics = Metrics()
         self.page = page(STATIC)
         self.streams: dict[str, int] = {}
@@ -124,6 +146,8 @@ class ConsoleServer:
         router.add_get("/console/api/session", self._session)
         router.add_delete("/console/api/session", self._sign_out)
         router.add_get("/console/api/stream", self._stream)
+        router.add_get(LOGIN_PATH, self._oidc_login)
+        router.add_get(CALLBACK_PATH, self._oidc_callback)
         for route in self.routes:
             router.add_route(route.method, route.path, self._endpoint(route))
         return app
@@ -134,6 +158,13 @@ class ConsoleServer:
         self._sign_ins = asyncio.Semaphore(MAX_SIGN_INS)
         self._stack = contextlib.AsyncExitStack()
         self.upstreams = await self._stack.enter_async_context(upstreams(self.settings, self.kube_access))
+        if self.settings.oidc is not None:
+            import aiohttp
+
+            http = await self._stack.enter_async_context(aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=Issuer.ssl_context(self.settings.oidc)),
+                timeout=aiohttp.ClientTimeout(total=15), headers={"User-Agent": "stead-console"}))
+            self.issuer = Issuer(self.settings.oidc, http)
         runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True)
         await runner.setup()
         self._stack.push_async_callback(runner.cleanup)
@@ -182,14 +213,18 @@ class ConsoleServer:
 
     # --- sessions ---------------------------------------------------------------------------------------------
 
-    def _cookie(self, request: web.Request, response: web.StreamResponse, value: str, max_age: float) -> None:
-        """The session cookie; `Secure` when the browser reached the console over HTTPS: served with TLS here,
-        or through an Ingress that ended TLS and says so (`X-Forwarded-Proto`; a client that lies about it
-        only makes its own cookie stricter)."""
-        secure = (self.settings.tls_dir is not None or request.secure
-                  or request.headers.get("X-Forwarded-Proto", "").lower() == "https")
-        response.set_cookie(COOKIE, value, max_age=max(int(max_age), 0), path="/console", httponly=True,
-                            samesite="Strict", secure=secure)
+    def _https(self, request: web.Request) -> bool:
+        """Whether the browser reached the console over HTTPS: served with TLS here, or through an Ingress that
+        ended TLS and says so (`X-Forwarded-Proto`; a client that lies about it only makes its own cookie
+        stricter)."""
+        return (self.settings.tls_dir is not None or request.secure
+                or request.headers.get("X-Forwarded-Proto", "").lower() == "https")
+
+    def _cookie(self, request: web.Request, response: web.StreamResponse, value: str, max_age: float,
+                name: str = COOKIE, samesite: str = "Strict") -> None:
+        """The session cookie (or another sealed one of the console's); `Secure` over HTTPS."""
+        response.set_cookie(name, value, max_age=max(int(max_age), 0), path="/console", httponly=True,
+                            samesite=samesite, secure=self._https(request))
 
     def _signed_out(self, message: str) -> web.Response:
         response = error_json(401, message)
@@ -224,7 +259,7 @@ class ConsoleServer:
 
     def _about(self, session: Session) -> dict[str, Any]:
         return {"user": session.user, "namespace": session.namespace, "csrf": self.sealer.csrf(session),
-                "expires": session.expires, "steadApi": self.settings.stead_api is not None}
+                "expires": session.expires, "steadApi": self.settings.stead_api is not None, "name": session.name}
 
     async def _sign_in(self, request: web.Request) -> web.StreamResponse:
         if request.content_length is not None and request.content_length > MAX_TOKEN + 1024:
@@ -262,10 +297,86 @@ class ConsoleServer:
         return response
 
     async def _session(self, request: web.Request) -> web.StreamResponse:
+        """The session; signed out, what the sign-in page offers (OIDC when configured) and why the last OIDC
+        sign-in failed, once."""
         try:
             return web.json_response(self._about(self.session_of(request)))
         except ConsoleError as error:
-            return self._signed_out(error.message)
+            message = error.message
+        response = self._signed_out(message)
+        problem = self.pending.open_problem(request.cookies.get(PROBLEM_COOKIE))
+        if self.settings.oidc is not None or problem is not None:
+            body = {"status": 401, "message": message, "oidc": self.settings.oidc is not None,
+                    "problem": problem}
+            response.body = json.dumps(body).encode()
+        if PROBLEM_COOKIE in request.cookies:
+            response.del_cookie(PROBLEM_COOKIE, path="/console")
+        return response
+
+    # --- OIDC ------------------------------------------------------------------------------------------------
+
+    def _redirect_uri(self, request: web.Request) -> str:
+        assert self.settings.oidc is not None
+        if self.settings.oidc.redirect_url:
+            return self.settings.oidc.redirect_url
+        return f"{'https' if self._https(request) else 'http'}://{request.host}{CALLBACK_PATH}"
+
+    def _oidc_failed(self, request: web.Request, message: str) -> web.StreamResponse:
+        """Back to the sign-in page, which shows `message` (sealed in a cookie: no message of anyone else's
+        making can be put there through a link)."""
+        log.info("console: an OIDC sign-in failed: %s", message)
+        response = redirect("/console/#/signin")
+        self._cookie(request, response, self.pending.seal_problem(message), STATE_LIFETIME, name=PROBLEM_COOKIE)
+        response.del_cookie(STATE_COOKIE, path="/console")
+        return response
+
+    async def _oidc_login(self, request: web.Request) -> web.StreamResponse:
+        if self.issuer is None:
+            return error_json(404, "this console has no OIDC issuer configured (--oidc-issuer)")
+        pending = new_pending(self._redirect_uri(request))
+        try:
+            target = await self.issuer.authorization_url(pending)
+        except OidcError as error:
+            return self._oidc_failed(request, error.message)
+        response = redirect(target)
+        # Lax: the issuer's redirect back is a navigation from its site, which a Strict cookie would not follow
+        self._cookie(request, response, self.pending.seal(pending), STATE_LIFETIME, name=STATE_COOKIE,
+                     samesite="Lax")
+        return response
+
+    async def _oidc_callback(self, request: web.Request) -> web.StreamResponse:
+        if self.issuer is None:
+            return error_json(404, "this console has no OIDC issuer configured (--oidc-issuer)")
+        issuer = self.issuer
+        pending = self.pending.open(request.cookies.get(STATE_COOKIE))
+        try:
+            code = check_callback(request.query, pending)
+            assert pending is not None
+            id_token = await issuer.exchange(code, pending)
+            claims = await issuer.verify(id_token, pending.nonce)
+        except OidcError as error:
+            return self._oidc_failed(request, error.message)
+        if self.upstreams is None:
+            return error_json(503, "the console is starting")
+        kube, _ = self.upstreams.as_user(id_token)
+        try:
+            async with self._sign_ins:
+                user = await who(kube)
+        except ApiError as error:
+            if error.status in (401, 403):
+                return self._oidc_failed(
+                    request, f"the API server does not accept this issuer's id_token: its --authentication-config "
+                             f"needs a JWT authenticator for issuer {issuer.settings.issuer} with audience "
+                             f"{issuer.settings.client_id}")
+            return self._oidc_failed(request, f"the API server answered {error.status}: {error.message}")
+        except OSError as error:
+            return self._oidc_failed(request, f"the API server is unreachable: {error}")
+        value, session = self.sealer.seal(id_token, user, name=display_name(claims, issuer.settings.username_claim))
+        log.info("console: %s signed in with OIDC", user)
+        response = redirect("/console/")
+        self._cookie(request, response, value, session.expires - time.time())
+        response.del_cookie(STATE_COOKIE, path="/console")
+        return response
 
     async def _sign_out(self, request: web.Request) -> web.StreamResponse:
         try:

@@ -1,11 +1,13 @@
 """Sessions without a user database: the user's own token, sealed in a cookie.
 
 Signing in is pasting a Kubernetes bearer token (`kubectl create token`, an OIDC id-token the cluster
-accepts). The API server says whose it is (a SelfSubjectReview, which any authenticated user may make) and
-the console seals `{token, user, nonce}` with Fernet (AES-CBC + HMAC, `cryptography`) into an HttpOnly,
-SameSite=Strict cookie: the page's script never sees the token, another site can neither read the cookie
-nor have the browser send it, and a tampered cookie does not open. Nothing is stored on the server, so the
-console's replicas share sessions through their key alone, and signing out is forgetting the cookie.
+accepts), or signing in at the cluster's OIDC issuer (`operators.console.oidc`), which ends with its id_token
+in the same kind of session. The API server says whose it is (a SelfSubjectReview, which any authenticated
+user may make) and the console seals `{token, user, nonce}` with Fernet (AES-CBC + HMAC, `cryptography`)
+into an HttpOnly, SameSite=Strict cookie: the page's script never sees the token, another site can neither
+read the cookie nor have the browser send it, and a tampered cookie does not open. Nothing is stored on the
+server, so the console's replicas share sessions through their key alone, and signing out is forgetting the
+cookie.
 
 Actions also need the session's CSRF token (`X-CSRF-Token`, an HMAC of the session's nonce, handed to the
 page by `GET /console/api/session`), and an `Origin`, when the browser sends one, of the console itself:
@@ -45,6 +47,8 @@ class Session:
     user: str
     nonce: str
     expires: float
+    name: str = ""
+    """The user's name as the OIDC issuer's username claim says it (display only; empty for a pasted token)."""
 
     @property
     def namespace(self) -> str | None:
@@ -70,6 +74,8 @@ class Sealer:
     """Seals sessions into cookie values and opens them; derives each session's CSRF token."""
 
     def __init__(self, key: bytes) -> None:
+        self.key = key
+        """Also seals a pending OIDC sign-in (`operators.console.oidc.PendingSealer`), for another purpose."""
         self._fernet = Fernet(key)
         self._mac_key = hashlib.sha256(b"stead-console-csrf:" + key).digest()
 
@@ -84,19 +90,20 @@ class Sealer:
         except ValueError:
             raise ValueError(f"{path}: not a Fernet key (32 url-safe base64-encoded bytes, 44 characters)") from None
 
-    def seal(self, token: str, user: str, now: float | None = None) -> tuple[str, Session]:
+    def seal(self, token: str, user: str, now: float | None = None, name: str = "") -> tuple[str, Session]:
         now = time.time() if now is None else now
         expiry = token_expiry(token)
         expires = min(expiry, now + DEFAULT_LIFETIME) if expiry else now + DEFAULT_LIFETIME
-        session = Session(token, user, secrets.token_urlsafe(16), expires)
-        body = json.dumps({"t": token, "u": user, "n": session.nonce, "e": expires}, separators=(",", ":"))
+        session = Session(token, user, secrets.token_urlsafe(16), expires, name)
+        body = json.dumps({"t": token, "u": user, "n": session.nonce, "e": expires, "d": name},
+                          separators=(",", ":"))
         return self._fernet.encrypt(body.encode()).decode(), session
 
     def open(self, value: str, now: float | None = None) -> Session | None:
         """The session in a cookie value; None when it was not sealed here, was altered, or has expired."""
         try:
             data = json.loads(self._fernet.decrypt(value.encode()))
-            session = Session(str(data["t"]), str(data["u"]), str(data["n"]), float(data["e"]))
+            session = Session(str(data["t"]), str(data["u"]), str(data["n"]), float(data["e"]), str(data.get("d", "")))
         except (InvalidToken, ValueError, KeyError, TypeError):
             return None
         return session if session.expires > (time.time() if now is None else now) else None

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from operators.console.oidc import OidcSettings
+
 
 @dataclass(frozen=True)
 class ConsoleSettings:
@@ -32,3 +34,6 @@ class ConsoleSettings:
     """Streams one session may hold open at once (one per page is the design; more is a misbehaving client)."""
     max_body: int = 1 << 20
     """The largest request body (an object sent from a form)."""
+    oidc: OidcSettings | None = None
+    """The OIDC issuer users may sign in at ("Sign in with OIDC"), the one the API server trusts (None: tokens
+    only)."""

@@ -47,6 +47,8 @@ class ConsoleProcess:
     log_path: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    extra_args: tuple[str, ...] = ()
+    """More flags of `stead console` (the OIDC sign-in's)."""
 
     @property
     def url(self) -> str:
@@ -61,7 +63,7 @@ class ConsoleProcess:
         cmd = [str(STEAD), "console", "--kubeconfig", str(self.cluster.kubeconfig), "--port", str(self.port),
                "--stead-api", f"https://127.0.0.1:{self.operator.config_api_port}",
                "--stead-api-ca", str(self.operator.store.parent / "config-api" / "ca.crt"),
-               "--session-check-seconds", str(CHECK_SECONDS), "--session-key-file", str(key)]
+               "--session-check-seconds", str(CHECK_SECONDS), "--session-key-file", str(key), *self.extra_args]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=os.environ)
         wait_until(self._ready, 30, "the console's /console/healthz")

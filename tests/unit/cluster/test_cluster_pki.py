@@ -234,3 +234,27 @@ def test_the_kubeconfig_embeds_the_server_ca_and_client_credentials() -> None:
     assert base64.b64decode(cluster["certificate-authority-data"]) == ca_pem
     assert base64.b64decode(user["client-certificate-data"]) == cert_pem
     assert base64.b64decode(user["client-key-data"]) == key_pem
+
+
+def test_the_authentication_config_names_each_jwt_issuer_and_the_api_server_is_started_with_it(
+        tmp_path: Path) -> None:
+    from operators.cluster.build import Binaries
+    from operators.cluster.planeconfig import JwtIssuer, apiserver_argv, render_authentication_config
+    from operators.cluster.ports import Ports
+
+    assert yaml.safe_load(render_authentication_config()) == {
+        "apiVersion": "apiserver.config.k8s.io/v1", "kind": "AuthenticationConfiguration", "jwt": []}
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    config = yaml.safe_load(render_authentication_config(
+        [JwtIssuer("https://127.0.0.1:9443", ("stead-console",), pem, groups_claim="groups")]))
+    assert config["jwt"] == [{
+        "issuer": {"url": "https://127.0.0.1:9443", "audiences": ["stead-console"], "certificateAuthority": pem},
+        "claimMappings": {"username": {"claim": "sub", "prefix": "oidc:"},
+                          "groups": {"claim": "groups", "prefix": "oidc:"}}}]
+    with pytest.raises(ValueError, match="not https://"):
+        JwtIssuer("http://127.0.0.1:9443", ("c",))
+    binaries = Binaries(*(tmp_path / name for name in ("apiserver", "cm", "kubectl", "etcd", "helm")))
+    argv = apiserver_argv(binaries, pki.PkiFiles(tmp_path), Ports(1, 2, 3, 4), audit_policy=tmp_path / "a",
+                          audit_log=tmp_path / "l", admission_config=tmp_path / "ad",
+                          authentication_config=tmp_path / "authn.yaml")
+    assert f"--authentication-config={tmp_path / 'authn.yaml'}" in argv

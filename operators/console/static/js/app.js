@@ -9,6 +9,7 @@ import {PAGES, VIEWS} from './views/index.js';
 const bar = document.getElementById('bar');
 const main = document.getElementById('main');
 let session = null;
+let signinOffer = {oidc: false, problem: null};  // what the sign-in page offers, from the signed-out answer
 let kinds = null;
 let cleanups = [];
 let generation = 0;
@@ -52,7 +53,8 @@ function drawBar() {
   stream.onStatus((status) => {
     live.textContent = status.state === 'live' ? '● live' : status.state;
   });
-  bar.append(brand, h('label', {}, 'Namespace ', ns), h('span', {class: 'user', 'data-test': 'user'}, session.user),
+  const who = session.name && session.name !== session.user ? `${session.name} (${session.user})` : session.user;
+  bar.append(brand, h('label', {}, 'Namespace ', ns), h('span', {class: 'user', 'data-test': 'user'}, who),
     live, out);
 }
 
@@ -60,9 +62,15 @@ function signIn(reason) {
   clear(main);
   const token = h('textarea', {id: 'token', 'data-test': 'token', rows: 5, cols: 80, autocomplete: 'off',
     spellcheck: 'false', placeholder: 'kubectl create token NAME -n NAMESPACE'});
-  const message = h('p', {class: 'problem', 'data-test': 'signin-problem'}, reason || '');
+  const message = h('p', {class: 'problem', 'data-test': 'signin-problem'}, reason || signinOffer.problem || '');
+  signinOffer.problem = null;  // shown once
+  // OIDC: a plain link to the console's own route, which sends the browser on to the issuer
+  const oidc = signinOffer.oidc
+    ? h('p', {}, h('a', {href: '/console/oidc/login', class: 'button', 'data-test': 'signin-oidc'}, 'Sign in with OIDC'),
+      ' or paste a token:')
+    : '';
   const form = h('form', {class: 'signin', 'data-test': 'signin'},
-    h('h1', {}, 'Sign in'),
+    h('h1', {}, 'Sign in'), oidc,
     h('p', {}, 'Paste a Kubernetes token. The console acts with it alone: you see and change what your RBAC ',
       'allows, nothing more. It is kept in an encrypted cookie only this console can read.'),
     token, h('div', {}, h('button', {type: 'submit', 'data-test': 'signin-submit'}, 'Sign in')), message);
@@ -323,6 +331,9 @@ window.addEventListener('hashchange', show);
     if (resp.ok) {
       session = await resp.json();
       setCsrf(session.csrf);
+    } else {
+      const answer = await resp.json();
+      signinOffer = {oidc: Boolean(answer.oidc), problem: answer.problem || null};
     }
   } catch { /* not signed in */ }
   show();
