@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
@@ -159,8 +160,6 @@ class ConsoleServer:
         self._stack = contextlib.AsyncExitStack()
         self.upstreams = await self._stack.enter_async_context(upstreams(self.settings, self.kube_access))
         if self.settings.oidc is not None:
-            import aiohttp
-
             http = await self._stack.enter_async_context(aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(ssl=Issuer.ssl_context(self.settings.oidc)),
                 timeout=aiohttp.ClientTimeout(total=15), headers={"User-Agent": "stead-console"}))
