@@ -104,9 +104,22 @@ if reconciling ~= nil and reconciling.status == "True" then
 else
   hs.message = said(ready, "Not ready yet")
 end
+--@kinds ActionRun GraphRun
+-- a run says where it is: queued for a run slot (and behind how many), or how far it got
+--@end
 --@kinds ActionRun
-if status.state == "Queued" then
-  hs.message = "Queued: " .. hs.message
+local progress = status.progressText
+--@end
+--@kinds GraphRun
+local progress = status.progress
+--@end
+--@kinds ActionRun GraphRun
+if status.state == "Queued" and status.message ~= nil then
+  hs.message = "Queued: " .. string.gsub(status.message, "^queued: ", "")
+elseif status.state ~= nil and progress ~= nil then
+  hs.message = tostring(status.state) .. " (" .. tostring(progress) .. " done): " .. hs.message
+elseif status.state ~= nil then
+  hs.message = tostring(status.state) .. ": " .. hs.message
 end
 --@end
 return hs

@@ -77,7 +77,13 @@ if reconciling ~= nil and reconciling.status == "True" then
 else
   hs.message = said(ready, "Not ready yet")
 end
-if status.state == "Queued" then
-  hs.message = "Queued: " .. hs.message
+-- a run says where it is: queued for a run slot (and behind how many), or how far it got
+local progress = status.progressText
+if status.state == "Queued" and status.message ~= nil then
+  hs.message = "Queued: " .. string.gsub(status.message, "^queued: ", "")
+elseif status.state ~= nil and progress ~= nil then
+  hs.message = tostring(status.state) .. " (" .. tostring(progress) .. " done): " .. hs.message
+elseif status.state ~= nil then
+  hs.message = tostring(status.state) .. ": " .. hs.message
 end
 return hs
