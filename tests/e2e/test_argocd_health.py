@@ -21,7 +21,7 @@ import yaml
 from operators.cluster import Binaries
 from operators.cluster.versions import KUBERNETES_VERSION
 from tests import argocd
-from tests.e2e.conftest import Kubectl, OperatorProcess, wait_until
+from tests.e2e.conftest import Kubectl, OperatorProcess, env_manifest, wait_until
 from tests.e2e.test_apps import app, apply, blueprint, small_spec
 from tests.e2e.test_graphs import environment, graph, shell  # noqa: F401  (the graphs' Environment on sshd nodes)
 from tests.sshd import ssh_nodes  # noqa: F401
@@ -174,6 +174,14 @@ def test_app_argocd_health_and_actions_on_live_objects(
     apply(kubectl, entity("counter", namespace, "flip"))
     apply(kubectl, instance("good", namespace, 3))
     apply(kubectl, instance("bad", namespace, "three"))
+    apply(kubectl, {"apiVersion": API, "kind": "ConfigComponent", "metadata": {"name": "web", "namespace": namespace},
+                    "spec": {"resources": [{"name": "conf", "schema": {
+                        "type": "object", "properties": {"workers": {"type": "integer", "minimum": 1}}}}]}})
+    kubectl("apply", "-f", "-", input=env_manifest("cfg", namespace, components=["web"]))
+    apply(kubectl, {"apiVersion": API, "kind": "ConfigValues",
+                    "metadata": {"name": "conf-root", "namespace": namespace},
+                    "spec": {"environment": "cfg", "resource": "conf", "kind": "values", "level": {},
+                             "data": {"workers": 2}}})
     live.judge(live.get("blueprint", "small"), "healthy", "Healthy", "provisioned")
     demo = live.judge(until(live, "app", "demo", ready, "Ready"), "healthy", "Healthy", "running: provisioned")
     until(live, "app", "other", ready, "Ready")
@@ -183,6 +191,8 @@ def test_app_argocd_health_and_actions_on_live_objects(
     live.judge(until(live, "lifecycle", "flip", ready, "Ready"), "healthy", "Healthy", "provisioned")
     live.judge(until(live, "serviceentity", "counter", ready, "Ready"), "healthy", "Healthy", "provisioned")
     live.judge(live.get("clusterlifecycle", "simple"), "healthy", "Healthy", "provisioned")
+    live.judge(until(live, "configcomponent", "web", ready, "Ready"), "healthy", "Healthy", "provisioned")
+    live.judge(until(live, "configvalues", "conf-root", ready, "Ready"), "healthy", "Healthy", "provisioned")
     good = live.judge(until(live, "serviceinstance", "good", lambda o: ready(o) and state_is("up")(o), "up"),
                       "healthy", "Healthy", "up: provisioned")
     live.judge(until(live, "serviceinstance", "bad", stalled, "rejected"), "degraded_rejected", "Degraded",
@@ -255,6 +265,18 @@ def test_app_argocd_health_and_actions_on_live_objects(
     live.send(graph_run, argocd.run_action(graph_run, "abort"))
     live.judge(until(live, "graphrun", executed, settled("Aborted"), "Aborted", namespace=graphs_namespace),
                "degraded_aborted", "Degraded", "aborted: 0 of 1 steps succeeded")
+    apply(kubectl, {"apiVersion": API, "kind": "GraphRun",
+                    "metadata": {"name": "argocd-plan", "namespace": graphs_namespace},
+                    "spec": {"environment": "env", "graphs": [{"type": "argocd"}], "dryRun": True}})
+    live.judge(until(live, "graphrun", "argocd-plan", lambda o: settled("Succeeded")(o) and ready(o), "Succeeded",
+                     namespace=graphs_namespace), "healthy", "Healthy", "Succeeded: provisioned")
+
+    # --- a stopped App is Suspended --------------------------------------------------------------------------
+    other = until(live, "app", "other", lambda o: ready(o) and not o["status"].get("lock"), "free")
+    live.send(other, argocd.run_action(other, "run-action", {"action": "stop"}, clock=CLOCK))
+    live.judge(until(live, "app", "other", lambda o: state_is("stopped")(o) and not o["status"].get("lock"),
+                     "stopped"), "suspended_stopped", "Suspended",
+               "Stopped (its stop action succeeded): run its start action to resume it")
     live.write_tests()
 
 
