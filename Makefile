@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 IMAGE  ?= localhost/stead:dev
 
-.PHONY: venv run run-chart test unit e2e lint typecheck crds controlplane image image-tools ssh-tools node-tools browser-tools bench clean
+.PHONY: venv run run-chart test unit e2e lint typecheck crds argocd controlplane image image-tools ssh-tools node-tools browser-tools bench clean
 
 venv: $(STAMP)
 
@@ -54,6 +54,11 @@ typecheck: venv
 
 crds: venv ## regenerate crds/ from the models
 	$(BIN)/stead crds
+
+# One source (charts/stead/argocd/source), one file per kind in Argo CD's layout: Argo CD shares no script
+# between kinds. tests/unit/test_argocd.py fails when the generated files are stale.
+argocd: venv ## regenerate the Argo CD health checks and actions (charts/stead/argocd/resource_customizations)
+	$(BIN)/python -m tests.argocd
 
 # pytest-xdist: two workers, the unit tests by module (module-scoped fixtures, e.g. sshd nodes, start once).
 unit: venv ssh-tools
