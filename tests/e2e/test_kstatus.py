@@ -18,8 +18,7 @@ from tests.e2e.phases import KINDS, Captured, phase_objects  # noqa: F401  (the 
 
 EXPECTED: dict[tuple[str, str], str] = {
     **{(kind, "Ready"): "Current" for kind in KINDS},
-    **{(kind, "Unobserved"): "InProgress" for kind in KINDS if kind != "ActionRun"},
-    ("ActionRun", "Unobserved"): "InProgress",
+    **{(kind, "Unobserved"): "InProgress" for kind in KINDS},
     ("ConfigValues", "Stalled"): "Failed",
     ("Blueprint", "Stalled"): "Failed",
     ("ServiceEntity", "Stalled"): "Failed",
