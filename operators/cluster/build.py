@@ -78,9 +78,8 @@ class GoComponent:
     replace_staging: bool = False
     """Re-point the module's ``./staging/...`` replace targets at published releases."""
     source: Path | None = None
-    """A module directory of this repository (its own go.mod and go.sum) built as it is, instead of
-    a wrapper around ``module``; its files' digest is part of the cache directory's name, so an edit
-    of the program is never answered by an old build."""
+    """A module directory of this repository (own go.mod, go.sum) built as it is, not in a wrapper; its
+    files' digest is in the cache directory's name: an edited program is never answered by an old build."""
 
     @property
     def binary_names(self) -> tuple[str, ...]:
@@ -167,8 +166,7 @@ KSTATUS: Final = GoComponent(
     outputs=(("stead.dev/tools/kstatus", "kstatus"),),
     source=TOOLS_DIR / "kstatus",
 )
-"""tools/kstatus: kstatus' own ``status.Compute`` (the library Flux judges health with) over JSON
-objects on stdin, for the e2e tests that hold every Stead kind to it; built only when they run."""
+"""tools/kstatus: kstatus' ``status.Compute`` (Flux's health) for the e2e tests; built when they run."""
 NODE: Final = GoComponent(
     name="kubernetes-node",
     module=KUBERNETES.module,
@@ -491,12 +489,11 @@ def _build_source(component: GoComponent, go: str, work: Path, output: Path, log
         target = work / path.relative_to(component.source)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
-    packages = [package for package, _ in component.outputs]
-    destination = str(output / component.outputs[0][1]) if len(packages) == 1 else f"{output}/"
-    say(f"compiling {', '.join(component.binary_names)} from {component.source} (go build; "
-        f"{component.module} {component.version} from the Go module proxy)")
+    (package, binary), = component.outputs
+    say(f"compiling {binary} from {component.source} (go build; {component.module} {component.version} "
+        "from the Go module proxy)")
     build_args = ["build", "-mod=readonly", "-trimpath", "-buildvcs=false", "-ldflags", ldflags(component),
-                  "-o", destination, *packages]
+                  "-o", str(output / binary), package]
     _run_go(component, go, build_args, work, log_path, "build")
 
 
