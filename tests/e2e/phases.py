@@ -191,7 +191,8 @@ def walk_phases(kubectl: Kubectl, namespace: str, ssh_nodes: SshNodes, cluster_l
 
     w.state("ActionRun", create_run_of("second"), "Queued", "Queued")
     w.when("App", "second", "Launching", lambda o: bool(status_of(o).get("conditions")))
-    w.state("GraphRun", "slow", "Queued", "Pending")
+    w.when("GraphRun", "slow", "Queued",  # Pending, with why: waiting for the run slot
+           lambda o: status_of(o).get("state") == "Pending" and bool(status_of(o).get("reason")))
     w.when("ServiceInstance", "db-2", "Reconciling", lambda o: status_of(o).get("state") == "creating")
     w.unobserved("ActionRun", "slow-1", {"abort": True})
     w.state("ActionRun", "slow-1", "Aborted", "Aborted")
