@@ -335,9 +335,12 @@ async def get_run(kube: Requester, namespace: str, name: str) -> dict[str, Any] 
 async def create(ctx: StepContext) -> Mapping[str, Any]:
     """Launched -> Provisioned: start the create action (an ActionRun) and come back until it ended."""
     status = {**carry(ctx.obj.status), **ctx.facts}
-    if status.get("state") not in (None, "provisioning"):
-        return status  # created before (or failed, and left for the user to act on)
     name = create_run_name(ctx.obj.name)
+    if status.get("state") not in (None, "provisioning"):
+        failed = create_failure(status, name)
+        if failed is not None:  # the run recorded its failure in the App before this step saw the run end
+            raise PermanentError("CreateFailed", failed, facts=status)
+        return status  # created before (or an action since the create failed, and left for the user to act on)
     running = TemporaryError(CREATE_RUNNING, f"running the create action: ActionRun {name}", delay=POLL_SECONDS,
                              facts=status, waiting=True)
     if not ctx.obj.status.get("snapshot"):
@@ -364,6 +367,19 @@ async def create(ctx: StepContext) -> Mapping[str, Any]:
         raise PermanentError("CreateFailed", f"create run {name} {run_status['state'].lower()}: {_why(run_status)}",
                              facts={**status, "state": "error"})
     return {**status, "state": "running"}
+
+
+def create_failure(status: Mapping[str, Any], run_name: str) -> str | None:
+    """Why the App is not created, when its create run failed and nothing succeeded since (else None).
+
+    A failed create run records the failure in the App itself (status.failure, state error), and may
+    do so before the App's create step sees the run end: the App must then stall on the failure too
+    (Stalled CreateFailed, what GitOps tools show), never count as provisioned. A later action that
+    succeeds clears the failure, and the App is Ready again."""
+    failure = status.get("failure") or {}
+    if status.get("state") != "error" or failure.get("run") != run_name:
+        return None
+    return f"create run {run_name} failed: {_why({**failure, 'failedTask': failure.get('task')})}"
 
 
 def _why(run_status: Mapping[str, Any]) -> str:

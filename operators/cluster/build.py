@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from operators.cluster.versions import ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION
+from operators.cluster.versions import CLI_UTILS_VERSION, ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION
 
 logger = logging.getLogger(__name__)
 
@@ -77,10 +77,9 @@ class GoComponent:
     """``-X symbol=value`` link flags: without them the binaries report version v0.0.0."""
     replace_staging: bool = False
     """Re-point the module's ``./staging/...`` replace targets at published releases."""
-    sources: tuple[tuple[str, str], ...] = ()
-    """(path, text) of Go files written into the wrapper module itself: a main package of ours, e.g.
-    ``cmd/x/main.go``, built as ``stead.dev/controlplane/cmd/x``, that imports the required module's
-    packages (a component whose own main cannot be told what it needs)."""
+    source: Path | None = None
+    """A module directory of this repository (own go.mod, go.sum) built as it is, not in a wrapper; its
+    files' digest is in the cache directory's name: an edited program is never answered by an old build."""
 
     @property
     def binary_names(self) -> tuple[str, ...]:
@@ -89,9 +88,27 @@ class GoComponent:
     @property
     def directory_name(self) -> str:
         """Version plus a digest of the link flags, so changing a flag never reuses an old build."""
-        digest = hashlib.sha256(repr((self.version_symbols, self.sources) if self.sources
-                                     else self.version_symbols).encode()).hexdigest()[:8]
-        return f"{self.name}-{self.version}-{digest}"
+        digest = hashlib.sha256(repr(self.version_symbols).encode())
+        if self.source is not None:
+            digest.update(source_digest(self.source).encode())
+        return f"{self.name}-{self.version}-{digest.hexdigest()[:8]}"
+
+
+def source_files(directory: Path) -> list[Path]:
+    """The files a local module is built from (hidden files and directories left out), sorted."""
+    return sorted(
+        path for path in directory.rglob("*")
+        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(directory).parts)
+    )
+
+
+def source_digest(directory: Path) -> str:
+    """sha256 over a local module's file names and contents: changes whenever any of them does."""
+    digest = hashlib.sha256()
+    for path in source_files(directory):
+        digest.update(path.relative_to(directory).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def _kubernetes_version_symbols(version: str) -> tuple[tuple[str, str], ...]:
@@ -141,6 +158,15 @@ HELM: Final = GoComponent(
     ),
 )
 COMPONENTS: Final = (KUBERNETES, ETCD, HELM)
+TOOLS_DIR: Final = Path(__file__).resolve().parents[2] / "tools"
+KSTATUS: Final = GoComponent(
+    name="kstatus",
+    module="sigs.k8s.io/cli-utils",
+    version=CLI_UTILS_VERSION,
+    outputs=(("stead.dev/tools/kstatus", "kstatus"),),
+    source=TOOLS_DIR / "kstatus",
+)
+"""tools/kstatus: kstatus' ``status.Compute`` (Flux's health) for the e2e tests; built when they run."""
 NODE: Final = GoComponent(
     name="kubernetes-node",
     module=KUBERNETES.module,
@@ -315,6 +341,11 @@ def ensure_node_binaries(root: Path | None = None, *, progress: Progress | None 
     return NodeBinaries(kubelet=directory / "kubelet", kube_scheduler=directory / "kube-scheduler")
 
 
+def ensure_kstatus(root: Path | None = None, *, progress: Progress | None = None) -> Path:
+    """The kstatus program of tools/kstatus, built first when this version of its source is not cached."""
+    return ensure_component(KSTATUS, root, progress=progress) / "kstatus"
+
+
 def cached_binaries(root: Path | None = None) -> Binaries | None:
     """The cached binaries if every component is already built, else None; never runs ``go``."""
     root = root or cache_root()
@@ -408,30 +439,10 @@ def _build(component: GoComponent, go: str, root: Path, final: Path, say: Progre
     try:
         with tempfile.TemporaryDirectory(prefix="stead-gowrap-") as workdir:
             work = Path(workdir)
-            say(f"fetching {component.module}@{component.version} from the Go module proxy")
-            upstream = _download_go_mod(component, go, work, log_path)
-            if component.replace_staging:
-                go_mod = kubernetes_wrapper_go_mod(upstream, component.version)
+            if component.source is not None:
+                _build_source(component, go, work, output, log_path, say)
             else:
-                go_mod = wrapper_go_mod(
-                    go_directive(upstream) or "1.24.0", (component.module, component.version)
-                )
-            (work / "go.mod").write_text(go_mod)
-            for relative, text in component.sources:
-                (work / relative).parent.mkdir(parents=True, exist_ok=True)
-                (work / relative).write_text(text)
-            packages = [package for package, _ in component.outputs]
-            # the wrapper's own packages need no tools.go import for `go mod tidy` to see theirs
-            (work / "tools.go").write_text(tools_go(
-                [package for package in packages if not package.startswith(WRAPPER_MODULE + "/")]))
-            say(f"resolving dependencies of {component.name} (go mod tidy)")
-            _run_go(component, go, ["mod", "tidy"], work, log_path, "tidy")
-            # One package: name the file (etcd's package path ends in /v3); several: a directory.
-            single = len(packages) == 1
-            destination = str(output / component.outputs[0][1]) if single else f"{output}/"
-            say(f"compiling {', '.join(component.binary_names)} (go build)")
-            build_args = ["build", "-ldflags", ldflags(component), "-o", destination, *packages]
-            _run_go(component, go, build_args, work, log_path, "build")
+                _build_wrapper(component, go, work, output, log_path, say)
         if not _is_complete(output, component):
             raise ControlPlaneError(
                 f"building {component.directory_name} produced no "
@@ -445,6 +456,45 @@ def _build(component: GoComponent, go: str, root: Path, final: Path, say: Progre
         _move_into_place(output, final)
     finally:
         shutil.rmtree(output, ignore_errors=True)
+
+
+def _build_wrapper(component: GoComponent, go: str, work: Path, output: Path, log_path: Path, say: Progress) -> None:
+    """A published module, built inside a throw-away wrapper module that requires it."""
+    say(f"fetching {component.module}@{component.version} from the Go module proxy")
+    upstream = _download_go_mod(component, go, work, log_path)
+    if component.replace_staging:
+        go_mod = kubernetes_wrapper_go_mod(upstream, component.version)
+    else:
+        go_mod = wrapper_go_mod(
+            go_directive(upstream) or "1.24.0", (component.module, component.version)
+        )
+    (work / "go.mod").write_text(go_mod)
+    packages = [package for package, _ in component.outputs]
+    (work / "tools.go").write_text(tools_go(packages))
+    say(f"resolving dependencies of {component.name} (go mod tidy)")
+    _run_go(component, go, ["mod", "tidy"], work, log_path, "tidy")
+    # One package: name the file (etcd's package path ends in /v3); several: a directory.
+    single = len(packages) == 1
+    destination = str(output / component.outputs[0][1]) if single else f"{output}/"
+    say(f"compiling {', '.join(component.binary_names)} (go build)")
+    build_args = ["build", "-ldflags", ldflags(component), "-o", destination, *packages]
+    _run_go(component, go, build_args, work, log_path, "build")
+
+
+def _build_source(component: GoComponent, go: str, work: Path, output: Path, log_path: Path, say: Progress) -> None:
+    """A module of this repository, copied out of the work tree first (no VCS stamping, no stray
+    files); ``-mod=readonly``: its committed go.sum decides the dependencies, fetched from the proxy."""
+    assert component.source is not None
+    for path in source_files(component.source):
+        target = work / path.relative_to(component.source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    (package, binary), = component.outputs
+    say(f"compiling {binary} from {component.source} (go build; {component.module} {component.version} "
+        "from the Go module proxy)")
+    build_args = ["build", "-mod=readonly", "-trimpath", "-buildvcs=false", "-ldflags", ldflags(component),
+                  "-o", str(output / binary), package]
+    _run_go(component, go, build_args, work, log_path, "build")
 
 
 def _move_into_place(built: Path, final: Path) -> None:

@@ -22,3 +22,7 @@ HELM_VERSION: Final = "v3.22.0"
 def component_versions() -> dict[str, str]:
     """The pinned versions by component name, for status output and the cluster's state file."""
     return {"kubernetes": KUBERNETES_VERSION, "etcd": ETCD_VERSION, "helm": HELM_VERSION}
+
+CLI_UTILS_VERSION: Final = "v0.37.2"
+"""``sigs.k8s.io/cli-utils``, whose kstatus the e2e tests judge Stead's objects with (tools/kstatus);
+tools/kstatus/go.mod requires this version (a unit test holds them together)."""

@@ -1,8 +1,8 @@
 """A real OpenID Provider on loopback for the console's OIDC tests: zitadel/oidc's example OP (v3.52.0, from
-the Go module proxy), its login page, storage and provider unchanged, behind a 30-line main of ours
-(oidc_op/main.go) that only serves it over HTTPS at an issuer URL we choose (the example's own main serves
+the Go module proxy), its login page, storage and provider unchanged, behind a 30-line main of ours (oidc_op/,
+a module of its own) that only serves it over HTTPS at an issuer URL we choose (the example's own main serves
 plain HTTP at http://localhost:PORT/, which no kube-apiserver accepts as an issuer). Built and cached like
-the control plane's binaries (`operators.cluster.build.GoComponent`).
+the control plane's binaries (`operators.cluster.build.GoComponent` from a local module, as tools/kstatus).
 
 Also `http_sign_in`: the browser's part of the flow done with urllib (follow the redirects, fill the issuer's
 login form), for the fixture's wait until the API server has loaded the issuer and for the refusals that need
@@ -25,16 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from operators.cluster.build import WRAPPER_MODULE, GoComponent, ensure_component
+from operators.cluster.build import GoComponent, ensure_component
 from operators.runtime.serving.certs import make_ca, make_leaf
 from tests.e2e.conftest import free_port
 from tests.polling import wait_until
 
-OP_MAIN = Path(__file__).parent / "oidc_op" / "main.go"
 ZITADEL_OP = GoComponent(
     name="zitadel-oidc-op", module="github.com/zitadel/oidc/v3", version="v3.52.0",
-    outputs=((f"{WRAPPER_MODULE}/cmd/oidc-op", "oidc-op"),),
-    sources=(("cmd/oidc-op/main.go", OP_MAIN.read_text()),),
+    outputs=(("stead.dev/tests/oidc-op", "oidc-op"),), source=Path(__file__).parent / "oidc_op",
 )
 
 

@@ -51,15 +51,9 @@ def states(status: dict[str, Any]) -> dict[str, str]:
     return {f"{t['task']}@{n['name']}": t["state"] for n in status.get("nodes") or [] for t in n["tasks"]}
 
 
-@pytest.fixture(scope="module")
-def environment(kubectl: Kubectl, ssh_nodes: SshNodes, tmp_path_factory: pytest.TempPathFactory,  # noqa: F811
-                operator: OperatorProcess) -> tuple[str, Path]:
-    """A namespace with an Environment of three nodes reachable over SSH, and the file tasks append to."""
-    namespace = "t-graphs"
-    kubectl("create", "namespace", namespace, check=False)
-    order = tmp_path_factory.mktemp("graph-order") / "order.log"
-    order.touch()
-    order.chmod(0o666)
+def ssh_environment(kubectl: Kubectl, ssh_nodes: SshNodes, namespace: str) -> None:  # noqa: F811
+    """The Environment `env` of release r1 in `namespace`: the three sshd nodes, with the key and the
+    known hosts in Secrets its runs read; Ready."""
     for name, data in (("nodes-key", {"id_ed25519": ssh_nodes.private_key}),
                        ("nodes-hosts", {"known_hosts": ssh_nodes.known_hosts})):
         apply(kubectl, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
@@ -81,6 +75,18 @@ def environment(kubectl: Kubectl, ssh_nodes: SshNodes, tmp_path_factory: pytest.
                                      "privateKey": {"name": "nodes-key", "key": "id_ed25519"},
                                      "knownHosts": {"name": "nodes-hosts", "key": "known_hosts"}}}})
     kubectl("wait", "--for=condition=Ready", "-n", namespace, "--timeout", "30s", "environment/env")
+
+
+@pytest.fixture(scope="module")
+def environment(kubectl: Kubectl, ssh_nodes: SshNodes, tmp_path_factory: pytest.TempPathFactory,  # noqa: F811
+                operator: OperatorProcess) -> tuple[str, Path]:
+    """A namespace with an Environment of three nodes reachable over SSH, and the file tasks append to."""
+    namespace = "t-graphs"
+    kubectl("create", "namespace", namespace, check=False)
+    order = tmp_path_factory.mktemp("graph-order") / "order.log"
+    order.touch()
+    order.chmod(0o666)
+    ssh_environment(kubectl, ssh_nodes, namespace)
     return namespace, order
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from operators.calm.app import CREATE_RUNNING, KIND, delete, delete_run_name
+from operators.calm.app import CREATE_RUNNING, KIND, create_failure, delete, delete_run_name
 from operators.runtime.core.kinds import FINALIZER
 from operators.runtime.core.pipeline import Observed, PermanentError, StepContext, TemporaryError, compose_status, run
 from operators.runtime.kube.client import ApiError
@@ -145,3 +145,33 @@ def test_create_waits_without_writing_after_the_first_write(kube: FakeApi) -> No
     assert kube.objects[f"{RUNS}/shop-create"]["metadata"]["ownerReferences"][0]["uid"] == "u-shop"
     again = compose_status(obj, second, "2026-01-01T00:00:09Z")
     assert again == obj.status
+
+
+CREATE_FAILURE = {"run": "shop-create", "action": "create", "task": "S/hello@tier-0",
+                  "reason": "script exited with code 3", "at": "2026-01-01T00:00:05Z"}
+
+
+def test_a_create_failure_recorded_by_the_run_is_named_until_an_action_succeeds() -> None:
+    assert create_failure({"state": "error", "failure": CREATE_FAILURE}, "shop-create") == (
+        "create run shop-create failed: S/hello@tier-0: script exited with code 3")
+    # a later action failed instead (the App was created), or one succeeded since: not a create failure
+    later = {**CREATE_FAILURE, "run": "fail-1", "action": "fail"}
+    assert create_failure({"state": "error", "failure": later}, "shop-create") is None
+    assert create_failure({"state": "running", "failure": None}, "shop-create") is None
+
+
+def test_an_app_whose_create_run_recorded_its_failure_first_stalls_not_ready(kube: FakeApi) -> None:
+    """The run writes state error and the failure into the App before the App's step sees the run end:
+    the App is Stalled CreateFailed (Flux: Failed), not Provisioned and Ready."""
+    obj = Observed(kind="App", namespace="ns", name="shop", uid="u-shop", generation=1, labels={},
+                   spec={"blueprint": "bp"},
+                   status={"snapshot": SNAPSHOT, "state": "error", "failure": CREATE_FAILURE})
+    outcome = asyncio.run(run(KIND.pipeline, obj, "Launched", services=FakeServices(kube)))
+    assert isinstance(outcome.error, PermanentError) and outcome.error.reason == "CreateFailed"
+    status = compose_status(obj, outcome, "2026-01-01T00:00:09Z")
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert (conditions["Ready"]["status"], conditions["Stalled"]["status"]) == ("False", "True")
+    assert conditions["Stalled"]["message"] == (
+        "create run shop-create failed: S/hello@tier-0: script exited with code 3")
+    assert status["state"] == "error" and status["failure"] == CREATE_FAILURE
+    assert not [call for call in kube.calls if call[0] == "POST"]  # no second create run

@@ -383,3 +383,46 @@ def test_changing_a_link_flag_changes_the_cache_directory() -> None:
     assert changed.directory_name.startswith(f"helm-{build.HELM.version}-")
     flags = build.ldflags(build.HELM)
     assert "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=34" in flags
+
+
+def _local_tool(tmp_path: Path) -> build.GoComponent:
+    source = tmp_path / "tool"
+    source.mkdir()
+    (source / "go.mod").write_text("module stead.dev/tools/tool\n\ngo 1.24.0\n")
+    (source / "main.go").write_text("package main\n\nfunc main() {}\n")
+    (source / ".hidden").write_text("an editor's file, not the program")
+    return build.GoComponent(name="tool", module="example.com/lib", version="v1.2.3",
+                             outputs=(("stead.dev/tools/tool", "tool"),), source=source)
+
+
+def test_a_local_module_is_built_from_a_copy_of_its_files_and_reused_until_they_change(
+    tmp_path: Path, fake_go: Path
+) -> None:
+    tool = _local_tool(tmp_path)
+    assert tool.source is not None
+    root = tmp_path / "cache"
+    first = tool.directory_name
+
+    directory = build.ensure_component(tool, root)
+
+    assert directory == root / first and first.startswith("tool-v1.2.3-")
+    assert os.access(directory / "tool", os.X_OK)
+    calls = fake_go.read_text()
+    assert "mod download" not in calls and "mod tidy" not in calls  # its own go.mod and go.sum decide
+    assert "build -mod=readonly" in calls and "stead.dev/tools/tool" in calls
+    assert build.ensure_component(tool, root) == directory
+    assert fake_go.read_text() == calls  # cached: go was not run again
+
+    (tool.source / ".hidden").write_text("changed, still not the program")
+    assert tool.directory_name == first
+    (tool.source / "main.go").write_text("package main\n\nfunc main() { println() }\n")
+    assert tool.directory_name != first  # an edited program is never answered by the old build
+    assert build.ensure_component(tool, root) == root / tool.directory_name
+    assert fake_go.read_text() != calls
+
+
+def test_the_kstatus_module_requires_the_pinned_cli_utils() -> None:
+    assert build.KSTATUS.source is not None
+    go_mod = (build.KSTATUS.source / "go.mod").read_text()
+    assert f"sigs.k8s.io/cli-utils {build.KSTATUS.version}" in go_mod
+    assert build.KSTATUS.directory_name.startswith(f"kstatus-{build.KSTATUS.version}-")
