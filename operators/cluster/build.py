@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from operators.cluster.versions import ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION
+from operators.cluster.versions import ETCD_VERSION, FLUX_VERSION, HELM_VERSION, KUBERNETES_VERSION
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +77,16 @@ class GoComponent:
     """``-X symbol=value`` link flags: without them the binaries report version v0.0.0."""
     replace_staging: bool = False
     """Re-point the module's ``./staging/...`` replace targets at published releases."""
+    keep_replacements: bool = False
+    """Carry the upstream go.mod's replace lines into the wrapper (they only count in the main
+    module): module-to-module ones as written, local ``./dir`` ones at the version required."""
+    tidy_tolerates_errors: bool = False
+    """``go mod tidy -e``: tidy also resolves the modules of the tests of every imported package, and
+    a proxy may lack a test-only one (Flux's source-controller tests import fluxcd/pkg/helmtestserver,
+    403 on the proxy used here); a module the build really needs still fails ``go build``, by name."""
+    crds: str = ""
+    """A directory of the module whose ``*.yaml`` files are copied into ``crds/`` of the cache
+    directory, so the CRDs always match the binaries' version."""
 
     @property
     def binary_names(self) -> tuple[str, ...]:
@@ -136,6 +146,27 @@ HELM: Final = GoComponent(
     ),
 )
 COMPONENTS: Final = (KUBERNETES, ETCD, HELM)
+FLUX_SOURCE_CONTROLLER: Final = GoComponent(
+    name="flux-source-controller",
+    module="github.com/fluxcd/source-controller",
+    version=FLUX_VERSION,
+    outputs=(("github.com/fluxcd/source-controller", "source-controller"),),
+    keep_replacements=True,
+    tidy_tolerates_errors=True,
+    crds="config/crd/bases",
+)
+FLUX_KUSTOMIZE_CONTROLLER: Final = GoComponent(
+    name="flux-kustomize-controller",
+    module="github.com/fluxcd/kustomize-controller",
+    version=FLUX_VERSION,
+    outputs=(("github.com/fluxcd/kustomize-controller", "kustomize-controller"),),
+    keep_replacements=True,
+    tidy_tolerates_errors=True,
+    crds="config/crd/bases",
+)
+FLUX_COMPONENTS: Final = (FLUX_SOURCE_CONTROLLER, FLUX_KUSTOMIZE_CONTROLLER)
+"""Flux's two controllers of the GitOps loop (tests/e2e/test_gitops_flux.py), built only on demand
+(``stead cluster build --flux``, ``make flux-tools`` or the e2e fixture), never by ``cluster up``."""
 NODE: Final = GoComponent(
     name="kubernetes-node",
     module=KUBERNETES.module,
@@ -216,6 +247,50 @@ def staging_modules(go_mod: str) -> list[str]:
     return modules
 
 
+def required_versions(go_mod: str) -> dict[str, str]:
+    """The ``require`` lines of a go.mod: module path to version."""
+    versions: dict[str, str] = {}
+    for block, line in _go_mod_lines(go_mod):
+        if block == "require":
+            spec = line
+        elif block is None and line.startswith("require "):
+            spec = line.removeprefix("require ").strip()
+        else:
+            continue
+        parts = spec.split()
+        if len(parts) >= 2:
+            versions[parts[0]] = parts[1]
+    return versions
+
+
+def upstream_replacements(go_mod: str) -> list[tuple[str, str]]:
+    """The upstream go.mod's replace lines as (module, ``target version``) for a wrapper module.
+
+    A module replaced by a local directory (``./api``) is published on its own, so it is pinned at
+    the version the go.mod requires; a directory replacement of a module that is not required is
+    dropped (nothing imports it). Module-to-module replacements are kept as written.
+    """
+    required = required_versions(go_mod)
+    kept: list[tuple[str, str]] = []
+    for block, line in _go_mod_lines(go_mod):
+        if block == "replace":
+            spec = line
+        elif block is None and line.startswith("replace "):
+            spec = line.removeprefix("replace ").strip()
+        else:
+            continue
+        match = _REPLACE_LINE.match(spec)
+        if match is None:
+            continue
+        old, new, version = match["old"], match["new"], match["ver"]
+        if new.startswith(("./", "../")):
+            if old in required:
+                kept.append((old, f"{old} {required[old]}"))
+        elif version is not None:
+            kept.append((old, f"{new} {version}"))
+    return kept
+
+
 def staging_version(kubernetes_version: str) -> str:
     """The published version of the staging modules for a Kubernetes release: v1.Y.Z → v0.Y.Z."""
     match = re.fullmatch(r"v1\.(\d+)\.(\d+)", kubernetes_version)
@@ -229,13 +304,18 @@ def wrapper_go_mod(
     requirement: tuple[str, str],
     replacements: Sequence[tuple[str, str]] = (),
     module_path: str = WRAPPER_MODULE,
+    redirects: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """A wrapper module's go.mod text: one requirement and ``module => module version`` lines."""
+    """A wrapper module's go.mod text: one requirement and ``module => module version`` lines.
+
+    ``redirects`` are (module, ``target version``) pairs whose target may be another module.
+    """
     module, version = requirement
     lines = [f"module {module_path}", "", f"go {go_version}", "", f"require {module} {version}"]
-    if replacements:
+    targets = [(name, f"{name} {target}") for name, target in replacements] + list(redirects)
+    if targets:
         lines += ["", "replace ("]
-        lines += [f"\t{name} => {name} {target}" for name, target in replacements]
+        lines += [f"\t{name} => {target}" for name, target in targets]
         lines.append(")")
     return "\n".join(lines) + "\n"
 
@@ -308,6 +388,25 @@ def ensure_node_binaries(root: Path | None = None, *, progress: Progress | None 
     """kubelet and kube-scheduler of the pinned Kubernetes version, built first when not cached."""
     directory = ensure_component(NODE, root, progress=progress)
     return NodeBinaries(kubelet=directory / "kubelet", kube_scheduler=directory / "kube-scheduler")
+
+
+@dataclass(frozen=True)
+class FluxBinaries:
+    """Flux's controllers and the CRDs of the same version (the e2e GitOps loop)."""
+
+    source_controller: Path
+    kustomize_controller: Path
+    crds: tuple[Path, ...]
+
+
+def ensure_flux_binaries(root: Path | None = None, *, progress: Progress | None = None) -> FluxBinaries:
+    """source-controller and kustomize-controller of the pinned Flux version, built when not cached."""
+    source, kustomize = (ensure_component(c, root, progress=progress) for c in FLUX_COMPONENTS)
+    return FluxBinaries(
+        source_controller=source / "source-controller",
+        kustomize_controller=kustomize / "kustomize-controller",
+        crds=tuple(sorted([*(source / "crds").glob("*.yaml"), *(kustomize / "crds").glob("*.yaml")])),
+    )
 
 
 def cached_binaries(root: Path | None = None) -> Binaries | None:
@@ -404,18 +503,22 @@ def _build(component: GoComponent, go: str, root: Path, final: Path, say: Progre
         with tempfile.TemporaryDirectory(prefix="stead-gowrap-") as workdir:
             work = Path(workdir)
             say(f"fetching {component.module}@{component.version} from the Go module proxy")
-            upstream = _download_go_mod(component, go, work, log_path)
+            upstream, module_dir = _download_go_mod(component, go, work, log_path)
             if component.replace_staging:
                 go_mod = kubernetes_wrapper_go_mod(upstream, component.version)
             else:
                 go_mod = wrapper_go_mod(
-                    go_directive(upstream) or "1.24.0", (component.module, component.version)
+                    go_directive(upstream) or "1.24.0", (component.module, component.version),
+                    redirects=upstream_replacements(upstream) if component.keep_replacements else (),
                 )
+            if component.crds:
+                _copy_crds(component, module_dir, output / "crds")
             (work / "go.mod").write_text(go_mod)
             packages = [package for package, _ in component.outputs]
             (work / "tools.go").write_text(tools_go(packages))
             say(f"resolving dependencies of {component.name} (go mod tidy)")
-            _run_go(component, go, ["mod", "tidy"], work, log_path, "tidy")
+            tidy = ["mod", "tidy", "-e"] if component.tidy_tolerates_errors else ["mod", "tidy"]
+            _run_go(component, go, tidy, work, log_path, "tidy")
             # One package: name the file (etcd's package path ends in /v3); several: a directory.
             single = len(packages) == 1
             destination = str(output / component.outputs[0][1]) if single else f"{output}/"
@@ -448,14 +551,27 @@ def _move_into_place(built: Path, final: Path) -> None:
         built.rename(final)
 
 
-def _download_go_mod(component: GoComponent, go: str, work: Path, log_path: Path) -> str:
-    """Fetch the component's module through the proxy and return its upstream go.mod text."""
+def _copy_crds(component: GoComponent, module_dir: Path, destination: Path) -> None:
+    sources = sorted((module_dir / component.crds).glob("*.yaml"))
+    if not sources:
+        raise ControlPlaneError(
+            f"{component.module}@{component.version} has no CRDs in {component.crds}/ ({module_dir})"
+        )
+    destination.mkdir()
+    for source in sources:
+        shutil.copyfile(source, destination / source.name)
+
+
+def _download_go_mod(
+    component: GoComponent, go: str, work: Path, log_path: Path
+) -> tuple[str, Path]:
+    """Fetch the component's module through the proxy: its upstream go.mod text and its directory."""
     info_path = work / "download.json"
     _run_go(component, go, ["mod", "download", "-json", f"{component.module}@{component.version}"],
             work, log_path, "download", stdout_path=info_path)
     try:
         info = json.loads(info_path.read_text())
-        return Path(info["GoMod"]).read_text()
+        return Path(info["GoMod"]).read_text(), Path(info.get("Dir", ""))
     except (ValueError, KeyError, OSError) as error:
         raise ControlPlaneError(
             f"could not read the go.mod of {component.module}@{component.version} ({error}); "
