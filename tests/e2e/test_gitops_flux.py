@@ -59,7 +59,7 @@ class FluxController:
     def start(self) -> None:
         cmd = [str(self.binary), f"--metrics-addr=127.0.0.1:{self.metrics_port}",
                f"--health-addr=127.0.0.1:{self.health_port}", "--enable-leader-election=false",
-               "--log-level=debug", *self.extra_args]
+               *self.extra_args]
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "RUNTIME_NAMESPACE": FLUX_NAMESPACE}
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -110,6 +110,7 @@ def flux(cluster: ClusterInfo, kubectl: Kubectl, flux_binaries: FluxBinaries,
             "crd/kustomizations.kustomize.toolkit.fluxcd.io")
     kubectl("create", "namespace", FLUX_NAMESPACE, check=False)
     storage = free_port()
+    (work / "artifacts").mkdir()  # source-controller refuses a storage path that does not exist
     controllers = [
         FluxController("source-controller", flux_binaries.source_controller, cluster.kubeconfig,
                        work / "source-controller.log",
@@ -262,7 +263,7 @@ def test_app_gitops_flux_applies_waits_for_stead_and_reports_a_stalled_object(
         assert "dependency cycle: S -> T -> S" in stalled["message"], stalled
 
         # 3. Reverted: everything Ready again.
-        repository.git("revert", "--no-edit", "HEAD")
+        repository.git("revert", "--no-commit", "HEAD")
         reverted = synced(kubectl, namespace, repository.commit("revert the cycle"))
         assert ready(reverted)["status"] == "True", ready(reverted)
 
