@@ -254,6 +254,7 @@ def test_app_gitops_flux_applies_waits_for_stead_and_reports_a_stalled_object(
         repository.edit("base/blueprint.yaml", cycle)
         broken = synced(kubectl, namespace, repository.commit("a cycle in the greeter"))
         message = ready(broken)["message"]
+        print(f"\nFlux on the broken Blueprint: {message}", file=sys.stderr)
         assert ready(broken)["reason"] == "HealthCheckFailed", ready(broken)
         assert f"Blueprint/{namespace}/greeter status: 'Failed'" in message, message
         # Flux's message names the object and its kstatus; Stead's own words are on the object it names
