@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 IMAGE  ?= localhost/stead:dev
 
-.PHONY: venv run run-chart test unit e2e lint typecheck crds argocd controlplane image image-tools ssh-tools node-tools browser-tools bench clean
+.PHONY: venv run run-chart test unit e2e lint typecheck crds argocd controlplane flux-tools image image-tools ssh-tools node-tools browser-tools bench clean
 
 venv: $(STAMP)
 
@@ -26,6 +26,9 @@ $(STAMP): pyproject.toml
 
 controlplane: venv ## build (once) and cache kube-apiserver, kube-controller-manager, kubectl, etcd, helm, kubelet, kube-scheduler
 	$(BIN)/stead cluster build
+
+flux-tools: venv ## build (once) and cache Flux's source-controller and kustomize-controller (the GitOps e2e test's loop)
+	$(BIN)/stead cluster build --flux
 
 # ARGS: more flags of `stead operator` (`make run ARGS='--ssh-allow 10.20.0.0/24 -v'`).
 ARGS ?=
@@ -108,14 +111,14 @@ browser-tools: ## chromium, installed with apt-get when missing (as root; the co
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 \
 		chromium >/dev/null
 
-e2e: venv controlplane image-tools ssh-tools node-tools browser-tools
+e2e: venv controlplane flux-tools image-tools ssh-tools node-tools browser-tools
 	$(BIN)/pytest -q tests/e2e
 
 # Two workers: the unit tests run beside the e2e session (tests/conftest.py keeps tests/e2e in one
 # worker: one control plane, one node, the tests in their order; loadscope keeps a module's tests,
 # and its module-scoped fixtures, in one worker). `make test PYTEST_ARGS=` runs serially.
 PYTEST_ARGS ?= -n 2 --dist loadscope
-test: venv controlplane image-tools ssh-tools node-tools browser-tools lint typecheck
+test: venv controlplane flux-tools image-tools ssh-tools node-tools browser-tools lint typecheck
 	$(BIN)/stead crds --check
 	$(BIN)/pytest -q $(PYTEST_ARGS) --durations=25 tests
 

@@ -47,6 +47,10 @@ def cluster_actions(cluster: argparse.ArgumentParser) -> None:
                                 help="the Environment's release: its graphs are the release's (default: demo)")
             action.add_argument("--role", action="append", dest="roles", metavar="ROLE",
                                 help="a role of the node, repeatable (default: controller and compute)")
+        if name == "build":
+            action.add_argument("--flux", action="store_true",
+                                help="also Flux's source-controller and kustomize-controller, with their CRDs "
+                                "(the GitOps loop of tests/e2e/test_gitops_flux.py; it builds them itself too)")
         if name == "load-image":
             action.add_argument("image", help="an image reference in buildah's storage, e.g. localhost/stead:dev")
 

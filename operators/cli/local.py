@@ -20,7 +20,7 @@ from operators.cluster import (
     default_home,
     ensure_binaries,
 )
-from operators.cluster.build import ensure_node_binaries
+from operators.cluster.build import ensure_flux_binaries, ensure_node_binaries
 from operators.cluster.images import pause_archive
 from operators.cluster.node import node_unavailable_reason
 from operators.cluster.ports import PORT_SETTINGS
@@ -33,6 +33,9 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             ensure_binaries(progress=say)
             ensure_node_binaries(progress=say)
             pause_archive(progress=say)
+            if args.flux:
+                flux = ensure_flux_binaries(progress=say)
+                print(f"{flux.source_controller}\n{flux.kustomize_controller}")
         elif args.action == "up":
             plane = local_plane({s.argument: getattr(args, s.argument) for s in PORT_SETTINGS})
             info = plane.up()

@@ -18,6 +18,13 @@ ETCD_VERSION: Final = "v3.6.16"
 HELM_VERSION: Final = "v3.22.0"
 """Newest Helm v3 release on the Go module proxy when pinned (the chart tests use Helm 3)."""
 
+FLUX_VERSION: Final = "v1.9.0"
+"""Flux's source-controller and kustomize-controller, for the
+GitOps loop of the e2e tests. The newest that builds here with Go 1.26: v1.10.0 and v1.10.1 need Go
+1.27 (`requires go >= 1.27.0 (running go 1.26.8; GOTOOLCHAIN=local)`), and source-controller v1.9.4
+to v1.9.6 need github.com/fluxcd/pkg/artifact v0.18.2 or v0.18.3, which the module proxy used here
+refuses (`403 Forbidden ... This module version is not available`). v1.9.1 to v1.9.3 were not tried."""
+
 
 def component_versions() -> dict[str, str]:
     """The pinned versions by component name, for status output and the cluster's state file."""

@@ -27,7 +27,7 @@ from tests.docsrun import StepFailed, Terminal, read_page, run_page
 from tests.e2e.conftest import DOCS_SKIPPED, ROOT, free_port, wait_until
 
 PAGES = ("README.md", "docs/environments.md", "docs/calm.md", "docs/configuration.md", "docs/services.md",
-         "docs/graphs.md", "docs/operations.md", "docs/console.md", "docs/architecture.md")
+         "docs/gitops.md", "docs/graphs.md", "docs/operations.md", "docs/console.md", "docs/architecture.md")
 """In the order a reader meets them; they share the plane, each in namespaces of its own."""
 
 HEALTH = "http://127.0.0.1:8080/readyz"  # `stead operator`'s default --health-port

@@ -168,7 +168,7 @@ FAKE_GO = """\
 # Stands in for the Go toolchain: records its calls, answers like go would.
 echo "$*" >> "$FAKE_GO_CALLS"
 case "$1 $2" in
-  "mod download") printf '{"Path": "x", "GoMod": "%s"}\\n' "$FAKE_UPSTREAM_GO_MOD" ;;
+  "mod download") printf '{"Path": "x", "GoMod": "%s", "Dir": "%s"}\\n' "$FAKE_UPSTREAM_GO_MOD" "$FAKE_MODULE_DIR" ;;
   "mod tidy") cp go.mod "$FAKE_GO_CAPTURE" ;;
   "env GOVERSION") echo go1.99 ;;
   build*)
@@ -214,6 +214,54 @@ def test_a_build_lands_atomically_in_the_versioned_directory_and_is_reused(
 
     assert build.ensure_component(build.ETCD, root) == directory
     assert fake_go.read_text() == calls  # cached: go was not run again
+
+
+FLUX_LIKE_GO_MOD = """\
+module github.com/fluxcd/source-controller
+
+go 1.26.0
+
+replace github.com/fluxcd/source-controller/api => ./api
+
+// a fork, kept as written
+replace github.com/opencontainers/go-digest => github.com/opencontainers/go-digest v1.0.1-0.20220411205349-bde1400a84be
+
+require (
+\tgithub.com/fluxcd/source-controller/api v1.9.0
+\tgithub.com/opencontainers/go-digest v1.0.0
+)
+
+replace github.com/example/unused => ../unused
+"""
+
+
+def test_upstream_replacements_pin_local_directories_at_the_required_version_and_keep_forks() -> None:
+    assert build.upstream_replacements(FLUX_LIKE_GO_MOD) == [
+        ("github.com/fluxcd/source-controller/api", "github.com/fluxcd/source-controller/api v1.9.0"),
+        ("github.com/opencontainers/go-digest",
+         "github.com/opencontainers/go-digest v1.0.1-0.20220411205349-bde1400a84be"),
+    ]  # ../unused is not required by anything: dropped
+
+
+def test_a_flux_build_keeps_the_replacements_tolerates_missing_test_modules_and_ships_the_crds(
+    tmp_path: Path, fake_go: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upstream = tmp_path / "flux.mod"
+    upstream.write_text(FLUX_LIKE_GO_MOD)
+    module = tmp_path / "module"
+    (module / "config" / "crd" / "bases").mkdir(parents=True)
+    (module / "config" / "crd" / "bases" / "gitrepositories.yaml").write_text("kind: CustomResourceDefinition\n")
+    monkeypatch.setenv("FAKE_UPSTREAM_GO_MOD", str(upstream))
+    monkeypatch.setenv("FAKE_MODULE_DIR", str(module))
+    root = tmp_path / "cache"
+
+    directory = build.ensure_component(build.FLUX_SOURCE_CONTROLLER, root)
+
+    assert os.access(directory / "source-controller", os.X_OK)
+    assert (directory / "crds" / "gitrepositories.yaml").read_text() == "kind: CustomResourceDefinition\n"
+    captured = (tmp_path / "captured-go.mod").read_text()
+    assert "\tgithub.com/fluxcd/source-controller/api => github.com/fluxcd/source-controller/api v1.9.0\n" in captured
+    assert "mod tidy -e" in fake_go.read_text()
 
 
 def test_a_failing_go_step_reports_the_step_and_the_tail_of_its_output(
