@@ -374,8 +374,9 @@ def create_failure(status: Mapping[str, Any], run_name: str) -> str | None:
 
     A failed create run records the failure in the App itself (status.failure, state error), and may
     do so before the App's create step sees the run end: the App must then stall on the failure too
-    (Stalled CreateFailed, what GitOps tools show), never count as provisioned. A later action that
-    succeeds clears the failure, and the App is Ready again."""
+    (Stalled CreateFailed, what GitOps tools show), never count as provisioned, as when this step sees the
+    run fail itself. A later action that succeeded clears `status.failure`, so this step no longer stalls the
+    App on it."""
     failure = status.get("failure") or {}
     if status.get("state") != "error" or failure.get("run") != run_name:
         return None
