@@ -107,21 +107,22 @@ the console's read and its write (a status write landing in those milliseconds),
 
 async def submit(call: ConsoleCall) -> Any:
     """Dry run, then the request itself; a refusal of either is the form's answer (`model.refusal`), with each
-    problem at the field it names. An edit carries `base`, the object its form was opened on, so that it is
-    sent at the present resourceVersion unless someone changed its fields since (`model.rebased`)."""
+    problem at the field it names. An edit carries `base`, the object its form was opened on: it is sent as
+    the user's changes alone, at the present resourceVersion, unless someone else changed one of the same
+    fields since (`model.rebased`)."""
     plural, mode, obj = _body(call)
     namespace = call.params["namespace"]
     sent = model.outgoing(plural, mode, namespace, obj)
     base = call.body.get("base") if mode == "edit" and isinstance(call.body, Mapping) else None
     for attempt in range(1, EDIT_ATTEMPTS + 1):
-        current = None
+        before = None
         if mode == "edit":
             current = await call.kube.request("GET", _path(plural, namespace, str(sent["metadata"].get("name") or "")))
             try:
-                sent = model.rebased(sent, base if isinstance(base, Mapping) else None, current)
+                sent, before = model.rebased(sent, base if isinstance(base, Mapping) else None, current)
             except model.EditConflict as conflict:
                 return {**conflict.refusal(), "stage": "conflict"}
-        request = model.request_for(plural, mode, sent, current)
+        request = model.request_for(plural, mode, sent, before)
         for stage, params in (("dry-run", {"dryRun": "All"}), ("submit", None)):
             try:
                 made = await call.kube.request(request.method, request.path, request.body,

@@ -334,30 +334,41 @@ def _differences(before: Any, after: Any, path: str) -> list[str]:
     return [] if before == after else [path]
 
 
-def changed_since(base: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """What another writer changed, of what an edit form holds (spec, labels, annotations), between the object
-    the form was opened on (`base`, as `editable` gave it) and the object as it is now."""
-    before, after = editable(base), editable(current)
+def held_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """The paths, of what an edit form holds (spec, labels, annotations), at which two versions of an object
+    differ (a list is one value: it is replaced whole by a merge patch)."""
+    old, new = editable(before), editable(after)
     found: list[str] = []
     for key in ("labels", "annotations"):
-        found += _differences(before["metadata"].get(key) or {}, after["metadata"].get(key) or {}, f"metadata.{key}")
-    return found + _differences(before["spec"], after["spec"], "spec")
+        found += _differences(old["metadata"].get(key) or {}, new["metadata"].get(key) or {}, f"metadata.{key}")
+    return found + _differences(old["spec"], new["spec"], "spec")
+
+
+def _overlap(one: str, other: str) -> bool:
+    """Whether two paths name the same value or one holds the other (`spec.inputs` holds `spec.inputs.a`)."""
+    return one == other or one.startswith(other + ".") or other.startswith(one + ".")
 
 
 def rebased(edited: Mapping[str, Any], base: Mapping[str, Any] | None,
-            current: Mapping[str, Any]) -> dict[str, Any]:
-    """An edit sent at the object's present resourceVersion when nobody changed what the form holds since it
-    was opened, as `kubectl edit` does: the operator's status writes and finalizers move the resourceVersion
-    every few seconds, and refusing the edit for them would refuse most edits of a live object. If someone did
-    change a field the form holds, the edit is refused (409), naming each such field, so that it overwrites
-    nothing unseen. Without `base` (a client that does not send it), the edit stays at the version it names."""
+            current: Mapping[str, Any]) -> tuple[dict[str, Any], Mapping[str, Any]]:
+    """An edit as sent, and the object its patch is computed against.
+
+    With `base`, the object the form was opened on, the edit is a three-way merge as `kubectl edit` does: its
+    patch holds only what the user changed (base -> edited), sent at the object's present resourceVersion, so
+    the operator's status writes, finalizers and labels since the form was opened neither refuse it nor are
+    undone by it. Where someone else changed a value the user changed otherwise, the edit is refused (409), naming
+    each such field, so that it overwrites nothing unseen. Without `base` (a client that does not send it),
+    the patch turns the present object into the edited one, at the version the edit names."""
     if base is None:
-        return dict(edited)
-    changed = changed_since(base, current)
-    if changed:
-        raise EditConflict(changed)
+        return dict(edited), current
+    mine = held_changes(base, edited)
+    unlike = held_changes(current, edited)  # a value both changed alike is no clash
+    clashes = [path for path in held_changes(base, current)
+               if any(_overlap(path, own) for own in mine) and any(_overlap(path, u) for u in unlike)]
+    if clashes:
+        raise EditConflict(clashes)
     version = str((current.get("metadata") or {}).get("resourceVersion") or "")
-    return {**edited, "metadata": {**(edited.get("metadata") or {}), "resourceVersion": version}}
+    return {**edited, "metadata": {**(edited.get("metadata") or {}), "resourceVersion": version}}, base
 
 
 class EditConflict(FormRefused):
@@ -382,9 +393,9 @@ class Request:
     content_type: str = "application/json"
 
 
-def request_for(plural: str, mode: Mode, obj: Mapping[str, Any], current: Mapping[str, Any] | None = None) -> Request:
-    """The API request a submission makes (sent twice: with dryRun=All, then for real). `current` is the object
-    as it is now, for an edit."""
+def request_for(plural: str, mode: Mode, obj: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> Request:
+    """The API request a submission makes (sent twice: with dryRun=All, then for real). `before` is the object
+    an edit's patch is computed against (`rebased`)."""
     kind = kind_of(plural)
     meta = obj.get("metadata") or {}
     namespace = None if kind.cluster_scoped else str(meta.get("namespace") or "")
@@ -395,9 +406,9 @@ def request_for(plural: str, mode: Mode, obj: Mapping[str, Any], current: Mappin
         raise FormRefused("metadata.name: the object to change has no name")
     merge = "application/merge-patch+json"
     if mode == "edit":
-        if current is None:
-            raise FormRefused("an edit needs the object as it is now")
-        return Request("PATCH", custom_path(plural, namespace, name), edit_patch(current, obj), merge)
+        if before is None:
+            raise FormRefused("an edit needs the object it changes")
+        return Request("PATCH", custom_path(plural, namespace, name), edit_patch(before, obj), merge)
     return Request("PATCH", custom_path(plural, namespace, name), {"spec": dict(obj.get("spec") or {})}, merge)
 
 

@@ -184,22 +184,38 @@ def test_an_edit_raced_by_status_writes_is_sent_again_a_bounded_number_of_times(
         assert answer["status"] == 409 and answer["stage"] == "submit"
 
 
-def test_an_edit_whose_fields_someone_else_changed_is_refused_naming_them_and_changes_nothing() -> None:
+def test_an_edit_keeps_what_someone_else_changed_elsewhere_and_is_refused_where_they_changed_the_same_field(
+        ) -> None:
     fake = FakeApi()
     kube, base = _edit_of_web(fake)
     stored = fake.objects[f"{APPS}/web"]
     stored["spec"]["inputs"] = {"a": "2"}
     stored["metadata"]["labels"] = {"t": "1", "owner": "bob"}
+    submit = _route("POST", "/submit/{namespace}")
+
+    # Another field than theirs: sent as the user's change alone; their input and label stay.
     edited = copy.deepcopy(base)
     edited["spec"]["softDelete"] = True
-    body = {"plural": "apps", "mode": "edit", "object": edited, "base": base}
+    answer = _run(submit, _call(kube, {"namespace": "team"}, {"plural": "apps", "mode": "edit", "object": edited,
+                                                              "base": base}))
+    assert answer["ok"] is True, answer
+    assert kube.sent[-1][4]["spec"] == {"softDelete": True} and "labels" not in kube.sent[-1][4]["metadata"]
+    stored = fake.objects[f"{APPS}/web"]
+    assert stored["spec"] == {"blueprint": "small", "inputs": {"a": "2"}, "softDelete": True}
+    assert stored["metadata"]["labels"] == {"t": "1", "owner": "bob"}
+
+    # The same fields as theirs: refused, naming each, and nothing sent.
+    edited["spec"]["inputs"] = {"a": "3"}
+    edited["metadata"]["labels"] = {"owner": "carol"}
     sent_before = len(kube.sent)
-    answer = _run(_route("POST", "/submit/{namespace}"), _call(kube, {"namespace": "team"}, body))
+    answer = _run(submit, _call(kube, {"namespace": "team"}, {"plural": "apps", "mode": "edit", "object": edited,
+                                                              "base": base}))
     assert answer["ok"] is False and answer["status"] == 409 and answer["stage"] == "conflict"
     assert [e["path"] for e in answer["errors"]] == ["metadata.labels.owner", "spec.inputs.a"]
     assert "open the form again" in answer["message"]
     assert [s[0] for s in kube.sent[sent_before:]] == ["GET"]
-    assert "softDelete" not in stored["spec"]
+    stored = fake.objects[f"{APPS}/web"]
+    assert stored["spec"]["inputs"] == {"a": "2"} and stored["metadata"]["labels"]["owner"] == "bob"
 
 
 def test_the_run_form_suggests_system_actions_when_the_blueprint_is_not_readable() -> None:
