@@ -2,7 +2,7 @@
 kstatus' own Go code (tools/kstatus calls sigs.k8s.io/cli-utils/pkg/kstatus/status.Compute), the
 library Flux decides health with. Ready at its generation is Current; reconciling, queued, waiting or
 running is InProgress; Stalled (a failed run too) is Failed; a generation not yet observed is never
-Current."""
+Current. The chart's Argo CD health checks judge the same objects and must agree."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from operators.cluster.build import ensure_kstatus
+from tests import argocd
 from tests.e2e.phases import KINDS, Captured, phase_objects  # noqa: F401  (the session's captured objects)
 
 EXPECTED: dict[tuple[str, str], str] = {
@@ -70,3 +71,22 @@ def test_kstatus_judges_every_kind_at_every_phase_as_stead_means_it(kstatus: Pat
              for key, v in verdicts.items() if v.get("status") != EXPECTED.get(key)}
     assert not wrong, wrong
     assert all(v["status"] != "Current" for (_, phase), v in verdicts.items() if phase == "Unobserved")
+
+
+ARGO_CD_FOR: dict[str, set[str]] = {"Current": {"Healthy", "Suspended"}, "InProgress": {"Progressing"},
+                                    "Failed": {"Degraded"}}
+"""Argo CD's health for each kstatus verdict: the two tools read the same conditions."""
+ARGO_CD_SAYS_MORE: dict[tuple[str, str], str] = {("App", "ActionFailed"): "Degraded"}
+"""Where Argo CD's health check says more than kstatus (docs/gitops.md): an App whose last action failed is
+realized (kstatus: Current), and Argo CD shows the failure on the App itself."""
+
+
+def test_argo_cd_health_checks_agree_with_kstatus_on_every_kind_at_every_phase(phase_objects: Captured) -> None:  # noqa: F811
+    """The chart's Lua health checks (run as Argo CD runs them, tests/argocd.py) judge the same live objects."""
+    wrong = {}
+    for key, obj in sorted(phase_objects.items()):
+        verdict = argocd.health(obj)
+        wanted = {ARGO_CD_SAYS_MORE[key]} if key in ARGO_CD_SAYS_MORE else ARGO_CD_FOR[EXPECTED[key]]
+        if verdict.status not in wanted or not verdict.message:
+            wrong[key] = (sorted(wanted), verdict.status, verdict.message)
+    assert not wrong, wrong
