@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=200)
     try:
         baseline = parse_baseline(args.baseline.read_text(), list(BENCHES))
     except (OSError, ValueError) as error:
