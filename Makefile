@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 IMAGE  ?= localhost/stead:dev
 
-.PHONY: venv run run-chart test unit e2e lint typecheck crds argocd controlplane flux-tools image image-tools ssh-tools node-tools browser-tools bench clean
+.PHONY: venv run run-chart test unit e2e lint typecheck crds argocd controlplane flux-tools image image-tools ssh-tools node-tools browser-tools bench bench-check clean
 
 venv: $(STAMP)
 
@@ -124,6 +124,11 @@ test: venv controlplane flux-tools image-tools ssh-tools node-tools browser-tool
 
 bench: venv controlplane
 	$(BIN)/python bench/pipeline_throughput.py
+
+# Not in CI (a few minutes, wants a quiet machine): short benches by bench/baseline.toml's commit and by this
+# tree, alternately in one run; exit 1 naming the figure that regressed beyond its tolerance.
+bench-check: venv
+	$(BIN)/python bench/check.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,305 @@
+"""`make bench-check`: short versions of the benches, run by a stored baseline commit's code and by this
+tree's code on the same machine in one run, compared figure by figure; exit 1 on a regression beyond noise.
+
+Figures taken on different days or machines cannot be compared (issue 32: this machine is about twice as
+slow as the one earlier notes came from). So both contenders run here, now, alternately: for each round
+and each bench the old code and the new code run back to back (the order swapped every round), each in a
+fresh interpreter, so that a change in the machine's load hits both alike.
+
+- The baseline is `bench/baseline.toml`: the commit, the number of rounds, and a tolerance per bench. Its
+  `operators` and `pipelines` are extracted (`git archive`) into a temporary directory and put first on
+  the path of the old side's processes; the measuring code (this script and the bench modules it
+  imports) is this tree's for both sides, so that both measure the same thing. Each child reports the
+  files it imported its packages from, and the run stops if they are not the side's own.
+- The figures are CPU times (of the measuring process, all threads), lower is better; CPU time is
+  steadier than wall time on a shared machine.
+- A figure regresses when new/old exceeds 1 + its bench's tolerance for both the medians and the minima
+  of the rounds: one slow round (a load spike) moves the median or the minimum, rarely both.
+
+The benches (no control plane needed): `workflow_overhead.py`'s engine at 1,000 steps, chain and wide;
+`graph_plan.py`'s merge + expand + plan at 100 tasks x 50 nodes; `compile.py`'s compile at 200 services;
+`masking.py`'s line-by-line masking with 10 values.
+
+    .venv/bin/python bench/check.py [--rounds N] [--only workflow,compile] [--baseline FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE_FILE = ROOT / "bench" / "baseline.toml"
+PACKAGES = ("operators", "pipelines")
+
+
+# --- the pure part: the baseline file and the verdict ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What `bench/baseline.toml` holds: the commit whose code is the reference, the rounds, and the
+    tolerance (a fraction: 0.15 allows new/old up to 1.15) per bench."""
+
+    commit: str
+    rounds: int
+    tolerance: Mapping[str, float]
+
+
+def parse_baseline(text: str, benches: Sequence[str]) -> Baseline:
+    """`text` (TOML) as a Baseline; every bench in `benches` must have a tolerance. A ValueError names the
+    field that is missing or wrong."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"baseline: not TOML: {error}") from None
+    commit = data.get("commit")
+    if not isinstance(commit, str) or not commit.strip():
+        raise ValueError("baseline: `commit` must be a commit name (a hash), as a string")
+    rounds = data.get("rounds", 5)
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
+        raise ValueError(f"baseline: `rounds` must be a positive integer, not {rounds!r}")
+    table = data.get("tolerance")
+    if not isinstance(table, dict):
+        raise ValueError("baseline: a [tolerance] table is needed, one fraction per bench")
+    tolerance: dict[str, float] = {}
+    for name, value in table.items():
+        if name not in benches:
+            raise ValueError(f"baseline: tolerance.{name}: no such bench (known: {', '.join(benches)})")
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value < 10:
+            raise ValueError(f"baseline: tolerance.{name} must be a fraction such as 0.15, not {value!r}")
+        tolerance[name] = float(value)
+    missing = [name for name in benches if name not in tolerance]
+    if missing:
+        raise ValueError(f"baseline: tolerance.{missing[0]} is missing (every bench needs one)")
+    return Baseline(commit.strip(), rounds, tolerance)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One figure's comparison: the minima and medians of both sides, their ratios new/old, and whether
+    that is a regression beyond `tolerance`."""
+
+    old_min: float
+    old_median: float
+    new_min: float
+    new_median: float
+    median_ratio: float
+    min_ratio: float
+    tolerance: float
+
+    @property
+    def regressed(self) -> bool:
+        limit = 1 + self.tolerance
+        return self.median_ratio > limit and self.min_ratio > limit
+
+
+def judge(old: Sequence[float], new: Sequence[float], tolerance: float) -> Verdict:
+    """Compare one figure's rounds (lower is better). Both ratios must exceed 1 + tolerance for a
+    regression: the median guards against one lucky round of the new code, the minimum against one
+    unlucky (loaded) round."""
+    if not old or not new:
+        raise ValueError("judge: both sides need at least one round")
+    if min(old) <= 0 or min(new) <= 0:
+        raise ValueError("judge: figures must be positive times")
+    old_min, old_median = min(old), statistics.median(old)
+    new_min, new_median = min(new), statistics.median(new)
+    return Verdict(old_min, old_median, new_min, new_median, new_median / old_median, new_min / old_min, tolerance)
+
+
+# --- the benches (run in a child process, with the side's packages first on the path) ---------------
+
+
+def bench_workflow() -> dict[str, float]:
+    from bench.workflow_overhead import measure_stead
+
+    figures = {}
+    for shape in ("chain", "wide"):
+        _, cpu = measure_stead(shape, 1000, 1)
+        figures[f"{shape} 1000, CPU ms/step"] = cpu * 1e3 / 1000
+    return figures
+
+
+def bench_graph_plan() -> dict[str, float]:
+    from bench.graph_plan import measure
+
+    result = measure("100x50", 1)
+    return {"expand 100x50, CPU ms": result["expand"] * 1e3, "plan 100x50, CPU ms": result["plan"] * 1e3}
+
+
+def bench_compile() -> dict[str, float]:
+    from functools import partial
+
+    from bench.compile import best, blueprint
+    from operators.calm.compiler import compile_blueprint
+    from operators.calm.models import BlueprintSpec
+
+    spec = BlueprintSpec.model_validate(blueprint(200))
+    took, result = best(partial(compile_blueprint, spec, None), 3)
+    assert result.ok, result.errors[:3]
+    return {"compile 200 services, CPU ms": took * 1e3}
+
+
+def bench_masking() -> dict[str, float]:
+    import random
+
+    from bench.masking import MIB, mask_lines, output, values
+    from pipelines.masking import Masker
+
+    rng = random.Random(25)
+    secrets = values(10, rng)
+    masker, lines = Masker(secrets), output(secrets, rng)
+    size = sum(len(line) + 1 for line in lines) / MIB
+    mask_lines(masker, lines)  # warm-up
+    times = []
+    for _ in range(3):
+        start = time.process_time()
+        mask_lines(masker, lines)
+        times.append(time.process_time() - start)
+    return {"10 values by line, CPU ms/MiB": min(times) / size * 1e3}
+
+
+BENCHES: dict[str, Callable[[], dict[str, float]]] = {
+    "workflow": bench_workflow,
+    "graph_plan": bench_graph_plan,
+    "compile": bench_compile,
+    "masking": bench_masking,
+}
+
+
+def child(name: str) -> int:
+    """Run one bench and print its figures and where its packages came from, as one JSON line."""
+    import importlib
+
+    figures = BENCHES[name]()
+    origins = {package: str(Path(importlib.import_module(package).__file__ or "").parent) for package in PACKAGES}
+    print(json.dumps({"figures": figures, "origins": origins}))
+    return 0
+
+
+# --- the run -------------------------------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def extract(commit: str, into: Path) -> str:
+    """The commit's packages (`git archive`) in `into`; returns the full commit hash."""
+    full = subprocess.run(["git", "rev-parse", "--verify", f"{commit}^{{commit}}"], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout.strip()
+    archive = into / "baseline.tar"
+    subprocess.run(["git", "archive", "--format=tar", "-o", str(archive), full, *PACKAGES], cwd=ROOT, check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(into / "tree", filter="data")
+    archive.unlink()
+    return full
+
+
+def run_child(name: str, tree: Path, extra_path: Sequence[Path]) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in (tree, *extra_path))}
+    done = subprocess.run([sys.executable, __file__, "--child", name], cwd=ROOT, env=env, capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"bench {name} failed with the code of {tree}:\n{done.stderr[-3000:]}")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    for package, origin in report["origins"].items():
+        if Path(origin) != tree / package:
+            raise SystemExit(f"bench {name}: {package} came from {origin}, not from {tree / package}")
+    figures: dict[str, float] = report["figures"]
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--baseline", type=Path, default=BASELINE_FILE, help="the baseline file (TOML)")
+    parser.add_argument("--rounds", type=int, help="rounds per side (default: the baseline file's)")
+    parser.add_argument("--only", help="a comma-separated subset of: " + ", ".join(BENCHES))
+    parser.add_argument("--child", choices=list(BENCHES), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return child(args.child)
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=200)
+    try:
+        baseline = parse_baseline(args.baseline.read_text(), list(BENCHES))
+    except (OSError, ValueError) as error:
+        console.print(f"[red]{error}[/red]")
+        return 2
+    names = args.only.split(",") if args.only else list(BENCHES)
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        parser.error(f"--only: no bench {unknown[0]!r} (known: {', '.join(BENCHES)})")
+    rounds = args.rounds or baseline.rounds
+    console.print(f"CPU: {cpu_model()} x {os.cpu_count()}; Python {platform.python_version()}")
+    console.print(f"load average at start: {load()}")
+    started = time.monotonic()
+    runs: dict[tuple[str, str], dict[str, list[float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="stead-bench-check-") as tmp:
+        full = extract(baseline.commit, Path(tmp))
+        console.print(f"old: {full[:12]} (bench/baseline.toml, extracted to {tmp}/tree); new: this tree, {ROOT}; "
+                      f"{rounds} rounds, old and new alternately")
+        sides = {"old": (Path(tmp) / "tree", [ROOT]), "new": (ROOT, [])}
+        for round_ in range(rounds):
+            order = ("old", "new") if round_ % 2 == 0 else ("new", "old")
+            for name in names:
+                for side in order:
+                    tree, extra = sides[side]
+                    for figure, value in run_child(name, tree, extra).items():
+                        runs.setdefault((name, figure), {}).setdefault(side, []).append(value)
+            console.print(f"round {round_ + 1}/{rounds} done ({time.monotonic() - started:.0f} s, load {load()})")
+
+    table = Table(title=f"new (this tree) vs old ({full[:12]}): CPU, lower is better, {rounds} rounds")
+    for column in ("bench", "figure", "old min", "old median", "new min", "new median", "new/old median",
+                   "new/old min", "tolerance", "verdict"):
+        table.add_column(column, justify="left" if column in ("bench", "figure", "verdict") else "right")
+    regressions: list[str] = []
+    for (name, figure), sides_values in runs.items():
+        verdict = judge(sides_values["old"], sides_values["new"], baseline.tolerance[name])
+        mark = "[red]REGRESSED[/red]" if verdict.regressed else "ok"
+        table.add_row(name, figure, f"{verdict.old_min:.3f}", f"{verdict.old_median:.3f}", f"{verdict.new_min:.3f}",
+                      f"{verdict.new_median:.3f}", f"{verdict.median_ratio:.3f}", f"{verdict.min_ratio:.3f}",
+                      f"{verdict.tolerance:.2f}", mark)
+        if verdict.regressed:
+            regressions.append(
+                f"{name}: {figure}: new median {verdict.new_median:.3f} vs old {verdict.old_median:.3f} "
+                f"(x{verdict.median_ratio:.3f}), min {verdict.new_min:.3f} vs {verdict.old_min:.3f} "
+                f"(x{verdict.min_ratio:.3f}), beyond the tolerance of {verdict.tolerance:.2f}")
+    console.print(table)
+    console.print(f"load average at end: {load()} ({time.monotonic() - started:.0f} s)")
+    for line in regressions:
+        console.print(f"[red]regression[/red] {line}", highlight=False)
+    if regressions:
+        return 1
+    console.print("no regression beyond the tolerances")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
