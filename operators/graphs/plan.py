@@ -38,7 +38,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from operators.graphs.conditions import ConditionError, SharedEvaluations
+from operators.graphs.conditions import ConditionError
+from operators.graphs.evaluations import SharedEvaluations
 from operators.graphs.expansion import ANCHOR, MAX_INSTANCES, Expansion, GraphNode, expand, fault_tolerance
 from operators.graphs.models import (
     STRUCTURE_TYPES,

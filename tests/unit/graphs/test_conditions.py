@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from operators.graphs import ConditionError, TaskCondition, compile_expression, evaluate
+from operators.graphs import ConditionError, TaskCondition, compile_expression, evaluate, evaluations
 from operators.graphs import conditions as cond
 from operators.graphs.conditions import evaluate_expression
 
@@ -183,12 +183,12 @@ def test_fuel_get_compares_with_the_last_runs_data_too() -> None:
     ("(", None),
 ])
 def test_reads_names_every_key_of_data_an_expression_can_read(text: str, expected: Any) -> None:
-    read = cond.reads(text)
+    read = evaluations.reads(text)
     assert (read if read is None else (set(read[0]), set(read[1]))) == expected
 
 
 def test_nodes_that_read_the_same_values_share_one_evaluation_and_a_failure_is_never_shared() -> None:
-    shared = cond.SharedEvaluations(force=False)
+    shared = evaluations.SharedEvaluations(force=False)
     same = {"a": {"x": 1}, "node": {"name": "n1"}}
     condition = TaskCondition.model_validate({"yaql_exp": "changed($.a)"})
     assert shared.evaluate(condition, "n1", same, same) is False
