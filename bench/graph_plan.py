@@ -11,7 +11,9 @@ release tasks whole). Every task runs on every node and requires the previous ta
 same node; every 10th task also cross-depends on a controller task (policy all), every 10th+5
 on one with policy any, and a quarter of the tasks have a yaql condition (8 distinct
 expressions shared through the graph, as fuel-library shares them through YAML anchors),
-evaluated against a last run whose data equals the new data except on half the keys. The
+evaluated against a last run whose data equals the new data except on half the keys. The nodes of
+a role have the same data, and a condition is evaluated once for the nodes that read the same values
+(issue 32); `--distinct` gives every node values of its own in every key read: the worst case. The
 environment has 3 controllers and computes for the rest. Groups as fuel-library writes them
 (issue 26): the release has the groups `controller` and `compute` (compute requires controller,
 both required for deploy_end), four tasks in five name both groups (`groups: [controller,
@@ -38,7 +40,7 @@ and wall limits, the plan file written), per size in `--process` (default 5x3, 2
 wall time beside the plan made in-process and written the same way, and the operator's own CPU.
 
     .venv/bin/python bench/graph_plan.py [--sizes 200x100 2000x100] [--repeat 3] [--execute 50x20]
-                                         [--process 5x3 200x100] [--baseline DIR]
+                                         [--process 5x3 200x100] [--baseline DIR] [--distinct]
 """
 
 from __future__ import annotations
@@ -112,15 +114,25 @@ def nodes(count: int) -> list[GraphNode]:
             for n in range(count)]
 
 
+DISTINCT = False
+"""`--distinct`: every node's data differ in every key the conditions read (no evaluation is shared)."""
+
+
 def data(node: GraphNode, *, last: bool) -> dict[str, Any]:
+    """A node's data: the same for the nodes of a role (as a role's configuration mostly is), or, with
+    `--distinct`, different on every node in every key a condition reads (the planner's worst case:
+    a condition is evaluated once for the nodes that read the same values)."""
+    own = f"{node.name}-{last}" if DISTINCT else ""
     return {"a": 1, "b": 2 if last else 3, "c": None, "d": {"e": 1}, "roles": list(node.roles), "flag": True,
             "nodes": {"n1": {"ip": "10.0.0.1"}, "n2": {"ip": "10.0.0.2" if last else "10.0.0.9"}},
-            "list": [1, 2] if last else [1, 2, 3]}
+            "list": [1, 2] if last else [1, 2, 3],
+            **({"a": own, "b": own, "d": {"e": own}, "flag": own, "list": [own], "roles": [*node.roles, own],
+                "nodes": {"n1": {"ip": own}}} if DISTINCT else {})}
 
 
 def merge_and_plan(
     release: list[Task], plugin: list[Task], env: list[Task], node_list: list[GraphNode],
-    node_data: dict[str, dict[str, Any]], last_data: dict[str, dict[str, Any]],
+    node_data: dict[str, dict[str, Any]], last_data: dict[str, dict[str, Any]] | None,
 ) -> Plan:
     """What a run costs before its workflow: merge, expand (inside make_plan), states and conditions."""
     merged = merge_graphs(release, [("plugin", plugin)], env)
@@ -177,7 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", metavar="DIR",
                         help="a checkout whose code plans the same graphs too (in a child process), for the ratio")
     parser.add_argument("--json", action="store_true", help="only the sizes' figures, as one JSON line")
+    parser.add_argument("--distinct", action="store_true",
+                        help="every node's data differ in what the conditions read (no evaluation shared)")
     args = parser.parse_args(argv)
+    global DISTINCT
+    DISTINCT = args.distinct
 
     if args.json:
         print(json.dumps([measure(size, args.repeat) for size in args.sizes]))
@@ -195,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"group order (compute's tasks after all of controller's): {'yes' if first['group_order'] else 'NO'}; "
           f"target: plan of {first['size']} <= 1 s: {first['plan']:.2f} s")
     if args.baseline:
-        baseline(args.baseline, args.sizes, args.repeat, results)
+        baseline(args.baseline, args.sizes, args.repeat, results, args.distinct)
     if args.execute:
         execute(args.execute)
     for size in args.process:
@@ -203,11 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def baseline(directory: str, sizes: list[str], repeat: int, results: list[dict[str, Any]]) -> None:
+def baseline(directory: str, sizes: list[str], repeat: int, results: list[dict[str, Any]], distinct: bool) -> None:
     """The same sizes planned by the code of `directory` (this script, that checkout's packages
     first on the path), beside this checkout's figures."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([directory, os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, __file__, "--json", "--repeat", str(repeat), "--sizes", *sizes],
+    done = subprocess.run([sys.executable, __file__, "--json", "--repeat", str(repeat), "--sizes", *sizes,
+                           *(["--distinct"] if distinct else [])],
                           env=env, capture_output=True, text=True, check=True)
     theirs = {r["size"]: r for r in json.loads(done.stdout.strip().splitlines()[-1])}
     print(f"against {directory} (the same graphs, its code):")

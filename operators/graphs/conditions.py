@@ -491,3 +491,4 @@ def _register(context: Any) -> None:
     getter = specs.parameter("key", nullable=True)(specs.parameter("default", nullable=True)(getter))
     context.register_function(specs.method(getter))
     _generators(context)
+

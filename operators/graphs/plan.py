@@ -38,7 +38,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from operators.graphs.conditions import ConditionError, evaluate
+from operators.graphs.conditions import ConditionError
+from operators.graphs.evaluations import SharedEvaluations
 from operators.graphs.expansion import ANCHOR, MAX_INSTANCES, Expansion, GraphNode, expand, fault_tolerance
 from operators.graphs.models import (
     STRUCTURE_TYPES,
@@ -282,6 +283,7 @@ def make_plan(
     prefixes: set[str] = set()
     sub_hits: list[bool] = [False] * (2 * len(subgraphs))
     budget = ConditionBudget()
+    shared = SharedEvaluations(force=force)
     instances = 0
     for index, (selection, tasks) in enumerate(graphs):
         exp = expand(tasks, node_list, max_instances=MAX_INSTANCES - instances)
@@ -304,7 +306,7 @@ def make_plan(
         in_subgraph = subgraph_members(exp, subgraphs, sub_hits) if subgraphs else None
         prefix = _prefix(selection.type, prefixes)
         states, step_types = _states(
-            exp, selected, chosen_tasks, in_subgraph, noop=noop, force=force,
+            exp, selected, chosen_tasks, in_subgraph, noop=noop, shared=shared,
             node_data=node_data or {}, last_data=last_data, problems=problems, budget=budget,
         )
         plan = GraphPlan(selection.type, prefix, exp, selected, states, step_types)
@@ -345,7 +347,7 @@ def _states(
     in_subgraph: set[int] | None,
     *,
     noop: bool,
-    force: bool,
+    shared: SharedEvaluations,
     node_data: Mapping[str, Mapping[str, Any]],
     last_data: Mapping[str, Mapping[str, Any]] | None,
     problems: list[str],
@@ -366,7 +368,7 @@ def _states(
             state, reason = "skipped", "not selected (tasks filter)"
         elif in_subgraph is not None and i not in in_subgraph:
             state, reason = "skipped", "outside subgraph"
-        elif task.condition is not None and not _condition(task, node, memo, node_data, last_data, force, problems,
+        elif task.condition is not None and not _condition(task, node, memo, node_data, last_data, shared, problems,
                                                            budget):
             state, reason = "skipped", "condition false"
         elif noop and task.type != "puppet":
@@ -380,10 +382,12 @@ def _states(
 
 def _condition(
     task: Task, node: str, memo: dict[tuple[str, str], bool], node_data: Mapping[str, Mapping[str, Any]],
-    last_data: Mapping[str, Mapping[str, Any]] | None, force: bool, problems: list[str], budget: ConditionBudget,
+    last_data: Mapping[str, Mapping[str, Any]] | None, shared: SharedEvaluations, problems: list[str],
+    budget: ConditionBudget,
 ) -> bool:
-    """A task's condition on a node; the same expression on the same node is evaluated once
-    (task files repeat conditions through YAML anchors)."""
+    """A task's condition on a node; the same expression on the same node is looked at once (task files
+    repeat conditions through YAML anchors), and evaluated once for the nodes whose data agree on what it
+    reads (`SharedEvaluations`; each node still counts against the budget, as if evaluated)."""
     condition = task.condition
     assert condition is not None
     text = condition.yaql_exp if condition.yaql_exp is not None else f"legacy:{condition.legacy}"
@@ -401,7 +405,7 @@ def _condition(
         value = False
     else:
         try:
-            value = evaluate(condition, data, last, force=force)
+            value = shared.evaluate(condition, node, data, last)
         except ConditionError as error:
             problems.append(f"task {task.id!r} on {node or 'the anchors'}: condition: {error}")
             value = False

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from operators.graphs import ConditionError, TaskCondition, compile_expression, evaluate
+from operators.graphs import ConditionError, TaskCondition, compile_expression, evaluate, evaluations
 from operators.graphs import conditions as cond
 from operators.graphs.conditions import evaluate_expression
 
@@ -170,3 +170,37 @@ def test_fuel_get_compares_with_the_last_runs_data_too() -> None:
     assert evaluate(y("changed($.get('debug', false))"), DATA, old) is True
     assert evaluate(y("changed($.get('region'))"), DATA, old) is False
     assert evaluate_expression("old($.get('debug'))", DATA, old) is False
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("changedAny($.a.b, $?.c, $.get('d', 1), $.e.select($.f))", ({"a", "c", "e", "f"}, {"d"})),
+    ("$.x and $.y.keys().first() = 'k'", ({"x", "y"}, set())),
+    ("len($) > 1", None),
+    ("$['a']", None),
+    ("$.keys()", None),
+    ("$.get($.k)", None),
+    ("let(a => 1) -> $a", None),
+    ("(", None),
+])
+def test_reads_names_every_key_of_data_an_expression_can_read(text: str, expected: Any) -> None:
+    read = evaluations.reads(text)
+    assert (read if read is None else (set(read[0]), set(read[1]))) == expected
+
+
+def test_nodes_that_read_the_same_values_share_one_evaluation_and_a_failure_is_never_shared() -> None:
+    shared = evaluations.SharedEvaluations(force=False)
+    same = {"a": {"x": 1}, "node": {"name": "n1"}}
+    condition = TaskCondition.model_validate({"yaql_exp": "changed($.a)"})
+    assert shared.evaluate(condition, "n1", same, same) is False
+    assert shared.evaluate(condition, "n2", {**same, "node": {"name": "n2"}}, same) is False
+    assert shared.evaluated == 1  # `node` is not read
+    assert shared.evaluate(condition, "n3", {**same, "a": {"x": 2}}, same) is True
+    assert shared.evaluate(condition, "n4", same, None) is True  # no last run
+    assert shared.evaluated == 3
+    whole = TaskCondition.model_validate({"yaql_exp": "len($) = 2"})
+    assert [shared.evaluate(whole, n, same, same) for n in ("n1", "n2")] == [True, True] and shared.evaluated == 5
+    failing = TaskCondition.model_validate({"yaql_exp": "$.b.c"})
+    for node in ("n1", "n2"):
+        with pytest.raises(ConditionError):
+            shared.evaluate(failing, node, same, same)
+    assert shared.evaluated == 7
