@@ -37,6 +37,15 @@ def _go_mod_lines(go_mod: str) -> Iterator[tuple[str | None, str]]:
             yield None, line
 
 
+def _directives(go_mod: str, verb: str) -> Iterator[str]:
+    """The text of every ``verb`` directive (``require``, ``replace``), in a block or on a line of its own."""
+    for block, line in _go_mod_lines(go_mod):
+        if block == verb:
+            yield line
+        elif block is None and line.startswith(verb + " "):
+            yield line.removeprefix(verb + " ").strip()
+
+
 def go_directive(go_mod: str) -> str | None:
     """The ``go`` version line of a go.mod (the wrapper mirrors it, so Go picks the same rules)."""
     for block, line in _go_mod_lines(go_mod):
@@ -49,13 +58,7 @@ def go_directive(go_mod: str) -> str | None:
 def staging_modules(go_mod: str) -> list[str]:
     """Modules the upstream go.mod replaces with a ``./staging/`` directory, in file order."""
     modules: list[str] = []
-    for block, line in _go_mod_lines(go_mod):
-        if block == "replace":
-            spec = line
-        elif block is None and line.startswith("replace "):
-            spec = line.removeprefix("replace ").strip()
-        else:
-            continue
+    for spec in _directives(go_mod, "replace"):
         match = _REPLACE_LINE.match(spec)
         if match and match["new"].startswith("./staging/") and match["ver"] is None:
             modules.append(match["old"])
@@ -65,13 +68,7 @@ def staging_modules(go_mod: str) -> list[str]:
 def required_versions(go_mod: str) -> dict[str, str]:
     """The ``require`` lines of a go.mod: module path to version."""
     versions: dict[str, str] = {}
-    for block, line in _go_mod_lines(go_mod):
-        if block == "require":
-            spec = line
-        elif block is None and line.startswith("require "):
-            spec = line.removeprefix("require ").strip()
-        else:
-            continue
+    for spec in _directives(go_mod, "require"):
         parts = spec.split()
         if len(parts) >= 2:
             versions[parts[0]] = parts[1]
@@ -87,13 +84,7 @@ def upstream_replacements(go_mod: str) -> list[tuple[str, str]]:
     """
     required = required_versions(go_mod)
     kept: list[tuple[str, str]] = []
-    for block, line in _go_mod_lines(go_mod):
-        if block == "replace":
-            spec = line
-        elif block is None and line.startswith("replace "):
-            spec = line.removeprefix("replace ").strip()
-        else:
-            continue
+    for spec in _directives(go_mod, "replace"):
         match = _REPLACE_LINE.match(spec)
         if match is None:
             continue
