@@ -220,6 +220,8 @@ class AuditLog:
         with self.path.open("rb") as f:
             f.seek(offset)
             for raw in f:
+                if not raw.endswith(b"\n"):
+                    break  # the API server is still writing this line: it is read by the next call
                 event = json.loads(raw)
                 if event.get("stage") != "ResponseComplete":
                     continue

@@ -77,7 +77,9 @@ def test_app_launched_from_the_form_with_the_api_servers_refusals_at_their_field
     made = json.loads(kubectl("get", "app", "web", "-n", namespace, "-o", "json").stdout)
     assert made["spec"] == {"blueprint": "small", "inputs": {"who": "forms"}}
 
-    # Its create run, followed on its page until it succeeds.
+    # Its create run (made by the operator once it sees the App), followed on its page until it succeeds.
+    wait_until(lambda: kubectl("get", "actionrun", "web-create", "-n", namespace, check=False).returncode == 0, 60,
+               "the operator made the App's create run")
     page.goto(console.url + f"#/ns/{namespace}/actionruns/web-create")
     state = page.get_by_test_id("state")
     wait_until(lambda: state.count() and state.inner_text() == "Succeeded", 60, "the create run Succeeded on its page")
