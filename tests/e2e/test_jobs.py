@@ -97,6 +97,8 @@ def creators(cluster: ClusterInfo, namespace: str, resource: str, verb: str = "c
     users = set()
     with cluster.audit_log.open("rb") as log:
         for raw in log:
+            if not raw.endswith(b"\n"):
+                break  # a line the API server is still writing
             event = json.loads(raw)
             ref = event.get("objectRef") or {}
             if (event.get("stage") == "ResponseComplete" and event.get("verb") == verb
