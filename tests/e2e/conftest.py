@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -35,6 +34,18 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[2]
 STEAD = Path(sys.executable).parent / "stead"
+
+
+def stop_process(process: subprocess.Popen[bytes] | None, grace: float = 30) -> None:
+    """SIGTERM, `grace` seconds to exit, then SIGKILL: every process a test starts stops this way."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
 
 
 def free_port() -> int:
@@ -156,14 +167,7 @@ class OperatorProcess:
             return False
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        stop_process(self.process)
 
     def metric(self, name: str, **labels: str) -> float:
         """One sample from `/metrics` (0 when absent); labels match in any order."""

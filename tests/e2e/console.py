@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from operators.cluster import ClusterInfo
-from tests.e2e.conftest import ROOT, STEAD, Kubectl, OperatorProcess, free_port
+from tests.e2e.conftest import ROOT, STEAD, Kubectl, OperatorProcess, free_port, stop_process
 from tests.e2e.tenant_accounts import tenant_token
 from tests.polling import wait_until
 
@@ -80,13 +80,7 @@ class ConsoleProcess:
             return False
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop_process(self.process, grace=15)
 
     def metric(self, name: str, **labels: str) -> float:
         """A sample of the console's /console/metrics (0 when absent)."""

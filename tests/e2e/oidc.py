@@ -27,7 +27,7 @@ from typing import Any
 
 from operators.cluster.build import GoComponent, ensure_component
 from operators.runtime.serving.certs import make_ca, make_leaf
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import free_port, stop_process
 from tests.polling import wait_until
 
 ZITADEL_OP = GoComponent(
@@ -51,13 +51,7 @@ class IssuerProcess:
     log_path: Path
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop_process(self.process, grace=10)
 
 
 def start_issuer(work: Path, clients: Sequence[Client], users: Mapping[str, str]) -> IssuerProcess:

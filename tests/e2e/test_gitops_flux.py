@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ import yaml
 
 from operators.cluster import ClusterInfo
 from operators.cluster.build import FluxBinaries, ensure_flux_binaries
-from tests.e2e.conftest import ROOT, Kubectl, free_port, wait_until
+from tests.e2e.conftest import ROOT, Kubectl, free_port, stop_process, wait_until
 from tests.e2e.test_apps import get
 from tests.e2e.test_services import in_state, walk
 from tests.sshd import SshNodes, ssh_nodes  # noqa: F401  (the module-scoped fixture)
@@ -84,14 +83,7 @@ class FluxController:
             return False
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        stop_process(self.process)
 
 
 @pytest.fixture(scope="module")
