@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,8 +71,6 @@ class FluxController:
             raise
 
     def _ready(self) -> bool:
-        import urllib.request
-
         assert self.process is not None
         if self.process.poll() is not None:
             raise AssertionError(f"{self.name} exited {self.process.returncode}:\n"
