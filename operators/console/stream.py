@@ -212,22 +212,34 @@ def object_topic(plurals: frozenset[str], cluster_scoped: frozenset[str]
                      ) -> AsyncIterator[tuple[str, Any]]:
         plural, name = _plural(params, plurals), _name(params, "name")
         namespace = None if plural in cluster_scoped else _name(params, "namespace")
-        if position is None:
-            obj = await call.kube.request("GET", custom_path(plural, namespace, name))
-            position = str(obj["metadata"]["resourceVersion"])
-            yield position, obj
         collection = custom_path(plural, namespace)
+        by_name = {"fieldSelector": f"metadata.name={name}"}
+
+        async def current() -> tuple[str, Any]:
+            """The object, or {"absent": True} at the collection's version when it does not exist (yet): a page
+            opened on a name a form has just sent follows it until the operator or the user creates it."""
+            try:
+                obj = await call.kube.request("GET", custom_path(plural, namespace, name))
+                return str(obj["metadata"]["resourceVersion"]), obj
+            except ApiError as error:
+                if error.status != 404:
+                    raise
+            listed = await call.kube.request("GET", collection, params=by_name)
+            return str(listed["metadata"]["resourceVersion"]), {"absent": True}
+
+        if position is None:
+            position, first = await current()
+            yield position, first
         while True:
             try:
-                async for at, event in watch(call, collection, {"fieldSelector": f"metadata.name={name}"}, position):
+                async for at, event in watch(call, collection, by_name, position):
                     position = at
                     yield position, (event["object"] if event["type"] != "DELETED" else {"deleted": True})
             except ApiError as error:
                 if error.status != 410:
                     raise
-                obj = await call.kube.request("GET", custom_path(plural, namespace, name))  # too old: start again
-                position = str(obj["metadata"]["resourceVersion"])
-                yield position, obj
+                position, first = await current()  # too old: start again
+                yield position, first
     return source
 
 

@@ -1,4 +1,5 @@
-"""The console in a real browser, as users that are ServiceAccounts: sign-in, the namespace's objects, what a
+"""The console in a real browser, as users that are ServiceAccounts: sign-in, the namespace's objects (a page
+opened before its object exists follows it), what a
 user without rights sees, many tabs on one stream, a token revoked under an open stream, and the attacks on
 the console itself (CSRF, CSP, a forged session)."""
 
@@ -37,9 +38,20 @@ def test_sign_in_lists_the_namespaces_objects_and_follows_an_object_live(
         console: ConsoleProcess, console_page: OpenConsole, kubectl: Kubectl, namespace: str,
         tmp_path: Path) -> None:
     token = console_user(kubectl, namespace)
-    kubectl("apply", "-f", "-", input=env_manifest("lab", namespace))
     page = console_page(token)
     assert namespace in page.get_by_test_id("user").inner_text()
+    # a page opened on a name before its object exists (a form has just sent it, or the operator is about to
+    # make it) says so, and follows the name until it is created
+    page.goto(console.url + f"#/ns/{namespace}/environments/lab")
+    problem = page.get_by_test_id("problem")
+    wait_until(lambda: problem.count() and "waiting for environments/lab to be created" in problem.inner_text(),
+               30, "the page saying it waits for the object")
+    kubectl("apply", "-f", "-", input=env_manifest("lab", namespace))
+    page.get_by_test_id("object-name").wait_for()
+    assert page.get_by_test_id("object-name").inner_text() == "lab"
+    assert problem.count() == 0
+
+    page.goto(console.url + f"#/ns/{namespace}")
     page.get_by_test_id("row-environments-lab").wait_for()
     page.get_by_role("link", name="lab").click()
     page.get_by_test_id("object-name").wait_for()

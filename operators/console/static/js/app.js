@@ -200,10 +200,39 @@ function header(obj, kind, actions) {
         href: `${objectHash(obj.metadata.namespace || '-', kind.plural, obj.metadata.name)}/do/${action}`}, action)])));
 }
 
+/** A page opened on a name that does not exist (yet): a form has just sent it, or the operator is about to make
+ * it (an App's create run). Say so, and follow the name until the object appears; true once it has, false when
+ * the name is not one the stream can follow (the 404 is then the answer). */
+function created(route, mine, error) {
+  const note = h('p', {class: 'problem', 'data-test': 'problem'},
+    `${error.message} · waiting for ${route.plural}/${route.name} to be created`);
+  main.append(note);
+  return new Promise((resolve) => {
+    const stop = stream.subscribe({kind: 'object', plural: route.plural, namespace: route.namespace, name: route.name},
+      (message) => {
+        if (message.type === 'error' || message.type === 'end') {
+          stop();
+          resolve(false);
+        } else if (message.type === 'data' && message.data && message.data.metadata && mine === generation) {
+          stop();
+          note.remove();
+          resolve(true);
+        }
+      });
+    cleanups.push(stop);
+  });
+}
+
 async function objectPage(route, mine) {
   const path = `/console/api/objects/${encodeURIComponent(route.namespace)}/${encodeURIComponent(route.plural)}/` +
     encodeURIComponent(route.name);
-  let answer = await api.get(path);
+  let answer;
+  try {
+    answer = await api.get(path);
+  } catch (error) {
+    if (!(error instanceof ApiFailure && error.status === 404 && await created(route, mine, error))) throw error;
+    answer = await api.get(path);
+  }
   if (mine !== generation) return;
   const kind = answer.kind;
   const head = h('div', {});
