@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from operators.console.stream import parse_topics, run_topic, serve_stream
+from operators.console.stream import object_topic, parse_topics, run_topic, serve_stream
 from operators.console.web import ConsoleCall, ConsoleError, TopicSource
 from operators.runtime import ApiError
 
@@ -120,3 +120,42 @@ def test_a_stream_whose_topics_all_ended_closes_and_says_so() -> None:
     topics = parse_topics('[{"id": "t", "kind": "object"}]', SOURCES, 4)
     why = asyncio.run(serve_stream(_call(), topics, SOURCES, send, good, 60.0, 3600.0))
     assert why == "ended" and sent[-2].startswith(b"event: end") and sent[-1].startswith(b"event: close")
+
+
+class _Kube:
+    """The two calls the object topic makes of the API server: a GET (404: not created yet), a LIST by name, and a
+    watch that sees the object created."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str, Any]] = []
+
+    async def request(self, method: str, path: str, params: Mapping[str, str] | None = None) -> Any:
+        self.asked.append((method, path, params))
+        if path.endswith("/lab"):
+            raise ApiError(404, 'environments.stead.io "lab" not found')
+        return {"metadata": {"resourceVersion": "5"}, "items": []}
+
+    async def lines(self, path: str, query: Mapping[str, str], seconds: float) -> AsyncIterator[str]:
+        self.asked.append(("WATCH", path, dict(query)))
+        yield json.dumps({"type": "ADDED", "object": {"metadata": {"name": "lab", "resourceVersion": "6"}}})
+
+
+def test_the_object_topic_follows_a_name_until_its_object_is_created() -> None:
+    kube = _Kube()
+    source = object_topic(frozenset({"environments"}), frozenset())
+    call = ConsoleCall(kube=kube, stead=None, user="u")  # type: ignore[arg-type]
+
+    async def first_two() -> list[tuple[str, Any]]:
+        got = []
+        async for item in source(call, {"plural": "environments", "namespace": "ns", "name": "lab"}, None):
+            got.append(item)
+            if len(got) == 2:
+                break
+        return got
+
+    absent, created = asyncio.run(first_two())
+    assert absent == ("5", {"absent": True})
+    assert created == ("6", {"metadata": {"name": "lab", "resourceVersion": "6"}})
+    watched = kube.asked[-1]
+    assert watched[0] == "WATCH" and watched[2]["resourceVersion"] == "5"
+    assert watched[2]["fieldSelector"] == "metadata.name=lab"
