@@ -20,33 +20,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from operators.lsm.models import AttributeDefinition, AttributeType, ServiceEntitySpec
+from operators.lsm import embedded
+from operators.lsm.jsontypes import json_type as json_type  # re-exported: callers read types here
+from operators.lsm.jsontypes import type_fits as type_fits
+from operators.lsm.models import AttributeDefinition, ServiceEntitySpec
 from operators.runtime import FirstSeen, field_path, parse_spec
-
-_JSON_NAMES = {str: "string", bool: "bool", int: "int", float: "float", dict: "dict", list: "list"}
-
-
-def json_type(value: Any) -> str:
-    """The attribute type name of a JSON value (null for None)."""
-    if value is None:
-        return "null"
-    return _JSON_NAMES.get(type(value), type(value).__name__)
-
-
-def type_fits(kind: AttributeType, value: Any) -> bool:
-    """Whether a (non-null) JSON value is of an attribute type. A bool is not an int (JSON tells them
-    apart, Python does not); an int is a float (JSON writes 2.0 as 2)."""
-    if kind == "string":
-        return isinstance(value, str)
-    if kind == "bool":
-        return isinstance(value, bool)
-    if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "float":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if kind == "dict":
-        return isinstance(value, Mapping)
-    return isinstance(value, list)
 
 
 def definitions(entity: ServiceEntitySpec) -> dict[str, AttributeDefinition]:
@@ -70,6 +48,8 @@ def client_problems(entity: ServiceEntitySpec, entity_name: str, values: Mapping
         elif attribute.modifier == "r":
             problems.append(("ReadOnlyAttribute", f"{path}.{name}: read-only (modifier r): Stead sets it from the "
                                                   "deployment, a client never does"))
+        elif attribute.embedded is not None:
+            problems += embedded.value_problems(attribute, values[name], f"{path}.{name}", client=True)
     return problems
 
 
@@ -86,12 +66,24 @@ def changed_after_creation(entity: ServiceEntitySpec, changed: list[str],
             for name in changed if name in defs and defs[name].modifier == "rw"]
 
 
+def changed_items(entity: ServiceEntitySpec, old: Mapping[str, Any], new: Mapping[str, Any], changed: list[str],
+                  path: str = "spec.attributes") -> list[tuple[str, str]]:
+    """(reason, message) for each change inside a changed rw+ embedded attribute that its items' rules
+    forbid: a key changed, an rw attribute of a kept item changed (`operators.lsm.embedded`)."""
+    defs = definitions(entity)
+    return [problem for name in changed if name in defs and defs[name].modifier == "rw+"
+            for problem in embedded.update_problems(defs[name], old.get(name), new.get(name), f"{path}.{name}")]
+
+
 def with_defaults(entity: ServiceEntitySpec, values: Mapping[str, Any]) -> dict[str, Any]:
-    """The values, plus each absent attribute's default (r attributes' too: their initial value)."""
+    """The values, plus each absent attribute's default (r attributes' too: their initial value), and each
+    embedded item's absent attributes' defaults."""
     out = dict(values)
     for attribute in entity.attributes:
         if attribute.name not in out and attribute.default is not None:
             out[attribute.name] = attribute.default
+        if attribute.embedded is not None and out.get(attribute.name) is not None:
+            out[attribute.name] = embedded.fill_defaults(attribute, out[attribute.name])
     return out
 
 
@@ -110,6 +102,9 @@ def set_problems(entity: ServiceEntitySpec, entity_name: str, values: Mapping[st
                 problems.append(f"{path}.{name}: required (null given)")
         elif not type_fits(attribute.type, value):
             problems.append(f"{path}.{name}: expected {attribute.type}, got {json_type(value)}")
+        else:
+            problems += [message for _, message in embedded.value_problems(attribute, value, f"{path}.{name}",
+                                                                           client=False)]
     for attribute in entity.attributes:
         if attribute.name not in values and not attribute.optional and attribute.modifier != "r":
             problems.append(f"{path}.{attribute.name}: required")
@@ -141,9 +136,8 @@ def entity_problems(entity: ServiceEntitySpec) -> list[str]:
         repeat = seen.repeat(index, attribute.name)
         if repeat is not None:
             problems.append(repeat)
-        if attribute.default is not None and not type_fits(attribute.type, attribute.default):
-            problems.append(f"spec.attributes[{index}].default: expected {attribute.type}, "
-                            f"got {json_type(attribute.default)}")
+        problems += embedded.default_problems(attribute, f"spec.attributes[{index}].default")
+        problems += embedded.definition_problems(attribute, f"spec.attributes[{index}]")
     defs = definitions(entity)
     if entity.identity is not None:
         identity = defs.get(entity.identity)

@@ -22,7 +22,8 @@ Rules (issue 15, after Inmanta's LSM):
 - An update is a change of the client's attributes: refused (409) in a state with no on_update
   transfer, naming the states that have one; a changed rw attribute is refused (422). The new
   candidate set starts from the candidate set, or from a copy of the active one when there is no
-  candidate, with the client's changes applied. A delete is refused (409) likewise where the state
+  candidate, with the client's changes applied (an embedded attribute's unchanged items kept as they were,
+  an item's key never changed: `operators.lsm.embedded`). A delete is refused (409) likewise where the state
   has no on_delete transfer. A state request must match an api_set_state transfer's source and
   target.
 - A validating transfer checks the set the source state's validateSelf names (default candidate)
@@ -42,6 +43,7 @@ from typing import Any
 
 from operators.lsm.attributes import (
     changed_after_creation,
+    changed_items,
     changed_keys,
     client_problems,
     definitions,
@@ -49,6 +51,7 @@ from operators.lsm.attributes import (
     set_problems,
     with_defaults,
 )
+from operators.lsm.embedded import merge as merge_embedded
 from operators.lsm.lifecycle import changes_nothing, model_state, triggers
 from operators.lsm.models import (
     AttributeSet,
@@ -331,14 +334,19 @@ def _update(run: _Run, status: ServiceInstanceStatus, trigger: Update) -> bool:
     transfer = _only(ctx, run.state, "on_update")
     if transfer is None:
         raise _not_allowed(ctx, run.state, "on_update", "updated")
-    problems = client_problems(ctx.entity, ctx.entity_name, new) + changed_after_creation(ctx.entity, changed)
+    problems = (client_problems(ctx.entity, ctx.entity_name, new) + changed_after_creation(ctx.entity, changed)
+                + changed_items(ctx.entity, run.client, new, changed))
     if problems:
         raise Refused("; ".join(message for _, message in problems), 422, problems[0][0])
     base = run.sets["candidate"] if run.sets["candidate"] is not None else run.sets["active"]
     candidate = dict(base or {})
+    defs = definitions(ctx.entity)
     for name in changed:
         if name in new:
-            candidate[name] = new[name]
+            # an embedded attribute keeps the items the client did not change as the set holds them
+            attribute = defs.get(name)
+            candidate[name] = new[name] if attribute is None else merge_embedded(
+                attribute, candidate.get(name), run.client.get(name), new[name])
         else:
             candidate.pop(name, None)
     run.sets["candidate"] = with_defaults(ctx.entity, candidate)

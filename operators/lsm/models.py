@@ -167,6 +167,39 @@ class AttributeDefinition(Model):
     optional: bool = Field(False, description="Whether the value may be absent or null.")
     default: Any = Field(None, description="The value an instance gets when its client gives none.")
     description: str | None = Field(None, description="What the attribute is, for humans.")
+    embedded: EmbeddedEntity | None = Field(
+        None,
+        description="An embedded entity: the value is a nested object (type dict) or a list of them (type list), "
+        "with attributes of its own, checked like the entity's (operators.lsm.embedded).",
+    )
+
+
+# --- Embedded entities ---------------------------------------------------------------------------
+
+MAX_EMBEDDED_DEPTH = 3
+"""How deep embedded entities may nest (an attribute's embedded entity is depth 1): a bound on what an
+admission check and an update's merge walk, and on what a reader has to follow."""
+
+
+class EmbeddedEntity(Model):
+    """The nested definition of an embedded attribute: its attributes, the key that identifies an item in a
+    list (an update matches items by it), and how many items a list holds."""
+
+    description: str | None = Field(None, description="What an item is, for humans.")
+    attributes: Annotated[
+        list[AttributeDefinition],
+        # Recursive (an item's attribute may embed again): the CRD keeps the items free-form, as a structural
+        # schema cannot refer to itself; the webhook checks them against the model, naming the field.
+        WithJsonSchema({"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}),
+    ] = Field(min_length=1, description="The item's attributes (name, type, modifier, optional, default, "
+              "description, embedded), by unique name, as the entity's.")
+    key: list[AttributeName] = Field(
+        default_factory=list,
+        description="The attributes that identify an item (required for a list): unique among the items, rw "
+        "(never changed), required, of a scalar type. An update matches items by key.",
+    )
+    lower: int = Field(0, ge=0, description="A list's least number of items.")
+    upper: int | None = Field(None, ge=1, description="A list's greatest number of items (unset: no bound).")
 
 
 class LifecycleRef(Model):
@@ -211,7 +244,8 @@ class InputMapping(Model):
 
     variable: AttributeName = Field(description="A runtime application variable of the Blueprint.")
     attribute: AttributeName = Field(
-        description="The attribute whose value it takes (numbers and bools as text, dicts and lists as JSON)."
+        description="The attribute whose value it takes (numbers and bools as text, dicts, lists and embedded "
+        "entities as JSON)."
     )
 
 
