@@ -150,7 +150,7 @@ def assemble(entity: ServiceEntitySpec, lifecycle: LifecycleSpec, before: Servic
     failed = path.failed
     if not path.promoted:
         candidate = before.candidate_attributes or {}
-        inputs = input_changes(live, app_inputs(entity, candidate), secret) if entity.realization else []
+        waiting = input_changes(live, app_inputs(entity, candidate), secret) if entity.realization else []
         if before.validation_problems:
             why = (f"the candidate set failed validation ({'; '.join(before.validation_problems)}): nothing runs "
                    "until an update fixes it")
@@ -160,7 +160,7 @@ def assemble(entity: ServiceEntitySpec, lifecycle: LifecycleSpec, before: Servic
             why = f'no state request from "{before.state}" carries the candidate set forward: nothing would run yet'
         return ServiceDiff(**base, target=path.status.state if path.requests else None, action="none",
                            attributes=attribute_changes(before.active_attributes, candidate, masked),
-                           inputs=inputs, message=why)
+                           inputs=waiting, message=why)
     after = path.status
     target = str(after.state)
     here = _state(lifecycle, target)
