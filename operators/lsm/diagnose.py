@@ -15,7 +15,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from operators.runtime import utc_seconds
+
 FAILED_RUN_STATES = ("Failed", "Aborted")
+
+
+def _stamp(value: Any) -> str:
+    """A time in one format (a runner's end time may carry milliseconds or an offset), so that times compare."""
+    try:
+        return utc_seconds(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return str(value or "")
+
+
+def _end(run: Mapping[str, Any]) -> str:
+    return _stamp((run.get("status") or {}).get("endTime") or (run.get("metadata") or {}).get("creationTimestamp"))
 
 
 @dataclass(frozen=True)
@@ -69,7 +83,7 @@ def _run_finding(run: Mapping[str, Any], namespace: str, at: tuple[int | None, s
     state = str(status.get("state"))
     failure = f"{spec.get('action')} action {state.lower()}" + (f" at {task}" if task else "") + \
               f": {message or status.get('reason') or state}"
-    return Finding(kind="run", time=str(status.get("endTime") or meta.get("creationTimestamp") or ""),
+    return Finding(kind="run", time=_end(run),
                    version=at[0], state=at[1], trigger=f"action {spec.get('action')}", failure=failure, run=name,
                    task=task, where=[f"stead actionrun logs {name} -n {namespace}",
                                      f"kubectl get actionrun {name} -n {namespace} -o yaml (status.runLog)"])
@@ -79,7 +93,7 @@ def _at(log: Sequence[Mapping[str, Any]], time: str) -> tuple[int | None, str | 
     """The instance's version and state at `time` (the last transfer at or before it)."""
     found: tuple[int | None, str | None] = (None, None)
     for entry in log:
-        if str(entry.get("time") or "") <= time:
+        if _stamp(entry.get("time")) <= time:
             found = (entry.get("version"), entry.get("to"))
     return found
 
@@ -91,7 +105,7 @@ def diagnose(instance: Mapping[str, Any], app: Mapping[str, Any] | None,
     name, namespace = str(meta.get("name")), str(meta.get("namespace"))
     log = list(status.get("log") or [])
     failed = sorted((r for r in runs if (r.get("status") or {}).get("state") in FAILED_RUN_STATES),
-                    key=lambda r: str((r.get("status") or {}).get("endTime") or ""))
+                    key=_end)
     paired: set[str] = set()
     findings: list[Finding] = []
     si = f"kubectl get si {name} -n {namespace} -o yaml"
@@ -99,12 +113,12 @@ def diagnose(instance: Mapping[str, Any], app: Mapping[str, Any] | None,
         if not entry.get("error"):
             continue
         message = str(entry.get("message") or "")
-        time = str(entry.get("time") or "")
+        time = _stamp(entry.get("time"))
         common = {"time": time, "version": entry.get("version"), "state": entry.get("to"),
                   "trigger": entry.get("trigger")}
         if entry.get("trigger") == "resource_based":
             cause = next((r for r in reversed(failed) if str(r["metadata"]["name"]) not in paired
-                          and str((r.get("status") or {}).get("endTime") or "") <= time), None)
+                          and _end(r) <= time), None)
             where = [f"stead service log {name} -n {namespace}"]
             run_name: str | None = None
             task: str | None = None
@@ -124,8 +138,7 @@ def diagnose(instance: Mapping[str, Any], app: Mapping[str, Any] | None,
                                     where=[f"{si} (status.validationProblems)", "spec.attributes"], **common))
     for run in failed:
         if str(run["metadata"]["name"]) not in paired:
-            end = str((run.get("status") or {}).get("endTime") or "")
-            findings.append(_run_finding(run, namespace, _at(log, end)))
+            findings.append(_run_finding(run, namespace, _at(log, _end(run))))
     refused = status.get("refused")
     if refused:
         findings.append(Finding(kind="refused", time=str(refused.get("time") or ""), version=status.get("version"),
