@@ -10,7 +10,12 @@ from operators.lsm import BUILTINS, Create, ServiceEntitySpec, ServiceInstanceSt
 from operators.lsm.diff import Path, assemble, follow, preview, settled, waits
 from operators.lsm.machine import Context, Outcome, Trigger
 from operators.lsm.models import LogEntry
+from operators.runtime.kube.client import custom_path
+from tests.unit.fakeapi import FakeApi
+from tests.unit.lsm.kindsupport import NS, greeter_entity
 from tests.unit.lsm.support import CLIENT, ENTITY_SPEC, NOW, at, context, failing
+from tests.unit.lsm.test_inventory_api import INV, UP, Client
+from tests.unit.lsm.test_inventory_api import instance as api_instance
 
 SERVICE = BUILTINS["service"]
 REALIZED = ServiceEntitySpec.model_validate({
@@ -180,3 +185,27 @@ def test_preview_reads_the_app_only_while_a_candidate_waits_and_settles_the_diff
     after = asyncio.run(preview(engine(ctx), REALIZED, SERVICE, approved, live, secret, UID, "db-1"))
     assert after is not None and after.status == "applied" and after.applied_version == approved.version
     assert reads == ["app"]  # nothing waits: the App is not read again
+
+
+# --- the inventory API's route ---------------------------------------------------------------------------------
+
+
+def test_the_inventory_serves_the_diff_in_inmantas_spelling_to_a_caller_who_may_get_the_instance(
+        kube: FakeApi) -> None:
+    kube.add(custom_path("serviceentities", NS, "greeter"), {"spec": greeter_entity(realized=False)})
+    client = Client(kube)
+    stored = {"status": "pending", "version": 6, "state": "update_acknowledged", "requests": ["update_designed"],
+              "action": "update", "actionRun": "db-1-update-3", "message": "...",
+              "inputs": [{"variable": "who", "old": "one", "new": "two"}]}
+    api_instance(kube, status={**UP, "version": 6, "state": "update_acknowledged", "diff": stored})
+    api_instance(kube, "db-2")
+    status, body = client.call("GET", f"{INV}/name=db-1/diff")
+    assert status == 200 and body["action_run"] == "db-1-update-3" and body["requests"] == ["update_designed"]
+    assert (body["name"], body["instance_version"], body["version"]) == ("db-1", 6, 6)
+    assert client.call("GET", f"{INV}/db-2/diff") == (200, None)  # nothing ever waited
+    assert client.call("GET", f"{INV}/db-1/diff", token="reader")[0] == 200
+    assert ("get", "db-1") in {(a.verb, a.name) for a in client.auth.checked}
+    assert client.call("GET", f"{INV}/db-1/diff", token="nobody")[0] == 401
+    assert client.call("GET", f"{INV}/db-9/diff")[0] == 404
+    document = client.call("GET", "/api/v1/config/openapi.json")[1]
+    assert "/lsm/v1/service_inventory/{entity}/{id}/diff" in document["paths"]
