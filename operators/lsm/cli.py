@@ -12,6 +12,8 @@ ServiceInstance objects, as `kubectl` would write them; docs/services.md).
     stead service set-state ID TARGET [--message M]  a state request (spec.stateRequest) at the version read
     stead service delete ID
     stead service log ID                           the transfers: from, to, trigger, version, time, message
+    stead service diff ID [-o json|yaml]           what the waiting candidate set would change (status.diff)
+    stead service diagnose ID [-o json|yaml]       its failures, newest first, across versions and App runs
 
 An ID is the instance's name, its uid, or `<identity>=<value>` (the entity's identity attribute). Every
 action takes `-n NAMESPACE` and `--kubeconfig`. A refusal (the admission webhook's 409 or 422, a 404)
@@ -258,7 +260,7 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 def add_service_actions(service: argparse.ArgumentParser) -> None:
-    """`stead service catalog|list|create|get|update|set-state|delete|log`."""
+    """`stead service catalog|list|create|get|update|set-state|delete|log|diff|diagnose`."""
     sub = service.add_subparsers(metavar="ACTION")
     raw = argparse.RawDescriptionHelpFormatter
     ident = "the instance: its name, its uid, or IDENTITY=VALUE"
@@ -307,6 +309,16 @@ def add_service_actions(service: argparse.ArgumentParser) -> None:
     log.add_argument("id", help=ident)
     cluster_arguments(log, _run_command)
     log.set_defaults(handler=lazy("operators.lsm.cli_actions:log"))
+    diff = sub.add_parser("diff", help="what the waiting candidate set would change: the state request that "
+                          "approves it, the App action, the attributes and App inputs that change")
+    diff.add_argument("id", help=ident)
+    cluster_arguments(diff, _run_command, output=True)
+    diff.set_defaults(handler=lazy("operators.lsm.cli_diff:diff"))
+    diagnose = sub.add_parser("diagnose", help="the instance's failures, newest first: failed validations and "
+                              "deployments across its versions, its App's failed runs and their failing tasks")
+    diagnose.add_argument("id", help=ident)
+    cluster_arguments(diagnose, _run_command, output=True)
+    diagnose.set_defaults(handler=lazy("operators.lsm.cli_diff:diagnose"))
 
 
 __all__ = ["add_service_actions", "as_text", "dispatch", "format_catalog", "format_instance", "format_list",

@@ -43,11 +43,12 @@ from pydantic import ValidationError
 
 from operators.calm.models import APP
 from operators.lsm.converge import Waiting, converge, deleting, owned_by, poll_delay
+from operators.lsm.diff import preview
 from operators.lsm.machine import Delete, LifecycleError, Refused, ways_out
-from operators.lsm.models import SERVICE_INSTANCE, LogEntry, ServiceInstanceSpec, ServiceInstanceStatus
+from operators.lsm.models import SERVICE_INSTANCE, LogEntry, ServiceDiff, ServiceInstanceSpec, ServiceInstanceStatus
 from operators.lsm.triggers import check_delete, check_request, take_client_triggers
 from operators.lsm.wire import instance_facts, read_instance_status
-from operators.lsm.world import Unresolved, World, resolve
+from operators.lsm.world import Unresolved, World, find_blueprint, resolve
 from operators.runtime import (
     RUNTIME_FIELDS,
     AdmissionRequest,
@@ -166,7 +167,26 @@ async def take_in(ctx: StepContext[ServiceInstanceSpec]) -> Mapping[str, Any]:
     except LifecycleError as error:
         raise PermanentError(error.reason, error.message) from None
     record_transfers(ctx, transfers)
+    status = status.model_copy(update={"diff": await what_would_change(world, ctx.obj, status)})
     return instance_facts(ctx.obj.status, status)
+
+
+async def what_would_change(world: World, obj: Observed, status: ServiceInstanceStatus) -> ServiceDiff | None:
+    """`status.diff` once the triggers are taken in (`operators.lsm.diff`): the live App and the Blueprint's
+    secret variables are read only while a candidate set waits."""
+    async def app() -> dict[str, Any] | None:
+        return await Objects(world.services.kube).find(APP, obj.namespace, obj.name)
+
+    async def secret() -> set[str]:
+        if world.entity.realization is None:
+            return set()
+        try:
+            spec = await find_blueprint(world.services, obj.namespace, world.entity.realization.blueprint)
+        except Unresolved:
+            return set()
+        return {str(v.get("name")) for v in spec.get("variables") or [] if v.get("type") == "secret"}
+
+    return await preview(world.advance, world.entity, world.lifecycle, status, app, secret, obj.uid, obj.name)
 
 
 def _current(obj: Observed, facts: Mapping[str, Any]) -> ServiceInstanceStatus:

@@ -372,6 +372,54 @@ class RefusedRequest(Model):
     time: str = Field(description="When it was refused (RFC 3339).")
 
 
+# --- What would change (issue 31, item 4) ------------------------------------------------------
+
+DiffStatus = Literal["pending", "applied", "discarded"]
+AppAction = Literal["create", "update", "delete", "none"]
+
+
+class AttributeChange(Model):
+    """One attribute the candidate set changes in force: its value in the active set, and after."""
+
+    name: AttributeName = Field(description="The attribute.")
+    old: Any = Field(None, description="Its value in the active set now (absent: not set).")
+    new: Any = Field(None, description="Its value once the candidate set is in force (absent: removed).")
+
+
+class InputChange(Model):
+    """One App input the candidate set changes: the live App's value, and the one it would get."""
+
+    variable: str = Field(description="The Blueprint's runtime variable (an App input).")
+    old: str | None = Field(None, description="The live App's input now (absent: no App, or not given).")
+    new: str | None = Field(None, description="What the App would get (absent: not given: the Blueprint's default).")
+    secret: bool = Field(False, description="A secret variable: both values are masked, never shown.")
+
+
+class ServiceDiff(Model):
+    """What would change if the instance's waiting candidate set went ahead: the lifecycle's path (the
+    state requests that approve it and the transfers they set off, as the engine computes them, without
+    taking them), the App action that would run, the attributes and App inputs that change. Computed when
+    a candidate set waits (an update or a creation taken in), never by running anything."""
+
+    status: DiffStatus = Field(description="pending: the candidate set waits; applied: it was promoted "
+                               "(appliedVersion); discarded: it was cleared or replaced without being promoted.")
+    version: int = Field(description="The instance's version the diff was computed at.")
+    state: str = Field(description="The state the candidate set waits in.")
+    requests: list[str] = Field(default_factory=list, description="The state requests that carry it forward, in "
+                                "order (none: the lifecycle takes it on by itself, or nothing can).")
+    transfers: list[str] = Field(default_factory=list, description="The transfers those requests set off "
+                                 "(from -> to, trigger, operation), as the engine would take them.")
+    target: str | None = Field(None, description="The state the instance would reach (where the App is acted on).")
+    action: AppAction = Field(description="The App action that would run: create (the App is launched), update "
+                              "(its `update` action runs with the new inputs), delete, or none.")
+    app: str | None = Field(None, description="The App acted on.")
+    action_run: str | None = Field(None, description="The ActionRun of an update action, as it would be named.")
+    attributes: list[AttributeChange] = Field(default_factory=list, description="The attributes that change.")
+    inputs: list[InputChange] = Field(default_factory=list, description="The App inputs that change.")
+    message: str = Field(description="The diff in one sentence.")
+    applied_version: int | None = Field(None, description="The version at which it was promoted (status applied).")
+
+
 class ServiceInstanceStatus(StatusBase):
     """Written by Stead."""
 
@@ -408,6 +456,10 @@ class ServiceInstanceStatus(StatusBase):
     )
     log: list[LogEntry] = Field(
         default_factory=list, description="The latest transfers, oldest first (bounded)."
+    )
+    diff: ServiceDiff | None = Field(
+        None, description="What would change if the waiting candidate set went ahead (`stead service diff`), "
+        "or what its promotion changed (status applied)."
     )
 
 

@@ -5,6 +5,7 @@ extension (`operators.runtime.api.extension`).
     GET|POST               /lsm/v1/service_inventory/<entity>
     GET|PATCH|DELETE       /lsm/v1/service_inventory/<entity>/<id>
     POST                   /lsm/v1/service_inventory/<entity>/<id>/state  (also /lsm/v1/services/...)
+    GET                    /lsm/v1/service_inventory/<entity>/<id>/diff   (what would change: status.diff)
 
 `<id>` is the instance's uid, its name, or `<identity attribute>=<value>`. Kubernetes stays the
 source of truth: reads are ServiceInstance objects, writes create the object, patch

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from operators import API_VERSION
-from operators.lsm.api.openapi import INSTANCE, INSTANCES, INVENTORY, PREFIX, SCHEMAS, STATE
+from operators.lsm.api.openapi import DIFF, INSTANCE, INSTANCES, INVENTORY, PREFIX, SCHEMAS, STATE
 from operators.lsm.attributes import identity_value
 from operators.lsm.lifecycle import model_state
 from operators.lsm.machine import LifecycleError, Refused
@@ -317,6 +317,20 @@ class InventoryApi(ExtensionBase):
         _stale(_current_version(call), found)
         return _data(view(found, entity.config, await self._lifecycle(namespace, entity, [found])))
 
+    async def diff(self, call: Call) -> Response:
+        """What the instance's waiting candidate set would change (`status.diff`), or what its promotion changed;
+        `{"data": null}` when no candidate set ever waited."""
+        namespace = self.namespace(call)
+        name = call.params["entity"]
+        await self._admit(call, "get", namespace)
+        entity = await self._entity(call, namespace, name)
+        found = await self._find(call, "get", namespace, name, entity)
+        diff = (found.get("status") or {}).get("diff")
+        if not diff:
+            return _data(None)
+        return _data({"id": _meta(found).get("uid"), "name": _name(found), "instance_version": _version(found),
+                      **{_snake(k): v for k, v in diff.items()}})
+
     async def create(self, call: Call) -> Response:
         namespace = self.namespace(call)
         await self.authorize(call, "create", namespace)
@@ -440,6 +454,11 @@ class InventoryApi(ExtensionBase):
         return _data(view(patched, config))
 
 
+def _snake(key: str) -> str:
+    """An API field in Inmanta's spelling (snake_case) from a status field's (camelCase)."""
+    return re.sub(r"(?<!^)([A-Z])", lambda m: "_" + m.group(1).lower(), key)
+
+
 def _name(obj: Mapping[str, Any]) -> str:
     return str(_meta(obj).get("name"))
 
@@ -490,6 +509,10 @@ ROUTES = RouteTable((
         "DELETE": Operation(InventoryApi.delete, "delete (?current_version=N); the lifecycle's delete path runs",
                             INSTANCE["delete"])},
           parameters=INSTANCE["parameters"]),
+    Route(INVENTORY + "/{id}/diff", {"GET": Operation(
+        InventoryApi.diff, "what the waiting candidate set would change: the state requests that approve it, the App "
+                           "action, the attributes and App inputs that change (status.diff)", DIFF["get"])},
+          parameters=DIFF["parameters"]),
     Route(INVENTORY + "/{id}/state", {"POST": Operation(
         InventoryApi.set_state, "request a state: {current_version, target_state, message?} (also "
                                 f"{PREFIX}/services/{{entity}}/{{id}}/state)", STATE["post"])},

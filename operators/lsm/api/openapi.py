@@ -104,12 +104,39 @@ INSTANCE: dict[str, Any] = {
                "parameters": [_VERSION],
                "responses": {"200": _instance("Accepted: the instance being deleted."), **_WRITE_ERRORS}},
 }
+DIFF: dict[str, Any] = {
+    "parameters": [_ENTITY, _ID, _NS],
+    "get": {"summary": "What the waiting candidate set would change (status.diff), computed without running "
+                       "anything; data null when no candidate set waited.",
+            "responses": {"200": {"description": "The diff.", "content": {_JSON_BODY: {"schema": {
+                "type": "object", "required": ["data"], "properties": {"data": {
+                    "$ref": "#/components/schemas/ServiceDiff"}}}}}},
+                "404": _error("No such entity or instance."), **_COMMON}},
+}
 SCHEMAS: dict[str, Any] = {
     "InventoryError": {"type": "object", "required": ["code", "error", "message"], "properties": {
         "code": {"type": "integer"},
         "error": {"type": "string", "description": "One word: NotFound, StaleVersion, UpdateNotAllowed, ..."},
         "message": {"type": "string"},
         "notFound": {"type": "string", "enum": ["service_entity", "service_instance", "route"]}}},
+    "ServiceDiff": {"type": "object", "nullable": True, "properties": {
+        "id": {"type": "string"}, "name": {"type": "string"},
+        "instance_version": {"type": "integer", "description": "The instance's version now."},
+        "version": {"type": "integer", "description": "The instance's version the diff was computed at."},
+        "status": {"type": "string", "enum": ["pending", "applied", "discarded"]},
+        "state": {"type": "string", "description": "The state the candidate set waits in."},
+        "requests": {"type": "array", "items": {"type": "string"},
+                     "description": "The state requests that approve it, in order."},
+        "transfers": {"type": "array", "items": {"type": "string"}},
+        "target": {"type": "string", "nullable": True},
+        "action": {"type": "string", "enum": ["create", "update", "delete", "none"]},
+        "app": {"type": "string", "nullable": True}, "action_run": {"type": "string", "nullable": True},
+        "attributes": {"type": "array", "items": {"type": "object", "properties": {
+            "name": {"type": "string"}, "old": {}, "new": {}}}},
+        "inputs": {"type": "array", "items": {"type": "object", "properties": {
+            "variable": {"type": "string"}, "old": {"type": "string"}, "new": {"type": "string"},
+            "secret": {"type": "boolean", "description": "Values masked."}}}},
+        "message": {"type": "string"}, "applied_version": {"type": "integer", "nullable": True}}},
     "ServiceInstance": {"type": "object", "properties": {
         "id": {"type": "string", "description": "metadata.uid"}, "name": {"type": "string"},
         "namespace": {"type": "string"}, "environment": {"type": "string", "description": "The namespace."},
