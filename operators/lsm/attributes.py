@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from operators.lsm.models import AttributeDefinition, AttributeType, ServiceEntitySpec
+from operators.lsm.relations import entity_relation_problems, shape_problems
 from operators.runtime import FirstSeen, field_path, parse_spec
 
 _JSON_NAMES = {str: "string", bool: "bool", int: "int", float: "float", dict: "dict", list: "list"}
@@ -50,11 +51,14 @@ def type_fits(kind: AttributeType, value: Any) -> bool:
 
 
 def definitions(entity: ServiceEntitySpec) -> dict[str, AttributeDefinition]:
-    return {attribute.name: attribute for attribute in entity.attributes}
+    """The entity's attributes, its relations among them (each an attribute holding one name or a list of
+    names: modifiers, required values and types apply to it alike)."""
+    defs = {relation.name: relation.as_attribute() for relation in entity.inter_service_relations}
+    return {**defs, **{attribute.name: attribute for attribute in entity.attributes}}
 
 
 def _known(entity: ServiceEntitySpec) -> str:
-    return ", ".join(a.name for a in entity.attributes) or "none"
+    return ", ".join(definitions(entity)) or "none"
 
 
 def client_problems(entity: ServiceEntitySpec, entity_name: str, values: Mapping[str, Any],
@@ -110,10 +114,10 @@ def set_problems(entity: ServiceEntitySpec, entity_name: str, values: Mapping[st
                 problems.append(f"{path}.{name}: required (null given)")
         elif not type_fits(attribute.type, value):
             problems.append(f"{path}.{name}: expected {attribute.type}, got {json_type(value)}")
-    for attribute in entity.attributes:
+    for attribute in defs.values():
         if attribute.name not in values and not attribute.optional and attribute.modifier != "r":
             problems.append(f"{path}.{attribute.name}: required")
-    return problems
+    return problems + shape_problems(entity, values, path)
 
 
 def identity_value(entity: ServiceEntitySpec, values: Mapping[str, Any] | None) -> str | None:
@@ -144,6 +148,7 @@ def entity_problems(entity: ServiceEntitySpec) -> list[str]:
         if attribute.default is not None and not type_fits(attribute.type, attribute.default):
             problems.append(f"spec.attributes[{index}].default: expected {attribute.type}, "
                             f"got {json_type(attribute.default)}")
+    problems += entity_relation_problems(entity)
     defs = definitions(entity)
     if entity.identity is not None:
         identity = defs.get(entity.identity)
