@@ -24,15 +24,19 @@ from operators.lsm import embedded
 from operators.lsm.jsontypes import json_type as json_type  # re-exported: callers read types here
 from operators.lsm.jsontypes import type_fits as type_fits
 from operators.lsm.models import AttributeDefinition, ServiceEntitySpec
+from operators.lsm.relations import entity_relation_problems, shape_problems
 from operators.runtime import FirstSeen, field_path, parse_spec
 
 
 def definitions(entity: ServiceEntitySpec) -> dict[str, AttributeDefinition]:
-    return {attribute.name: attribute for attribute in entity.attributes}
+    """The entity's attributes, its relations among them (each an attribute holding one name or a list of
+    names: modifiers, required values and types apply to it alike)."""
+    defs = {relation.name: relation.as_attribute() for relation in entity.inter_service_relations}
+    return {**defs, **{attribute.name: attribute for attribute in entity.attributes}}
 
 
 def _known(entity: ServiceEntitySpec) -> str:
-    return ", ".join(a.name for a in entity.attributes) or "none"
+    return ", ".join(definitions(entity)) or "none"
 
 
 def client_problems(entity: ServiceEntitySpec, entity_name: str, values: Mapping[str, Any],
@@ -105,10 +109,10 @@ def set_problems(entity: ServiceEntitySpec, entity_name: str, values: Mapping[st
         else:
             problems += [message for _, message in embedded.value_problems(attribute, value, f"{path}.{name}",
                                                                            client=False)]
-    for attribute in entity.attributes:
+    for attribute in defs.values():
         if attribute.name not in values and not attribute.optional and attribute.modifier != "r":
             problems.append(f"{path}.{attribute.name}: required")
-    return problems
+    return problems + shape_problems(entity, values, path)
 
 
 def identity_value(entity: ServiceEntitySpec, values: Mapping[str, Any] | None) -> str | None:
@@ -138,6 +142,7 @@ def entity_problems(entity: ServiceEntitySpec) -> list[str]:
             problems.append(repeat)
         problems += embedded.default_problems(attribute, f"spec.attributes[{index}].default")
         problems += embedded.definition_problems(attribute, f"spec.attributes[{index}]")
+    problems += entity_relation_problems(entity)
     defs = definitions(entity)
     if entity.identity is not None:
         identity = defs.get(entity.identity)

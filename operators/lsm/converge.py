@@ -29,6 +29,7 @@ from operators.lsm.lifecycle import resource_intent
 from operators.lsm.machine import ResourceOutcome
 from operators.lsm.models import SERVICE_INSTANCE, ServiceInstanceStatus, State
 from operators.lsm.realization import app_inputs, app_outputs
+from operators.lsm.related import not_up
 from operators.lsm.wire import instance_facts, merge_ready
 from operators.lsm.world import World
 from operators.runtime import (
@@ -52,6 +53,9 @@ going checks it at once (`depends_on`), so the poll is for what changes no App c
 an update action (an ActionRun the instance started), and it must not cost the API server a GET per
 instance every 2 s while 200 Apps run."""
 UPDATE_ACTION = "update"
+RELATIONS_BACKSTOP_SECONDS = 600.0
+"""An instance waiting for the instances it names is told when one of them changes (the kind's `depends_on`);
+this look again is only a backstop, not how it goes on."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,8 @@ class Waiting:
 
     reason: str
     message: str
+    delay: float | None = None
+    """When to look again; None: `poll_delay`. A wait that an event ends (relations) sets a long backstop."""
 
 
 def poll_delay(status: Mapping[str, Any], now: datetime) -> float:
@@ -138,6 +144,11 @@ async def converge(world: World, obj: Observed, status: ServiceInstanceStatus) -
     intent = resource_intent(here) if here is not None else "none"
     if intent == "none":
         return Converged(None, status.app)
+    if intent == "deploy":
+        waiting = await not_up(world, status)
+        if waiting:
+            return Converged(Waiting("WaitingForRelations", "deployment waits until the instances it names are up: "
+                                     f"{'; '.join(waiting)}", delay=RELATIONS_BACKSTOP_SECONDS), status.app)
     realization = world.entity.realization
     if realization is None:
         return Converged(ResourceOutcome(True), None)  # nothing to deploy or remove: done at once

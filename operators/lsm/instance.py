@@ -46,6 +46,8 @@ from operators.lsm.converge import Waiting, converge, deleting, owned_by, poll_d
 from operators.lsm.diff import preview
 from operators.lsm.machine import Delete, LifecycleError, Refused, ways_out
 from operators.lsm.models import SERVICE_INSTANCE, LogEntry, ServiceDiff, ServiceInstanceSpec, ServiceInstanceStatus
+from operators.lsm.related import with_relation_check
+from operators.lsm.relations import references
 from operators.lsm.triggers import check_delete, check_request, take_client_triggers
 from operators.lsm.wire import instance_facts, read_instance_status
 from operators.lsm.world import Unresolved, World, find_blueprint, resolve
@@ -160,6 +162,7 @@ async def take_in(ctx: StepContext[ServiceInstanceSpec]) -> Mapping[str, Any]:
     spec = read_spec(ctx)
     world = await _world(ctx, spec)
     status = read_instance_status(ctx.obj.status)
+    world = await with_relation_check(world, spec.attributes, status.candidate_attributes)
     try:
         status, transfers = await take_client_triggers(world, spec, status, ctx.obj.generation)
     except Refused as refusal:  # a creation the webhook would have refused (it was bypassed)
@@ -167,7 +170,9 @@ async def take_in(ctx: StepContext[ServiceInstanceSpec]) -> Mapping[str, Any]:
     except LifecycleError as error:
         raise PermanentError(error.reason, error.message) from None
     record_transfers(ctx, transfers)
-    status = status.model_copy(update={"diff": await what_would_change(world, ctx.obj, status)})
+    named = references(world.entity, spec.attributes, status.candidate_attributes, status.active_attributes)
+    status = status.model_copy(update={"diff": await what_would_change(world, ctx.obj, status),
+                                       "references": named or None})
     return instance_facts(ctx.obj.status, status)
 
 
@@ -218,8 +223,8 @@ async def realize_step(ctx: StepContext[ServiceInstanceSpec]) -> Mapping[str, An
         raise TemporaryError("Terminated", f'state "{status.state}" is a deleted state: the instance goes',
                              delay=1.0, facts=facts, waiting=True)
     if waiting is not None:
-        raise TemporaryError(waiting.reason, waiting.message, delay=poll_delay(obj.status, datetime.now(UTC)),
-                             facts=facts, waiting=True)
+        delay = waiting.delay if waiting.delay is not None else poll_delay(obj.status, datetime.now(UTC))
+        raise TemporaryError(waiting.reason, waiting.message, delay=delay, facts=facts, waiting=True)
     problem = settled_problem(world, status, obj.generation)
     if problem is not None:
         problem.facts.update(facts)

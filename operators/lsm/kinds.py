@@ -43,6 +43,7 @@ from operators.lsm.models import (
     ServiceInstanceSpec,
     ServiceInstanceStatus,
 )
+from operators.lsm.relations import mentions
 from operators.runtime import Kind, Pipeline, named_after
 
 
@@ -125,9 +126,11 @@ SERVICE_INSTANCE_KIND = Kind(
     admission=admission,
     admit_delete=True,
     cleanup=release,
-    # checked again when its entity changes readiness (auto transfers switched on, ways out), and when its
-    # App (named after it) becomes Ready, stops being Ready or goes
-    depends_on={SERVICE_ENTITY.kind: lambda spec, name: spec.get("entity") == name, APP.kind: named_after},
+    # checked again when its entity changes readiness (auto transfers switched on, ways out), when its
+    # App (named after it) becomes Ready, stops being Ready or goes, and when an instance it names in a
+    # relation does (a deployment waiting for it to be up goes on)
+    depends_on={SERVICE_ENTITY.kind: lambda spec, name: spec.get("entity") == name, APP.kind: named_after,
+                SERVICE_INSTANCE.kind: mentions},
 )
 
 KINDS: tuple[Kind, ...] = (LIFECYCLE_KIND, CLUSTER_LIFECYCLE_KIND, SERVICE_ENTITY_KIND, SERVICE_INSTANCE_KIND)

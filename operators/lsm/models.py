@@ -278,6 +278,37 @@ class Realization(Model):
     )
 
 
+# --- Relations -----------------------------------------------------------------------------------
+
+
+class RelationDefinition(Model):
+    """An inter-service relation (Inmanta's inter_service_relations): an attribute whose value names other
+    ServiceInstances of one entity, in the instance's own namespace. With upperLimit 1 the value is one name
+    (a string); otherwise a list of names. `operators.lsm.relations` holds its rules."""
+
+    name: AttributeName = Field(description="The relation's name: an attribute of the instances, unique among the "
+                                "entity's attributes and relations.")
+    entity_type: ObjectName = Field(
+        description="The ServiceEntity (same namespace) every instance the relation names must be of."
+    )
+    lower_limit: int = Field(1, ge=0, description="The fewest instances it names (0: the relation is optional).")
+    upper_limit: int | None = Field(
+        1, ge=1, description="The most instances it names; 1 (default): the value is one name; unset: no limit "
+        "(the value is a list)."
+    )
+    modifier: Modifier = Field(
+        "rw", description="As an attribute's: r (set by Stead only), rw (set at creation, never changed) or rw+ "
+        "(changed by updates where the lifecycle allows)."
+    )
+    description: str | None = Field(None, description="What the relation is, for humans.")
+
+    def as_attribute(self) -> AttributeDefinition:
+        """The attribute its value is: one name (a string) or a list of names, required unless lowerLimit is 0."""
+        return AttributeDefinition(name=self.name, type="string" if self.upper_limit == 1 else "list",
+                                   modifier=self.modifier, optional=self.lower_limit == 0,
+                                   description=self.description)
+
+
 class ServiceEntitySpec(Model):
     """A service offered by the catalog: its attributes, its lifecycle and how an instance is realized."""
 
@@ -285,6 +316,13 @@ class ServiceEntitySpec(Model):
     attributes: list[AttributeDefinition] = Field(
         default_factory=list,
         description="The attributes of its instances, by unique name.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    inter_service_relations: list[RelationDefinition] = Field(
+        default_factory=list,
+        description="Attributes that name other ServiceInstances of this namespace (by name), with arity and "
+        "modifier; an instance is deployed only once every instance it names is up, and an instance still named "
+        "by another cannot be deleted.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     identity: AttributeName | None = Field(
@@ -444,6 +482,9 @@ class ServiceInstanceStatus(StatusBase):
         None, description="The transfers that leave the current state, and their triggers."
     )
     app: str | None = Field(None, description="The App that realizes the instance.")
+    references: list[str] | None = Field(
+        None, description="The ServiceInstances this one names in its relations (any attribute set), by name."
+    )
     deleted: bool | None = Field(None, description="The instance reached a deleted state.")
     state_request: StateRequest | None = Field(
         None, description="The last state request taken in (accepted or refused), so that each is handled once."
@@ -477,5 +518,7 @@ SERVICE_INSTANCE_COLUMNS: tuple[PrinterColumn, ...] = (
     PrinterColumn("Identity", ".status.identity", description="The service identity's value."),
     PrinterColumn("State", ".status.state", description="The lifecycle state."),
     PrinterColumn("Version", ".status.version", type="integer", description="The instance's version."),
+    PrinterColumn("References", ".status.references", priority=1,
+                  description="The instances it names in its relations (kubectl get -o wide)."),
 )
 """The kinds' own printer columns (the runtime adds Phase, Ready and Age)."""

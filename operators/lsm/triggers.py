@@ -12,6 +12,7 @@ from __future__ import annotations
 from operators.lsm.attributes import changed_keys
 from operators.lsm.machine import Auto, Create, Delete, Refused, SetState, Update, pending_request
 from operators.lsm.models import LogEntry, RefusedRequest, ServiceInstanceSpec, ServiceInstanceStatus, TriggerName
+from operators.lsm.related import check_relations, refuse_if_referenced
 from operators.lsm.world import World
 from operators.runtime import utc_now
 
@@ -63,6 +64,7 @@ async def check_request(world: World, spec: ServiceInstanceSpec, status: Service
     if status.state is None:
         if old_spec is None or old_spec.attributes != spec.attributes:
             await world.advance(ServiceInstanceStatus(), Create(spec.attributes))
+            await check_relations(world, spec.attributes)
         return
     request = pending_request(spec, status)
     new_request = request is not None and (old_spec is None or old_spec.state_request != spec.state_request)
@@ -75,12 +77,18 @@ async def check_request(world: World, spec: ServiceInstanceSpec, status: Service
         await world.advance(status, SetState(request.target, request.current_version, request.message))
     elif updating:
         await world.advance(status, Update(spec.attributes, spec.current_version))
+        changed = changed_keys(status.client_attributes or {}, spec.attributes)
+        await check_relations(world, {key: spec.attributes[key] for key in changed if key in spec.attributes})
 
 
 async def check_delete(world: World, status: ServiceInstanceStatus, current_version: int | None = None) -> None:
     """Refuse (`Refused`, 409) a delete the lifecycle does not allow in the instance's state: the admission
-    webhook's check on DELETE, which the inventory API shares. An instance never created, already in a
-    deleted state, or whose delete was taken in already may always go."""
-    if status.state is None or status.deleted or status.delete_requested:
+    webhook's check on DELETE, which the inventory API shares. An instance another one still names in a
+    relation may not go (409, naming them); else one never created, already in a deleted state, or whose
+    delete was taken in already may always go."""
+    if status.deleted:
+        return
+    await refuse_if_referenced(world.services, world.namespace, world.instance)
+    if status.state is None or status.delete_requested:
         return
     await world.advance(status, Delete(current_version))

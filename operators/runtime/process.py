@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -197,6 +198,10 @@ def _watches(kube: KubeClient, reconcilers: Sequence[Reconciler], namespaces: Se
     return watches, followed
 
 
+_TOLD: contextvars.ContextVar[frozenset[tuple[str, str, str]]] = contextvars.ContextVar("_TOLD", default=frozenset())
+"""The objects told of a change along the current chain of rechecks (`_link_dependents`)."""
+
+
 def _link_dependents(reconcilers: Sequence[Reconciler]) -> None:
     """When an object becomes Ready, stops being Ready or goes, the objects of other kinds that
     refer to it (`Kind.depends_on`) are checked again."""
@@ -205,8 +210,17 @@ def _link_dependents(reconcilers: Sequence[Reconciler]) -> None:
         return
 
     async def notify(kind: str, namespace: str, name: str) -> None:
-        for dependent in dependents:
-            await dependent.recheck_referrers(kind, namespace, name)
+        # a recheck tells the rechecked objects' referrers in turn; along one chain each object is told once,
+        # so that objects of a kind that refers to its own kind (relations) never loop
+        told = _TOLD.get()
+        if (kind, namespace, name) in told:
+            return
+        token = _TOLD.set(told | {(kind, namespace, name)})
+        try:
+            for dependent in dependents:
+                await dependent.recheck_referrers(kind, namespace, name)
+        finally:
+            _TOLD.reset(token)
 
     for reconciler in reconcilers:
         if any(reconciler.kind.kind in d.kind.depends_on for d in dependents):

@@ -25,6 +25,8 @@ from operators.lsm.models import (
     StateRequest,
 )
 from operators.lsm.paging import QueryError, page
+from operators.lsm.related import relation_graph
+from operators.lsm.relations import referrers
 from operators.lsm.triggers import check_delete, check_request
 from operators.lsm.wire import merge_ready, read_instance_status
 from operators.lsm.world import Unresolved, World, find_lifecycle, resolve
@@ -93,15 +95,35 @@ def _version(obj: Mapping[str, Any]) -> int:
     return int((obj.get("status") or {}).get("version") or (1 if _pending(obj) else 0))
 
 
+Graph = tuple[Sequence[Mapping[str, Any]], Mapping[str, ServiceEntitySpec]]
+"""The namespace's instances and its entities with relations (`related.relation_graph`)."""
+
+
+def referenced_by(obj: Mapping[str, Any], graph: Graph | None) -> tuple[list[str], list[dict[str, str]]]:
+    """Who names the instance in a relation: their uids (Inmanta's `referenced_by`) and, for Stead's readers,
+    each referrer's name with the relation."""
+    if graph is None:
+        return [], []
+    instances, entities = graph
+    found = referrers(str(_meta(obj).get("name")), instances, entities)
+    uids = {str(_meta(i).get("name")): str(_meta(i).get("uid")) for i in instances}
+    ids = list(dict.fromkeys(uids[name] for name, _ in found if name in uids))
+    return ids, [{"name": name, "relation": relation} for name, relation in found]
+
+
 def view(obj: Mapping[str, Any], config: Mapping[str, Any] | None = None,
-         lifecycle: LifecycleSpec | None = None) -> dict[str, Any]:
+         lifecycle: LifecycleSpec | None = None, graph: Graph | None = None) -> dict[str, Any]:
     """An instance as Inmanta's API shows one (and what Stead adds: name, namespace, model state, app,
     the transfers' log, conditions).
 
     An instance whose creation the operator has not taken in yet is shown as the creation transfer
     makes it, as Inmanta answers a creation: version 1, the lifecycle's initial state (given `lifecycle`),
-    the client's attributes as the candidate set. The operator records exactly that (and what follows)."""
+    the client's attributes as the candidate set. The operator records exactly that (and what follows).
+
+    Relations: `referenced_by` (the uids of the instances that name this one, given `graph`), `referrers`
+    (their names and relations) and `references` (the instances this one names)."""
     meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
+    ids, named_by = referenced_by(obj, graph)
     log = list(status.get("log") or [])
     last_updated = log[-1].get("time") if log else None
     state, model, candidate = status.get("state"), status.get("modelState"), status.get("candidateAttributes")
@@ -136,6 +158,9 @@ def view(obj: Mapping[str, Any], config: Mapping[str, Any] | None = None,
         "ways_out": status.get("waysOut"),
         "log": log,
         "conditions": list(status.get("conditions") or []),
+        "referenced_by": ids,
+        "referrers": named_by,
+        "references": list(status.get("references") or []),
     }
 
 
@@ -302,9 +327,10 @@ class InventoryApi(ExtensionBase):
         query.pop("current_version", None)
         found = await self._instances(namespace, name)
         lifecycle = await self._lifecycle(namespace, entity, found)
+        graph = await relation_graph(self.services, namespace)
         try:
-            return json_response(page([view(i, entity.config, lifecycle) for i in found], query, call.request.path,
-                              entity.identity))
+            return json_response(page([view(i, entity.config, lifecycle, graph) for i in found], query,
+                                      call.request.path, entity.identity))
         except QueryError as error:
             bad_request(str(error))
 
@@ -315,7 +341,8 @@ class InventoryApi(ExtensionBase):
         entity = await self._entity(call, namespace, name)
         found = await self._find(call, "get", namespace, name, entity)
         _stale(_current_version(call), found)
-        return _data(view(found, entity.config, await self._lifecycle(namespace, entity, [found])))
+        return _data(view(found, entity.config, await self._lifecycle(namespace, entity, [found]),
+                          await relation_graph(self.services, namespace)))
 
     async def diff(self, call: Call) -> Response:
         """What the instance's waiting candidate set would change (`status.diff`), or what its promotion changed;

@@ -60,6 +60,8 @@ def referrers(table: ObjectTable, kind: Kind, of_kind: str, namespace: str, name
         return
     seen = [(key, record.seen) for key, record in table.items() if record.seen is not None]
     for key, obj in seen:
+        if kind.kind == of_kind and obj.name == name and obj.namespace == namespace:
+            continue  # an object never depends on itself (a kind that refers to its own kind)
         matches = obj.name == name if refers is named_after else refers(obj.spec, name)
         if namespace in ("", obj.namespace) and not obj.deleting and matches and owns(observed_project(obj)):
             yield key, obj
