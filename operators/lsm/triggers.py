@@ -10,6 +10,7 @@ same engine on a write and refuse it with the engine's code (409, 422) and messa
 from __future__ import annotations
 
 from operators.lsm.attributes import changed_keys
+from operators.lsm.expert import apply_expert, pending_expert
 from operators.lsm.machine import Auto, Create, Delete, Refused, SetState, Update, pending_request
 from operators.lsm.models import LogEntry, RefusedRequest, ServiceInstanceSpec, ServiceInstanceStatus, TriggerName
 from operators.lsm.world import World
@@ -25,6 +26,18 @@ async def take_client_triggers(world: World, spec: ServiceInstanceSpec, status: 
     if status.state is None:
         outcome = await world.advance(status, Create(spec.attributes))
         status, transfers = outcome.status, list(outcome.transfers)
+    expert = pending_expert(spec, status)
+    if expert is not None:
+        try:
+            outcome = apply_expert(world.context(), status, expert)
+        except Refused as refusal:
+            record = RefusedRequest(trigger="expert", reason=refusal.reason, message=refusal.message,
+                                    generation=generation, time=utc_now())
+            status = status.model_copy(update={"refused": record, "expert": expert})
+        else:
+            status, transfers = outcome.status, [*transfers, *outcome.transfers]
+    if status.destroyed:
+        return status, transfers  # it goes as it is: nothing of its lifecycle runs any more
     request = pending_request(spec, status)
     if request is not None:
         trigger = SetState(request.target, request.current_version, request.message)
@@ -64,10 +77,18 @@ async def check_request(world: World, spec: ServiceInstanceSpec, status: Service
         if old_spec is None or old_spec.attributes != spec.attributes:
             await world.advance(ServiceInstanceStatus(), Create(spec.attributes))
         return
+    expert = pending_expert(spec, status)
+    new_expert = expert is not None and (old_spec is None or old_spec.expert != spec.expert)
     request = pending_request(spec, status)
     new_request = request is not None and (old_spec is None or old_spec.state_request != spec.state_request)
     new_attributes = old_spec is None or old_spec.attributes != spec.attributes
     updating = new_attributes and bool(changed_keys(status.client_attributes or {}, spec.attributes))
+    if new_expert and expert is not None:
+        if new_request or updating:
+            raise Refused("spec: one request at a time: an expert request (spec.expert) goes alone, without a "
+                          "change of spec.attributes or spec.stateRequest", 422, "OneRequestAtATime")
+        apply_expert(world.context(), status, expert)
+        return
     if new_request and updating:
         raise Refused("spec: one request at a time: change spec.attributes (an update) or spec.stateRequest (a "
                       "state request), not both in one write", 422, "OneRequestAtATime")
@@ -81,6 +102,6 @@ async def check_delete(world: World, status: ServiceInstanceStatus, current_vers
     """Refuse (`Refused`, 409) a delete the lifecycle does not allow in the instance's state: the admission
     webhook's check on DELETE, which the inventory API shares. An instance never created, already in a
     deleted state, or whose delete was taken in already may always go."""
-    if status.state is None or status.deleted or status.delete_requested:
+    if status.state is None or status.deleted or status.destroyed or status.delete_requested:
         return
     await world.advance(status, Delete(current_version))
