@@ -12,8 +12,8 @@ import argparse
 from typing import Any
 
 from operators.lsm.cli import ENTITIES, INSTANCES, CliError, Kube, parse_attrs, typed_attrs
-from operators.lsm.cli_actions import _path, _version, find_instance
-from operators.runtime import ApiError
+from operators.lsm.cli_actions import find_instance, instance_version
+from operators.runtime import ApiError, custom_path
 
 
 async def whoami(kube: Kube) -> str:
@@ -27,14 +27,14 @@ async def whoami(kube: Kube) -> str:
 
 
 async def _send(kube: Kube, args: argparse.Namespace, obj: dict[str, Any], request: dict[str, Any]) -> int:
-    name, version = obj["metadata"]["name"], _version(obj)
+    name, version = obj["metadata"]["name"], instance_version(obj)
     if version is None:
         raise CliError(f"serviceinstance/{name} has no version yet (not taken in by the operator): try again")
     request = {**request, "user": await whoami(kube), "currentVersion": version}
     if args.message:
         request["message"] = args.message
     # a JSON patch replaces the request whole (a merge patch would keep the last one's other fields)
-    await kube.request("PATCH", _path(INSTANCES, args.namespace, name),
+    await kube.request("PATCH", custom_path(INSTANCES, args.namespace, name),
                        [{"op": "add", "path": "/spec/expert", "value": request}],
                        content_type="application/json-patch+json")
     print(f"serviceinstance/{name}: expert {request['operation']} sent by {request['user']} at version {version}")
@@ -53,7 +53,8 @@ async def edit(kube: Kube, args: argparse.Namespace) -> int:
     obj = await find_instance(kube, args.namespace, args.id)
     entity = None
     try:
-        entity = await kube.request("GET", _path(ENTITIES, args.namespace, str((obj.get("spec") or {}).get("entity"))))
+        entity_name = str((obj.get("spec") or {}).get("entity"))
+        entity = await kube.request("GET", custom_path(ENTITIES, args.namespace, entity_name))
     except ApiError as error:
         if error.status != 404:
             raise
