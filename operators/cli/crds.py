@@ -20,6 +20,10 @@ def cmd_crds(args: argparse.Namespace) -> int:
         files += [(OBJECTS_DIR / f"{kind.plural}-{obj['metadata']['name']}.yaml", crdgen.render_object(obj))
                   for kind in KINDS for obj in crdgen.shipped_objects(kind)]
         files += [(POLICIES_DIR / "shard-labels.yaml", crdgen.render_object(shard_label_policy()[0]))]
+        files += [(POLICIES_DIR / f"{obj['metadata']['name'].removeprefix('stead-')}.yaml",
+                   crdgen.render_object(dict(obj)))
+                  for kind in KINDS for obj in (kind.cluster_objects() if kind.cluster_objects else ())
+                  if obj["kind"] == "ValidatingAdmissionPolicy"]
     for path, text in files:
         if args.check:
             if not path.exists() or path.read_text() != text:

@@ -14,6 +14,7 @@ ServiceInstance objects, as `kubectl` would write them; docs/services.md).
     stead service log ID                           the transfers: from, to, trigger, version, time, message
     stead service diff ID [-o json|yaml]           what the waiting candidate set would change (status.diff)
     stead service diagnose ID [-o json|yaml]       its failures, newest first, across versions and App runs
+    stead service expert set-state|edit|destroy ID ...  expert mode (verb expert; `expert --help`)
 
 An ID is the instance's name, its uid, or `<identity>=<value>` (the entity's identity attribute). Every
 action takes `-n NAMESPACE` and `--kubeconfig`. A refusal (the admission webhook's 409 or 422, a 404)
@@ -319,6 +320,30 @@ def add_service_actions(service: argparse.ArgumentParser) -> None:
     diagnose.add_argument("id", help=ident)
     cluster_arguments(diagnose, _run_command, output=True)
     diagnose.set_defaults(handler=lazy("operators.lsm.cli_diff:diagnose"))
+    add_expert_actions(sub.add_parser(
+        "expert", help="expert mode: force a state, edit an attribute set, destroy (needs verb expert)",
+        description="Expert mode bypasses the lifecycle; it needs the verb `expert` on serviceinstances.stead.dev "
+        "(ClusterRole stead-expert) and is audited (log entry and Event) under your name."), ident)
+
+
+def add_expert_actions(expert: argparse.ArgumentParser, ident: str) -> None:
+    """`stead service expert set-state|edit|destroy` (`operators.lsm.cli_expert`)."""
+    sub = expert.add_subparsers(metavar="OPERATION")
+    force = sub.add_parser("set-state", help="force a state: no transfer, no validation")
+    force.add_argument("id", help=ident)
+    force.add_argument("state", help="any state of the lifecycle")
+    edit = sub.add_parser("edit", help="change attributes of one set (candidate, active, rollback), unvalidated",
+                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=ATTR_HELP)
+    edit.add_argument("id", help=ident)
+    edit.add_argument("set", choices=("candidate", "active", "rollback"), help="the attribute set")
+    edit.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE",
+                      help="an attribute's new value in that set, read by its type; repeat for each")
+    destroy = sub.add_parser("destroy", help="delete the instance and its App without the lifecycle's delete")
+    destroy.add_argument("id", help=ident)
+    for parser, action in ((force, "set_state"), (edit, "edit"), (destroy, "destroy")):
+        parser.add_argument("--message", help="why, for the log and the Event")
+        cluster_arguments(parser, _run_command)
+        parser.set_defaults(handler=lazy(f"operators.lsm.cli_expert:{action}"))
 
 
 __all__ = ["add_service_actions", "as_text", "dispatch", "format_catalog", "format_instance", "format_list",

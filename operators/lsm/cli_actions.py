@@ -64,7 +64,8 @@ def _identity(obj: Mapping[str, Any], key: str) -> str:
     return as_text(known if known is not None else ((obj.get("spec") or {}).get("attributes") or {}).get(key))
 
 
-def _version(obj: Mapping[str, Any]) -> int | None:
+def instance_version(obj: Mapping[str, Any]) -> int | None:
+    """The version an instance is at (status.version), as requests send it back; None before it is taken in."""
     version = (obj.get("status") or {}).get("version")
     return int(version) if version is not None else None
 
@@ -124,7 +125,7 @@ async def update(kube: Kube, args: argparse.Namespace) -> int:
             raise
     attributes = {**dict(spec.get("attributes") or {}), **typed_attrs(given, entity)}
     attributes = {k: v for k, v in attributes.items() if v is not None}
-    version = _version(obj)
+    version = instance_version(obj)
     patch: dict[str, Any] = {"spec": {"attributes": attributes, "currentVersion": version}}
     removed = set(dict(spec.get("attributes") or {})) - set(attributes)
     for key in removed:  # a merge patch keeps what it does not name: null removes
@@ -137,7 +138,7 @@ async def update(kube: Kube, args: argparse.Namespace) -> int:
 
 async def set_state(kube: Kube, args: argparse.Namespace) -> int:
     obj = await find_instance(kube, args.namespace, args.id)
-    name, version = obj["metadata"]["name"], _version(obj)
+    name, version = obj["metadata"]["name"], instance_version(obj)
     if version is None:
         raise CliError(f"serviceinstance/{name} has no version yet (not taken in by the operator): try again")
     request: dict[str, Any] = {"target": args.target, "currentVersion": version}

@@ -92,6 +92,10 @@ def record_transfers(ctx: StepContext, transfers: list[LogEntry] | tuple[LogEntr
     if ctx.services is None:
         return
     for entry in transfers:
+        if entry.trigger == "expert":  # the audit of expert mode: who did what, beside the transfers
+            ctx.services.events.record(ctx.obj, "Warning", "ExpertMode",
+                                       f"{entry.message} (version {entry.version})")
+            continue
         text = f"{entry.from_ or '(new)'} -> {entry.to} ({entry.trigger}, version {entry.version})"
         if entry.message:
             text += f": {entry.message}"
@@ -208,6 +212,8 @@ async def realize_step(ctx: StepContext[ServiceInstanceSpec]) -> Mapping[str, An
     status = _current(obj, ctx.facts)
     if status.state is None:
         raise PermanentError("NotCreated", "the instance has not been created")
+    if status.destroyed:
+        await _destroy(ctx, status)
     world = await _world(ctx, spec)
     try:
         status, waiting = await realize(world, ctx, status)
@@ -233,6 +239,21 @@ async def realize_step(ctx: StepContext[ServiceInstanceSpec]) -> Mapping[str, An
 
 
 # --- deletion -----------------------------------------------------------------------------------
+
+
+async def _destroy(ctx: StepContext, status: ServiceInstanceStatus) -> None:
+    """An expert destroyed the instance: once its status says so, its App and the object go (the cleanup
+    lets a destroyed instance go at once), and nothing of the lifecycle runs."""
+    obj = ctx.obj
+    facts = instance_facts(obj.status, status)
+    if read_instance_status(obj.status).destroyed:
+        kube = ctx.services.kube
+        await _drop_app(kube, obj)
+        with contextlib.suppress(ApiError):
+            await Objects(kube).delete(SERVICE_INSTANCE, obj.namespace, obj.name)
+    raise TemporaryError("Destroyed", "an expert destroyed the instance: it goes with its App, without its "
+                         "lifecycle's delete", delay=1.0, facts=facts, waiting=True)
+
 
 
 async def namespace_terminating(kube: Requester, namespace: str) -> bool:
@@ -267,6 +288,9 @@ async def release(ctx: StepContext[ServiceInstanceSpec]) -> Mapping[str, Any]:
     kube = ctx.services.kube
     status = read_instance_status(obj.status)
     if status.state is None or status.deleted:
+        return {}
+    if status.destroyed:
+        await _drop_app(kube, obj)
         return {}
     try:
         spec: ServiceInstanceSpec | None = ctx.spec

@@ -26,6 +26,7 @@ from operators.lsm.entity import (
     lifecycle_semantic_problems,
     resolve_entity,
 )
+from operators.lsm.expert import expert_policy, expert_role
 from operators.lsm.instance import admission, realize_step, release, take_in
 from operators.lsm.models import (
     CLUSTER_LIFECYCLE,
@@ -131,6 +132,8 @@ SERVICE_INSTANCE_KIND = Kind(
     # relation does (a deployment waiting for it to be up goes on)
     depends_on={SERVICE_ENTITY.kind: lambda spec, name: spec.get("entity") == name, APP.kind: named_after,
                 SERVICE_INSTANCE.kind: mentions},
+    # expert mode's permission (verb expert) and its audit's honesty, enforced by the API server itself
+    cluster_objects=lambda: (*expert_policy(), expert_role()),
 )
 
 KINDS: tuple[Kind, ...] = (LIFECYCLE_KIND, CLUSTER_LIFECYCLE_KIND, SERVICE_ENTITY_KIND, SERVICE_INSTANCE_KIND)

@@ -48,7 +48,7 @@ Operation = Literal["clear candidate", "clear active", "clear rollback", "promot
 ModelState = Literal["inactive", "candidate", "designed", "active"]
 AttributeType = Literal["string", "int", "float", "bool", "dict", "list"]
 Modifier = Literal["r", "rw", "rw+"]
-TriggerName = Literal["create", "auto", "api_set_state", "on_update", "on_delete", "resource_based"]
+TriggerName = Literal["create", "auto", "api_set_state", "on_update", "on_delete", "resource_based", "expert"]
 BuiltinName = Literal["simple", "service", "testing_basic_lifecycle"]
 """The lifecycles every namespace can use without creating them (`operators.lsm.builtin`)."""
 
@@ -368,6 +368,47 @@ class StateRequest(Model):
     message: str | None = Field(None, max_length=1024, description="Why, for the log.")
 
 
+# --- Expert mode ---------------------------------------------------------------------------------
+
+ExpertOperation = Literal["setState", "editAttributes", "destroy"]
+EXPERT_VERB = "expert"
+"""The RBAC verb on `serviceinstances` an expert request needs (ClusterRole stead-expert grants it; `edit`
+does not): the API server checks it (the ValidatingAdmissionPolicy of `operators.lsm.expert`)."""
+
+
+class ExpertRequest(Model):
+    """An expert operation (Inmanta's expert mode): it bypasses the lifecycle, so it needs its own permission
+    (verb `expert` on serviceinstances.stead.dev) and is always audited, naming the user."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "self.operation != 'setState' || has(self.state)",
+         "message": "state: required for operation setState (the state to force)"},
+        {"rule": "self.operation != 'editAttributes' || (has(self.set) && has(self.attributes))",
+         "message": "set and attributes: required for operation editAttributes (which set, and its new values)"},
+    ]})
+
+    operation: ExpertOperation = Field(
+        description="setState: force the instance into a state (no transfer, no validation); editAttributes: "
+        "replace one attribute set as given (no validation); destroy: delete the instance and its App without "
+        "the lifecycle's delete path."
+    )
+    user: Annotated[str, StringConstraints(min_length=1, max_length=512)] = Field(
+        description="Who asks: must be the requesting user's name as the API server authenticated it "
+        "(`kubectl auth whoami`); the API server refuses any other, so the log and the Event name the real user."
+    )
+    current_version: int = Field(
+        ge=1, description="The version the expert saw (status.version); a stale one is refused (409)."
+    )
+    state: StateName | None = Field(None, description="setState: the state to force (any state of the lifecycle).")
+    set_: AttributeSet | None = Field(
+        None, alias="set", description="editAttributes: which set to replace: candidate, active or rollback."
+    )
+    attributes: FreeForm | None = Field(
+        None, description="editAttributes: the set's new values, whole ({} removes the set). Not validated."
+    )
+    message: str | None = Field(None, max_length=1024, description="Why, for the log and the Event.")
+
+
 class ServiceInstanceSpec(Model):
     """One service instance: which entity, the client's attributes, and an optional state request."""
 
@@ -382,6 +423,9 @@ class ServiceInstanceSpec(Model):
         "refused (409)."
     )
     state_request: StateRequest | None = Field(None, description="Move the instance to a state (api_set_state).")
+    expert: ExpertRequest | None = Field(
+        None, description="An expert operation, taken once (needs verb expert on serviceinstances.stead.dev)."
+    )
 
 
 class LogEntry(Model):
@@ -390,20 +434,22 @@ class LogEntry(Model):
     from_: str | None = Field(None, alias="from", description="The state left (none at creation).")
     to: str = Field(description="The state reached.")
     trigger: TriggerName = Field(
-        description="create, auto, api_set_state, on_update, on_delete or resource_based."
+        description="create, auto, api_set_state, on_update, on_delete, resource_based, or expert (an expert "
+        "operation: `user` names who)."
     )
     version: int = Field(description="The instance's version after the transfer.")
     time: str = Field(description="When (RFC 3339).")
     operation: Operation | None = Field(None, description="The operation applied to the attribute sets.")
     error: bool = Field(False, description="Whether the error path was taken (failed validation or deployment).")
     message: str | None = Field(None, description="What happened: the transfer, a request's message, a reason.")
+    user: str | None = Field(None, description="Who, for an expert operation (trigger expert).")
 
 
 class RefusedRequest(Model):
     """A client's request the lifecycle refused after admission (the instance had moved on meanwhile, or
     the webhook was bypassed): recorded so that it is handled once, and shown until the spec changes."""
 
-    trigger: TriggerName = Field(description="What was asked: api_set_state, on_update or on_delete.")
+    trigger: TriggerName = Field(description="What was asked: api_set_state, on_update, on_delete or expert.")
     reason: str = Field(description="Why, in one CamelCase word (StaleVersion, UpdateNotAllowed, ...).")
     message: str = Field(description="Why, for humans; the same text the webhook or the API would answer.")
     generation: int = Field(description="The metadata.generation (spec) the request came with.")
@@ -494,6 +540,12 @@ class ServiceInstanceStatus(StatusBase):
     )
     refused: RefusedRequest | None = Field(
         None, description="The client's last request refused by the lifecycle after admission, until the next one."
+    )
+    expert: ExpertRequest | None = Field(
+        None, description="The last expert request taken in (done or refused), so that each is handled once."
+    )
+    destroyed: bool | None = Field(
+        None, description="An expert destroyed the instance: it goes, with its App, without its lifecycle's delete."
     )
     log: list[LogEntry] = Field(
         default_factory=list, description="The latest transfers, oldest first (bounded)."

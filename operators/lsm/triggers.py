@@ -10,6 +10,7 @@ same engine on a write and refuse it with the engine's code (409, 422) and messa
 from __future__ import annotations
 
 from operators.lsm.attributes import changed_keys
+from operators.lsm.expert import apply_expert, pending_expert
 from operators.lsm.machine import Auto, Create, Delete, Refused, SetState, Update, pending_request
 from operators.lsm.models import LogEntry, RefusedRequest, ServiceInstanceSpec, ServiceInstanceStatus, TriggerName
 from operators.lsm.related import check_relations, refuse_if_referenced
@@ -26,6 +27,18 @@ async def take_client_triggers(world: World, spec: ServiceInstanceSpec, status: 
     if status.state is None:
         outcome = await world.advance(status, Create(spec.attributes))
         status, transfers = outcome.status, list(outcome.transfers)
+    expert = pending_expert(spec, status)
+    if expert is not None:
+        try:
+            outcome = apply_expert(world.context(), status, expert)
+        except Refused as refusal:
+            record = RefusedRequest(trigger="expert", reason=refusal.reason, message=refusal.message,
+                                    generation=generation, time=utc_now())
+            status = status.model_copy(update={"refused": record, "expert": expert})
+        else:
+            status, transfers = outcome.status, [*transfers, *outcome.transfers]
+    if status.destroyed:
+        return status, transfers  # it goes as it is: nothing of its lifecycle runs any more
     request = pending_request(spec, status)
     if request is not None:
         trigger = SetState(request.target, request.current_version, request.message)
@@ -66,10 +79,18 @@ async def check_request(world: World, spec: ServiceInstanceSpec, status: Service
             await world.advance(ServiceInstanceStatus(), Create(spec.attributes))
             await check_relations(world, spec.attributes)
         return
+    expert = pending_expert(spec, status)
+    new_expert = expert is not None and (old_spec is None or old_spec.expert != spec.expert)
     request = pending_request(spec, status)
     new_request = request is not None and (old_spec is None or old_spec.state_request != spec.state_request)
     new_attributes = old_spec is None or old_spec.attributes != spec.attributes
     updating = new_attributes and bool(changed_keys(status.client_attributes or {}, spec.attributes))
+    if new_expert and expert is not None:
+        if new_request or updating:
+            raise Refused("spec: one request at a time: an expert request (spec.expert) goes alone, without a "
+                          "change of spec.attributes or spec.stateRequest", 422, "OneRequestAtATime")
+        apply_expert(world.context(), status, expert)
+        return
     if new_request and updating:
         raise Refused("spec: one request at a time: change spec.attributes (an update) or spec.stateRequest (a "
                       "state request), not both in one write", 422, "OneRequestAtATime")
@@ -83,10 +104,10 @@ async def check_request(world: World, spec: ServiceInstanceSpec, status: Service
 
 async def check_delete(world: World, status: ServiceInstanceStatus, current_version: int | None = None) -> None:
     """Refuse (`Refused`, 409) a delete the lifecycle does not allow in the instance's state: the admission
-    webhook's check on DELETE, which the inventory API shares. An instance another one still names in a
-    relation may not go (409, naming them); else one never created, already in a deleted state, or whose
-    delete was taken in already may always go."""
-    if status.deleted:
+    webhook's check on DELETE, which the inventory API shares. An instance already in a deleted state, or
+    destroyed in expert mode (the expert's call), may always go; else one another instance still names in a
+    relation may not (409, naming them); else one never created, or whose delete was taken in already, may."""
+    if status.deleted or status.destroyed:
         return
     await refuse_if_referenced(world.services, world.namespace, world.instance)
     if status.state is None or status.delete_requested:

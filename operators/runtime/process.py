@@ -26,7 +26,7 @@ from operators.runtime.engine.services import Services
 from operators.runtime.engine.slots import RunSlots, default_limit
 from operators.runtime.kopfwiring import WebhookOptions, prepare_kopf
 from operators.runtime.kube.client import USER_AGENT, KubeClient, custom_path, load_access
-from operators.runtime.kube.crds import apply_shipped, install_crds
+from operators.runtime.kube.crds import apply_shipped, install_cluster_objects, install_crds
 from operators.runtime.kube.watch import EVERYTHING, Deliver, Watch
 from operators.runtime.secrets import open_vault
 from operators.runtime.serving.eventloop import freeze_startup_objects
@@ -93,6 +93,7 @@ async def run_operator(
         if options.install_crds:
             await install_crds(kube, kinds)
             await install_shard_label_policy(kube)  # the API server's own check of the sharding labels
+            await install_cluster_objects(kube, kinds)  # the kinds' own policies and roles
         recorder = EventRecorder(writes, metrics, options.replica)
         vault = await open_vault(admission_kube, store, options.namespace)
         runs = options.runs or RunSettings.beside(options.store_path)

@@ -44,7 +44,7 @@ LOOP_REACH = 34.0
 
 TRIGGER_WORDS: Mapping[TriggerName, str] = {
     "create": "create", "auto": "auto", "api_set_state": "set-state", "on_update": "update",
-    "on_delete": "delete", "resource_based": "App",
+    "on_delete": "delete", "resource_based": "App", "expert": "expert",
 }
 """How an edge's label names a trigger: the console's actions use the same words (update, set-state, delete)."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
@@ -203,6 +203,10 @@ class Kind(Generic[SpecT, StatusT]):
     """Objects Stead ships of this kind, by name -> spec (ClusterLifecycles `simple`, ...): applied by the
     operator when it installs the CRDs (`--install-crds`), and by the chart from the files `stead crds`
     writes."""
+    cluster_objects: Callable[[], Sequence[Mapping[str, Any]]] | None = None
+    """Cluster-scoped Kubernetes objects that go with the kind (a ValidatingAdmissionPolicy and its binding,
+    a ClusterRole of a custom verb): applied by the operator when it installs the CRDs (`--install-crds`);
+    the chart has its own copies (`stead crds` writes the policies to the chart's files)."""
 
     def __post_init__(self) -> None:
         declared = [*self.pipeline.steps.values(), *((self.cleanup,) if self.cleanup else ()),

@@ -197,6 +197,21 @@ async def install_crds(kube: KubeClient, kinds: Sequence[Kind], wait_seconds: fl
             await asyncio.sleep(0.2)
 
 
+CLUSTER_OBJECT_PATHS = {
+    "ValidatingAdmissionPolicy": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+}
+"""Where the kinds' cluster objects (`Kind.cluster_objects`) are applied: the kinds they may be."""
+
+
+async def install_cluster_objects(kube: KubeClient, kinds: Sequence[Kind]) -> None:
+    """Server-side apply each kind's cluster objects (`stead operator --install-crds`)."""
+    for kind in kinds:
+        for obj in kind.cluster_objects() if kind.cluster_objects else ():
+            await kube.apply(f"{CLUSTER_OBJECT_PATHS[obj['kind']]}/{obj['metadata']['name']}", dict(obj))
+
+
 def shipped_objects(kind: Kind) -> list[dict[str, Any]]:
     """The objects Stead ships of a kind (`Kind.shipped`), whole, as they are applied."""
     if kind.shipped is None:

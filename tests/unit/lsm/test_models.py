@@ -70,7 +70,7 @@ def test_the_entity_schema() -> None:
 
 def test_the_instance_schema() -> None:
     spec = structural(ServiceInstanceSpec)
-    assert set(spec["properties"]) == {"entity", "attributes", "currentVersion", "stateRequest"}
+    assert set(spec["properties"]) == {"entity", "attributes", "currentVersion", "stateRequest", "expert"}
     assert spec["properties"]["attributes"]["x-kubernetes-preserve-unknown-fields"] is True
     assert set(spec["properties"]["stateRequest"]["properties"]) == {"target", "currentVersion", "message"}
     status = structural(ServiceInstanceStatus)
@@ -78,7 +78,7 @@ def test_the_instance_schema() -> None:
                  "rollbackAttributes", "app", "log", "conditions"):
         assert name in status["properties"]
     assert set(_props(status, "log")["properties"]) == {
-        "from", "to", "trigger", "version", "time", "operation", "error", "message"}
+        "from", "to", "trigger", "version", "time", "operation", "error", "message", "user"}
 
 
 def test_a_log_entry_says_from_on_the_wire() -> None:
