@@ -21,6 +21,9 @@ The parts:
   read timeouts, a bound on the response body read and a deadline on reading it. A failed attempt is
   retried with exponential backoff, up to `Limits.attempts`; a refusal by the egress rule is not
   retried. The counts are written to the entity's `status.notifications` at most once a second.
+  One gap: the status line and headers are read with the read timeout per read (http.client's), so an
+  endpoint that trickles them a byte at a time holds one worker thread longer than `timeout`; it
+  never holds the handler path, nor more than its subscription's worker and one of the pool's threads.
 
 Counts are this replica's since it started (an operator restart starts them again; an event not yet
 delivered when the operator stops is lost: delivery is at most once across restarts). Each event's
