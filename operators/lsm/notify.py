@@ -58,6 +58,7 @@ from operators.lsm.models import (
     Subscription,
     SubscriptionStatus,
 )
+from operators.runtime import ProcessServices
 from pipelines.executors.egress import HTTP_ALLOW_HINT, EgressPolicy, EgressRefused
 
 log = logging.getLogger(__name__)
@@ -304,7 +305,7 @@ class Notifier:
 
     # the addon
 
-    async def start(self, services: Any) -> None:
+    async def start(self, services: ProcessServices) -> None:
         policy = EgressPolicy(allow=services.runs.http_allow, deny=services.runs.service_cidrs)
         kube = services.kube
 
