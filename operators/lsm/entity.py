@@ -21,10 +21,12 @@ from operators.calm.blueprint import KIND as BLUEPRINT_KIND
 from operators.lsm.attributes import entity_problems, service_entity_problems
 from operators.lsm.lifecycle import config_problems, lifecycle_problems, semantic_problems, summarize
 from operators.lsm.models import SERVICE_INSTANCE, LifecycleSpec, ServiceEntitySpec
+from operators.lsm.notify import egress_problems
 from operators.lsm.realization import realization_problems
 from operators.lsm.wire import merge_ready
 from operators.lsm.world import Unresolved, find_blueprint, find_lifecycle
 from operators.runtime import (
+    KIND_CONDITIONS,
     AdmissionRequest,
     Objects,
     PermanentError,
@@ -36,6 +38,7 @@ from operators.runtime import (
     spec_admission,
     spec_step,
 )
+from pipelines.executors.egress import EgressPolicy
 
 BLUEPRINT_RECHECK_SECONDS = 60.0
 """A slow safety net only: an entity is checked again when its Blueprint becomes Ready."""
@@ -101,7 +104,25 @@ async def resolve_entity(ctx: StepContext[ServiceEntitySpec]) -> Mapping[str, An
                              facts=facts) from None
     if problems:
         raise PermanentError("InvalidSpec", "; ".join(problems), facts=facts)
+    if entity.notifications:
+        facts[KIND_CONDITIONS] = [await notifying(ctx.services, entity)]
     return facts
+
+
+NOTIFYING = "Notifying"
+"""The entity's condition on its subscriptions: False, reason EgressRefused, when the egress rule refuses one."""
+
+
+async def notifying(services: Services, entity: ServiceEntitySpec) -> dict[str, str]:
+    """The Notifying condition: each subscription's endpoint judged by the egress rule of http tasks now (it is
+    judged again at each connection). The entity stays Ready: its instances do not wait on a receiver."""
+    runs = services.runs
+    policy = EgressPolicy(allow=runs.http_allow, deny=runs.service_cidrs)
+    problems = await egress_problems(entity.notifications, policy)
+    if problems:
+        return {"type": NOTIFYING, "status": "False", "reason": "EgressRefused", "message": "; ".join(problems)}
+    return {"type": NOTIFYING, "status": "True", "reason": "Subscribed",
+            "message": f"{len(entity.notifications)} subscription(s); deliveries in status.notifications"}
 
 
 @spec_admission(ServiceEntitySpec)

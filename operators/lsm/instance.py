@@ -46,6 +46,7 @@ from operators.lsm.converge import Waiting, converge, deleting, owned_by, poll_d
 from operators.lsm.diff import preview
 from operators.lsm.machine import Delete, LifecycleError, Refused, ways_out
 from operators.lsm.models import SERVICE_INSTANCE, LogEntry, ServiceDiff, ServiceInstanceSpec, ServiceInstanceStatus
+from operators.lsm.notify import Instance, publish
 from operators.lsm.related import with_relation_check
 from operators.lsm.relations import references
 from operators.lsm.triggers import check_delete, check_request, take_client_triggers
@@ -87,10 +88,12 @@ def read_spec(ctx: StepContext[ServiceInstanceSpec]) -> ServiceInstanceSpec:
 # --- one reconcile ------------------------------------------------------------------------------
 
 
-def record_transfers(ctx: StepContext, transfers: list[LogEntry] | tuple[LogEntry, ...]) -> None:
-    """One Event per executed transfer."""
+def record_transfers(ctx: StepContext, world: World, transfers: list[LogEntry] | tuple[LogEntry, ...]) -> None:
+    """One Event per executed transfer, and the entity's notifications (queued, sent off this path)."""
     if ctx.services is None:
         return
+    obj = ctx.obj
+    publish(Instance(obj.namespace, world.entity_name, obj.name, obj.uid), world.entity.notifications, transfers)
     for entry in transfers:
         if entry.trigger == "expert":  # the audit of expert mode: who did what, beside the transfers
             ctx.services.events.record(ctx.obj, "Warning", "ExpertMode",
@@ -115,7 +118,7 @@ async def realize(world: World, ctx: StepContext, status: ServiceInstanceStatus
         if isinstance(result, Waiting):
             return status, result
         outcome = await world.advance(status, result)
-        record_transfers(ctx, outcome.transfers)
+        record_transfers(ctx, world, outcome.transfers)
         if not outcome.changed:
             return status, None
         status = outcome.status
@@ -173,7 +176,7 @@ async def take_in(ctx: StepContext[ServiceInstanceSpec]) -> Mapping[str, Any]:
         raise PermanentError(refusal.reason, refusal.message, phase=REFUSED) from None
     except LifecycleError as error:
         raise PermanentError(error.reason, error.message) from None
-    record_transfers(ctx, transfers)
+    record_transfers(ctx, world, transfers)
     named = references(world.entity, spec.attributes, status.candidate_attributes, status.active_attributes)
     status = status.model_copy(update={"diff": await what_would_change(world, ctx.obj, status),
                                        "references": named or None})
@@ -311,7 +314,7 @@ async def release(ctx: StepContext[ServiceInstanceSpec]) -> Mapping[str, Any]:
             try:
                 outcome = await world.advance(status, Delete())
             except Refused as refusal:
-                record_transfers(ctx, transfers)
+                record_transfers(ctx, world, transfers)
                 if await namespace_terminating(kube, obj.namespace):
                     await _drop_app(kube, obj)
                     return {}
@@ -320,7 +323,7 @@ async def release(ctx: StepContext[ServiceInstanceSpec]) -> Mapping[str, Any]:
                                      f"({_ways(world, status)})", facts=instance_facts(obj.status, status)) from None
             status = outcome.status.model_copy(update={"delete_requested": True})
             transfers += outcome.transfers
-        record_transfers(ctx, transfers)
+        record_transfers(ctx, world, transfers)
         status, waiting = await realize(world, ctx, status)
     except LifecycleError as error:
         if await namespace_terminating(kube, obj.namespace):

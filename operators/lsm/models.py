@@ -309,6 +309,53 @@ class RelationDefinition(Model):
                                    description=self.description)
 
 
+# --- Notifications ---------------------------------------------------------------------------------
+
+NotificationType = Literal["transfer", "state", "failure"]
+"""transfer: every executed transfer; state: a transfer that changed the state; failure: one that took its
+error path (a failed validation or deployment)."""
+NotificationLevel = Literal["info", "warning", "error"]
+"""A state change is info, a transfer is info (warning when it took its error path), a failure is error."""
+NOTIFICATION_TYPES: tuple[NotificationType, ...] = ("transfer", "state", "failure")
+
+
+class Subscription(Model):
+    """An HTTP endpoint that receives the entity's instances' events as CloudEvents (POST, one per event)."""
+
+    name: ConfigName = Field(description="The subscription's name, unique in the entity (its status is under it).")
+    url: str = Field(
+        max_length=2048, pattern=r"^https?://[^/?#\s]+([/?][^\s]*)?$",
+        description="Where events are POSTed (http or https). It obeys the egress rule of http tasks: public "
+        "addresses only unless the operator allows a network (--http-allow-networks), ClusterIPs never. "
+        "Credentials in it (user:password@, the query) are masked wherever it is shown.",
+    )
+    types: list[NotificationType] = Field(
+        default_factory=lambda: list(NOTIFICATION_TYPES), min_length=1,
+        description="The event types sent: transfer, state, failure (default: all).",
+    )
+    min_level: NotificationLevel = Field(
+        "info", description="The least level sent: info (everything), warning or error (failures only)."
+    )
+    mode: Literal["binary", "structured"] = Field(
+        "binary", description="The CloudEvents HTTP content mode: binary (ce-* headers, the data as the body) or "
+        "structured (one application/cloudevents+json body).",
+    )
+
+
+class SubscriptionStatus(Model):
+    """How delivery to one subscription goes (this operator replica's counts since it started)."""
+
+    name: str = Field(description="The subscription.")
+    url: str = Field(description="Its URL, credentials masked.")
+    delivered: int = Field(0, description="Events the endpoint accepted (2xx).")
+    last_delivered: str | None = Field(None, description="When the last one was accepted (RFC 3339).")
+    pending: int = Field(0, description="Events queued or being sent.")
+    retries: int = Field(0, description="Attempts that failed and were retried (with backoff).")
+    failures: int = Field(0, description="Events given up: every attempt failed, or the egress rule refused it.")
+    dropped: int = Field(0, description="Events dropped, oldest first, because the queue was full.")
+    last_error: str | None = Field(None, description="The last failed attempt's error (credentials masked).")
+
+
 class ServiceEntitySpec(Model):
     """A service offered by the catalog: its attributes, its lifecycle and how an instance is realized."""
 
@@ -341,6 +388,12 @@ class ServiceEntitySpec(Model):
         description="How an instance is deployed. Absent: nothing is deployed, and resource-based transfers "
         "take their success path at once.",
     )
+    notifications: list[Subscription] = Field(
+        default_factory=list,
+        description="Subscriptions: HTTP endpoints that receive the instances' transfers, state changes and "
+        "failures as CloudEvents, filtered by type and level (docs/services.md#notifications).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
 
 
 class ServiceEntityStatus(StatusBase):
@@ -351,6 +404,9 @@ class ServiceEntityStatus(StatusBase):
     attribute_count: int | None = Field(None, description="How many attributes the entity has.")
     auto_transfers_off: list[str] | None = Field(
         None, description="The config names of the auto transfers this entity switches off."
+    )
+    notifications: list[SubscriptionStatus] | None = Field(
+        None, description="Per subscription: events delivered, pending, retried, failed and dropped, the last error."
     )
 
 

@@ -142,8 +142,9 @@ class OperatorProcess:
             "--config-api-port", str(self.config_api_port),
             "--trust-local-namespaces", "t-test-app*",  # tests/e2e/test_apps.py runs scripts on this host
             "--ssh-allow", "127.0.0.0/8",  # tests/e2e/test_calm_substrates.py: sshd nodes on 127.0.0.2-4
-            # tests/e2e/test_egress.py: a private network an operator opened, which holds the Service CIDR
-            "--http-allow-networks", "10.0.0.0/8",
+            # tests/e2e/test_egress.py: a private network an operator opened, which holds the Service CIDR;
+            # tests/e2e/test_services_notify.py and docs/services.md: notifications' receivers on 127.0.0.77
+            "--http-allow-networks", "10.0.0.0/8", "127.0.0.77/32",
             # short, so that tests/e2e/test_tenancy.py sees unreferenced vault entries collected
             "--vault-grace-seconds", "3", "--vault-collect-seconds", "0.5", *self.extra_args,
         ]

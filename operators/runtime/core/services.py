@@ -63,6 +63,12 @@ class RunConfig(Protocol):
     @property
     def job_service_account(self) -> str: ...
 
+    @property
+    def http_allow(self) -> tuple[str, ...]: ...
+
+    @property
+    def service_cidrs(self) -> tuple[str, ...]: ...
+
 
 class RunQueue(Protocol):
     """The bound on workflow runs at once (`operators.runtime.engine.slots.RunSlots`)."""
