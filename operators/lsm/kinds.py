@@ -6,6 +6,7 @@
 | ClusterLifecycle (`clc`) | the same, cluster-scoped (the built-ins are shipped as ClusterLifecycles) |
 | ServiceEntity (`se`) | `Init → Validated → Provisioned` (its lifecycle and Blueprint found and fit) |
 | ServiceInstance (`si`) | `Init → Realizing → Provisioned` (triggers taken in; its App where the state wants it) |
+| ServiceOrder (`so`) | `Init → Running → Provisioned` (items in dependency order; else `Failed` or `Partial`) |
 
 A ServiceInstance that settles waiting for its client shows `Rejected`, `Failed` or `Refused` instead
 (`instance.settled_problem`), never the `Realizing` it stopped in.
@@ -36,6 +37,8 @@ from operators.lsm.models import (
     SERVICE_ENTITY_COLUMNS,
     SERVICE_INSTANCE,
     SERVICE_INSTANCE_COLUMNS,
+    SERVICE_ORDER,
+    SERVICE_ORDER_COLUMNS,
     BuiltinName,
     LifecycleSpec,
     LifecycleStatus,
@@ -43,7 +46,11 @@ from operators.lsm.models import (
     ServiceEntityStatus,
     ServiceInstanceSpec,
     ServiceInstanceStatus,
+    ServiceOrderSpec,
+    ServiceOrderStatus,
 )
+from operators.lsm.ordering import check_order, run_order
+from operators.lsm.orders import order_spec_problems
 from operators.lsm.relations import mentions
 from operators.runtime import Kind, Pipeline, named_after
 
@@ -136,4 +143,29 @@ SERVICE_INSTANCE_KIND = Kind(
     cluster_objects=lambda: (*expert_policy(), expert_role()),
 )
 
-KINDS: tuple[Kind, ...] = (LIFECYCLE_KIND, CLUSTER_LIFECYCLE_KIND, SERVICE_ENTITY_KIND, SERVICE_INSTANCE_KIND)
+
+
+def _orders_instance(spec: Mapping[str, Any], name: str) -> bool:
+    return any(isinstance(item, Mapping) and item.get("instance") == name for item in spec.get("items") or [])
+
+
+SERVICE_ORDER_KIND = Kind(
+    kind=SERVICE_ORDER.kind,
+    plural=SERVICE_ORDER.plural,
+    short_names=("so",),
+    description="A service order: several ServiceInstances of its namespace created, updated or deleted at once, "
+    "in the order of the dependencies between its items (Inmanta's service orders); each item's state and "
+    "failure type, and the order's result (completed, failed or partial) in status. Immutable once accepted.",
+    spec_model=ServiceOrderSpec,
+    status_model=ServiceOrderStatus,
+    pipeline=Pipeline(phases=("Init", "Running", "Provisioned"),
+                      steps={"Init": check_order, "Running": run_order},
+                      ended=frozenset({"Failed", "Partial"})),
+    columns=SERVICE_ORDER_COLUMNS,
+    problems=order_spec_problems,
+    # checked again when an instance it names becomes Ready or Stalled, or goes: an item's outcome
+    depends_on={SERVICE_INSTANCE.kind: _orders_instance},
+)
+
+KINDS: tuple[Kind, ...] = (LIFECYCLE_KIND, CLUSTER_LIFECYCLE_KIND, SERVICE_ENTITY_KIND, SERVICE_INSTANCE_KIND,
+                           SERVICE_ORDER_KIND)

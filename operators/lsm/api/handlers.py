@@ -11,7 +11,19 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from operators import API_VERSION
-from operators.lsm.api.openapi import DIFF, INSTANCE, INSTANCES, INVENTORY, PREFIX, SCHEMAS, STATE
+from operators.lsm.api.openapi import (
+    DIFF,
+    INSTANCE,
+    INSTANCES,
+    INVENTORY,
+    ONE_ORDER,
+    ORDER,
+    ORDERS,
+    PREFIX,
+    SCHEMAS,
+    STATE,
+)
+from operators.lsm.api.orders import create_order, get_order, list_orders
 from operators.lsm.attributes import identity_value
 from operators.lsm.lifecycle import model_state
 from operators.lsm.machine import LifecycleError, Refused
@@ -546,6 +558,15 @@ ROUTES = RouteTable((
           parameters=STATE["parameters"]),
     Route(PREFIX + "/services/{entity}/{id}/state", {"POST": Operation(InventoryApi.set_state, openapi=STATE["post"])},
           parameters=STATE["parameters"], description="The seed's spelling of .../state."),
+    Route(ORDER, {
+        "GET": Operation(list_orders, "the namespace's service orders", ORDERS["get"]),
+        "POST": Operation(create_order, "create a service order: {service_order_items: [{instance_id, action, "
+                          "service_entity?, attributes?/edits?, dependencies?, id?}], description?, name?}",
+                          ORDERS["post"])},
+          parameters=ORDERS["parameters"]),
+    Route(ORDER + "/{id}", {"GET": Operation(get_order, "one service order (name or uid): items' states, its state",
+                                             ONE_ORDER["get"])},
+          parameters=ONE_ORDER["parameters"]),
 ), SCHEMAS)
 """The inventory's routes, declared once (`operators.runtime.api.routes`)."""
 ROUTE_DOCS = ROUTES.docs()

@@ -9,6 +9,7 @@ from operators.lsm.paging import DEFAULT_LIMIT, MAX_LIMIT, SORT_FIELDS
 
 PREFIX = "/lsm/v1"
 INVENTORY = PREFIX + "/service_inventory/{entity}"
+ORDER = PREFIX + "/order"
 
 
 def _error(description: str) -> dict[str, Any]:
@@ -113,12 +114,60 @@ DIFF: dict[str, Any] = {
                     "$ref": "#/components/schemas/ServiceDiff"}}}}}},
                 "404": _error("No such entity or instance."), **_COMMON}},
 }
+_ORDER_ANSWER = {"content": {_JSON_BODY: {"schema": {"type": "object", "required": ["data"], "properties": {
+    "data": {"$ref": "#/components/schemas/ServiceOrder"}}}}}}
+ORDERS: dict[str, Any] = {
+    "parameters": [_NS],
+    "get": {"summary": "The namespace's service orders, oldest first.", "responses": {
+        "200": {"description": "The orders.", "content": {_JSON_BODY: {"schema": {
+            "type": "object", "required": ["data"], "properties": {
+                "data": {"type": "array", "items": {"$ref": "#/components/schemas/ServiceOrder"}}}}}}},
+        **_COMMON}},
+    "post": {"summary": "Create a service order (a ServiceOrder object): items that create, update or delete "
+                        "instances, in dependency order.",
+             "requestBody": {"required": True, "content": {_JSON_BODY: {"schema": {
+                 "type": "object", "required": ["service_order_items"], "properties": {
+                     "name": {"type": "string"}, "description": {"type": "string"},
+                     "service_order_items": {"type": "array", "items": {"type": "object",
+                         "required": ["instance_id", "action"], "properties": {
+                             "id": {"type": "string", "description": "Default: instance_id."},
+                             "instance_id": {"type": "string", "description": "The instance's name."},
+                             "action": {"type": "string", "enum": ["create", "update", "delete"]},
+                             "service_entity": {"type": "string"}, "attributes": {"type": "object"},
+                             "edits": {"type": "object"},
+                             "dependencies": {"type": "array", "items": {"type": "string"}}}}}}}}}},
+             "responses": {"201": {"description": "Created: the order, acknowledged.", **_ORDER_ANSWER},
+                           "400": _error("Malformed body."),
+                           "409": _error("An order of that name exists."),
+                           "422": _error("An order the checks refuse: a cycle, an unknown dependency (named)."),
+                           **_COMMON}},
+}
+ONE_ORDER: dict[str, Any] = {
+    "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"},
+                    "description": "The order's name or uid."}, _NS],
+    "get": {"summary": "One service order: each item's state and failure type, the order's state.",
+            "responses": {"200": {"description": "The order.", **_ORDER_ANSWER},
+                          "404": _error("No such order."), **_COMMON}},
+}
 SCHEMAS: dict[str, Any] = {
+    "ServiceOrder": {"type": "object", "properties": {
+        "id": {"type": "string", "description": "metadata.uid"}, "name": {"type": "string"},
+        "namespace": {"type": "string"}, "environment": {"type": "string"}, "description": {"type": "string"},
+        "created_at": {"type": "string"},
+        "status": {"type": "object", "properties": {"state": {"type": "string", "enum": [
+            "acknowledged", "in_progress", "completed", "failed", "partial"]}}},
+        "service_order_items": {"type": "array", "items": {"type": "object", "properties": {
+            "id": {"type": "string"}, "instance_id": {"type": "string"}, "action": {"type": "string"},
+            "dependencies": {"type": "array", "items": {"type": "string"}},
+            "status": {"type": "object", "properties": {
+                "state": {"type": "string", "enum": ["waiting", "in_progress", "completed", "failed", "skipped"]},
+                "failure_type": {"type": "string", "nullable": True},
+                "reason": {"type": "string", "nullable": True}}}}}}}},
     "InventoryError": {"type": "object", "required": ["code", "error", "message"], "properties": {
         "code": {"type": "integer"},
         "error": {"type": "string", "description": "One word: NotFound, StaleVersion, UpdateNotAllowed, ..."},
         "message": {"type": "string"},
-        "notFound": {"type": "string", "enum": ["service_entity", "service_instance", "route"]}}},
+        "notFound": {"type": "string", "enum": ["service_entity", "service_instance", "service_order", "route"]}}},
     "ServiceDiff": {"type": "object", "nullable": True, "properties": {
         "id": {"type": "string"}, "name": {"type": "string"},
         "instance_version": {"type": "integer", "description": "The instance's version now."},

@@ -14,7 +14,13 @@ import yaml
 from operators import catalog
 from operators.lsm import KINDS
 from operators.lsm.builtin import BUILTINS
-from operators.lsm.kinds import CLUSTER_LIFECYCLE_KIND, LIFECYCLE_KIND, SERVICE_ENTITY_KIND, SERVICE_INSTANCE_KIND
+from operators.lsm.kinds import (
+    CLUSTER_LIFECYCLE_KIND,
+    LIFECYCLE_KIND,
+    SERVICE_ENTITY_KIND,
+    SERVICE_INSTANCE_KIND,
+    SERVICE_ORDER_KIND,
+)
 from operators.lsm.models import LifecycleSpec, ServiceInstanceStatus
 from operators.lsm.wire import INSTANCE_FIELDS, instance_facts, merge_ready, read_instance_status
 from operators.runtime.core.kinds import named_after
@@ -31,10 +37,11 @@ from tests.unit.lsm.kindsupport import RecordingEvents
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_the_catalog_serves_the_four_kinds() -> None:
-    assert KINDS == (LIFECYCLE_KIND, CLUSTER_LIFECYCLE_KIND, SERVICE_ENTITY_KIND, SERVICE_INSTANCE_KIND)
+def test_the_catalog_serves_the_five_kinds() -> None:
+    assert KINDS == (LIFECYCLE_KIND, CLUSTER_LIFECYCLE_KIND, SERVICE_ENTITY_KIND, SERVICE_INSTANCE_KIND,
+                     SERVICE_ORDER_KIND)
     assert all(kind in catalog.KINDS for kind in KINDS)
-    assert [k.short_names for k in KINDS] == [("lc",), ("clc",), ("se",), ("si",)]
+    assert [k.short_names for k in KINDS] == [("lc",), ("clc",), ("se",), ("si",), ("so",)]
 
 
 def test_cluster_lifecycles_are_cluster_scoped_with_the_lifecycle_schema_and_webhook() -> None:

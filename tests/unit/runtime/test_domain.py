@@ -25,7 +25,7 @@ def test_the_kinds_are_the_domains_kinds_in_order_the_environment_extended_by_gr
     declared = [kind for domain in DOMAINS for kind in domain.kinds]
     assert [kind.kind for kind in KINDS] == [kind.kind for kind in declared] == [
         "Environment", "Blueprint", "App", "ActionRun", "ConfigComponent", "ConfigValues", "Lifecycle",
-        "ClusterLifecycle", "ServiceEntity", "ServiceInstance", "DeploymentGraph", "GraphRun"]
+        "ClusterLifecycle", "ServiceEntity", "ServiceInstance", "ServiceOrder", "DeploymentGraph", "GraphRun"]
     assert KINDS[1:] == tuple(declared[1:])  # the same objects
     assert declared[0] is environment.KIND and KINDS[0] is not environment.KIND  # the one cross-domain edge
     assert KINDS[0].pipeline.phases == environment.KIND.pipeline.phases
