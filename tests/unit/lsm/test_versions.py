@@ -217,3 +217,54 @@ def test_a_version_still_in_use_cannot_be_removed_nor_its_lifecycle_changed(worl
     assert changed.value.message == "spec.versions[0].lifecycle: cannot change while instances use version 1 (db-1)"
     relabelled = {**greeter_v2(), "lifecycle": {"builtin": "service"}}  # version 2 has no instances: free
     asyncio.run(SERVICE_ENTITY_KIND.admission(world.request("UPDATE", relabelled, old, name="greeter")))
+
+
+# --- stead service migrate ------------------------------------------------------------------------
+
+
+def test_the_cli_sends_a_migration_read_by_the_new_versions_types(kube: FakeApi, capsys: pytest.CaptureFixture[str]
+                                                                  ) -> None:
+    from tests.unit.lsm import test_service_cli as cli
+
+    entity = {**cli.ENTITY, "spec": {**cli.ENTITY["spec"], "version": 2, "versions": [
+        {**cli.ENTITY["spec"], "version": 1}]}}
+    entity["spec"]["attributes"] = [*entity["spec"]["attributes"], {"name": "size", "type": "int"}]
+    kube.add(cli.custom_path("serviceentities", cli.NS, "greeter"), entity)
+    kube.add(cli.path("hello"), cli.instance("hello", "hello-id", entityVersion=1))
+    assert cli.run(kube, "migrate", "hello", "2", "up", "-n", cli.NS, "--attr", "size=3", "--remove", "fast") == 0
+    assert kube.received[-1].body == {"spec": {"entityVersion": 2, "migration": {
+        "targetState": "up", "currentVersion": 4, "attributes": {"size": 3}, "remove": ["fast"]}}}
+    assert ("serviceinstance/hello: migration to entity version 2 (state up) sent at version 4 (from entity "
+            "version 1)") in capsys.readouterr().out
+    # a second migration replaces the first whole: what it does not say any more is removed
+    assert cli.run(kube, "migrate", "hello", "2", "up", "-n", cli.NS, "--attr", "who=x") == 0
+    assert kube.objects[cli.path("hello")]["spec"]["migration"] == {"targetState": "up", "currentVersion": 4,
+                                                                    "attributes": {"who": "x"}}
+
+
+# --- the inventory API's route ---------------------------------------------------------------------
+
+
+def test_the_api_route_checks_the_migration_then_writes_it_to_the_spec(kube: FakeApi) -> None:
+    from tests.unit.lsm import test_inventory_api as api
+
+    v1 = greeter_entity(realized=False)
+    v2 = {**v1, "version": 2, "versions": [{**v1, "version": 1}],
+          "attributes": [*v1["attributes"], {"name": "size", "type": "int"}]}
+    kube.add(api.custom_path("serviceentities", api.NS, "greeter"), {"spec": v2})
+    client = api.Client(kube)
+    api.instance(kube, status={**api.UP, "entityVersion": 1})
+    route = f"{api.INV}/db-1/update_entity_version"
+    code, answer = client.call("POST", route, {"current_version": 4, "target_entity_version": 2, "state": "up"})
+    assert code == 422 and answer["error"] == "MigrationInvalid"
+    assert "status.activeAttributes.size: required" in answer["message"]
+    assert "entityVersion" not in api.stored(kube)["spec"]  # refused before any write
+    code, answer = client.call("POST", route, {"current_version": 4, "target_entity_version": 3, "state": "up"})
+    assert code == 422 and answer["message"] == ("spec.entityVersion: service entity greeter has no version 3 "
+                                                 "(versions: 1, 2)")
+    code, answer = client.call("POST", route, {"current_version": 4, "target_entity_version": 2, "state": "up",
+                                               "attributes": {"size": 2}, "message": "v2"})
+    assert code == 200 and answer["service_entity_version"] == 1  # the operator moves it
+    assert api.stored(kube)["spec"]["entityVersion"] == 2
+    assert api.stored(kube)["spec"]["migration"] == {"targetState": "up", "currentVersion": 4,
+                                                     "attributes": {"size": 2}, "message": "v2"}
