@@ -268,3 +268,15 @@ def test_the_api_route_checks_the_migration_then_writes_it_to_the_spec(kube: Fak
     assert api.stored(kube)["spec"]["entityVersion"] == 2
     assert api.stored(kube)["spec"]["migration"] == {"targetState": "up", "currentVersion": 4,
                                                      "attributes": {"size": 2}, "message": "v2"}
+
+
+def test_an_entity_is_checked_again_when_what_any_of_its_versions_refers_to_changes() -> None:
+    from operators.lsm.kinds import SERVICE_ENTITY_KIND
+
+    spec = greeter_v2()
+    spec["versions"][0]["lifecycle"] = {"name": "old-gated"}
+    spec["versions"][0]["realization"]["blueprint"] = "old-greeter"
+    assert SERVICE_ENTITY_KIND.depends_on["Lifecycle"](spec, "old-gated")
+    assert SERVICE_ENTITY_KIND.depends_on["Blueprint"](spec, "old-greeter")
+    assert SERVICE_ENTITY_KIND.depends_on["Blueprint"](spec, "greeter")
+    assert not SERVICE_ENTITY_KIND.depends_on["Blueprint"](spec, "other")
