@@ -88,8 +88,8 @@ NOUNS: tuple[Noun, ...] = (
          "operators.calm.cli:add_actionrun_actions", short_names=ACTIONRUN_SHORT_NAMES, older=("runs",)),
     Noun("blueprint", "Blueprints: deps (their dependencies, one per line)",
          "operators.calm.cli:add_blueprint_actions", short_names=BLUEPRINT_SHORT_NAMES),
-    Noun("service", "service instances: catalog, list, create, get, update, set-state, delete, log, diff, "
-         "diagnose, expert (set-state, edit, destroy)",
+    Noun("service", "service instances: catalog, list, create, get, update, set-state, migrate, delete, log, "
+         "diff, diagnose, expert (set-state, edit, destroy)",
          "operators.lsm.cli:add_service_actions"),
     Noun("graph", "deployment graphs: upload, download, list, delete, execute (a GraphRun), plan, status, logs, "
          "history", "operators.graphs.cli:add_graph_actions"),

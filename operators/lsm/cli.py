@@ -10,6 +10,8 @@ ServiceInstance objects, as `kubectl` would write them; docs/services.md).
     stead service update ID --attr k=v...          the client's attributes with these changed, sent with
                                                    the version read (spec.currentVersion)
     stead service set-state ID TARGET [--message M]  a state request (spec.stateRequest) at the version read
+    stead service migrate ID VERSION STATE [--attr k=v] [--remove k]  to another entity version
+                                                   (spec.entityVersion, spec.migration) at the version read
     stead service delete ID
     stead service log ID                           the transfers: from, to, trigger, version, time, message
     stead service diff ID [-o json|yaml]           what the waiting candidate set would change (status.diff)
@@ -201,7 +203,8 @@ def _attrs(values: Any) -> str:
 
 def format_instance(obj: Mapping[str, Any]) -> str:
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-    lines = [f"serviceinstance/{meta.get('name')}  entity {spec.get('entity')}  uid {meta.get('uid')}",
+    on = f" version {status['entityVersion']}" if status.get("entityVersion") is not None else ""
+    lines = [f"serviceinstance/{meta.get('name')}  entity {spec.get('entity')}{on}  uid {meta.get('uid')}",
              f"state:      {status.get('state') or '-'} ({status.get('modelState') or '-'})  version "
              f"{status.get('version') or '-'}  ready {_ready(obj)}",
              f"identity:   {status.get('identity') or '-'}",
@@ -261,7 +264,7 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 def add_service_actions(service: argparse.ArgumentParser) -> None:
-    """`stead service catalog|list|create|get|update|set-state|delete|log|diff|diagnose`."""
+    """`stead service catalog|list|create|get|update|set-state|migrate|delete|log|diff|diagnose|expert`."""
     sub = service.add_subparsers(metavar="ACTION")
     raw = argparse.RawDescriptionHelpFormatter
     ident = "the instance: its name, its uid, or IDENTITY=VALUE"
@@ -302,6 +305,23 @@ def add_service_actions(service: argparse.ArgumentParser) -> None:
     set_state.add_argument("--message", help="why, for the log")
     cluster_arguments(set_state, _run_command)
     set_state.set_defaults(handler=lazy("operators.lsm.cli_actions:set_state"))
+    migrate = sub.add_parser("migrate", help="move an instance to another entity version, landing in a state",
+                             formatter_class=raw,
+                             description="Set spec.entityVersion and spec.migration (at the version read): the "
+                             "operator validates the instance's attribute sets under that entity version and moves "
+                             "it to TARGET_STATE; a set that does not fit is refused, naming the attribute.",
+                             epilog=f"{ATTR_HELP}\n\nexample:\n  stead service migrate hello 2 up -n demo "
+                             "--attr tier=gold")
+    migrate.add_argument("id", help=ident)
+    migrate.add_argument("version", type=int, metavar="VERSION", help="the entity version to move to")
+    migrate.add_argument("state", metavar="TARGET_STATE", help="a state of that version's lifecycle")
+    migrate.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE",
+                         help="a value for an attribute the new version needs (read by its type there); repeat")
+    migrate.add_argument("--remove", action="append", default=[], metavar="NAME",
+                         help="an attribute the new version no longer has, taken out of the sets; repeat")
+    migrate.add_argument("--message", help="why, for the log")
+    cluster_arguments(migrate, _run_command)
+    migrate.set_defaults(handler=lazy("operators.lsm.cli_actions:migrate"))
     delete = sub.add_parser("delete", help="delete an instance (its on_delete transfer)")
     delete.add_argument("id", help=ident)
     cluster_arguments(delete, _run_command)

@@ -1,4 +1,4 @@
-"""`stead service list|create|get|update|set-state|delete|log`: the actions on service instances, run with the
+"""`stead service list|create|get|update|set-state|migrate|delete|log`: the actions on service instances, run with the
 API client (`Kube`); imported when one of them runs (`operators.lsm.cli` is the parser)."""
 
 from __future__ import annotations
@@ -148,6 +148,49 @@ async def set_state(kube: Kube, args: argparse.Namespace) -> int:
                        content_type="application/merge-patch+json")
     print(f"serviceinstance/{name}: state {args.target} requested at version {version} "
           f"(from {(obj.get('status') or {}).get('state')})")
+    return 0
+
+
+def version_attributes(entity: Mapping[str, Any] | None, number: int) -> dict[str, Any] | None:
+    """The entity as `typed_attrs` reads it, with the attributes of version `number` (the top-level fields are the
+    current version, `spec.versions` the others)."""
+    spec = (entity or {}).get("spec") or {}
+    if int(spec.get("version") or 1) == number:
+        return dict(entity or {})
+    other = next((v for v in spec.get("versions") or [] if v.get("version") == number), None)
+    return None if other is None else {"spec": other}
+
+
+async def migrate(kube: Kube, args: argparse.Namespace) -> int:
+    obj = await find_instance(kube, args.namespace, args.id)
+    name, spec, version = obj["metadata"]["name"], obj.get("spec") or {}, instance_version(obj)
+    if version is None:
+        raise CliError(f"serviceinstance/{name} has no version yet (not taken in by the operator): try again")
+    entity = None
+    try:
+        entity = await kube.request("GET", _path(ENTITIES, args.namespace, str(spec.get("entity"))))
+    except ApiError as error:
+        if error.status != 404:
+            raise
+    migration: dict[str, Any] = {"targetState": args.state, "currentVersion": version}
+    given = typed_attrs(parse_attrs(args.attr), version_attributes(entity, args.version))
+    if given:
+        migration["attributes"] = given
+    if args.remove:
+        migration["remove"] = list(args.remove)
+    if args.message:
+        migration["message"] = args.message
+    # the migration replaces the one before whole: a merge patch keeps what it does not name, null removes it
+    before = dict(spec.get("migration") or {})
+    patch = {**{key: None for key in before}, **migration}
+    if given:
+        patch["attributes"] = {**{key: None for key in before.get("attributes") or {}}, **given}
+    await kube.request("PATCH", _path(INSTANCES, args.namespace, name),
+                       {"spec": {"entityVersion": args.version, "migration": patch}},
+                       content_type="application/merge-patch+json")
+    now = (obj.get("status") or {}).get("entityVersion")
+    print(f"serviceinstance/{name}: migration to entity version {args.version} (state {args.state}) sent at version "
+          f"{version} (from entity version {now if now is not None else '-'})")
     return 0
 
 

@@ -23,6 +23,7 @@ from operators.lsm.lifecycle import config_problems, lifecycle_problems, semanti
 from operators.lsm.models import SERVICE_INSTANCE, LifecycleSpec, ServiceEntitySpec
 from operators.lsm.notify import egress_problems
 from operators.lsm.realization import realization_problems
+from operators.lsm.versions import at_version, in_use, numbers, version_problems
 from operators.lsm.wire import merge_ready
 from operators.lsm.world import Unresolved, find_blueprint, find_lifecycle
 from operators.runtime import (
@@ -69,6 +70,8 @@ async def check_lifecycle(ctx: StepContext[LifecycleSpec]) -> Mapping[str, Any]:
 async def check_entity(ctx: StepContext) -> Mapping[str, Any]:
     """Init -> Validated: the entity alone (for objects that bypassed the webhook)."""
     problems = service_entity_problems(ctx.obj.spec)
+    if not problems:
+        problems = version_problems(parse_spec(ServiceEntitySpec, ctx.obj.spec))
     if problems:
         raise PermanentError("InvalidSpec", "; ".join(problems))
     return {}
@@ -93,9 +96,16 @@ async def resolve_entity(ctx: StepContext[ServiceEntitySpec]) -> Mapping[str, An
     entity = ctx.spec
     facts = {"lifecycle": entity.lifecycle.key, "attributeCount": len(entity.attributes),
              "blueprint": entity.realization.blueprint if entity.realization is not None else None,
-             "autoTransfersOff": sorted(name for name, on in entity.config.items() if not on) or None}
+             "autoTransfersOff": sorted(name for name, on in entity.config.items() if not on) or None,
+             "version": entity.current_version, "versions": numbers(entity)}
     try:
-        problems = await context_problems(ctx.services, ctx.obj.namespace, entity, lenient=False)
+        problems = []
+        for index, number in [(None, entity.current_version), *enumerate(v.version for v in entity.versions)]:
+            view = at_version(entity, number)
+            assert view is not None
+            found = await context_problems(ctx.services, ctx.obj.namespace, view, lenient=False)
+            problems += found if index is None else [f"spec.versions[{index}].{p.removeprefix('spec.')}"
+                                                     for p in found]
     except Unresolved as error:
         if error.waiting:
             raise TemporaryError(error.reason, f"{error.message}; the entity is checked again when it is",
@@ -143,18 +153,48 @@ async def entity_admission(request: AdmissionRequest[ServiceEntitySpec]) -> None
     if request.operation != "UPDATE" or request.old is None:
         return
     old = request.parse(request.old.get("spec") or {})
-    changed = [path for path, before, after in (("spec.lifecycle", old.lifecycle, entity.lifecycle),
-                                                ("spec.identity", old.identity, entity.identity)) if before != after]
-    if not changed:
+    removed = sorted(set(numbers(old)) - set(numbers(entity)))
+    changed = _changed_in_use(old, entity)
+    if not removed and not changed:
         return
     listed = await Objects(services.kube).list(SERVICE_INSTANCE, request.namespace)
-    users = sorted(str((i.get("metadata") or {}).get("name")) for i in listed
-                   if (i.get("spec") or {}).get("entity") == request.name)
-    if users:
-        shown = ", ".join(users[:10]) + (f" and {len(users) - 10} more" if len(users) > 10 else "")
-        raise Refusal(f"{changed[0]}: cannot change while the entity has instances ({shown})", 409)
+    users: dict[int, list[str]] = {}
+    for item in listed:
+        if (item.get("spec") or {}).get("entity") == request.name:
+            name = str((item.get("metadata") or {}).get("name"))
+            users.setdefault(in_use(item, old.current_version), []).append(name)
+    for number in removed:
+        if users.get(number):
+            raise Refusal(f"spec.versions: version {number} cannot be removed: instances use it "
+                          f"({_names(users[number])}); migrate them first (spec.entityVersion with "
+                          "spec.migration)", 409)
+    for number, path in changed:
+        if users.get(number):
+            whose = "the entity has instances" if len(numbers(entity)) == 1 else f"instances use version {number}"
+            raise Refusal(f"{path}: cannot change while {whose} ({_names(users[number])})", 409)
+
+
+def _names(names: list[str]) -> str:
+    ordered = sorted(names)
+    return ", ".join(ordered[:10]) + (f" and {len(ordered) - 10} more" if len(ordered) > 10 else "")
+
+
+def _changed_in_use(old: ServiceEntitySpec, new: ServiceEntitySpec) -> list[tuple[int, str]]:
+    """(version, field) for each version both specs have whose lifecycle or identity differs: its instances would
+    be left in states or with identities that no longer mean anything."""
+    out: list[tuple[int, str]] = []
+    for number in sorted(set(numbers(old)) & set(numbers(new))):
+        before, after = at_version(old, number), at_version(new, number)
+        assert before is not None and after is not None
+        index = next((i for i, v in enumerate(new.versions) if v.version == number), None)
+        prefix = "spec." if index is None else f"spec.versions[{index}]."
+        out += [(number, prefix + name) for name, a, b in (("lifecycle", before.lifecycle, after.lifecycle),
+                                                           ("identity", before.identity, after.identity)) if a != b]
+    return out
 
 
 def entity_semantic_problems(spec: Mapping[str, Any]) -> list[str]:
-    """`Kind.problems` of a ServiceEntity: the checks of its spec alone beyond its schema."""
-    return entity_problems(parse_spec(ServiceEntitySpec, spec))
+    """`Kind.problems` of a ServiceEntity: the checks of its spec alone beyond its schema (its other versions'
+    too)."""
+    entity = parse_spec(ServiceEntitySpec, spec)
+    return entity_problems(entity) + version_problems(entity)

@@ -9,6 +9,8 @@ decides what it does. The kind turns what happens to the object into triggers:
 - a change of `spec.attributes` (on_update): the whole client set, compared with
   `status.clientAttributes`; a refused one is recorded (`status.refused`) and not retried at the
   same generation;
+- a change of `spec.entityVersion` with `spec.migration` (migrate): the instance moves to that entity
+  version (`operators.lsm.versions`), or the refusal is recorded (`status.refused`) as for an update;
 - `auto`: on every reconcile (after a restart, or when the entity's config switched one on);
 - deletion (on_delete): the `stead.dev/cleanup` finalizer holds the object; the delete is sent
   once (`status.deleteRequested`) and the finalizer goes when a deleted state is reached;
@@ -49,7 +51,8 @@ from operators.lsm.models import SERVICE_INSTANCE, LogEntry, ServiceDiff, Servic
 from operators.lsm.notify import Instance, publish
 from operators.lsm.related import with_relation_check
 from operators.lsm.relations import references
-from operators.lsm.triggers import check_delete, check_request, take_client_triggers
+from operators.lsm.triggers import check_delete, check_migration, check_request, take_client_triggers, take_migration
+from operators.lsm.versions import instance_version, migration_pending
 from operators.lsm.wire import instance_facts, read_instance_status
 from operators.lsm.world import Unresolved, World, find_blueprint, resolve
 from operators.runtime import (
@@ -155,31 +158,50 @@ def _unresolved(error: Unresolved, facts: Mapping[str, Any] | None = None) -> Pe
     return PermanentError(error.reason, error.message, facts=facts)
 
 
-async def _world(ctx: StepContext, spec: ServiceInstanceSpec, *, lenient: bool = False) -> World:
+async def _world(ctx: StepContext, spec: ServiceInstanceSpec, status: ServiceInstanceStatus, *,
+                 lenient: bool = False) -> World:
+    """The instance's world at the entity version it uses."""
     try:
-        return await resolve(ctx.services, ctx.obj.namespace, ctx.obj.name, spec.entity, lenient=lenient)
+        return await resolve(ctx.services, ctx.obj.namespace, ctx.obj.name, spec.entity, lenient=lenient,
+                             version=instance_version(spec, status))
     except Unresolved as error:
+        raise _unresolved(error) from None
+
+
+async def _migration_target(ctx: StepContext, spec: ServiceInstanceSpec, status: ServiceInstanceStatus
+                            ) -> World | Refused:
+    """The world of the version a migration asks for, or why the instance cannot go there."""
+    try:
+        return await resolve(ctx.services, ctx.obj.namespace, ctx.obj.name, spec.entity,
+                             version=spec.entity_version)
+    except Unresolved as error:
+        if error.reason == "EntityVersionNotFound":
+            return Refused(error.message, 422, error.reason)
         raise _unresolved(error) from None
 
 
 @spec_step(ServiceInstanceSpec)
 async def take_in(ctx: StepContext[ServiceInstanceSpec]) -> Mapping[str, Any]:
-    """Init -> Realizing: resolve the entity and lifecycle; take creation, a state request, an update and
-    auto transfers in."""
+    """Init -> Realizing: resolve the entity version and lifecycle; take creation, a migration to another entity
+    version, a state request, an update and auto transfers in."""
     spec = read_spec(ctx)
-    world = await _world(ctx, spec)
     status = read_instance_status(ctx.obj.status)
+    world = await _world(ctx, spec, status)
+    transfers: list[LogEntry] = []
+    if migration_pending(spec, status, world.entity_version):
+        target = await _migration_target(ctx, spec, status)
+        status, transfers, world = take_migration(world, target, spec, status, ctx.obj.generation)
     world = await with_relation_check(world, spec.attributes, status.candidate_attributes)
     try:
-        status, transfers = await take_client_triggers(world, spec, status, ctx.obj.generation)
+        status, taken = await take_client_triggers(world, spec, status, ctx.obj.generation)
     except Refused as refusal:  # a creation the webhook would have refused (it was bypassed)
         raise PermanentError(refusal.reason, refusal.message, phase=REFUSED) from None
     except LifecycleError as error:
         raise PermanentError(error.reason, error.message) from None
-    record_transfers(ctx, world, transfers)
+    record_transfers(ctx, world, [*transfers, *taken])
     named = references(world.entity, spec.attributes, status.candidate_attributes, status.active_attributes)
     status = status.model_copy(update={"diff": await what_would_change(world, ctx.obj, status),
-                                       "references": named or None})
+                                       "references": named or None, "entity_version": world.entity_version})
     return instance_facts(ctx.obj.status, status)
 
 
@@ -217,7 +239,7 @@ async def realize_step(ctx: StepContext[ServiceInstanceSpec]) -> Mapping[str, An
         raise PermanentError("NotCreated", "the instance has not been created")
     if status.destroyed:
         await _destroy(ctx, status)
-    world = await _world(ctx, spec)
+    world = await _world(ctx, spec, status)
     try:
         status, waiting = await realize(world, ctx, status)
     except LifecycleError as error:
@@ -300,7 +322,8 @@ async def release(ctx: StepContext[ServiceInstanceSpec]) -> Mapping[str, Any]:
     except ValidationError:
         spec = None
     try:
-        world = await resolve(ctx.services, obj.namespace, obj.name, str(obj.spec.get("entity")), lenient=True)
+        world = await resolve(ctx.services, obj.namespace, obj.name, str(obj.spec.get("entity")), lenient=True,
+                              version=status.entity_version)
     except Unresolved as error:
         await _drop_app(kube, obj)
         ctx.services.events.record(obj, "Warning", error.reason, f"{error.message}: the instance goes without its "
@@ -368,13 +391,40 @@ async def admission(request: AdmissionRequest[ServiceInstanceSpec]) -> None:
     if services is None:
         return
     try:
-        world = await resolve(services, request.namespace, request.name, spec.entity, lenient=True)
-    except Unresolved:
+        world = await resolve(services, request.namespace, request.name, spec.entity, lenient=True,
+                              version=instance_version(spec, status))
+    except Unresolved as error:
+        if error.reason == "EntityVersionNotFound":
+            raise Refusal(error.message, 422) from None
         return  # not resolvable yet: the pipeline waits for the entity, Stalled with the reason
     try:
+        await _admit_migration(request, world, spec, status, old_spec)
         await check_request(world, spec, status, old_spec)
     except LifecycleError:
         return  # the lifecycle's problem, not the request's: the pipeline shows it
+
+
+async def _admit_migration(request: AdmissionRequest, world: World, spec: ServiceInstanceSpec,
+                           status: ServiceInstanceStatus, old_spec: ServiceInstanceSpec | None) -> None:
+    """A new migration (spec.entityVersion or spec.migration changed, to another version than the one in force)
+    is checked as the pipeline will take it: refused naming the attributes that do not pass the new version."""
+    if old_spec is None or not migration_pending(spec, status, world.entity_version):
+        return
+    if (old_spec.entity_version, old_spec.migration) == (spec.entity_version, spec.migration):
+        return
+    if old_spec.attributes != spec.attributes or (spec.state_request != old_spec.state_request
+                                                  and spec.state_request is not None):
+        raise Refusal("spec: one request at a time: a migration (spec.entityVersion, spec.migration) goes alone, "
+                      "without a change of spec.attributes or spec.stateRequest", 422)
+    assert request.services is not None
+    try:
+        target = await resolve(request.services, request.namespace, request.name, spec.entity, lenient=True,
+                               version=spec.entity_version)
+    except Unresolved as error:
+        if error.reason == "EntityVersionNotFound":
+            raise Refusal(error.message, 422) from None
+        return
+    check_migration(world, target, spec, status)
 
 
 async def _admit_delete(request: AdmissionRequest) -> None:
@@ -385,7 +435,8 @@ async def _admit_delete(request: AdmissionRequest) -> None:
     status = read_instance_status(old.get("status") or {})
     entity = str((old.get("spec") or {}).get("entity") or "")
     try:
-        world = await resolve(services, request.namespace, request.name, entity, lenient=True)
+        world = await resolve(services, request.namespace, request.name, entity, lenient=True,
+                              version=status.entity_version)
         await check_delete(world, status)
     except (Unresolved, LifecycleError):
         return  # nothing to judge the delete by: it goes (its cleanup deletes the App)

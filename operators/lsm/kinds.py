@@ -14,7 +14,7 @@ A ServiceInstance that settles waiting for its client shows `Rejected`, `Failed`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from operators.calm.models import APP, BLUEPRINT
@@ -70,6 +70,11 @@ def _blueprint_name(spec: Mapping[str, Any]) -> Any:
     return (spec.get("realization") or {}).get("blueprint")
 
 
+def _any_version(spec: Mapping[str, Any], named: Callable[[Mapping[str, Any]], Any], name: str) -> bool:
+    """Whether the entity's current version or one of its other versions (`spec.versions`) refers to `name`."""
+    return any(named(version) == name for version in (spec, *(spec.get("versions") or [])))
+
+
 LIFECYCLE_KIND = Kind(
     kind=LIFECYCLE.kind,
     plural=LIFECYCLE.plural,
@@ -114,9 +119,10 @@ SERVICE_ENTITY_KIND = Kind(
     admission=entity_admission,
     # checked again when its lifecycle (of its namespace or cluster-wide) or Blueprint appears, is changed,
     # changes readiness or goes; its instances then are too (Reconciler.recheck_referrers)
-    depends_on={LIFECYCLE.kind: lambda spec, name: _lifecycle_name(spec) == name,
-                CLUSTER_LIFECYCLE.kind: lambda spec, name: _cluster_lifecycle_name(spec) == name,
-                BLUEPRINT.kind: lambda spec, name: _blueprint_name(spec) == name},
+    # (those of every version it holds: spec.versions)
+    depends_on={LIFECYCLE.kind: lambda spec, name: _any_version(spec, _lifecycle_name, name),
+                CLUSTER_LIFECYCLE.kind: lambda spec, name: _any_version(spec, _cluster_lifecycle_name, name),
+                BLUEPRINT.kind: lambda spec, name: _any_version(spec, _blueprint_name, name)},
 )
 
 SERVICE_INSTANCE_KIND = Kind(

@@ -206,7 +206,7 @@ def advance(ctx: Context, status: ServiceInstanceStatus, trigger: Trigger) -> Ou
         if not _update(run, status, trigger):
             return Outcome(status, (), False)
     elif isinstance(trigger, Delete):
-        _check_version(ctx, status, trigger.current_version)
+        check_version(ctx, status, trigger.current_version)
         transfer = _only(ctx, here.name, "on_delete")
         if transfer is None:
             raise _not_allowed(ctx, here.name, "on_delete", "deleted")
@@ -302,7 +302,7 @@ def _create(ctx: Context, status: ServiceInstanceStatus, trigger: Create) -> Out
 
 def _set_state(run: _Run, status: ServiceInstanceStatus, trigger: SetState) -> None:
     ctx = run.ctx
-    _check_version(ctx, status, trigger.current_version)
+    check_version(ctx, status, trigger.current_version)
     names = [state.name for state in ctx.lifecycle.states]
     if trigger.target not in names:
         raise Refused(f'stateRequest.target: "{trigger.target}" is not a state of the lifecycle (states: '
@@ -330,7 +330,7 @@ def _update(run: _Run, status: ServiceInstanceStatus, trigger: Update) -> bool:
     changed = changed_keys(run.client, new)
     if not changed:
         return False
-    _check_version(ctx, status, trigger.current_version)
+    check_version(ctx, status, trigger.current_version)
     transfer = _only(ctx, run.state, "on_update")
     if transfer is None:
         raise _not_allowed(ctx, run.state, "on_update", "updated")
@@ -507,7 +507,8 @@ def _not_allowed(ctx: Context, state: str, trigger: TriggerName, done: str) -> R
                    "UpdateNotAllowed" if trigger == "on_update" else "DeleteNotAllowed")
 
 
-def _check_version(ctx: Context, status: ServiceInstanceStatus, given: int | None) -> None:
+def check_version(ctx: Context, status: ServiceInstanceStatus, given: int | None) -> None:
+    """Refuse (409 StaleVersion) a request made at another version than the instance's."""
     if given is not None and given != status.version:
         raise Refused(f"The given current version ({given}) doesn't match the actual current version "
                       f"({status.version}) of service instance {ctx.instance}", 409, "StaleVersion")

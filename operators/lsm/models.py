@@ -48,7 +48,8 @@ Operation = Literal["clear candidate", "clear active", "clear rollback", "promot
 ModelState = Literal["inactive", "candidate", "designed", "active"]
 AttributeType = Literal["string", "int", "float", "bool", "dict", "list"]
 Modifier = Literal["r", "rw", "rw+"]
-TriggerName = Literal["create", "auto", "api_set_state", "on_update", "on_delete", "resource_based", "expert"]
+TriggerName = Literal["create", "auto", "api_set_state", "on_update", "on_delete", "resource_based", "expert",
+                      "migrate"]
 BuiltinName = Literal["simple", "service", "testing_basic_lifecycle"]
 """The lifecycles every namespace can use without creating them (`operators.lsm.builtin`)."""
 
@@ -356,8 +357,9 @@ class SubscriptionStatus(Model):
     last_error: str | None = Field(None, description="The last failed attempt's error (credentials masked).")
 
 
-class ServiceEntitySpec(Model):
-    """A service offered by the catalog: its attributes, its lifecycle and how an instance is realized."""
+class EntityShape(Model):
+    """What one version of a service entity says: its attributes, its lifecycle and how an instance is
+    realized. The spec's top-level fields are its current version; `spec.versions` holds the others."""
 
     description: str | None = Field(None, description="What the service is.")
     attributes: list[AttributeDefinition] = Field(
@@ -396,6 +398,59 @@ class ServiceEntitySpec(Model):
     )
 
 
+# --- Entity versions -----------------------------------------------------------------------------
+
+
+class EntityVersion(EntityShape):
+    """Another version of the entity (an older one its instances still use, or a newer one staged), kept
+    whole: attributes, identity, lifecycle, config and realization of its own."""
+
+    version: int = Field(ge=1, description="The version's number, unique in the entity and not spec.version.")
+
+
+class Migration(Model):
+    """How an instance moves to another entity version (with a change of spec.entityVersion): the state it
+    lands in, and values for attributes the new version requires and gives no default for."""
+
+    target_state: StateName = Field(description="The state of the new version's lifecycle the instance lands in "
+                                    "(its auto transfers run from there).")
+    attributes: FreeForm = Field(
+        default_factory=dict,
+        description="Values set in each attribute set (candidate, active, rollback) on the way: for an attribute "
+        "the new version adds without a default, or one whose value must change to fit it.",
+    )
+    remove: list[AttributeName] = Field(
+        default_factory=list, max_length=256,
+        description="Attributes taken out of each attribute set on the way (ones the new version no longer has).",
+    )
+    current_version: int | None = Field(
+        None, ge=1, description="The version the client saw (status.version); a stale one is refused (409)."
+    )
+    message: str | None = Field(None, max_length=1024, description="Why, for the log.")
+
+
+class ServiceEntitySpec(EntityShape):
+    """A service offered by the catalog: its attributes, its lifecycle and how an instance is realized (its
+    current version), and the other versions its instances may use (`versions`)."""
+
+    version: int | None = Field(
+        None, ge=1, description="The number of the version the fields above describe: the current version, which "
+        "new instances use unless they name another (absent: 1).",
+    )
+    versions: list[EntityVersion] = Field(
+        default_factory=list,
+        max_length=16,
+        description="The entity's other versions, each whole (as a CRD's versions): instances on one of them stay "
+        "there until migrated (spec.entityVersion with spec.migration). A version still in use cannot be removed.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["version"]},
+    )
+
+    @property
+    def current_version(self) -> int:
+        """The number of the top-level fields' version."""
+        return self.version or 1
+
+
 class ServiceEntityStatus(StatusBase):
     """Written by Stead."""
 
@@ -408,6 +463,8 @@ class ServiceEntityStatus(StatusBase):
     notifications: list[SubscriptionStatus] | None = Field(
         None, description="Per subscription: events delivered, pending, retried, failed and dropped, the last error."
     )
+    version: int | None = Field(None, description="The current version (spec.version, 1 when absent).")
+    versions: list[int] | None = Field(None, description="Every version the entity has, the current one included.")
 
 
 # --- ServiceInstance -----------------------------------------------------------------------------
@@ -482,6 +539,14 @@ class ServiceInstanceSpec(Model):
     expert: ExpertRequest | None = Field(
         None, description="An expert operation, taken once (needs verb expert on serviceinstances.stead.dev)."
     )
+    entity_version: int | None = Field(
+        None, ge=1, description="The entity version the instance uses (absent: the entity's current one when it is "
+        "created; it then stays on it). A change is a migration and needs spec.migration.",
+    )
+    migration: Migration | None = Field(
+        None, description="With a change of spec.entityVersion: the state the instance lands in and the values "
+        "the new version needs. Ignored while spec.entityVersion is the version in force."
+    )
 
 
 class LogEntry(Model):
@@ -490,8 +555,8 @@ class LogEntry(Model):
     from_: str | None = Field(None, alias="from", description="The state left (none at creation).")
     to: str = Field(description="The state reached.")
     trigger: TriggerName = Field(
-        description="create, auto, api_set_state, on_update, on_delete, resource_based, or expert (an expert "
-        "operation: `user` names who)."
+        description="create, auto, api_set_state, on_update, on_delete, resource_based, expert (an expert "
+        "operation: `user` names who) or migrate (to another entity version)."
     )
     version: int = Field(description="The instance's version after the transfer.")
     time: str = Field(description="When (RFC 3339).")
@@ -505,7 +570,8 @@ class RefusedRequest(Model):
     """A client's request the lifecycle refused after admission (the instance had moved on meanwhile, or
     the webhook was bypassed): recorded so that it is handled once, and shown until the spec changes."""
 
-    trigger: TriggerName = Field(description="What was asked: api_set_state, on_update, on_delete or expert.")
+    trigger: TriggerName = Field(description="What was asked: api_set_state, on_update, on_delete, expert or "
+                                 "migrate.")
     reason: str = Field(description="Why, in one CamelCase word (StaleVersion, UpdateNotAllowed, ...).")
     message: str = Field(description="Why, for humans; the same text the webhook or the API would answer.")
     generation: int = Field(description="The metadata.generation (spec) the request came with.")
@@ -569,6 +635,7 @@ class ServiceInstanceStatus(StatusBase):
         None, description="inactive, candidate, designed or active, derived from the state's flags."
     )
     identity: str | None = Field(None, description="The value of the service identity attribute.")
+    entity_version: int | None = Field(None, description="The entity version the instance uses.")
     candidate_attributes: FreeForm | None = Field(
         None, description="Attributes being created or updated, not yet in force."
     )
@@ -626,6 +693,7 @@ SERVICE_INSTANCE_COLUMNS: tuple[PrinterColumn, ...] = (
     PrinterColumn("Identity", ".status.identity", description="The service identity's value."),
     PrinterColumn("State", ".status.state", description="The lifecycle state."),
     PrinterColumn("Version", ".status.version", type="integer", description="The instance's version."),
+    PrinterColumn("EntityVersion", ".status.entityVersion", type="integer", description="The entity version it uses."),
     PrinterColumn("References", ".status.references", priority=1,
                   description="The instances it names in its relations (kubectl get -o wide)."),
 )

@@ -14,6 +14,7 @@ from operators.lsm.expert import apply_expert, pending_expert
 from operators.lsm.machine import Auto, Create, Delete, Refused, SetState, Update, pending_request
 from operators.lsm.models import LogEntry, RefusedRequest, ServiceInstanceSpec, ServiceInstanceStatus, TriggerName
 from operators.lsm.related import check_relations, refuse_if_referenced
+from operators.lsm.versions import migrate
 from operators.lsm.world import World
 from operators.runtime import utc_now
 
@@ -63,9 +64,7 @@ async def _take(world: World, status: ServiceInstanceStatus, trigger: SetState |
     try:
         outcome = await world.advance(status, trigger)
     except Refused as refusal:
-        record = RefusedRequest(trigger=name, reason=refusal.reason, message=refusal.message, generation=generation,
-                                time=utc_now())
-        return status.model_copy(update={"refused": record}), None
+        return _refusal(status, refusal, name, generation), None
     return outcome.status.model_copy(update={"refused": None}), list(outcome.transfers)
 
 
@@ -113,3 +112,32 @@ async def check_delete(world: World, status: ServiceInstanceStatus, current_vers
     if status.state is None or status.delete_requested:
         return
     await world.advance(status, Delete(current_version))
+
+
+def _refusal(status: ServiceInstanceStatus, refusal: Refused, name: TriggerName, generation: int
+             ) -> ServiceInstanceStatus:
+    return status.model_copy(update={"refused": RefusedRequest(
+        trigger=name, reason=refusal.reason, message=refusal.message, generation=generation, time=utc_now())})
+
+
+def take_migration(source: World, target: World | Refused, spec: ServiceInstanceSpec, status: ServiceInstanceStatus,
+                   generation: int) -> tuple[ServiceInstanceStatus, list[LogEntry], World]:
+    """Move the instance to the version its spec names (`target`, that version's world, or why there is none):
+    the migrated status, its transfer and the world it now lives in; a refusal is recorded in status (shown
+    until the spec changes, not retried at the same generation) and the instance stays in `source`."""
+    refused = status.refused
+    if refused is not None and refused.trigger == "migrate" and refused.generation == generation:
+        return status, [], source
+    try:
+        if isinstance(target, Refused):
+            raise target
+        outcome = migrate(target.context(), status, source.entity_version, target.entity_version, spec.migration)
+    except Refused as refusal:
+        return _refusal(status, refusal, "migrate", generation), [], source
+    return outcome.status, list(outcome.transfers), target
+
+
+def check_migration(source: World, target: World, spec: ServiceInstanceSpec, status: ServiceInstanceStatus) -> None:
+    """Refuse (`Refused`, 422 or 409) a migration that would be refused when taken in: the admission webhook's
+    check, which the inventory API shares."""
+    migrate(target.context(), status, source.entity_version, target.entity_version, spec.migration)

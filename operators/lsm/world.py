@@ -41,6 +41,7 @@ from operators.lsm.models import (
     ServiceInstanceStatus,
 )
 from operators.lsm.realization import blueprint_rules
+from operators.lsm.versions import at_version, no_version
 from operators.runtime import Objects, Requester, Resource, StoredRecord, object_key, parse_spec, utc_now
 from operators.runtime import conditions as cond
 
@@ -223,6 +224,8 @@ class World:
     """Count only the instances created before this one (the pipeline): of two instances created at once
     with the same identity, the older keeps it. Admission counts every other instance."""
     others: Mapping[str, str] | None = field(default=None, repr=False)
+    entity_version: int = 1
+    """The entity version `entity` is (`operators.lsm.versions`): the one the instance uses."""
 
     def context(self, others: Mapping[str, str] | None = None) -> Context:
         return Context(instance=self.instance, entity_name=self.entity_name, entity=self.entity,
@@ -270,10 +273,15 @@ def _age(item: Mapping[str, Any]) -> tuple[str, str]:
     return str(meta.get("creationTimestamp") or ""), str(meta.get("name") or "")
 
 
-async def resolve(services: Sources, namespace: str, instance: str, entity_name: str, *, lenient: bool = False
-                  ) -> World:
-    """The world of an instance of `entity_name`. Raises Unresolved."""
-    entity = await find_entity(services, namespace, entity_name, lenient=lenient)
+async def resolve(services: Sources, namespace: str, instance: str, entity_name: str, *, lenient: bool = False,
+                  version: int | None = None) -> World:
+    """The world of an instance of `entity_name` at entity version `version` (None: the current one). Raises
+    Unresolved."""
+    whole = await find_entity(services, namespace, entity_name, lenient=lenient)
+    number = version if version is not None else whole.current_version
+    entity = at_version(whole, number)
+    if entity is None:
+        raise Unresolved("EntityVersionNotFound", no_version(whole, entity_name, number))
     lifecycle = await find_lifecycle(services, namespace, entity.lifecycle, lenient=lenient)
     check = None
     if entity.realization is not None:
@@ -282,4 +290,5 @@ async def resolve(services: Sources, namespace: str, instance: str, entity_name:
         except Unresolved:
             if not lenient:
                 raise
-    return World(services, namespace, instance, entity_name, entity, lifecycle, check, tie_break=not lenient)
+    return World(services, namespace, instance, entity_name, entity, lifecycle, check, tie_break=not lenient,
+                 entity_version=number)

@@ -16,6 +16,7 @@ from operators.lsm.api.openapi import (
     INSTANCE,
     INSTANCES,
     INVENTORY,
+    MIGRATE,
     ONE_ORDER,
     ORDER,
     ORDERS,
@@ -31,6 +32,7 @@ from operators.lsm.models import (
     SERVICE_ENTITY,
     SERVICE_INSTANCE,
     LifecycleSpec,
+    Migration,
     ServiceEntitySpec,
     ServiceInstanceSpec,
     ServiceInstanceStatus,
@@ -39,7 +41,8 @@ from operators.lsm.models import (
 from operators.lsm.paging import QueryError, page
 from operators.lsm.related import relation_graph
 from operators.lsm.relations import referrers
-from operators.lsm.triggers import check_delete, check_request
+from operators.lsm.triggers import check_delete, check_migration, check_request
+from operators.lsm.versions import instance_version
 from operators.lsm.wire import merge_ready, read_instance_status
 from operators.lsm.world import Unresolved, World, find_lifecycle, resolve
 from operators.runtime import (
@@ -151,6 +154,7 @@ def view(obj: Mapping[str, Any], config: Mapping[str, Any] | None = None,
         "namespace": meta.get("namespace"),
         "environment": meta.get("namespace"),
         "service_entity": spec.get("entity"),
+        "service_entity_version": status.get("entityVersion", spec.get("entityVersion")),
         "version": _version(obj),
         "config": dict(config or {}),
         "state": state,
@@ -297,12 +301,15 @@ class InventoryApi(ExtensionBase):
                                            f'entity "{other}", not of "{entity_name}"')
         return found
 
-    async def _world(self, namespace: str, name: str, entity: str) -> World | None:
-        """The instance's world as the admission webhook resolves it; None when it cannot be (the webhook
-        then lets the write through too, and the pipeline shows why it waits)."""
+    async def _world(self, namespace: str, name: str, entity: str, version: int | None = None) -> World | None:
+        """The instance's world (at entity version `version`, None: the current one) as the admission webhook
+        resolves it; None when it cannot be (the webhook then lets the write through too, and the pipeline shows
+        why it waits)."""
         try:
-            return await resolve(self.services, namespace, name, entity, lenient=True)
-        except Unresolved:
+            return await resolve(self.services, namespace, name, entity, lenient=True, version=version)
+        except Unresolved as error:
+            if error.reason == "EntityVersionNotFound":
+                raise ApiProblem(422, error.reason, error.message) from None
             return None
 
     async def _lifecycle(self, namespace: str, entity: ServiceEntitySpec,
@@ -415,7 +422,8 @@ class InventoryApi(ExtensionBase):
         attributes = {k: v for k, v in {**old_spec.attributes, **edits}.items() if v is not None}
         spec = old_spec.model_copy(update={"attributes": attributes, "current_version": current_version})
         status = read_instance_status(found.get("status") or {})
-        await self._check(await self._world(namespace, _name(found), entity_name), spec, status, old_spec)
+        await self._check(await self._world(namespace, _name(found), entity_name, instance_version(spec, status)),
+                          spec, status, old_spec)
         patch = {"metadata": {"resourceVersion": _meta(found).get("resourceVersion")},
                  "spec": {"attributes": merge_ready(old_spec.attributes, attributes),
                           "currentVersion": current_version}}
@@ -446,10 +454,51 @@ class InventoryApi(ExtensionBase):
             bad_request("; ".join(f"body: {e['msg']}" for e in error.errors()))
         spec = old_spec.model_copy(update={"state_request": request})
         status = read_instance_status(found.get("status") or {})
-        await self._check(await self._world(namespace, _name(found), entity_name), spec, status, old_spec)
+        await self._check(await self._world(namespace, _name(found), entity_name, instance_version(spec, status)),
+                          spec, status, old_spec)
         patch = {"metadata": {"resourceVersion": _meta(found).get("resourceVersion")},
                  "spec": {"stateRequest": request.model_dump(by_alias=True, mode="json")}}
         return await self._patch(call, namespace, found, patch, entity.config, "setting the state of")
+
+    async def migrate(self, call: Call) -> Response:
+        """Move the instance to another entity version: written to spec.entityVersion and spec.migration (the
+        operator takes it in); its sets are validated under that version first, refused naming what fails."""
+        namespace = self.namespace(call)
+        entity_name = call.params["entity"]
+        body = json_body(call)
+        if not isinstance(body, dict):
+            bad_request("body: expected a JSON object {current_version, target_entity_version, state, attributes?, "
+                        "remove?, message?}")
+        target_version = body.get("target_entity_version")
+        if not isinstance(target_version, int) or isinstance(target_version, bool) or target_version < 1:
+            bad_request("body.target_entity_version: required, an entity version (an integer from 1)")
+        current_version = _current_version(call, body, required=True)
+        try:
+            migration = Migration.model_validate({
+                "targetState": body.get("state", body.get("target_state")), "currentVersion": current_version,
+                **{key: body[key] for key in ("attributes", "remove", "message") if body.get(key) is not None}})
+        except ValidationError as error:
+            bad_request("; ".join(f"body.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()))
+        await self._admit(call, "update", namespace)
+        entity = await self._entity(call, namespace, entity_name)
+        found = await self._find(call, "update", namespace, entity_name, entity)
+        _stale(current_version, found)
+        old_spec = _spec(found)
+        spec = old_spec.model_copy(update={"entity_version": target_version, "migration": migration})
+        status = read_instance_status(found.get("status") or {})
+        source = await self._world(namespace, _name(found), entity_name, instance_version(old_spec, status))
+        target = await self._world(namespace, _name(found), entity_name, target_version)
+        if source is not None and target is not None:
+            try:
+                check_migration(source, target, spec, status)
+            except Refused as refusal:
+                _refused(refusal)
+        wire = migration.model_dump(by_alias=True, mode="json", exclude_defaults=True)
+        old = old_spec.migration.model_dump(by_alias=True, mode="json", exclude_defaults=True) if old_spec.migration \
+            else {}
+        patch = {"metadata": {"resourceVersion": _meta(found).get("resourceVersion")},
+                 "spec": {"entityVersion": target_version, "migration": merge_ready(old, wire)}}
+        return await self._patch(call, namespace, found, patch, entity.config, "migrating")
 
     async def delete(self, call: Call) -> Response:
         namespace = self.namespace(call)
@@ -459,7 +508,8 @@ class InventoryApi(ExtensionBase):
         entity = await self._entity(call, namespace, entity_name)
         found = await self._find(call, "delete", namespace, entity_name, entity)
         _stale(current_version, found)
-        world = await self._world(namespace, _name(found), entity_name)
+        world = await self._world(namespace, _name(found), entity_name,
+                                  read_instance_status(found.get("status") or {}).entity_version)
         if world is not None and not _meta(found).get("deletionTimestamp"):
             try:
                 await check_delete(world, read_instance_status(found.get("status") or {}), current_version)
@@ -556,6 +606,10 @@ ROUTES = RouteTable((
         InventoryApi.set_state, "request a state: {current_version, target_state, message?} (also "
                                 f"{PREFIX}/services/{{entity}}/{{id}}/state)", STATE["post"])},
           parameters=STATE["parameters"]),
+    Route(INVENTORY + "/{id}/update_entity_version", {"POST": Operation(
+        InventoryApi.migrate, "move to another entity version: {current_version, target_entity_version, state, "
+                              "attributes?, remove?, message?}", MIGRATE["post"])},
+          parameters=MIGRATE["parameters"]),
     Route(PREFIX + "/services/{entity}/{id}/state", {"POST": Operation(InventoryApi.set_state, openapi=STATE["post"])},
           parameters=STATE["parameters"], description="The seed's spelling of .../state."),
     Route(ORDER, {

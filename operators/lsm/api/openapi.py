@@ -69,6 +69,21 @@ STATE: dict[str, Any] = {
                                  "message": {"type": "string"}}}}}},
              "responses": {"200": _instance("Accepted: the instance, its request in spec."), **_WRITE_ERRORS}},
 }
+MIGRATE: dict[str, Any] = {
+    "parameters": [_ENTITY, _ID, _NS],
+    "post": {"summary": "Move the instance to another entity version (a migration): written to spec.entityVersion "
+                        "and spec.migration; its attribute sets are validated under that version first.",
+             "requestBody": {"required": True, "content": {_JSON_BODY: {"schema": {"type": "object",
+                             "required": ["current_version", "target_entity_version", "state"], "properties": {
+                                 "current_version": {"type": "integer"},
+                                 "target_entity_version": {"type": "integer", "minimum": 1},
+                                 "state": {"type": "string", "description": "The state it lands in."},
+                                 "attributes": {"type": "object", "description": "Values the new version needs."},
+                                 "remove": {"type": "array", "items": {"type": "string"},
+                                            "description": "Attributes the new version no longer has."},
+                                 "message": {"type": "string"}}}}}},
+             "responses": {"200": _instance("Accepted: the instance, its migration in spec."), **_WRITE_ERRORS}},
+}
 INSTANCES: dict[str, Any] = {
     "parameters": [_ENTITY, _NS],
     "get": {"summary": "List the instances of a service entity: filtered, sorted, a page at a time "
@@ -190,6 +205,8 @@ SCHEMAS: dict[str, Any] = {
         "id": {"type": "string", "description": "metadata.uid"}, "name": {"type": "string"},
         "namespace": {"type": "string"}, "environment": {"type": "string", "description": "The namespace."},
         "service_entity": {"type": "string"}, "version": {"type": "integer"}, "config": {"type": "object"},
+        "service_entity_version": {"type": "integer", "nullable": True,
+                                   "description": "The entity version the instance uses."},
         "state": {"type": "string", "nullable": True}, "candidate_attributes": {"type": "object", "nullable": True},
         "active_attributes": {"type": "object", "nullable": True},
         "rollback_attributes": {"type": "object", "nullable": True},

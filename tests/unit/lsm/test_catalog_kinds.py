@@ -70,7 +70,7 @@ def test_an_entity_is_ready_with_a_builtin_lifecycle_and_an_active_blueprint(wor
     assert SERVICE_ENTITY_KIND.check_spec(entity) == []
     facts = asyncio.run(resolve_entity(world.step(obj("ServiceEntity", "greeter", entity))))
     assert facts == {"lifecycle": "builtin:simple", "attributeCount": 4, "blueprint": "greeter",
-                     "autoTransfersOff": None}
+                     "autoTransfersOff": None, "version": 1, "versions": [1]}
 
 
 def test_an_entity_stalls_naming_the_missing_lifecycle_and_what_exists(world: World) -> None:

@@ -83,7 +83,8 @@ def test_only_the_service_instance_webhook_sees_deletes() -> None:
 def test_the_instance_crd_has_the_columns_a_user_reads() -> None:
     crd = crd_for(SERVICE_INSTANCE_KIND)
     columns = [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]]
-    assert columns == ["Phase", "Ready", "Entity", "Identity", "State", "Version", "References", "Age"]
+    assert columns == ["Phase", "Ready", "Entity", "Identity", "State", "Version", "EntityVersion", "References",
+                       "Age"]
     wide = {c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"] if c.get("priority")}
     assert wide == {"References"}  # -o wide only: the default columns stay as they were
     assert crd["metadata"]["annotations"]["stead.dev/finalizer"] == "true"

@@ -70,7 +70,8 @@ def test_the_entity_schema() -> None:
 
 def test_the_instance_schema() -> None:
     spec = structural(ServiceInstanceSpec)
-    assert set(spec["properties"]) == {"entity", "attributes", "currentVersion", "stateRequest", "expert"}
+    assert set(spec["properties"]) == {"entity", "attributes", "currentVersion", "stateRequest", "expert",
+                                      "entityVersion", "migration"}
     assert spec["properties"]["attributes"]["x-kubernetes-preserve-unknown-fields"] is True
     assert set(spec["properties"]["stateRequest"]["properties"]) == {"target", "currentVersion", "message"}
     status = structural(ServiceInstanceStatus)
