@@ -58,6 +58,8 @@ from operators.runtime.kube.client import ApiError, ClusterAccess, KubeClient, c
 PREFIX: Final = "svc"
 BLUEPRINT_NAME: Final = "one-task"
 ENTITY_NAME: Final = "bench"
+STOCK_ENTITY: Final = "stock"
+"""The inventory's entity (`--inventory`): the same attributes and identity, no realization (no App, no runner)."""
 TARGET_PATCHES_PER_TRIGGER: Final = 1.0
 TARGET_OVERHEAD: Final = 0.20
 TARGET_FLAT: Final = 1.25
@@ -78,6 +80,8 @@ class Result:
     triggers: int = 0
     by_trigger: Counter[str] = field(default_factory=Counter)
     refused: int = 0
+    inventory: int = 0
+    """Instances (of the unrealized entity `stock`) already up in the namespace before the timed creates."""
     cpu: dict[str, float] = field(default_factory=dict)
     """CPU seconds over the timed interval: the operator (without its runners), kube-apiserver, etcd, others."""
     load: str = ""
@@ -100,17 +104,18 @@ class Result:
         return sum(self.patches.values())
 
 
-def entity_body(namespace: str) -> dict[str, Any]:
+def entity_body(namespace: str, name: str = ENTITY_NAME, realized: bool = True) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": SERVICE_ENTITY.kind,
-            "metadata": {"name": ENTITY_NAME, "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace},
             "spec": {"attributes": [{"name": "name", "type": "string"}], "identity": "name",
-                     "lifecycle": {"builtin": "simple"}, "realization": {"blueprint": BLUEPRINT_NAME}}}
+                     "lifecycle": {"builtin": "simple"},
+                     **({"realization": {"blueprint": BLUEPRINT_NAME}} if realized else {})}}
 
 
-def instance_body(name: str, namespace: str) -> dict[str, Any]:
+def instance_body(name: str, namespace: str, entity: str = ENTITY_NAME) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": SERVICE_INSTANCE.kind,
             "metadata": {"name": name, "namespace": namespace},
-            "spec": {"entity": ENTITY_NAME, "attributes": {"name": name}}}
+            "spec": {"entity": entity, "attributes": {"name": name}}}
 
 
 def app_body(name: str, namespace: str) -> dict[str, Any]:
@@ -257,12 +262,36 @@ class Bench:
             f"{result.error or ''}")
         return result
 
-    async def services(self, count: int) -> Result:
-        result = Result("services", count)
+    async def stock(self, namespace: str, size: int) -> None:
+        """Set-up (untimed): `size` instances of the unrealized entity, all up, before the timed creates."""
+        await self.kube.request("POST", custom_path(SERVICE_ENTITY.plural, namespace),
+                                entity_body(namespace, STOCK_ENTITY, realized=False))
+        await wait_ready(self.kube, SERVICE_ENTITY.plural, namespace, STOCK_ENTITY, 60)
+        names = [f"inv-{i:05d}" for i in range(size)]
+        watch = UpWatch(self.access, namespace, names)
+        watcher = asyncio.create_task(watch.run())
         try:
-            namespace = result.namespace = await self.prepare(f"services{count}")
+            await asyncio.wait_for(watch.established.wait(), 30)
+            started = time.monotonic()
+            bodies = [instance_body(n, namespace, STOCK_ENTITY) for n in names]
+            refused = await create_all(self.kube, SERVICE_INSTANCE.plural, bodies, self.args.concurrency)
+            watch.forget(refused)
+            await asyncio.wait_for(watch.all_ready.wait(), max(600.0, size * 1.0))
+            log(f"inventory: {len(watch.ready)} instances up in {time.monotonic() - started:.1f}s "
+                f"({len(refused)} creates refused; load {load()})")
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        await asyncio.sleep(self.args.settle)
+
+    async def services(self, count: int, inventory: int = 0) -> Result:
+        result = Result("services", count, inventory=inventory)
+        try:
+            namespace = result.namespace = await self.prepare(f"services{count}-{inventory}")
             await self.kube.request("POST", custom_path(SERVICE_ENTITY.plural, namespace), entity_body(namespace))
             await wait_ready(self.kube, SERVICE_ENTITY.plural, namespace, ENTITY_NAME, 60)
+            if inventory:
+                await self.stock(namespace, inventory)
             names = [f"si-{i:05d}" for i in range(count)]
             start = audit_mark(self.target)
             await self.timed(result, UpWatch(self.access, namespace, names), lambda: create_all(
@@ -272,14 +301,18 @@ class Bench:
             result.patches = await asyncio.to_thread(audit_patches, self.target, start, namespace,
                                                      SERVICE_INSTANCE.plural)
             listed = await self.kube.request("GET", custom_path(SERVICE_INSTANCE.plural, namespace))
+            mine = set(names)
             for item in listed.get("items") or []:
+                if (item.get("metadata") or {}).get("name") not in mine:
+                    continue  # the inventory's
                 for entry in (item.get("status") or {}).get("log") or []:
                     result.transfers += 1
                     result.by_trigger[str(entry.get("trigger"))] += 1
                     result.triggers += entry.get("trigger") != "auto"
         except Exception as error:
             result.error = f"{type(error).__name__}: {error}"
-        log(f"services: {result.done}/{result.count} up in {result.seconds or float('nan'):.1f}s "
+        beside = f" (inventory {inventory})" if inventory else ""
+        log(f"services{beside}: {result.done}/{result.count} up in {result.seconds or float('nan'):.1f}s "
             f"(load {result.load}) {result.error or ''}")
         return result
 
@@ -326,9 +359,16 @@ def scaling_report(runs: Sequence[Result]) -> str:
     names = [name for name in figures[0]] if figures and figures[0] else [
         "wall ms / trigger", "operator CPU ms / trigger", "kube-apiserver CPU ms / trigger", "etcd CPU ms / trigger",
         "status PATCHes / trigger"]
-    head = "".join(f"{f'N = {run.count}':>12}" for run in runs)
-    lines = ["", "a transfer's cost as the inventory grows (services only, each size in a namespace of its own)",
-             f"{'':34}{head}{f'{runs[-1].count}/{runs[0].count}':>12}"]
+    by_inventory = any(run.inventory for run in runs)
+    def size(run: Result) -> int:
+        return run.inventory if by_inventory else run.count
+
+    tag = "inv" if by_inventory else "N"
+    head = "".join(f"{f'{tag} = {size(run)}':>12}" for run in runs)
+    what = (f"{runs[0].count} services created at once beside an inventory already up (each size in a namespace of "
+            "its own)" if by_inventory else "services only, each size in a namespace of its own")
+    lines = ["", f"a transfer's cost as the inventory grows ({what})",
+             f"{'':34}{head}{f'{size(runs[-1])}/{size(runs[0])}':>12}"]
     rows: list[tuple[str, Callable[[Result], str]]] = [
         ("all up, s", lambda r: f"{r.seconds:.1f}" if r.seconds else (r.error or "failed")),
         ("triggers (not auto)", lambda r: str(r.triggers)),
@@ -350,8 +390,8 @@ def scaling_report(runs: Sequence[Result]) -> str:
         else:
             worst = max(verdicts, key=lambda v: v[1])
             verdict = "met" if worst[1] <= TARGET_FLAT else "MISSED"
-            lines.append(f"flat (every figure per trigger, etcd aside, at most x{TARGET_FLAT} from N = {runs[0].count} "
-                         f"to {runs[-1].count}): worst {worst[0]} x{worst[1]:.2f}: {verdict}")
+            lines.append(f"flat (every figure per trigger, etcd aside, at most x{TARGET_FLAT} from {size(runs[0])} "
+                         f"to {size(runs[-1])}): worst {worst[0]} x{worst[1]:.2f}: {verdict}")
     return "\n".join(lines)
 
 
@@ -365,7 +405,8 @@ def comparison(before: Sequence[Result], after: Sequence[Result], tree: Path) ->
     for old, new in zip(before, after, strict=True):
         old_f, new_f = old.per_trigger(), new.per_trigger()
         cells = [f"{name} {new_f[name] / old_f[name]:.2f}" for name in new_f if old_f.get(name)]
-        lines.append(f"  N = {new.count}: " + ("; ".join(cells) if cells else "- (a side did not finish)"))
+        size = f"N = {new.count}" + (f", inventory {new.inventory}" if new.inventory else "")
+        lines.append(f"  {size}: " + ("; ".join(cells) if cells else "- (a side did not finish)"))
     return "\n".join(lines)
 
 
@@ -377,6 +418,8 @@ async def baseline(args: argparse.Namespace, target: Target, workdir: Path) -> l
         pids = {**target.pids, **({"operator": session.operator.pid} if session.operator.pid else {})}
         run = Bench(base, target, session.access, session.kube, pids, prefix=f"{PREFIX}-base")
         log(f"baseline operator pid {session.operator.pid} from {args.baseline_tree}; load {load()}")
+        if args.inventory:
+            return [await run.services(args.counts[0], size) for size in args.inventory]
         return [await run.services(count) for count in args.counts]
 
 
@@ -388,8 +431,12 @@ async def bench(args: argparse.Namespace, target: Target, workdir: Path) -> tupl
         log(f"operator pid {operator.pid}; sizes {', '.join(map(str, args.counts))}; load {load()}")
         apps = await run.apps(args.counts[0])
         services = []
-        for count in args.counts:  # each size's inventory stays: the next size's creates meet it too
-            services.append(await run.services(count))
+        if args.inventory:
+            for size in args.inventory:  # the same burst beside a growing inventory
+                services.append(await run.services(args.counts[0], size))
+        else:
+            for count in args.counts:  # each size's inventory stays: the next size's creates meet it too
+                services.append(await run.services(count))
         failed = [r for r in (apps, *services) if r.error]
         if failed:
             log(f"operator log tail:\n{operator.log_tail()}")
@@ -412,6 +459,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--count", dest="counts", type=parse_counts, default=[200],
                         help="ServiceInstances (default 200); several sizes separated by commas (200,2000) compare a "
                              "transfer's cost per trigger as the inventory grows; the Apps run at the smallest")
+    parser.add_argument("--inventory", type=parse_counts, default=None,
+                        help="sizes separated by commas (200,2000): at each, first that many instances of an entity "
+                             "without realization, all up (untimed), then the --count services timed beside them")
     parser.add_argument("--concurrency", type=int, default=32, help="creates in flight (default 32)")
     parser.add_argument("--script", default="sleep 0.2; echo ok", help="the create task's script")
     parser.add_argument("--warmup", type=int, default=2, help="Apps created (untimed) first")
