@@ -18,7 +18,8 @@ fresh interpreter, so that a change in the machine's load hits both alike.
 
 The benches (no control plane needed): `workflow_overhead.py`'s engine at 1,000 steps, chain and wide;
 `graph_plan.py`'s merge + expand + plan at 100 tasks x 50 nodes; `compile.py`'s compile at 200 services;
-`masking.py`'s line-by-line masking with 10 values.
+`masking.py`'s line-by-line masking with 10 values; `service_lifecycle.py`'s per-trigger cost in process (a
+creation's identity check against 200 and 2,000 instances).
 
     .venv/bin/python bench/check.py [--rounds N] [--only workflow,compile] [--baseline FILE]
 """
@@ -39,6 +40,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE_FILE = ROOT / "bench" / "baseline.toml"
@@ -171,7 +173,83 @@ def bench_masking() -> dict[str, float]:
     return {"10 values by line, CPU ms/MiB": min(times) / size * 1e3}
 
 
+def instance_body(name: str, created: int) -> dict[str, Any]:
+    """A ServiceInstance of the entity `bench` in state up, as the API server lists it (with a status log)."""
+    entry = {"from": "creating", "to": "up", "trigger": "resource_based", "version": 4,
+             "time": "2026-11-28T00:00:00Z", "message": "deployed"}
+    return {"apiVersion": "stead.dev/v1alpha1", "kind": "ServiceInstance",
+            "metadata": {"name": name, "namespace": "ns", "uid": f"u-{name}",
+                         "creationTimestamp": f"2026-11-28T{created // 3600:02d}:{created // 60 % 60:02d}:"
+                                              f"{created % 60:02d}Z"},
+            "spec": {"entity": "bench", "attributes": {"name": name}},
+            "status": {"state": "up", "version": 4, "identity": name, "activeAttributes": {"name": name},
+                       "log": [entry] * 4}}
+
+
+def bench_lsm() -> dict[str, float]:
+    """`service_lifecycle.py`'s per-trigger cost in one process, without a cluster: a creation's identity check
+    (`World.advance(Create)`, as the pipeline runs it) against 200 and 2,000 instances of the entity. The side's
+    code answers it as it does: a LIST (decoded from JSON, as `KubeClient` does) or the index its watch feeds
+    (`operators.lsm.identities`, when the side has it)."""
+    import asyncio
+
+    from operators.lsm.builtin import BUILTINS
+    from operators.lsm.machine import Create
+    from operators.lsm.models import SERVICE_INSTANCE, ServiceEntitySpec, ServiceInstanceStatus
+    from operators.lsm.world import World
+
+    try:
+        from operators.lsm.identities import Identities
+        from operators.runtime import Watch
+    except ImportError:  # a baseline before the index: its LIST it is
+        Identities = None  # type: ignore[assignment,misc]
+
+    entity = ServiceEntitySpec.model_validate({
+        "attributes": [{"name": "name", "type": "string"}], "identity": "name", "lifecycle": {"builtin": "simple"}})
+
+    @dataclass
+    class Services:
+        listing: bytes
+        watches: dict[str, Any]
+        store: Any = None
+
+        @property
+        def kube(self) -> Services:
+            return self
+
+        async def request(self, method: str, path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            listed: dict[str, Any] = json.loads(self.listing)
+            return listed
+
+    def check(count: int, creations: int) -> float:
+        bodies = [instance_body(f"si-{i:05d}", i) for i in range(count)]
+        watches: dict[str, Any] = {}
+        if Identities is not None:
+            watch = Watch(None, "", SERVICE_INSTANCE.kind, None)  # type: ignore[arg-type]
+            index = Identities(watch)
+            watch.add_tap(index)
+            for body in bodies:
+                index("ADDED", body)
+            watch.listed.set()
+            watches[SERVICE_INSTANCE.plural] = watch
+        services = Services(json.dumps({"items": bodies}).encode(), watches)
+
+        async def creations_() -> None:
+            for i in range(creations):
+                name = f"new-{i:05d}"
+                world = World(services, "ns", name, "bench", entity, BUILTINS["simple"], tie_break=True)
+                await world.advance(ServiceInstanceStatus(), Create({"name": name}))
+
+        asyncio.run(creations_())  # warm-up
+        start = time.process_time()
+        asyncio.run(creations_())
+        return (time.process_time() - start) / creations
+
+    return {f"create's identity check at {count}, CPU us": check(count, 20) * 1e6 for count in (200, 2000)}
+
+
 BENCHES: dict[str, Callable[[], dict[str, float]]] = {
+    "lsm": bench_lsm,
     "workflow": bench_workflow,
     "graph_plan": bench_graph_plan,
     "compile": bench_compile,

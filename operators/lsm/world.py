@@ -28,6 +28,7 @@ from operators.calm.app import blueprint_reason
 from operators.calm.models import BLUEPRINT, BlueprintSpec
 from operators.lsm.attributes import entity_problems, identity_value
 from operators.lsm.builtin import BUILTINS, object_name
+from operators.lsm.identities import index_of
 from operators.lsm.lifecycle import lifecycle_problems
 from operators.lsm.machine import Context, Outcome, Trigger, Validator, advance
 from operators.lsm.models import (
@@ -248,8 +249,14 @@ class World:
         self.others = await self.list_others()
         return advance(self.context(self.others), status, trigger)
 
-    async def list_others(self) -> dict[str, str]:
-        """The identity values of the entity's other instances that are not deleted, each with its instance."""
+    async def list_others(self) -> Mapping[str, str]:
+        """The identity values of the entity's other instances that are not deleted, each with its instance: from
+        the operator's index of them when it has one in sync (`operators.lsm.identities`: no API call), else
+        from a LIST of the namespace's instances."""
+        index = index_of(self.services)
+        if index is not None and index.in_sync and self.entity.identity is not None:
+            return index.others(self.namespace, self.entity_name, self.entity.identity, self.instance,
+                                tie_break=self.tie_break)
         listed = await Objects(self.services.kube).list(SERVICE_INSTANCE, self.namespace)
         items = [i for i in listed if (i.get("spec") or {}).get("entity") == self.entity_name]
         me = next((i for i in items if (i.get("metadata") or {}).get("name") == self.instance), None)

@@ -134,6 +134,11 @@ class Watch:
         only if it is there when the listing is read)."""
         self._taps.append(tap)
 
+    @property
+    def taps(self) -> tuple[Tap, ...]:
+        """The taps added: a cache that follows the watch is found through it (`isinstance`)."""
+        return tuple(self._taps)
+
     def select(self, selection: Selection) -> None:
         """Watch `selection` from now on (listed again; see the module's docstring)."""
         if selection.selector == self._selection.selector and selection.paused == self._selection.paused:

@@ -14,6 +14,7 @@ from operators.config.api import ConfigStoreApi
 from operators.graphs.api import GraphsApi
 from operators.graphs.autorunner import AutoRunner
 from operators.lsm.api import InventoryApi
+from operators.lsm.identities import IdentityIndex
 from operators.lsm.notify import Notifier
 from operators.runtime.api.server import ApiServer
 from operators.runtime.domain import AddonContext, platform_addons
@@ -43,9 +44,9 @@ def _addons(settings: OperatorSettings, tmp_path: Path) -> list[object]:
 def test_the_addons_are_built_from_the_settings(tmp_path: Path) -> None:
     settings = OperatorSettings(vault=VaultSettings(grace_seconds=5.0, collect_seconds=2.0),
                                 config_api=ConfigApiSettings(port=9443, workers=2))
-    collector, notifier, runner, server = _addons(settings, tmp_path)  # the platform's API server after the domains'
+    collector, identities, notifier, runner, server = _addons(settings, tmp_path)  # the platform's API server last
     assert isinstance(collector, VaultCollector) and (collector.grace, collector.interval) == (5.0, 2.0)
-    assert isinstance(notifier, Notifier)
+    assert isinstance(identities, IdentityIndex) and isinstance(notifier, Notifier)
     assert isinstance(runner, AutoRunner)
     assert isinstance(server, ApiServer)
     assert (server.port, server.workers, server.tls_dir, server.mounted, server.client_ca) == (
@@ -56,4 +57,5 @@ def test_the_addons_are_built_from_the_settings(tmp_path: Path) -> None:
 
 def test_config_api_port_0_serves_no_api(tmp_path: Path) -> None:
     settings = OperatorSettings(config_api=dataclasses.replace(ConfigApiSettings(), port=0))
-    assert [type(addon) for addon in _addons(settings, tmp_path)] == [VaultCollector, Notifier, AutoRunner]
+    assert [type(addon) for addon in _addons(settings, tmp_path)] == [VaultCollector, IdentityIndex, Notifier,
+                                                                      AutoRunner]
