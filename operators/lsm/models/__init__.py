@@ -1,0 +1,171 @@
+"""The Lifecycle, ServiceEntity and ServiceInstance kinds of the service lifecycle manager (issue 15).
+
+These models are the schema: the CRDs are generated from them (`kubectl explain` shows the field
+descriptions), and the pure checks (`operators.lsm.lifecycle`, `operators.lsm.attributes`) and the
+state machine (`operators.lsm.machine`) read them. Field names follow Inmanta's LSM (states:
+exportResources, validateSelf...; transfers: apiSetState, onUpdate, targetOperation...) in
+camelCase, so that a lifecycle written for Inmanta translates field by field.
+
+- A **Lifecycle** is a state machine: states, transfers between them, an initial state.
+- A **ServiceEntity** is a catalog entry: typed attributes with modifiers, an optional identity,
+  the lifecycle its instances follow, and how an instance is realized (a Blueprint, launched as
+  an App with inputs taken from the attributes).
+- A **ServiceInstance** is one service: the client's attributes in spec; the lifecycle's state,
+  version and the three attribute sets (candidate, active, rollback) in status.
+
+Attribute values are free-form JSON (string, number, bool, object, list), so the sets are typed
+`FreeForm`: an object the API server keeps as written.
+
+One module per kind (`lifecycle`, `entity`, `instance`, `order`) and what they share (`common`); this
+front door names them all, so that callers never depend on where a model lives.
+"""
+
+from operators.lsm.models.common import (
+    CLUSTER_LIFECYCLE,
+    LIFECYCLE,
+    OPERATIONS,
+    SERVICE_ENTITY,
+    SERVICE_INSTANCE,
+    AttributeName,
+    AttributeSet,
+    AttributeType,
+    BuiltinName,
+    ConfigName,
+    FreeForm,
+    Label,
+    ModelState,
+    Modifier,
+    ObjectName,
+    Operation,
+    StateName,
+    TriggerName,
+    ValidationSet,
+)
+from operators.lsm.models.entity import (
+    MAX_EMBEDDED_DEPTH,
+    NOTIFICATION_TYPES,
+    SERVICE_ENTITY_COLUMNS,
+    AttributeDefinition,
+    EmbeddedEntity,
+    EntityShape,
+    EntityVersion,
+    InputMapping,
+    LifecycleRef,
+    Migration,
+    NotificationLevel,
+    NotificationType,
+    OutputMapping,
+    Realization,
+    RelationDefinition,
+    ServiceEntitySpec,
+    ServiceEntityStatus,
+    Subscription,
+    SubscriptionStatus,
+)
+from operators.lsm.models.instance import (
+    EXPERT_VERB,
+    SERVICE_INSTANCE_COLUMNS,
+    AppAction,
+    AttributeChange,
+    DiffStatus,
+    ExpertOperation,
+    ExpertRequest,
+    InputChange,
+    LogEntry,
+    RefusedRequest,
+    ServiceDiff,
+    ServiceInstanceSpec,
+    ServiceInstanceStatus,
+    StateRequest,
+)
+from operators.lsm.models.lifecycle import (
+    LIFECYCLE_COLUMNS,
+    LifecycleSpec,
+    LifecycleStatus,
+    State,
+    Transfer,
+)
+from operators.lsm.models.order import (
+    SERVICE_ORDER,
+    SERVICE_ORDER_COLUMNS,
+    FailureType,
+    ItemId,
+    ItemState,
+    OrderAction,
+    OrderItem,
+    OrderItemStatus,
+    OrderResult,
+    ServiceOrderSpec,
+    ServiceOrderStatus,
+)
+
+__all__ = [
+    "CLUSTER_LIFECYCLE",
+    "EXPERT_VERB",
+    "LIFECYCLE",
+    "LIFECYCLE_COLUMNS",
+    "MAX_EMBEDDED_DEPTH",
+    "NOTIFICATION_TYPES",
+    "OPERATIONS",
+    "SERVICE_ENTITY",
+    "SERVICE_ENTITY_COLUMNS",
+    "SERVICE_INSTANCE",
+    "SERVICE_INSTANCE_COLUMNS",
+    "SERVICE_ORDER",
+    "SERVICE_ORDER_COLUMNS",
+    "AppAction",
+    "AttributeChange",
+    "AttributeDefinition",
+    "AttributeName",
+    "AttributeSet",
+    "AttributeType",
+    "BuiltinName",
+    "ConfigName",
+    "DiffStatus",
+    "EmbeddedEntity",
+    "EntityShape",
+    "EntityVersion",
+    "ExpertOperation",
+    "ExpertRequest",
+    "FailureType",
+    "FreeForm",
+    "InputChange",
+    "InputMapping",
+    "ItemId",
+    "ItemState",
+    "Label",
+    "LifecycleRef",
+    "LifecycleSpec",
+    "LifecycleStatus",
+    "LogEntry",
+    "Migration",
+    "ModelState",
+    "Modifier",
+    "NotificationLevel",
+    "NotificationType",
+    "ObjectName",
+    "Operation",
+    "OrderAction",
+    "OrderItem",
+    "OrderItemStatus",
+    "OrderResult",
+    "OutputMapping",
+    "Realization",
+    "RefusedRequest",
+    "RelationDefinition",
+    "ServiceDiff",
+    "ServiceEntitySpec",
+    "ServiceEntityStatus",
+    "ServiceInstanceSpec",
+    "ServiceInstanceStatus",
+    "ServiceOrderSpec",
+    "ServiceOrderStatus",
+    "State",
+    "StateName",
+    "StateRequest",
+    "Subscription",
+    "SubscriptionStatus",
+    "Transfer",
+    "TriggerName",
+    "ValidationSet",
+]
