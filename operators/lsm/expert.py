@@ -35,6 +35,7 @@ from operators.lsm.models import (
     ServiceInstanceSpec,
     ServiceInstanceStatus,
 )
+from operators.runtime import denying_policy
 
 POLICY_NAME = "stead-service-expert"
 EXPERT_ROLE = "stead-expert"
@@ -111,35 +112,14 @@ SAME_USER = "object.spec.expert.user == request.userInfo.username"
 
 def expert_policy(name: str = POLICY_NAME) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ValidatingAdmissionPolicy and its binding (Deny) that guard `spec.expert` of ServiceInstances."""
-    labels = {"app.kubernetes.io/part-of": "stead"}
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": [GROUP], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
-                "resources": [SERVICE_INSTANCE.plural], "scope": "Namespaced",
-            }]},
-            "matchConditions": [{"name": "sets-an-expert-request", "expression": NEW_REQUEST}],
-            "validations": [
-                {"expression": ALLOWED, "reason": "Forbidden",
-                 "messageExpression": f"'spec.expert: user ' + request.userInfo.username + ' may not use expert mode "
-                                      f"here: it needs the permission {PERMISSION}'"},
-                {"expression": SAME_USER, "reason": "Forbidden",
-                 "messageExpression": "'spec.expert.user: must be the requesting user (' + request.userInfo.username"
-                                      " + '), not ' + object.spec.expert.user"},
-            ],
-        },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"policyName": name, "validationActions": ["Deny"]},
-    }
-    return policy, binding
+    return denying_policy(name, [SERVICE_INSTANCE.plural], validations=[
+        {"expression": ALLOWED, "reason": "Forbidden",
+         "messageExpression": f"'spec.expert: user ' + request.userInfo.username + ' may not use expert mode "
+                              f"here: it needs the permission {PERMISSION}'"},
+        {"expression": SAME_USER, "reason": "Forbidden",
+         "messageExpression": "'spec.expert.user: must be the requesting user (' + request.userInfo.username"
+                              " + '), not ' + object.spec.expert.user"},
+    ], match_conditions=[{"name": "sets-an-expert-request", "expression": NEW_REQUEST}])
 
 
 def expert_role(name: str = EXPERT_ROLE) -> dict[str, Any]:

@@ -118,6 +118,7 @@ if TYPE_CHECKING:
         write_conclusion,
     )
     from operators.runtime.engine.services import Services as ProcessServices
+    from operators.runtime.kube.admission import denying_policy
     from operators.runtime.kube.api import ApiError, Requester, custom_path
     from operators.runtime.kube.client import (
         USER_AGENT,
@@ -208,6 +209,7 @@ __all__ = [
     "core_path",
     "crd_for",
     "custom_path",
+    "denying_policy",
     "dump",
     "dumps",
     "field_path",

@@ -89,3 +89,31 @@ def mutating_configuration(kinds: Iterable[Kind], base_url: str, ca_pem: bytes,
         "metadata": {"name": MUTATING_CONFIGURATION, "labels": {"app.kubernetes.io/part-of": "stead"}},
         "webhooks": [_webhook(k, f"{base}/{mutating_handler_id(k)}", ca_bundle, "NoneOnDryRun") for k in mutating],
     }
+
+
+def denying_policy(name: str, resources: Iterable[str], validations: list[dict[str, Any]], *,
+                   match_conditions: Iterable[dict[str, str]] = (), variables: Iterable[dict[str, str]] = (),
+                   operations: Iterable[str] = ("CREATE", "UPDATE")) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ValidatingAdmissionPolicy on Stead's namespaced kinds and its binding (Deny), for the checks the API
+    server must make itself, whether or not the webhook answers (failurePolicy Ignore, the operator down): the
+    sharding labels, expert mode's permission, an order's author's rights. One shape for the chart's files and
+    for `--install-crds`."""
+    labels = {"app.kubernetes.io/part-of": "stead"}
+    spec: dict[str, Any] = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [{
+            "apiGroups": [GROUP], "apiVersions": ["*"], "operations": list(operations),
+            "resources": list(resources), "scope": "Namespaced",
+        }]},
+    }
+    if match_conditions := list(match_conditions):
+        spec["matchConditions"] = match_conditions
+    if variables := list(variables):
+        spec["variables"] = variables
+    spec["validations"] = validations
+    policy = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+              "metadata": {"name": name, "labels": labels}, "spec": spec}
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+               "metadata": {"name": name, "labels": labels},
+               "spec": {"policyName": name, "validationActions": ["Deny"]}}
+    return policy, binding

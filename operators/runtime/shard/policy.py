@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators import GROUP
 from operators.runtime.core.ring import PROJECT_LABEL
+from operators.runtime.kube.admission import denying_policy
 from operators.runtime.kube.client import KubeClient
 from operators.runtime.shard.ring import BUCKET_LABEL, CLUSTER_PROJECT, DEFAULT_BUCKETS
 
@@ -54,34 +54,12 @@ PROJECT_MESSAGE = (f"'metadata.labels[{PROJECT_LABEL}]: ' + variables.project + 
 
 def shard_label_policy(name: str = POLICY_NAME) -> tuple[dict[str, Any], dict[str, Any]]:
     """The policy and its binding (Deny), for every namespaced kind of Stead's API group."""
-    labels = {"app.kubernetes.io/part-of": "stead"}
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": [GROUP], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
-                "resources": ["*"], "scope": "Namespaced",
-            }]},
-            "variables": VARIABLES,
-            "validations": [
-                {"expression": BUCKET_RULE, "reason": "Invalid",
-                 "message": f"metadata.labels[{BUCKET_LABEL}]: must be a bucket number from 0 to "
-                            f"{DEFAULT_BUCKETS - 1} (Stead's webhook sets it; leave it out)"},
-                {"expression": PROJECT_RULE, "reason": "Invalid",
-                 "messageExpression": PROJECT_MESSAGE},
-            ],
-        },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"policyName": name, "validationActions": ["Deny"]},
-    }
-    return policy, binding
+    return denying_policy(name, ["*"], variables=VARIABLES, validations=[
+        {"expression": BUCKET_RULE, "reason": "Invalid",
+         "message": f"metadata.labels[{BUCKET_LABEL}]: must be a bucket number from 0 to "
+                    f"{DEFAULT_BUCKETS - 1} (Stead's webhook sets it; leave it out)"},
+        {"expression": PROJECT_RULE, "reason": "Invalid", "messageExpression": PROJECT_MESSAGE},
+    ])
 
 
 async def install_shard_label_policy(kube: KubeClient, name: str = POLICY_NAME) -> None:
