@@ -64,6 +64,18 @@ def _identity(obj: Mapping[str, Any], key: str) -> str:
     return as_text(known if known is not None else ((obj.get("spec") or {}).get("attributes") or {}).get(key))
 
 
+async def entity_of(kube: Kube, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The instance's ServiceEntity, to read `--attr` values by their types; None when it is gone (the values are
+    then read as JSON or text, and the webhook judges them)."""
+    namespace, name = obj["metadata"]["namespace"], str((obj.get("spec") or {}).get("entity"))
+    try:
+        return dict(await kube.request("GET", _path(ENTITIES, namespace, name)))
+    except ApiError as error:
+        if error.status != 404:
+            raise
+        return None
+
+
 def instance_version(obj: Mapping[str, Any]) -> int | None:
     """The version an instance is at (status.version), as requests send it back; None before it is taken in."""
     version = (obj.get("status") or {}).get("version")
@@ -117,12 +129,7 @@ async def update(kube: Kube, args: argparse.Namespace) -> int:
         raise CliError("nothing to update: give --attr NAME=VALUE")
     obj = await find_instance(kube, args.namespace, args.id)
     name, spec = obj["metadata"]["name"], obj.get("spec") or {}
-    entity = None
-    try:
-        entity = await kube.request("GET", _path(ENTITIES, args.namespace, str(spec.get("entity"))))
-    except ApiError as error:
-        if error.status != 404:
-            raise
+    entity = await entity_of(kube, obj)
     attributes = {**dict(spec.get("attributes") or {}), **typed_attrs(given, entity)}
     attributes = {k: v for k, v in attributes.items() if v is not None}
     version = instance_version(obj)
@@ -166,12 +173,7 @@ async def migrate(kube: Kube, args: argparse.Namespace) -> int:
     name, spec, version = obj["metadata"]["name"], obj.get("spec") or {}, instance_version(obj)
     if version is None:
         raise CliError(f"serviceinstance/{name} has no version yet (not taken in by the operator): try again")
-    entity = None
-    try:
-        entity = await kube.request("GET", _path(ENTITIES, args.namespace, str(spec.get("entity"))))
-    except ApiError as error:
-        if error.status != 404:
-            raise
+    entity = await entity_of(kube, obj)
     migration: dict[str, Any] = {"targetState": args.state, "currentVersion": version}
     given = typed_attrs(parse_attrs(args.attr), version_attributes(entity, args.version))
     if given:

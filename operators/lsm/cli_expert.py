@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from operators.lsm.cli import ENTITIES, INSTANCES, CliError, Kube, parse_attrs, typed_attrs
-from operators.lsm.cli_actions import find_instance, instance_version
-from operators.runtime import ApiError, custom_path
+from operators.lsm.cli import INSTANCES, CliError, Kube, parse_attrs, typed_attrs
+from operators.lsm.cli_actions import entity_of, find_instance, instance_version
+from operators.runtime import custom_path
 
 
 async def whoami(kube: Kube) -> str:
@@ -51,13 +51,7 @@ async def edit(kube: Kube, args: argparse.Namespace) -> int:
     if not given:
         raise CliError("nothing to edit: give --attr NAME=VALUE")
     obj = await find_instance(kube, args.namespace, args.id)
-    entity = None
-    try:
-        entity_name = str((obj.get("spec") or {}).get("entity"))
-        entity = await kube.request("GET", custom_path(ENTITIES, args.namespace, entity_name))
-    except ApiError as error:
-        if error.status != 404:
-            raise
+    entity = await entity_of(kube, obj)
     current = dict((obj.get("status") or {}).get(f"{args.set}Attributes") or {})
     values = {k: v for k, v in {**current, **typed_attrs(given, entity)}.items() if v is not None}
     return await _send(kube, args, obj, {"operation": "editAttributes", "set": args.set, "attributes": values})
