@@ -140,8 +140,9 @@ def test_app_service_simple_lifecycle_walk(operator: OperatorProcess, kubectl: K
     writes["create + App up"] = created
     assert created == 2, created  # the creation (and its autos), then the App's success
     row = kubectl("get", "si", "db-1", "-n", namespace).stdout.splitlines()
-    assert row[0].split() == ["NAME", "PHASE", "READY", "ENTITY", "IDENTITY", "STATE", "VERSION", "AGE"]
-    assert row[1].split()[1:7] == ["Provisioned", "True", "greeter", "db-1", "up", "4"]
+    assert row[0].split() == ["NAME", "PHASE", "READY", "ENTITY", "IDENTITY", "STATE", "VERSION", "ENTITYVERSION",
+                              "AGE"]
+    assert row[1].split()[1:8] == ["Provisioned", "True", "greeter", "db-1", "up", "4", "1"]
 
     # update -> up: the App takes the new inputs and runs its update action; rollback holds the old set
     mark = audit.mark()
