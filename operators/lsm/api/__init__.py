@@ -28,6 +28,7 @@ The package: `handlers` (`InventoryApi` and its routes, declared once), `openapi
 schemas).
 """
 
-from operators.lsm.api.handlers import ROUTE_DOCS, ROUTES, InventoryApi, view
+from operators.lsm.api.handlers import ROUTE_DOCS, ROUTES, InventoryApi
+from operators.lsm.api.views import view
 
 __all__ = ["ROUTES", "ROUTE_DOCS", "InventoryApi", "view"]

@@ -25,8 +25,8 @@ from operators.lsm.api.openapi import (
     STATE,
 )
 from operators.lsm.api.orders import create_order, get_order, list_orders
+from operators.lsm.api.views import metadata_of, pending, snake, version_of, view
 from operators.lsm.attributes import identity_value
-from operators.lsm.lifecycle import model_state
 from operators.lsm.machine import LifecycleError, Refused
 from operators.lsm.models import (
     SERVICE_ENTITY,
@@ -40,7 +40,6 @@ from operators.lsm.models import (
 )
 from operators.lsm.paging import QueryError, page
 from operators.lsm.related import relation_graph
-from operators.lsm.relations import referrers
 from operators.lsm.triggers import check_delete, check_migration, check_request
 from operators.lsm.versions import instance_version
 from operators.lsm.wire import merge_ready, read_instance_status
@@ -91,93 +90,9 @@ class _Services:
 
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
 def _data(value: Any, status: int = 200) -> Response:
     """Inmanta's envelope: every answer but an error is ``{"data": ...}``."""
     return json_response({"data": value}, status=status)
-
-
-def _pending(obj: Mapping[str, Any]) -> bool:
-    """Created in Kubernetes, its creation not yet taken in by the operator (no state in status)."""
-    return not (obj.get("status") or {}).get("state")
-
-
-def _version(obj: Mapping[str, Any]) -> int:
-    """The instance's version; 1 for one whose creation is pending (what the creation transfer makes it)."""
-    return int((obj.get("status") or {}).get("version") or (1 if _pending(obj) else 0))
-
-
-Graph = tuple[Sequence[Mapping[str, Any]], Mapping[str, ServiceEntitySpec]]
-"""The namespace's instances and its entities with relations (`related.relation_graph`)."""
-
-
-def referenced_by(obj: Mapping[str, Any], graph: Graph | None) -> tuple[list[str], list[dict[str, str]]]:
-    """Who names the instance in a relation: their uids (Inmanta's `referenced_by`) and, for Stead's readers,
-    each referrer's name with the relation."""
-    if graph is None:
-        return [], []
-    instances, entities = graph
-    found = referrers(str(_meta(obj).get("name")), instances, entities)
-    uids = {str(_meta(i).get("name")): str(_meta(i).get("uid")) for i in instances}
-    ids = list(dict.fromkeys(uids[name] for name, _ in found if name in uids))
-    return ids, [{"name": name, "relation": relation} for name, relation in found]
-
-
-def view(obj: Mapping[str, Any], config: Mapping[str, Any] | None = None,
-         lifecycle: LifecycleSpec | None = None, graph: Graph | None = None) -> dict[str, Any]:
-    """An instance as Inmanta's API shows one (and what Stead adds: name, namespace, model state, app,
-    the transfers' log, conditions).
-
-    An instance whose creation the operator has not taken in yet is shown as the creation transfer
-    makes it, as Inmanta answers a creation: version 1, the lifecycle's initial state (given `lifecycle`),
-    the client's attributes as the candidate set. The operator records exactly that (and what follows).
-
-    Relations: `referenced_by` (the uids of the instances that name this one, given `graph`), `referrers`
-    (their names and relations) and `references` (the instances this one names)."""
-    meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
-    ids, named_by = referenced_by(obj, graph)
-    log = list(status.get("log") or [])
-    last_updated = log[-1].get("time") if log else None
-    state, model, candidate = status.get("state"), status.get("modelState"), status.get("candidateAttributes")
-    if _pending(obj):
-        candidate = dict(spec.get("attributes") or {})
-        if lifecycle is not None:
-            state = lifecycle.initial_state
-            initial = next((s for s in lifecycle.states if s.name == state), None)
-            model = model_state(initial) if initial is not None else None
-    return {
-        "id": meta.get("uid"),
-        "name": meta.get("name"),
-        "namespace": meta.get("namespace"),
-        "environment": meta.get("namespace"),
-        "service_entity": spec.get("entity"),
-        "service_entity_version": status.get("entityVersion", spec.get("entityVersion")),
-        "version": _version(obj),
-        "config": dict(config or {}),
-        "state": state,
-        "candidate_attributes": candidate,
-        "active_attributes": status.get("activeAttributes"),
-        "rollback_attributes": status.get("rollbackAttributes"),
-        "created_at": meta.get("creationTimestamp"),
-        "last_updated": last_updated or meta.get("creationTimestamp"),
-        "deleted": bool(status.get("deleted")) or bool(meta.get("deletionTimestamp")),
-        "service_identity_attribute_value": status.get("identity"),
-        "model_state": model,
-        "app": status.get("app"),
-        "attributes": dict(spec.get("attributes") or {}),
-        "state_request": spec.get("stateRequest"),
-        "refused": status.get("refused"),
-        "validation_problems": status.get("validationProblems"),
-        "ways_out": status.get("waysOut"),
-        "log": log,
-        "conditions": list(status.get("conditions") or []),
-        "referenced_by": ids,
-        "referrers": named_by,
-        "references": list(status.get("references") or []),
-    }
 
 
 def _current_version(call: Call, body: Mapping[str, Any] | None = None, *, required: bool = False) -> int | None:
@@ -200,10 +115,10 @@ def _current_version(call: Call, body: Mapping[str, Any] | None = None, *, requi
 
 def _stale(given: int | None, obj: Mapping[str, Any]) -> None:
     """409 with Inmanta's message when `given` is not the instance's version."""
-    actual = _version(obj)
+    actual = version_of(obj)
     if given is not None and given != actual:
         raise ApiProblem(409, "StaleVersion", f"The given current version ({given}) doesn't match the actual current "
-                                              f"version ({actual}) of service instance {_meta(obj).get('name')}")
+                                              f"version ({actual}) of service instance {metadata_of(obj).get('name')}")
 
 
 def _refused(refusal: Refused) -> NoReturn:
@@ -246,7 +161,7 @@ class InventoryApi(ExtensionBase):
             known = ""
             if await self.authenticator.authorize(call.identity, Access("list", SERVICE_ENTITY.plural, namespace)):
                 listed = await self._request("GET", custom_path(SERVICE_ENTITY.plural, namespace)) or {}
-                names = sorted(str(_meta(i).get("name")) for i in listed.get("items") or [])
+                names = sorted(str(metadata_of(i).get("name")) for i in listed.get("items") or [])
                 known = f" (service entities here: {', '.join(names) or 'none'})"
             not_found("service_entity", f'service entity "{name}" not found in namespace "{namespace}"{known}')
         try:
@@ -265,7 +180,8 @@ class InventoryApi(ExtensionBase):
     async def _instances(self, namespace: str, entity: str) -> list[dict[str, Any]]:
         listed = await self._request("GET", custom_path(SERVICE_INSTANCE.plural, namespace)) or {}
         items = [i for i in listed.get("items") or [] if (i.get("spec") or {}).get("entity") == entity]
-        return sorted(items, key=lambda i: (str(_meta(i).get("creationTimestamp") or ""), str(_meta(i).get("name"))))
+        return sorted(items, key=lambda i: (str(metadata_of(i).get("creationTimestamp") or ""),
+                                            str(metadata_of(i).get("name"))))
 
     async def _find(self, call: Call, verb: str, namespace: str, entity_name: str, entity: ServiceEntitySpec
                     ) -> dict[str, Any]:
@@ -288,17 +204,17 @@ class InventoryApi(ExtensionBase):
                 found = await self._request("GET", custom_path(SERVICE_INSTANCE.plural, namespace, ident))
             if found is None and _UID.fullmatch(ident):
                 found = next((i for i in await self._instances(namespace, entity_name)
-                              if _meta(i).get("uid") == ident), None)
+                              if metadata_of(i).get("uid") == ident), None)
         if found is None:
             await self.authorize(call, verb, namespace)
             not_found("service_instance", f'no service instance {ident!r} of service entity "{entity_name}" in '
                                            f'namespace "{namespace}" (looked for a uid, a name and '
                                            f"<identity>=<value>)")
-        await self.authorize(call, verb, namespace, str(_meta(found).get("name")))
+        await self.authorize(call, verb, namespace, str(metadata_of(found).get("name")))
         other = (found.get("spec") or {}).get("entity")
         if other != entity_name:
-            not_found("service_instance", f'service instance {_meta(found).get("name")} is an instance of service '
-                                           f'entity "{other}", not of "{entity_name}"')
+            not_found("service_instance", f'service instance {metadata_of(found).get("name")} is an instance of '
+                                           f'service entity "{other}", not of "{entity_name}"')
         return found
 
     async def _world(self, namespace: str, name: str, entity: str, version: int | None = None) -> World | None:
@@ -315,7 +231,7 @@ class InventoryApi(ExtensionBase):
     async def _lifecycle(self, namespace: str, entity: ServiceEntitySpec,
                          shown: Sequence[Mapping[str, Any]]) -> LifecycleSpec | None:
         """The entity's lifecycle, looked up only when an instance shown is pending creation (see `view`)."""
-        if not any(_pending(obj) for obj in shown):
+        if not any(pending(obj) for obj in shown):
             return None
         try:
             return await find_lifecycle(self.services, namespace, entity.lifecycle, lenient=True)
@@ -374,8 +290,8 @@ class InventoryApi(ExtensionBase):
         diff = (found.get("status") or {}).get("diff")
         if not diff:
             return _data(None)
-        return _data({"id": _meta(found).get("uid"), "name": _name(found), "instance_version": _version(found),
-                      **{_snake(k): v for k, v in diff.items()}})
+        return _data({"id": metadata_of(found).get("uid"), "name": _name(found), "instance_version": version_of(found),
+                      **{snake(k): v for k, v in diff.items()}})
 
     async def create(self, call: Call) -> Response:
         namespace = self.namespace(call)
@@ -424,7 +340,7 @@ class InventoryApi(ExtensionBase):
         status = read_instance_status(found.get("status") or {})
         await self._check(await self._world(namespace, _name(found), entity_name, instance_version(spec, status)),
                           spec, status, old_spec)
-        patch = {"metadata": {"resourceVersion": _meta(found).get("resourceVersion")},
+        patch = {"metadata": {"resourceVersion": metadata_of(found).get("resourceVersion")},
                  "spec": {"attributes": merge_ready(old_spec.attributes, attributes),
                           "currentVersion": current_version}}
         return await self._patch(call, namespace, found, patch, entity.config, "updating")
@@ -456,7 +372,7 @@ class InventoryApi(ExtensionBase):
         status = read_instance_status(found.get("status") or {})
         await self._check(await self._world(namespace, _name(found), entity_name, instance_version(spec, status)),
                           spec, status, old_spec)
-        patch = {"metadata": {"resourceVersion": _meta(found).get("resourceVersion")},
+        patch = {"metadata": {"resourceVersion": metadata_of(found).get("resourceVersion")},
                  "spec": {"stateRequest": request.model_dump(by_alias=True, mode="json")}}
         return await self._patch(call, namespace, found, patch, entity.config, "setting the state of")
 
@@ -496,7 +412,7 @@ class InventoryApi(ExtensionBase):
         wire = migration.model_dump(by_alias=True, mode="json", exclude_defaults=True)
         old = old_spec.migration.model_dump(by_alias=True, mode="json", exclude_defaults=True) if old_spec.migration \
             else {}
-        patch = {"metadata": {"resourceVersion": _meta(found).get("resourceVersion")},
+        patch = {"metadata": {"resourceVersion": metadata_of(found).get("resourceVersion")},
                  "spec": {"entityVersion": target_version, "migration": merge_ready(old, wire)}}
         return await self._patch(call, namespace, found, patch, entity.config, "migrating")
 
@@ -510,14 +426,14 @@ class InventoryApi(ExtensionBase):
         _stale(current_version, found)
         world = await self._world(namespace, _name(found), entity_name,
                                   read_instance_status(found.get("status") or {}).entity_version)
-        if world is not None and not _meta(found).get("deletionTimestamp"):
+        if world is not None and not metadata_of(found).get("deletionTimestamp"):
             try:
                 await check_delete(world, read_instance_status(found.get("status") or {}), current_version)
             except Refused as refusal:
                 _refused(refusal)
             except LifecycleError:
                 pass
-        meta = _meta(found)
+        meta = metadata_of(found)
         options = {"apiVersion": "v1", "kind": "DeleteOptions",
                    "preconditions": {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}}
         try:
@@ -543,13 +459,8 @@ class InventoryApi(ExtensionBase):
         return _data(view(patched, config))
 
 
-def _snake(key: str) -> str:
-    """An API field in Inmanta's spelling (snake_case) from a status field's (camelCase)."""
-    return re.sub(r"(?<!^)([A-Z])", lambda m: "_" + m.group(1).lower(), key)
-
-
 def _name(obj: Mapping[str, Any]) -> str:
-    return str(_meta(obj).get("name"))
+    return str(metadata_of(obj).get("name"))
 
 
 def _spec(obj: Mapping[str, Any]) -> ServiceInstanceSpec:
