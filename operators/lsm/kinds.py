@@ -49,6 +49,7 @@ from operators.lsm.models import (
     ServiceOrderSpec,
     ServiceOrderStatus,
 )
+from operators.lsm.order_rights import order_rights_policy
 from operators.lsm.ordering import check_order, run_order
 from operators.lsm.orders import order_spec_problems
 from operators.lsm.relations import mentions
@@ -171,6 +172,9 @@ SERVICE_ORDER_KIND = Kind(
     problems=order_spec_problems,
     # checked again when an instance it names becomes Ready or Stalled, or goes: an item's outcome
     depends_on={SERVICE_INSTANCE.kind: _orders_instance},
+    # an order's author needs the verb of each item's action on the namespace's instances (the operator
+    # carries the order out with its own rights), enforced by the API server itself
+    cluster_objects=order_rights_policy,
 )
 
 KINDS: tuple[Kind, ...] = (LIFECYCLE_KIND, CLUSTER_LIFECYCLE_KIND, SERVICE_ENTITY_KIND, SERVICE_INSTANCE_KIND,

@@ -23,15 +23,17 @@ CHART_EDIT_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete
 
 
 def tenant_token(kubectl: Kubectl, namespace: str, *, role: str = "edit", account: str = "tenant",
-                 duration: str = "1h", stead_verbs: tuple[str, ...] = ("*",)) -> str:
+                 duration: str = "1h", stead_verbs: tuple[str, ...] = ("*",),
+                 stead_resources: tuple[str, ...] = ("*",)) -> str:
     """Make ServiceAccount `account` in `namespace`, bound there to the ClusterRole `role` (`edit`; `view`
-    for a tenant who may not read the namespace's Secrets) and to Stead's kinds (with `stead_verbs`: all, or
-    `CHART_EDIT_VERBS` as the chart gives `edit`), and return a token of it."""
+    for a tenant who may not read the namespace's Secrets) and to Stead's kinds (`stead_resources`: all, or
+    some plurals; with `stead_verbs`: all, or `CHART_EDIT_VERBS` as the chart gives `edit`), and return a
+    token of it."""
     kubectl("create", "serviceaccount", account, "-n", namespace)
     kubectl("apply", "-f", "-", input=json.dumps({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": STEAD_KINDS_ROLE, "namespace": namespace},
-        "rules": [{"apiGroups": ["stead.dev"], "resources": ["*"], "verbs": list(stead_verbs)}]}))
+        "rules": [{"apiGroups": ["stead.dev"], "resources": list(stead_resources), "verbs": list(stead_verbs)}]}))
     kubectl("create", "rolebinding", f"{account}-stead", "-n", namespace, f"--role={STEAD_KINDS_ROLE}",
             f"--serviceaccount={namespace}:{account}")
     kubectl("create", "rolebinding", f"{account}-{role}", "-n", namespace, f"--clusterrole={role}",
@@ -40,10 +42,12 @@ def tenant_token(kubectl: Kubectl, namespace: str, *, role: str = "edit", accoun
 
 
 def tenant_kubectl(kubectl: Kubectl, cluster: ClusterInfo, binaries: Binaries, namespace: str, work: Path, *,
-                   role: str = "edit", account: str = "tenant", stead_verbs: tuple[str, ...] = ("*",)) -> Kubectl:
+                   role: str = "edit", account: str = "tenant", stead_verbs: tuple[str, ...] = ("*",),
+                   stead_resources: tuple[str, ...] = ("*",)) -> Kubectl:
     """A kubectl acting as a tenant (`tenant_token`), with a kubeconfig of its token alone
     (`work/<namespace>-<account>.kubeconfig`)."""
-    token = tenant_token(kubectl, namespace, role=role, account=account, stead_verbs=stead_verbs)
+    token = tenant_token(kubectl, namespace, role=role, account=account, stead_verbs=stead_verbs,
+                         stead_resources=stead_resources)
     config = work / f"{namespace}-{account}.kubeconfig"
     config.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "tenant",

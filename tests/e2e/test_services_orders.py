@@ -9,7 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from operators.cluster import Binaries, ClusterInfo
 from tests.e2e.conftest import Kubectl, OperatorProcess, api_call
+from tests.e2e.tenant_accounts import tenant_kubectl
 from tests.e2e.test_apps import apply, get
 from tests.e2e.test_config_api import client_certificate
 from tests.e2e.test_services import API, catalog, entity, instance, status_of
@@ -91,3 +93,27 @@ def test_app_service_orders_run_in_dependency_order_and_a_failure_stops_its_depe
     code, shown = api_call(operator, admin, namespace, "GET", "/lsm/v1/order/mixed")
     assert code == 200 and shown["data"]["status"]["state"] == "partial"
     assert shown["data"]["service_order_items"][1]["status"]["failure_type"] == "DependencyFailed"
+
+
+def test_service_order_is_refused_unless_its_author_may_do_what_its_items_do(
+        operator: OperatorProcess, kubectl: Kubectl, cluster: ClusterInfo, binaries: Binaries, namespace: str,
+        tmp_path: Path) -> None:
+    """The operator carries an order out with its own rights, so the API server (the policy
+    stead-service-order-rights) refuses a kubectl-created order whose author may create ServiceOrders but not
+    what an item does to ServiceInstances, naming the verb and the item; granted that verb, the same order
+    is accepted."""
+    author = tenant_kubectl(kubectl, cluster, binaries, namespace, tmp_path, account="orderer",
+                            stead_verbs=("create",), stead_resources=("serviceorders",))
+    order = json.dumps(service_order("sneak", namespace, {"id": "new-one", "action": "create", "instance": "x",
+                                                           "entity": "plain", "attributes": {"name": "x"}}))
+    refused = author("create", "-f", "-", input=order, check=False)
+    assert refused.returncode != 0, refused.stdout
+    assert "may not create serviceinstances.stead.dev" in refused.stderr, refused.stderr
+    assert 'item(s) new-one (instance x) need the verb "create" on resource "serviceinstances"' in refused.stderr
+    kubectl("create", "role", "instances-create", "-n", namespace, "--verb=create",
+            "--resource=serviceinstances.stead.dev")
+    kubectl("create", "rolebinding", "instances-create", "-n", namespace, "--role=instances-create",
+            f"--serviceaccount={namespace}:orderer")
+    # RBAC's cache takes the binding in shortly after it is written
+    wait_until(lambda: author("create", "-f", "-", input=order, check=False).returncode == 0, 10,
+               "the order accepted once its author may create instances", interval=0.2)

@@ -6,7 +6,7 @@ A body is Inmanta's: `{"service_order_items": [{"instance_id", "action", "servic
 name (the order's namespace); its `id` (what `dependencies` name) defaults to the instance's name;
 `edits` is what an update changes (`attributes` is taken too). The ServiceOrder's own checks (the webhook's:
 cycles, unknown dependencies) run before anything is written, and the caller must be allowed the verb of
-each item on `serviceinstances` (create, update, delete) as well as `create` on `serviceorders` (the write
+each item on `serviceinstances` (create, patch, delete) as well as `create` on `serviceorders` (the write
 impersonates the caller): an order is never a way around the instances' RBAC.
 """
 
@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from operators import API_VERSION
 from operators.lsm.models import SERVICE_ORDER, ServiceOrderSpec
+from operators.lsm.order_rights import ACTION_VERBS
 from operators.lsm.orders import order_problems
 from operators.runtime import (
     ApiError,
@@ -39,8 +40,9 @@ if TYPE_CHECKING:
     from operators.lsm.api.handlers import InventoryApi
 
 ORDERS = SERVICE_ORDER.plural
-VERBS = {"create": "create", "update": "update", "delete": "delete"}
-"""The verb on serviceinstances each action needs of the caller."""
+VERBS = ACTION_VERBS
+"""The verb on serviceinstances each action needs of the caller: the one the API server's policy asks for an
+order created with kubectl (update: `patch`, the operator's request), so both paths judge alike."""
 
 
 def order_view(obj: Mapping[str, Any]) -> dict[str, Any]:
