@@ -21,6 +21,7 @@ from typing import Any
 
 from operators import GROUP
 from operators.lsm.models import SERVICE_INSTANCE, SERVICE_ORDER
+from operators.runtime import denying_policy
 
 POLICY_NAME = "stead-service-order-rights"
 ACTION_VERBS = {"create": "create", "update": "patch", "delete": "delete"}
@@ -58,24 +59,5 @@ def action_check(action: str) -> dict[str, str]:
 def order_rights_policy(name: str = POLICY_NAME) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ValidatingAdmissionPolicy and its binding (Deny) that hold a new ServiceOrder to its author's rights
     on ServiceInstances, one validation per action."""
-    labels = {"app.kubernetes.io/part-of": "stead"}
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": [GROUP], "apiVersions": ["*"], "operations": ["CREATE"],
-                "resources": [SERVICE_ORDER.plural], "scope": "Namespaced",
-            }]},
-            "validations": [action_check(action) for action in ACTION_VERBS],
-        },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"policyName": name, "validationActions": ["Deny"]},
-    }
-    return policy, binding
+    return denying_policy(name, [SERVICE_ORDER.plural], [action_check(action) for action in ACTION_VERBS],
+                          operations=["CREATE"])
