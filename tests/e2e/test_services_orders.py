@@ -1,5 +1,5 @@
 """Service orders end to end (issue 31, item 3): a ServiceOrder applied with kubectl runs its items in dependency
-order on the real API server, webhook and operator; an order sent to `/lsm/v1/order` whose first item fails
+order on the real API server, webhook and operator; an order sent to `/lsm/v2/order` whose first item fails
 stops its dependent, not the independent item, and ends partial. (The test's name puts its namespace among
 those the session's operator trusts to run the Blueprint's scripts on its host, `t-test-app*`.)"""
 
@@ -65,7 +65,7 @@ def test_app_service_orders_run_in_dependency_order_and_a_failure_stops_its_depe
          "attributes": {"name": "after", "who": "x", "region": "eu"}, "dependencies": ["bad"]},
         {"instance_id": "solo", "action": "create", "service_entity": "greeter",
          "attributes": {"name": "solo", "who": "y", "region": "eu"}}]}
-    code, created = api_call(operator, admin, namespace, "POST", "/lsm/v1/order", body)
+    code, created = api_call(operator, admin, namespace, "POST", "/lsm/v2/order", body)
     assert code == 201, created
 
     status = ended(kubectl, namespace, "launch")
@@ -90,7 +90,7 @@ def test_app_service_orders_run_in_dependency_order_and_a_failure_stops_its_depe
     assert "after" not in kubectl("get", "si", "-n", namespace, "-o", "name").stdout
     stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
     assert stalled["status"] == "True" and stalled["reason"] == "OrderPartial"
-    code, shown = api_call(operator, admin, namespace, "GET", "/lsm/v1/order/mixed")
+    code, shown = api_call(operator, admin, namespace, "GET", "/lsm/v2/order/mixed")
     assert code == 200 and shown["data"]["status"]["state"] == "partial"
     assert shown["data"]["service_order_items"][1]["status"]["failure_type"] == "DependencyFailed"
 

@@ -6,8 +6,8 @@ extension (`operators.runtime.api.extension`).
     GET|PATCH|DELETE       /lsm/v1/service_inventory/<entity>/<id>
     POST                   /lsm/v1/service_inventory/<entity>/<id>/state  (also /lsm/v1/services/...)
     GET                    /lsm/v1/service_inventory/<entity>/<id>/diff   (what would change: status.diff)
-    GET|POST               /lsm/v1/order        service orders: a POST creates a ServiceOrder object
-    GET                    /lsm/v1/order/<id>   one order (name or uid): its items' states, its result
+    GET|POST               /lsm/v2/order        service orders: a POST creates a ServiceOrder object
+    GET                    /lsm/v2/order/<id>   one order (name or uid): its items' states, its result
 
 `<id>` is the instance's uid, its name, or `<identity attribute>=<value>`. Kubernetes stays the
 source of truth: reads are ServiceInstance objects, writes create the object, patch

@@ -9,7 +9,7 @@ from operators.lsm.paging import DEFAULT_LIMIT, MAX_LIMIT, SORT_FIELDS
 
 PREFIX = "/lsm/v1"
 INVENTORY = PREFIX + "/service_inventory/{entity}"
-ORDER = PREFIX + "/order"
+ORDER = "/lsm/v2/order"
 
 
 def _error(description: str) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""The inventory API's service orders, in Inmanta's shape: `POST /lsm/v1/order` creates a ServiceOrder object
-(so the order lives in the API server, and in git, like everything else), `GET /lsm/v1/order/<id>` shows it.
+"""The inventory API's service orders, in Inmanta's shape: `POST /lsm/v2/order` creates a ServiceOrder object
+(so the order lives in the API server, and in git, like everything else), `GET /lsm/v2/order/<id>` shows it.
 
 A body is Inmanta's: `{"service_order_items": [{"instance_id", "action", "service_entity"?, "attributes"?,
 "edits"?, "dependencies"?, "id"?}], "description"?, "name"?}`. An item's `instance_id` is the instance's

@@ -1,4 +1,4 @@
-"""Service orders (`operators.lsm.orders`, `operators.lsm.ordering`, the `/lsm/v1/order` routes): the checks that
+"""Service orders (`operators.lsm.orders`, `operators.lsm.ordering`, the `/lsm/v2/order` routes): the checks that
 refuse an order at apply time naming its items, dependency order and the propagation of a failure to dependents
 only, an item's outcome read off its instance, the step's writes over the fake API server, and the API route."""
 
@@ -226,7 +226,7 @@ def test_the_api_creates_the_order_object_in_inmantas_shape_and_shows_its_state(
         {"instance_id": "a", "action": "create", "service_entity": "greeter", "attributes": {"name": "a"}},
         {"instance_id": "b", "action": "create", "service_entity": "greeter", "attributes": {"name": "b"},
          "dependencies": ["a"]}]}
-    status, created = api.call("POST", "/lsm/v1/order", body, query=f"namespace={NS}")
+    status, created = api.call("POST", "/lsm/v2/order", body, query=f"namespace={NS}")
     assert status == 201, created
     assert created["status"]["state"] == "acknowledged"
     stored = api.kube.objects[f"{ORDERS}/o1"]
@@ -235,11 +235,11 @@ def test_the_api_creates_the_order_object_in_inmantas_shape_and_shows_its_state(
     stored["status"] = {"result": "partial", "items": [
         {"id": "a", "state": "failed", "failureType": "Rejected", "message": "why"},
         {"id": "b", "state": "skipped", "failureType": "DependencyFailed", "message": "a failed"}]}
-    status, shown = api.call("GET", "/lsm/v1/order/o1", query=f"namespace={NS}")
+    status, shown = api.call("GET", "/lsm/v2/order/o1", query=f"namespace={NS}")
     assert status == 200 and shown["status"]["state"] == "partial"
     assert shown["service_order_items"][0]["status"] == {"state": "failed", "failure_type": "Rejected",
                                                          "reason": "why"}
-    status, _ = api.call("GET", f"/lsm/v1/order/{stored['metadata']['uid']}", query=f"namespace={NS}")
+    status, _ = api.call("GET", f"/lsm/v2/order/{stored['metadata']['uid']}", query=f"namespace={NS}")
     assert status == 200
 
 
@@ -247,19 +247,19 @@ def test_the_api_refuses_a_cycle_and_checks_the_callers_verbs_on_instances(api: 
     cyclic = {"service_order_items": [
         {"instance_id": "a", "action": "update", "edits": {"who": "y"}, "dependencies": ["b"]},
         {"instance_id": "b", "action": "update", "edits": {"who": "y"}, "dependencies": ["a"]}]}
-    status, answer = api.call("POST", "/lsm/v1/order", cyclic, query=f"namespace={NS}")
+    status, answer = api.call("POST", "/lsm/v2/order", cyclic, query=f"namespace={NS}")
     assert status == 422 and "a dependency cycle: a -> b -> a" in answer["message"]
     assert not api.kube.names(ORDERS)
     fine = {"service_order_items": [{"instance_id": "a", "action": "delete"}]}
-    status, answer = api.call("POST", "/lsm/v1/order", fine, query=f"namespace={NS}", token="reader")
+    status, answer = api.call("POST", "/lsm/v2/order", fine, query=f"namespace={NS}", token="reader")
     assert status == 403 and not api.kube.names(ORDERS)
     api.auth.checked.clear()
-    status, _ = api.call("POST", "/lsm/v1/order", fine, query=f"namespace={NS}")
+    status, _ = api.call("POST", "/lsm/v2/order", fine, query=f"namespace={NS}")
     assert status == 201
     assert {(a.verb, a.resource) for a in api.auth.checked} == {("create", "serviceorders"),
                                                                  ("delete", "serviceinstances")}
     api.auth.checked.clear()  # an update needs patch, as the API server's policy asks of a kubectl-created order
-    status, _ = api.call("POST", "/lsm/v1/order", {"name": "edit", "service_order_items": [
+    status, _ = api.call("POST", "/lsm/v2/order", {"name": "edit", "service_order_items": [
         {"instance_id": "a", "action": "update", "edits": {"who": "y"}}]}, query=f"namespace={NS}")
     assert status == 201
     assert ("patch", "serviceinstances") in {(a.verb, a.resource) for a in api.auth.checked}
