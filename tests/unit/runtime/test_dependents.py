@@ -59,3 +59,15 @@ def test_a_test_of_the_spec_still_finds_every_referrer_of_the_namespace() -> Non
     # a cluster-scoped object (namespace ""): its namesakes in every namespace
     assert names(dependents.referrers(table(), kind(named_after), "App", "", "db-1", lambda _: True)) == [
         "Instance/a/db-1", "Instance/b/db-1"]
+
+
+def test_a_test_of_the_spec_is_made_only_of_the_objects_of_the_namespace() -> None:
+    tested: list[str] = []
+
+    def refers(spec: Any, name: str) -> bool:
+        tested.append(spec["app"])
+        return True
+
+    found = dependents.referrers(table(), kind(refers), "App", "b", "x", lambda _: True)
+    assert names(found) == ["Instance/b/db-1"]
+    assert tested == ["db-1"]  # namespace a's two objects were never tested: the keys said they are elsewhere
