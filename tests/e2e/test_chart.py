@@ -58,7 +58,7 @@ CONFIG_API_PORT = 8443
 CONFIG_API_WRITES = {"configvalues": {"create", "update", "delete"},
                      "configcomponents": {"create"}, "environments": {"create"},
                      # the extensions on the same server: the service inventory and the graphs API
-                     "serviceinstances": {"create", "patch"},
+                     "serviceinstances": {"create", "patch"}, "serviceorders": {"create"},
                      "deploymentgraphs": {"create", "update", "patch", "delete"}, "graphruns": {"create"}}
 # The service inventory and graphs APIs write as their caller (operators/runtime/api/extension.py).
 IMPERSONATE = {("", "users", "impersonate"), ("", "groups", "impersonate"), ("", "serviceaccounts", "impersonate"),
