@@ -71,3 +71,13 @@ def test_a_test_of_the_spec_is_made_only_of_the_objects_of_the_namespace() -> No
     found = dependents.referrers(table(), kind(refers), "App", "b", "x", lambda _: True)
     assert names(found) == ["Instance/b/db-1"]
     assert tested == ["db-1"]  # namespace a's two objects were never tested: the keys said they are elsewhere
+
+
+def test_a_namespaced_objects_referrers_are_read_from_the_tables_namespace_index() -> None:
+    found = dependents.referrers(table(Unscannable), kind(lambda spec, name: spec.get("app") == name), "App", "a",
+                                 "db-2", lambda _: True)
+    assert names(found) == ["Instance/a/db-2"]
+    emptied = table()
+    emptied.went("Instance/b/db-1")
+    assert emptied.in_namespace("b") == [] and [k for k, _ in emptied.in_namespace("a")] == [
+        "Instance/a/db-1", "Instance/a/db-2"]

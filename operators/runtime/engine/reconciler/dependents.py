@@ -67,11 +67,11 @@ def referrers(table: ObjectTable, kind: Kind, of_kind: str, namespace: str, name
         record = table.get(key)
         seen = [(key, record.seen)] if record is not None and record.seen is not None else []
     else:
-        # a namespaced object's referrers are in its namespace: the keys say which without a test of each spec
-        # (beside 2,000 instances of another namespace, a relation test of each cost ~5 ms per change)
-        within = object_key(kind.kind, namespace, "") if namespace else ""
-        seen = [(key, record.seen) for key, record in table.items()
-                if record.seen is not None and key.startswith(within)]
+        # a namespaced object's referrers are in its namespace, which the table indexes: no test of each spec
+        # of every namespace (beside 2,000 instances of another namespace, a relation test of each cost ~5 ms
+        # per change, and even a pass over their keys was 7% of the operator's samples)
+        records = table.in_namespace(namespace) if namespace else table.items()
+        seen = [(key, record.seen) for key, record in records if record.seen is not None]
     for key, obj in seen:
         if kind.kind == of_kind and obj.name == name and obj.namespace == namespace:
             continue  # an object never depends on itself (a kind that refers to its own kind)

@@ -79,6 +79,7 @@ class ObjectTable:
 
     def __init__(self) -> None:
         self._records: dict[str, Tracked] = {}
+        self._namespaces: dict[str, dict[str, Tracked]] = {}  # the same records by namespace (in the key)
 
     def get(self, key: str) -> Tracked | None:
         return self._records.get(key)
@@ -89,6 +90,7 @@ class ObjectTable:
         record = self._records.get(key)
         if record is None:
             record = self._records[key] = Tracked()
+            self._namespaces.setdefault(_namespace(key), {})[key] = record
         return record
 
     def written(self, key: str) -> int | None:
@@ -113,10 +115,22 @@ class ObjectTable:
         record = self._records.get(key)
         if record is not None and record.empty():
             del self._records[key]
+            namespace = _namespace(key)
+            others = self._namespaces.get(namespace)
+            if others is not None:
+                others.pop(key, None)
+                if not others:
+                    del self._namespaces[namespace]
 
     def items(self) -> list[tuple[str, Tracked]]:
         """Every record, as a list (safe to iterate across awaits)."""
         return list(self._records.items())
+
+    def in_namespace(self, namespace: str) -> list[tuple[str, Tracked]]:
+        """The records of one namespace's objects, as a list: what a namespaced object's referrers are sought
+        among, without a pass over every namespace's (beside 2,000 instances, that pass was 7% of the
+        operator's samples)."""
+        return list(self._namespaces.get(namespace, {}).items())
 
     def __iter__(self) -> Iterator[Tracked]:
         return iter(self._records.values())
@@ -143,3 +157,8 @@ def older(version: str, written: int | None) -> bool:
     etcd-backed servers issue increasing integers, and anything else is never called older."""
     current = as_int(version)
     return written is not None and current is not None and current < written
+
+
+def _namespace(key: str) -> str:
+    """The namespace in an object key (`core.store.object_key`: kind/namespace/name)."""
+    return key.split("/", 2)[1]
