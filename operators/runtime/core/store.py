@@ -30,6 +30,11 @@ def object_key(kind: str, namespace: str, name: str) -> str:
     return f"{kind}/{namespace}/{name}"
 
 
+def key_namespace(key: str) -> str:
+    """The namespace in an `object_key` ("" for a cluster-scoped object's)."""
+    return key.split("/", 2)[1]
+
+
 class LocalStore:
     """Provisioned objects in LMDB. Not thread-safe by contract: one event loop uses it."""
 

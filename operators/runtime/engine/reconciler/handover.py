@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from operators.runtime.core.pipeline import Observed
-from operators.runtime.core.store import LocalStore, object_key
+from operators.runtime.core.store import LocalStore, key_namespace, object_key
 from operators.runtime.engine.reconciler.queue import WorkQueue
 from operators.runtime.engine.reconciler.table import ObjectTable, as_int, older
 
@@ -76,13 +76,13 @@ class HandOver:
     def placements(self) -> set[tuple[str, str]]:
         """(namespace, project) of every object of this kind seen, ours or not: the projects that
         exist, what claims are taken for."""
-        return {(key.split("/", 2)[1], record.project) for key, record in self._table.items()
+        return {(key_namespace(key), record.project) for key, record in self._table.items()
                 if record.project is not None}
 
     def _keys_of(self, project: str) -> list[str]:
         keys = self._table.keys_of(project)
         # records of an earlier process of ours, for objects not seen since (by namespace)
-        keys.update(k for k, _ in self._store.items(self._kind) if k.split("/", 2)[1] == project)
+        keys.update(k for k, _ in self._store.items(self._kind) if key_namespace(k) == project)
         return sorted(keys)
 
     async def drain(self, project: str, grace: float = DRAIN_GRACE) -> None:

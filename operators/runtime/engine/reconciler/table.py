@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from operators.runtime.core.pipeline import Observed
 from operators.runtime.core.ring import project_key
+from operators.runtime.core.store import key_namespace
 
 Settled = tuple[str, int] | None
 """Where an object came to rest: (Ready or Stalled, the generation), or None while on its way."""
@@ -90,7 +91,7 @@ class ObjectTable:
         record = self._records.get(key)
         if record is None:
             record = self._records[key] = Tracked()
-            self._namespaces.setdefault(_namespace(key), {})[key] = record
+            self._namespaces.setdefault(key_namespace(key), {})[key] = record
         return record
 
     def written(self, key: str) -> int | None:
@@ -115,7 +116,7 @@ class ObjectTable:
         record = self._records.get(key)
         if record is not None and record.empty():
             del self._records[key]
-            namespace = _namespace(key)
+            namespace = key_namespace(key)
             others = self._namespaces.get(namespace)
             if others is not None:
                 others.pop(key, None)
@@ -157,8 +158,3 @@ def older(version: str, written: int | None) -> bool:
     etcd-backed servers issue increasing integers, and anything else is never called older."""
     current = as_int(version)
     return written is not None and current is not None and current < written
-
-
-def _namespace(key: str) -> str:
-    """The namespace in an object key (`core.store.object_key`: kind/namespace/name)."""
-    return key.split("/", 2)[1]
