@@ -429,7 +429,11 @@ async def _fail_early(ctx: StepContext[ActionRunSpec], facts: dict[str, Any], re
 
 
 async def _release(ctx: StepContext, spec: ActionRunSpec, fields: Mapping[str, Any]) -> None:
-    """Unlock the app (if this run holds it) and record the outcome."""
+    """Unlock the app (if this run holds it) and record the outcome. Only an app gone meanwhile (404) is
+    passed over: any other failure (the API server away, this replica's claim on the project lost
+    mid-step: 403 from the shard guard) propagates, so that the step is tried again before the run's
+    conclusion is written; a retry after the conclusion would never come back here, and the app stayed
+    locked by a finished run, its ServiceInstance waiting for it for ever (found by bench/soak.py)."""
     app = await get_app(ctx, spec.app)
     if app is None:
         return
@@ -437,8 +441,11 @@ async def _release(ctx: StepContext, spec: ActionRunSpec, fields: Mapping[str, A
     if lock.get("lockedBy") not in (None, ctx.obj.name):
         return
     patch = {"lock": None, "currentAction": None, "currentRun": None, **fields}
-    with contextlib.suppress(ApiError):
+    try:
         await patch_app(ctx, spec.app, patch)
+    except ApiError as error:
+        if error.status != 404:
+            raise
 
 
 def end_time(status: Mapping[str, Any], progress: Mapping[str, Any]) -> str:

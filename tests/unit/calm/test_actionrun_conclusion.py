@@ -12,7 +12,9 @@ import pytest
 
 from operators.calm.actionrun import (
     KIND,
+    ActionRunSpec,
     _finished_again,
+    _release,
     app_state_fields,
     deleting_refusal,
     end_time,
@@ -22,6 +24,7 @@ from operators.calm.actionrun import (
     write_conclusion,
 )
 from operators.runtime.core.pipeline import Observed, PermanentError, StepContext, compose_status, run
+from operators.runtime.kube.api import ApiError, custom_path
 from pipelines.control import run_paths
 from tests.unit.fakeapi import FakeApi
 
@@ -99,3 +102,28 @@ def test_an_action_that_succeeds_after_a_failed_one_leads_where_it_leads_and_err
     # an App from before restingState: where its state says it rests, else running
     assert state_after_success(update, {"state": "stopped"}) == "stopped"
     assert state_after_success(update, {"state": "error"}) == "running"
+
+
+def test_a_run_whose_app_cannot_be_unlocked_is_tried_again_not_concluded_with_the_app_locked(
+        kube: FakeApi) -> None:
+    """Found by bench/soak.py: a replica whose claim lapsed mid-step got 403 from the shard guard on the
+    App's unlock, which was swallowed; the conclusion was written, the retry (on the project's next holder)
+    took it from disk and never unlocked: the App stayed `lockedBy` a finished run and its ServiceInstance
+    waited for it for ever. Now only a 404 (the app gone) is passed over; anything else fails the step,
+    which is tried again before the conclusion is written."""
+    app_path = custom_path("apps", "ns", "shop")
+    kube.add(app_path, {"spec": {}, "status": {"lock": {"lockedBy": "shop-create"}, "currentRun": "shop-create"}})
+    obj = Observed(kind="ActionRun", namespace="ns", name="shop-create", uid="uid-1", generation=1, labels={},
+                   spec={"app": "shop", "action": "create"}, status={"state": "Running"})
+    ctx = StepContext(obj=obj, facts={}, services=SimpleNamespace(kube=kube))  # type: ignore[arg-type]
+    spec = ActionRunSpec(app="shop", action="create")
+    kube.fail_with(ApiError(403, "not written: project ns is not this replica's"), "PATCH", "/apps/shop/status")
+    with pytest.raises(ApiError):
+        asyncio.run(_release(ctx, spec, {"lastRun": "shop-create"}))
+    assert kube.objects[app_path]["status"]["lock"] == {"lockedBy": "shop-create"}
+    kube.fail_with(None, "PATCH", "/apps/shop/status")
+    asyncio.run(_release(ctx, spec, {"lastRun": "shop-create"}))  # the retry unlocks it
+    status = kube.objects[app_path]["status"]
+    assert "lock" not in status and "currentRun" not in status and status["lastRun"] == "shop-create"
+    kube.fail_with(ApiError(404, "gone"), "PATCH", "/apps/shop/status")
+    asyncio.run(_release(ctx, spec, {}))  # an app deleted meanwhile: nothing to unlock
