@@ -24,7 +24,7 @@ def test_a_short_seeded_soak_injects_each_fault_and_finds_no_invariant_broken(tm
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "soak.py"), "--minutes", "1.3", "--seed", "5", "--replicas", "2",
          "--projects", "2", "--graph-projects", "0", "--gap", "6", "--lease", "2", "--interval", "1",
-         "--ready-bound", "60", "--faults", ",".join(KINDS), "--json", str(report)],
+         "--ready-bound", "120", "--faults", ",".join(KINDS), "--json", str(report)],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
     assert report.exists(), done.stderr[-4000:]
     found = json.loads(report.read_text())
