@@ -104,6 +104,8 @@ class Runner:
         self.output_limit = output_limit
         self.store = open_store(self.paths.store, durable=durable)
         self.needs = workflow.requirements()
+        # Steps by id, read once per instance: `Workflow.step` goes through Pydantic's private attributes.
+        self._steps: dict[str, Step] = {step.id: step for step in workflow.steps}
         self.instances = list(self.needs)
         required = {dep for deps in self.needs.values() for dep in deps}
         self.sinks = [inst for inst in self.instances if inst not in required]
@@ -120,6 +122,7 @@ class Runner:
         self._dirty = True
         self._worker: StepWorker | None = None
         self._requirement_tasks: dict[Instance, list[StepTask]] = {}
+        self._tasks: dict[Instance, StepTask] = {}
         self._output_dir = self.paths.output_dir
         self._error = ""
         self._work_dir = self.paths.work_dir
@@ -182,9 +185,17 @@ class Runner:
         """
         tasks = self._requirement_tasks.get(inst)
         if tasks is None:
-            tasks = [StepTask(run_uid=self.uid, step=i.step, target=i.target) for i in self.needs[inst]]
+            tasks = [self.task(i) for i in self.needs[inst]]
             self._requirement_tasks[inst] = tasks
         return tasks
+
+    def task(self, inst: Instance) -> StepTask:
+        """The Luigi task of `inst`, built once per run: a wide step's requirement is named by each of
+        its dependents, and every construction is a pass through Luigi's instance cache."""
+        task = self._tasks.get(inst)
+        if task is None:
+            task = self._tasks[inst] = StepTask(run_uid=self.uid, step=inst.step, target=inst.target)
+        return task
 
     # -- setup and teardown ----------------------------------------------------------------------
 
@@ -209,7 +220,7 @@ class Runner:
         fresh: dict[str, dict[str, Any]] = {}
         finished: list[dict[str, Any]] = []
         for inst in self.instances:
-            step = self.workflow.step(inst.step)
+            step = self._steps[inst.step]
             record = existing.get(inst.key)
             if record is None:
                 record = {
@@ -392,7 +403,7 @@ class Runner:
 
     def execute(self, inst: Instance) -> None:
         """Run one instance with its retries; raise to tell Luigi it did not succeed."""
-        step = self.workflow.step(inst.step)
+        step = self._steps[inst.step]
         with self._lock:
             excluded_by = self._excluded.get(inst.target) if inst.target else None
         if excluded_by is not None:  # its target failed within a group's tolerance: nothing more runs there

@@ -29,8 +29,18 @@ import threading
 import time
 from typing import Any
 
-from luigi.scheduler import Scheduler
+from luigi.scheduler import Scheduler, SimpleTaskState
 from luigi.task_status import DONE, PENDING, RUNNING
+
+
+class _TaskState(SimpleTaskState):
+    """Luigi's task state, but `get_worker` builds a `Worker` only for a worker it does not know: the
+    stock one builds one on every call (for `setdefault`), and it is called on every `add_task` and
+    `get_work`, three times per step."""
+
+    def get_worker(self, worker_id: str) -> Any:
+        worker = self._active_workers.get(worker_id)
+        return worker if worker is not None else super().get_worker(worker_id)
 
 
 class FastScheduler(Scheduler):
@@ -43,11 +53,35 @@ class FastScheduler(Scheduler):
 
     def __init__(self) -> None:
         super().__init__(prune_on_get_work=False, record_task_history=False, retry_delay=-1.0)
+        state = _TaskState(self._config.state_path)
+        state._metrics_collector = self._state._metrics_collector
+        self._state = state
         self._ready: list[tuple[float, float, int, str]] = []
         self._blocked: dict[str, set[str]] = {}
         self._dependents: dict[str, set[str]] = {}
         self._seq = itertools.count()
         self._lock = threading.RLock()
+        self._retry_policies: dict[tuple[tuple[str, Any], ...], Any] = {}
+        stock_make_task = self._make_task
+
+        def make_task(task_id: str, **kwargs: Any) -> Any:
+            """The task `task_id` when it exists, else a new one: the stock `add_task` builds a new
+            `Task` for every call (and one per dependency), only for `setdefault` to keep the
+            existing one: two throwaway tasks per step, and on every report of a task with N
+            dependencies, N more (its dependencies' placeholders)."""
+            existing = self._state.get_task(task_id)
+            return existing if existing is not None else stock_make_task(task_id=task_id, **kwargs)
+
+        self._make_task = make_task  # type: ignore[assignment]  # Luigi declares its partial(Task)
+
+    def _generate_retry_policy(self, task_retry_policy_dict: dict[str, Any]) -> Any:
+        """The stock answer, once per distinct policy: it reads the configuration and builds a
+        namedtuple on every `add_task`, and all of a run's tasks have the same one."""
+        key = tuple(task_retry_policy_dict.items())
+        policy = self._retry_policies.get(key)
+        if policy is None:
+            policy = self._retry_policies[key] = super()._generate_retry_policy(task_retry_policy_dict)
+        return policy
 
     def add_task(self, **kwargs: Any) -> None:
         with self._lock:

@@ -478,3 +478,71 @@ def test_one_failure_more_than_the_group_tolerates_fails_the_run(tmp_path: Path)
 def test_tolerance_names_steps_that_exist() -> None:
     with pytest.raises(ValueError, match=r"tolerance\[0\]\.steps: 'nope' not steps"):
         wf({"id": "a", "type": "noop"}, tolerance=[{"steps": ["nope"], "mayFail": 1}])
+
+
+def test_step_task_fast_paths_answer_as_luigi_does() -> None:
+    """`StepTask`'s parameter fast paths (issue 32) give what Luigi's own methods give: the task id
+    luigid shows, the parameters and visibilities reported to the scheduler."""
+    from pipelines.runner import StepTask
+
+    task = StepTask(run_uid="fast-paths", step="s1", target="n1")
+    assert task.to_str_params() == luigi.Task.to_str_params(task) == {"run_uid": "fast-paths", "step": "s1",
+                                                                      "target": "n1"}
+    assert task.to_str_params(only_significant=True, only_public=True) == luigi.Task.to_str_params(task, True, True)
+    assert task._get_param_visibilities() == luigi.Task._get_param_visibilities(task)
+    params = StepTask.get_params()
+    kwargs = {"run_uid": "fast-paths", "step": "s1", "target": "n1"}
+    assert StepTask.get_param_values(params, (), kwargs) == luigi.Task.get_param_values.__func__(  # type: ignore[attr-defined]
+        StepTask, params, (), kwargs)
+    # Anything else goes through Luigi: the default target, and its errors.
+    assert StepTask(run_uid="fast-paths", step="s1").target == ""
+    with pytest.raises(luigi.parameter.UnknownParameterException):
+        StepTask(run_uid="fast-paths", step="s1", node="n1")
+    assert StepTask(run_uid="fast-paths", step="s1", target="n1") is task  # Luigi's instance cache still holds
+
+
+def test_runner_builds_each_luigi_task_once(tmp_path: Path) -> None:
+    """A wide step's requirement is one task object however many dependents name it."""
+    workflow = wf({"id": "first", "type": "noop"},
+                  *({"id": f"m{i}", "type": "noop", "dependsOn": ["first"]} for i in range(3)),
+                  {"id": "last", "type": "noop", "dependsOn": ["m0", "m1", "m2"]})
+    runner = Runner(workflow, "once", tmp_path)
+    firsts = {id(runner.requirement_tasks(Instance(f"m{i}"))[0]) for i in range(3)}
+    assert len(firsts) == 1
+    assert runner.task(Instance("first")) is runner.requirement_tasks(Instance("m0"))[0]
+    assert runner.run().phase == "Succeeded"
+
+
+def test_fast_scheduler_reuses_its_tasks_and_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reports of known tasks and calls of a known worker build no throwaway objects (issue 32: the stock
+    scheduler built two tasks per step, a placeholder per dependency on every report, and a worker on
+    every call), and the state keeps Luigi's statuses."""
+    import luigi.scheduler
+    from luigi.task_status import DONE, PENDING, RUNNING, UNKNOWN
+
+    built: list[str] = []
+    for cls in (luigi.scheduler.Task, luigi.scheduler.Worker):
+        stock = cls.__init__
+
+        def counting(self: Any, *args: Any, __stock: Any = stock, __name: str = cls.__name__, **kwargs: Any) -> None:
+            built.append(__name)
+            __stock(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__init__", counting)
+    scheduler = FastScheduler()
+    scheduler.add_task(worker="w", task_id="a", status=PENDING, deps=[], runnable=True)
+    scheduler.add_task(worker="w", task_id="b", status=PENDING, deps=["a"], runnable=True)
+    assert sorted(built) == ["Task", "Task", "Worker"]
+    a, b = scheduler._state.get_task("a"), scheduler._state.get_task("b")
+    assert scheduler.get_work(worker="w")["task_id"] == "a"
+    assert a.status == RUNNING
+    scheduler.add_task(worker="w", task_id="a", status=DONE, runnable=None)
+    scheduler.add_task(worker="w", task_id="b", status=PENDING, deps=["a"], runnable=True)
+    assert scheduler.get_work(worker="w")["task_id"] == "b"
+    scheduler.add_task(worker="w", task_id="b", status=DONE, runnable=None)
+    assert sorted(built) == ["Task", "Task", "Worker"]  # nothing new for known tasks and a known worker
+    assert scheduler._state.get_task("a") is a and scheduler._state.get_task("b") is b
+    assert (a.status, b.status) == (DONE, DONE)
+    scheduler.add_task(worker="w", task_id="c", status=PENDING, deps=["b", "d"], runnable=True)
+    assert scheduler._state.get_task("d").status == UNKNOWN  # a placeholder for a dependency not yet added
+    assert scheduler._state.get_task("c").deps == {"b", "d"}
