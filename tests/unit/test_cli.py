@@ -58,3 +58,24 @@ def test_run_trusts_no_namespace_of_a_cluster_it_did_not_start(
     assert main(args) == 0
     (options,) = seen
     assert options.runs is not None and options.runs.trusted_local_namespaces == trusted
+
+
+def test_operator_placement_flags_reach_the_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`--placement bounded --placement-epsilon E` on the command line is what `Sharding` is built with."""
+    import operators.cluster
+    import operators.runtime.process
+
+    seen: list[operators.runtime.process.OperatorOptions] = []
+
+    async def fake_run_operator(kinds: object, options: operators.runtime.process.OperatorOptions,
+                                addons: object = ()) -> None:
+        seen.append(options)
+
+    monkeypatch.setattr(operators.cluster, "reaches_cluster", lambda kubeconfig: True)
+    monkeypatch.setattr(operators.runtime.process, "run_operator", fake_run_operator)
+    monkeypatch.setenv("STEAD_HOME", str(tmp_path))
+    assert main(["run", "--local", "never", "--config-api-port", "0", "--webhook", "off", "--store",
+                 str(tmp_path / "s"), "--sharding", "leases", "--placement", "bounded",
+                 "--placement-epsilon", "0.1"]) == 0
+    (options,) = seen
+    assert (options.sharding, options.placement, options.placement_epsilon) == ("leases", "bounded", 0.1)
