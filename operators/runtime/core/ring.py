@@ -26,7 +26,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import xxhash
 
@@ -85,7 +85,6 @@ class Ring:
         return f"Ring({sorted(self.members)!r}, vnodes={self.vnodes})"
 
 
-@runtime_checkable
 class Placement(Protocol):
     """Who should own a key, over a fixed set of members: `Ring`, or `BoundedRing`."""
 
