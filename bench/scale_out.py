@@ -23,15 +23,22 @@ machines cannot run:
   `stead.dev/shard-bucket` = xxh3(project) mod B: placing projects on the ring by name spreads
   each replica's projects over most buckets (it receives nearly everything), placing them by
   bucket gives ~1/N at the price of coarser balance; and how long the selector gets;
+- **bounded loads** (`--placement bounded`, issue 33): balance and moved fraction for 2 -> 3 and
+  3 -> 2 of the plain ring beside consistent hashing with bounded loads (`BoundedRing`), each
+  placing projects by name (the issue's literal case: it needs the whole project set, which no
+  replica has) and by bucket (what the replicas run: the 4,096 buckets, a set every replica knows),
+  against the ideal 1/N; then epsilon against balance and moves at 3, 10 and 100 replicas;
 - the ring's cost: build time, and lookups per second (bisect over N x vnodes points);
 - the API write cost of membership and claims (from `claims.py`'s design: only the membership
   Lease is renewed; claims are written on hand-over only), against renewing one Lease per project.
 
 Targets checked (exit status 1 when one is missed): moved fraction within 1.2x of the ideal, and
-nothing moved between staying replicas.
+nothing moved between staying replicas (plain ring); bounded by bucket: no replica over the bound
+in buckets, and moved fraction within 1.2x of the ideal for 2 -> 3 and 3 -> 2.
 
     .venv/bin/python bench/scale_out.py [--projects 10000] [--replicas 100] [--vnodes 256]
                                         [--compare-vnodes 64,128,256,512] [--lease 15]
+                                        [--epsilon 0.05] [--compare-epsilons 0.01,0.02,0.05,0.1,0.25]
 """
 
 from __future__ import annotations
@@ -53,13 +60,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from operators.runtime.core.ring import balance_of
 from operators.runtime.shard import (
     BUCKET_LABEL,
     DEFAULT_DURATION,
+    DEFAULT_EPSILON,
     DEFAULT_VNODES,
+    BoundedRing,
+    Placement,
     Ring,
+    bucket_keys,
     bucket_of,
     bucket_selector,
+    buckets_of,
     by_bucket,
     moved_fraction,
 )
@@ -138,6 +151,76 @@ def selectivity(keys: Sequence[str], n: int, buckets: int, vnodes: int) -> str:
             f"{longest:>14,}")
 
 
+class Keyed:
+    """A placement of projects through a key (`by_bucket`): the project's owner is its key's."""
+
+    def __init__(self, inner: Placement, key: Callable[[str], str]) -> None:
+        self.inner, self.key = inner, key
+
+    @property
+    def members(self) -> frozenset[str]:
+        return self.inner.members
+
+    def owner(self, project: str) -> str | None:
+        return self.inner.owner(self.key(project))
+
+
+def bounded_rows(keys: Sequence[str], epsilon: float, vnodes: int) -> tuple[list[str], bool]:
+    """Plain ring vs bounded loads, by name and by bucket, for 2 -> 3 and 3 -> 2 (`keys`: the projects)."""
+    bucket, all_buckets = by_bucket(), bucket_keys()
+    built: dict[tuple[str, int], Placement] = {}
+
+    def placed(how: str, n: int) -> Placement:
+        if (how, n) not in built:
+            members = replicas(n)
+            built[how, n] = {
+                "ring, by name": lambda: Ring(members, vnodes),
+                "bounded, by name": lambda: BoundedRing(members, keys, epsilon, vnodes),
+                "ring, by bucket": lambda: Keyed(Ring(members, vnodes), bucket),
+                "bounded, by bucket": lambda: Keyed(BoundedRing(members, all_buckets, epsilon, vnodes), bucket),
+            }[how]()
+        return built[how, n]
+
+    ok = True
+    lines = [f"{'':<20} {'change':<7} {'max/mean before':>15} {'after':>6} {'moved':>7} {'ideal':>6} {'ratio':>6}  "
+             f"{'buckets max/bound':>17}"]
+    for how in ("ring, by name", "bounded, by name", "ring, by bucket", "bounded, by bucket"):
+        for before, after in ((2, 3), (3, 2)):
+            old, new = placed(how, before), placed(how, after)
+            fraction = moved_fraction(old, new, keys)
+            ideal = 1 / max(before, after)
+            bound = ""
+            if how.endswith("by bucket"):  # the unit the replicas place: buckets, against the bound
+                inner = new.inner if isinstance(new, Keyed) else new
+                most = max(len(buckets_of(inner, m)) for m in inner.members)
+                cap = BoundedRing(inner.members, all_buckets, epsilon, vnodes).capacity
+                bound = f"{most:>7}/{cap:<6}"
+                if how.startswith("bounded"):
+                    ok &= most <= cap and fraction / ideal <= MOVE_TOLERANCE
+            lines.append(f"{how:<20} {before} -> {after} {balance_of(old, keys).max_over_mean:>15.3f} "
+                         f"{balance_of(new, keys).max_over_mean:>6.3f} {fraction:>7.4f} {ideal:>6.3f} "
+                         f"{fraction / ideal:>6.3f}  {bound:>17}")
+    return lines, ok
+
+
+def epsilon_rows(keys: Sequence[str], epsilons: Sequence[float], vnodes: int) -> list[str]:
+    """Bounded by bucket: epsilon against the busiest replica's projects and the moves on scale-up."""
+    bucket, all_buckets = by_bucket(), bucket_keys()
+    sizes = (3, 10, 100)
+    lines = [f"{'epsilon':>8} " + " ".join(f"{f'max/mean @{n}':>13} {f'moved {n}->{n + 1}/ideal':>20}" for n in sizes)]
+    layouts: list[tuple[str, Callable[[int], Placement]]] = [
+        (f"{e:g}", lambda n, e=e: Keyed(BoundedRing(replicas(n), all_buckets, e, vnodes), bucket)) for e in epsilons]
+    layouts.append(("ring", lambda n: Keyed(Ring(replicas(n), vnodes), bucket)))
+    for label, build in layouts:
+        cells = []
+        for n in sizes:
+            small, grown = build(n), build(n + 1)
+            cells.append(f"{balance_of(small, keys).max_over_mean:>13.3f} "
+                         f"{moved_fraction(small, grown, keys) * (n + 1):>20.3f}")
+        lines.append(f"{label:>8} " + " ".join(cells))
+    return lines
+
+
 def cost(keys: Sequence[str], members: int, vnodes: int) -> str:
     started = time.perf_counter()
     ring = Ring(replicas(members), vnodes)
@@ -190,6 +273,10 @@ def main() -> int:
     parser.add_argument("--compare-vnodes", default="64,128,256,512",
                         help="virtual node counts for the comparison table ('' to skip)")
     parser.add_argument("--lease", type=int, default=DEFAULT_DURATION, help="membership lease seconds")
+    parser.add_argument("--epsilon", type=float, default=DEFAULT_EPSILON,
+                        help="bounded loads: the slack over the mean (--placement-epsilon)")
+    parser.add_argument("--compare-epsilons", default="0.01,0.02,0.05,0.1,0.25",
+                        help="epsilons for the comparison table ('' to skip)")
     parser.add_argument("--live", action="store_true",
                         help="also run 1, 2 and 3 operator processes on a local control plane (minutes)")
     parser.add_argument("--live-projects", type=int, default=100)
@@ -254,9 +341,28 @@ def main() -> int:
         for n in (3, big):
             print(selectivity(keys, n, buckets, v))
 
+    print(f"\n== bounded loads (--placement bounded, epsilon {args.epsilon:g}) vs the plain ring: "
+          f"{args.projects:,} projects ==")
+    print("max/mean: projects of the busiest replica over the mean (before and after the change); moved: the")
+    print("fraction of projects whose owner changes (each a hand-over); ideal: 1/N of the larger set; buckets:")
+    print("the busiest replica's buckets against ceil((1 + epsilon) x 4096 / N), the unit the replicas place")
+    lines, good = bounded_rows(keys, args.epsilon, v)
+    ok &= good
+    for line in lines:
+        print(line)
+    if args.compare_epsilons:
+        print(f"\n== bounded by bucket: epsilon against balance and moves ({args.projects:,} projects) ==")
+        for line in epsilon_rows(keys, [float(x) for x in args.compare_epsilons.split(",")], v):
+            print(line)
+
     print("\n== cost ==")
     print(cost(keys, big, v))
     print(cost(keys, 3, v))
+    for n in (3, big):
+        started = time.perf_counter()
+        BoundedRing(replicas(n), bucket_keys(), args.epsilon, v)
+        print(f"bounded ring of {n} replicas over {len(bucket_keys()):,} buckets: built in "
+              f"{(time.perf_counter() - started) * 1e3:.1f} ms (once per change of members)")
     for line in write_costs(args.projects, args.lease):
         print(line)
 

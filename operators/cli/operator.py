@@ -159,6 +159,8 @@ def run_operator_with(settings: OperatorSettings) -> int:
         replica=cluster.replica,
         sharding=cluster.sharding,
         lease_seconds=cluster.lease_seconds,
+        placement=cluster.placement,
+        placement_epsilon=cluster.placement_epsilon,
         namespace=cluster.operator_namespace,
         kubeconfig=kubeconfig,
         namespaces=tuple(cluster.namespaces),

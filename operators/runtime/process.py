@@ -57,6 +57,9 @@ class OperatorOptions:
     """off: this replica owns every project (one replica). leases: project claims (`operators.runtime.shard`)."""
     lease_seconds: int = DEFAULT_DURATION
     """With sharding: the membership Lease's duration (adoption after a crash takes about this long)."""
+    placement: str = ClusterSettings.placement
+    """With sharding: ring, or bounded (consistent hashing with bounded loads over the buckets)."""
+    placement_epsilon: float = ClusterSettings.placement_epsilon
     stop_runs_on_interrupt: bool = False
     """SIGINT (Ctrl-C on a terminal) stops the runs' runners and scripts too (`stop_runs`), which the
     next start resumes; SIGTERM always leaves them running, for the next operator to follow."""
@@ -82,7 +85,8 @@ async def run_operator(
         # Watches hold their connection for minutes: a pool of their own (no limit), never the writes'.
         watch_kube = await stack.enter_async_context(KubeClient(access, concurrency=0, user_agent=agent))
         sharding = Sharding(kube, options.namespace, options.replica, duration=options.lease_seconds,
-                            metrics=metrics) if options.sharding == "leases" else None
+                            metrics=metrics, placement=options.placement,
+                            epsilon=options.placement_epsilon) if options.sharding == "leases" else None
         writes = sharding.fenced(kube) if sharding is not None else kube  # the engine's writes: checked
         if sharding is not None:
             member = sharding.member

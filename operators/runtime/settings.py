@@ -66,6 +66,16 @@ def non_negative(text: str) -> int:
     return int(text)
 
 
+def above_zero(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+    return value
+
+
 def namespaced_name(text: str) -> tuple[str, str]:
     namespace, _, name = text.partition("/")
     if not namespace or not name:
@@ -177,6 +187,26 @@ class ClusterSettings:
             metavar="S",
             help="with --sharding leases: the membership Lease's duration; a dead replica's projects are adopted "
             "within about S + 3 seconds (default %(default)s)",
+        ),
+    )
+    placement: str = field(
+        default="ring",
+        metadata=flag(
+            "--placement",
+            choices=["ring", "bounded"],
+            help="with --sharding leases: which replica should own each assignment bucket: ring (consistent "
+            "hashing, the default) or bounded (consistent hashing with bounded loads: no replica places more "
+            "than (1 + --placement-epsilon) x the mean of the buckets; docs/operations.md has the figures)",
+        ),
+    )
+    placement_epsilon: float = field(
+        default=0.05,
+        metadata=flag(
+            "--placement-epsilon",
+            parser=above_zero,
+            metavar="E",
+            help="with --placement bounded: the slack over the mean (default %(default)s; smaller balances "
+            "tighter and moves more buckets on every change of replicas)",
         ),
     )
     namespaces: list[str] = field(

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from operators.cli import main
+from operators.runtime.process import OperatorOptions
 
 
 def test_crds_write_then_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -31,6 +32,26 @@ def test_unknown_option_is_a_usage_error() -> None:
     assert exit_info.value.code == 2
 
 
+def _options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, local: str, reachable: bool,
+             more: list[str]) -> OperatorOptions:
+    """The options `stead run --local LOCAL ... MORE` starts the operator with (the operator not started)."""
+    import operators.cluster
+    import operators.runtime.process
+
+    seen: list[OperatorOptions] = []
+
+    async def fake_run_operator(kinds: object, options: OperatorOptions, addons: object = ()) -> None:
+        seen.append(options)
+
+    monkeypatch.setattr(operators.cluster, "reaches_cluster", lambda kubeconfig: reachable)
+    monkeypatch.setattr(operators.runtime.process, "run_operator", fake_run_operator)
+    monkeypatch.setenv("STEAD_HOME", str(tmp_path))
+    args = ["run", "--local", local, "--config-api-port", "0", "--webhook", "off", "--store", str(tmp_path / "s")]
+    assert main(args + more) == 0
+    (options,) = seen
+    return options
+
+
 @pytest.mark.parametrize(("local", "reachable", "explicit", "trusted"), [
     ("auto", True, None, ()),  # a real cluster's tenants get no shell on this host
     ("auto", True, ["team-*"], ("team-*",)),
@@ -40,21 +61,13 @@ def test_run_trusts_no_namespace_of_a_cluster_it_did_not_start(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, local: str, reachable: bool, explicit: list[str] | None,
     trusted: tuple[str, ...],
 ) -> None:
-    import operators.cluster
-    import operators.runtime.process
-
-    seen: list[operators.runtime.process.OperatorOptions] = []
-
-    async def fake_run_operator(kinds: object, options: operators.runtime.process.OperatorOptions,
-                                addons: object = ()) -> None:
-        seen.append(options)
-
-    monkeypatch.setattr(operators.cluster, "reaches_cluster", lambda kubeconfig: reachable)
-    monkeypatch.setattr(operators.runtime.process, "run_operator", fake_run_operator)
-    monkeypatch.setenv("STEAD_HOME", str(tmp_path))
-    args = ["run", "--local", local, "--config-api-port", "0", "--webhook", "off", "--store", str(tmp_path / "s")]
-    if explicit is not None:
-        args += ["--trust-local-namespaces", *explicit]
-    assert main(args) == 0
-    (options,) = seen
+    more = ["--trust-local-namespaces", *explicit] if explicit is not None else []
+    options = _options(monkeypatch, tmp_path, local, reachable, more)
     assert options.runs is not None and options.runs.trusted_local_namespaces == trusted
+
+
+def test_operator_placement_flags_reach_the_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`--placement bounded --placement-epsilon E` on the command line is what `Sharding` is built with."""
+    options = _options(monkeypatch, tmp_path, "never", True,
+                       ["--sharding", "leases", "--placement", "bounded", "--placement-epsilon", "0.1"])
+    assert (options.sharding, options.placement, options.placement_epsilon) == ("leases", "bounded", 0.1)

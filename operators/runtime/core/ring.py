@@ -13,11 +13,16 @@ max/mean 1.11 for 3 replicas over 10,000 projects, 1.29 for 100 replicas, where 
 compute the same ring, across processes, restarts and versions; `hash()` of a string is salted per
 process. The ring is advice only: with several replicas, actual ownership is a claim written with
 compare-and-swap (`operators.runtime.shard`).
+
+`BoundedRing` is the same ring with bounded loads (Mirrokni, Thorup and Zadimoghaddam, "Consistent
+Hashing with Bounded Loads", as Argo CD offers it): over a known set of keys, no member holds more
+than ceil((1 + epsilon) x mean) of them, at the price of more keys moving when membership changes.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -74,13 +79,93 @@ class Ring:
         return {project: self.owner(project) for project in projects}
 
     def balance(self, projects: Iterable[str]) -> Balance:
-        """How evenly `projects` spread over the members (members owning none count as 0)."""
-        counts = Counter({member: 0 for member in self.members})
-        counts.update(owner for owner in map(self.owner, projects) if owner is not None)
-        return Balance(dict(counts))
+        return balance_of(self, projects)
 
     def __repr__(self) -> str:
         return f"Ring({sorted(self.members)!r}, vnodes={self.vnodes})"
+
+
+class Placement(Protocol):
+    """Who should own a key, over a fixed set of members: `Ring`, or `BoundedRing`."""
+
+    @property
+    def members(self) -> frozenset[str]: ...
+
+    def owner(self, key: str) -> str | None: ...
+
+
+DEFAULT_EPSILON = 0.05
+"""`BoundedRing`'s slack over the mean (`--placement-epsilon`). Not the paper's 0.25: with 256 virtual
+nodes the plain ring's busiest of 2-100 replicas already holds less than 1.25x the mean of 4,096 buckets,
+so 0.25 bounds nothing; 0.05 bounds it, at the price of more buckets moved per change of replicas
+as replicas grow many (`bench/scale_out.py` prints both, docs/operations.md keeps them)."""
+
+
+class BoundedRing:
+    """Consistent hashing with bounded loads over a known, fixed set of `keys`.
+
+    Each key, in a fixed order (by its point on the ring, then by name), walks clockwise from its
+    point to the first member whose load (the sum of the weights it holds so far) is below the
+    capacity ceil((1 + epsilon) x total weight / members). With unit weights no member holds more
+    than the capacity, and every key finds one (the capacities add up to more than the keys); with
+    weights a member may exceed it by less than the heaviest key's weight.
+
+    Deterministic: the owners are a pure function of (members, vnodes, keys, weights, epsilon), so
+    every replica that sees the same inputs computes the same placement, as with `Ring`. It needs
+    the whole key set, which is why Stead places its fixed 4,096 assignment buckets with it
+    (`operators.runtime.shard.ring.bucket_keys`), never the projects (no replica sees them all).
+    A key outside `keys` gets the plain ring's owner.
+    """
+
+    __slots__ = ("_owners", "capacity", "epsilon", "ring")
+
+    def __init__(self, members: Iterable[str], keys: Iterable[str], epsilon: float = DEFAULT_EPSILON,
+                 vnodes: int = DEFAULT_VNODES, weights: Mapping[str, int] | None = None) -> None:
+        if not epsilon > 0:
+            raise ValueError("epsilon must be above 0 (the bound is (1 + epsilon) x the mean)")
+        self.ring = Ring(members, vnodes)
+        self.epsilon = epsilon
+        ordered = sorted((point(key), key) for key in set(keys))
+        weight = {key: 1 if weights is None else max(0, int(weights.get(key, 0))) for _, key in ordered}
+        members_n = len(self.ring.members)
+        self.capacity = math.ceil((1 + epsilon) * sum(weight.values()) / members_n) if members_n else 0
+        self._owners: dict[str, str] = {}
+        if not members_n:
+            return
+        hashes, owners = self.ring._hashes, self.ring._owners  # the same ring's points
+        load = dict.fromkeys(self.ring.members, 0)
+        for at, key in ordered:
+            index = bisect.bisect_right(hashes, at)
+            for step in range(len(owners)):
+                member = owners[(index + step) % len(owners)]
+                if load[member] < self.capacity:
+                    break
+            else:  # only with all weights 0 (capacity 0): the plain ring's owner
+                member = owners[index % len(owners)]
+            load[member] += weight[key]
+            self._owners[key] = member
+
+    @property
+    def members(self) -> frozenset[str]:
+        return self.ring.members
+
+    @property
+    def vnodes(self) -> int:
+        return self.ring.vnodes
+
+    def owner(self, key: str) -> str | None:
+        found = self._owners.get(key)
+        return found if found is not None else self.ring.owner(key)
+
+    def owners(self, projects: Iterable[str]) -> dict[str, str | None]:
+        return {project: self.owner(project) for project in projects}
+
+    def balance(self, projects: Iterable[str]) -> Balance:
+        return balance_of(self, projects)
+
+    def __repr__(self) -> str:
+        return (f"BoundedRing({sorted(self.members)!r}, {len(self._owners)} keys, epsilon={self.epsilon}, "
+                f"vnodes={self.vnodes})")
 
 
 @dataclass(frozen=True)
@@ -106,7 +191,14 @@ class Balance:
         return len(self.counts) / self.max_over_mean if self.counts else 0.0
 
 
-def moved_fraction(before: Ring, after: Ring, projects: Iterable[str]) -> float:
+def balance_of(placement: Placement, projects: Iterable[str]) -> Balance:
+    """How evenly `projects` spread over the members (members owning none count as 0)."""
+    counts = Counter({member: 0 for member in placement.members})
+    counts.update(owner for owner in map(placement.owner, projects) if owner is not None)
+    return Balance(dict(counts))
+
+
+def moved_fraction(before: Placement, after: Placement, projects: Iterable[str]) -> float:
     """The fraction of `projects` whose owner differs between two rings (each move is a hand-over)."""
     keys = list(projects)
     if not keys:

@@ -3,7 +3,9 @@
 The pieces, bottom up (issue 17; the facts behind them in notes/sharding.md):
 
 - `Ring` (ring.py): who *should* own a project, over the live members (xxh3_64, virtual nodes);
-  `bucket_of` / `bucket_selector`: the assignment label that lets the API server filter watches.
+  `bucket_of` / `bucket_selector`: the assignment label that lets the API server filter watches;
+  `layout`: the ring the coordinator places the buckets with (`--placement ring|bounded`:
+  `BoundedRing`, consistent hashing with bounded loads, caps each member at (1 + epsilon) x the mean).
 - `Fence` (fence.py): our own lease deadline on the local monotonic clock; `check()` before
   every write for an owned project, so a replica paused past its lease writes nothing on waking.
 - `MemberLease`, `Liveness`, `read_members` (membership.py): each replica's Lease
@@ -70,14 +72,19 @@ from operators.runtime.shard.ring import (
     BUCKET_LABEL,
     CLUSTER_PROJECT,
     DEFAULT_BUCKETS,
+    DEFAULT_EPSILON,
     DEFAULT_VNODES,
     Balance,
+    BoundedRing,
+    Placement,
     Ring,
+    bucket_keys,
     bucket_label,
     bucket_of,
     bucket_selector,
     buckets_of,
     by_bucket,
+    layout,
     moved_fraction,
     point,
 )
@@ -91,6 +98,7 @@ __all__ = [
     "COLLECTED_METRIC",
     "DEFAULT_BUCKETS",
     "DEFAULT_DURATION",
+    "DEFAULT_EPSILON",
     "DEFAULT_SKEW",
     "DEFAULT_VNODES",
     "HOLDER_INCARNATION_ANNOTATION",
@@ -99,6 +107,7 @@ __all__ = [
     "NAME_LABEL",
     "ROLE_LABEL",
     "Balance",
+    "BoundedRing",
     "Claim",
     "ClaimMismatch",
     "Decision",
@@ -110,6 +119,7 @@ __all__ = [
     "MemberRecord",
     "NotOwned",
     "Outcome",
+    "Placement",
     "ProjectWork",
     "Ring",
     "ShardMember",
@@ -119,6 +129,7 @@ __all__ = [
     "View",
     "WriteGuard",
     "acquire",
+    "bucket_keys",
     "bucket_label",
     "bucket_of",
     "bucket_selector",
@@ -129,6 +140,7 @@ __all__ = [
     "decide",
     "default_clock",
     "execute",
+    "layout",
     "leases_path",
     "list_claims",
     "member_lease_name",

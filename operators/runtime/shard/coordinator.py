@@ -37,7 +37,7 @@ from operators.runtime.kube.client import Requester
 from operators.runtime.shard.claims import Claim, acquire, collect, release
 from operators.runtime.shard.fence import Clock, Fence, FenceExpired, default_clock
 from operators.runtime.shard.leases import wall_now
-from operators.runtime.shard.ring import DEFAULT_VNODES, Ring
+from operators.runtime.shard.ring import DEFAULT_VNODES, Placement, Ring
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class Decision:
     """Projects we validly hold and keep."""
     waiting: frozenset[str] = frozenset()
     """Free projects (or with a dead holder) the ring gives to another live member."""
-    ring: Ring = field(default_factory=lambda: Ring(()))
+    ring: Placement = field(default_factory=lambda: Ring(()))
     collect: tuple[Claim, ...] = ()
     """Claims of ours whose project is gone: deleted (compare-and-swap) once drained."""
 
@@ -82,14 +82,18 @@ def ring_members(view: View) -> set[str]:
     return members
 
 
-def decide(view: View, vnodes: int = DEFAULT_VNODES, ring: Ring | None = None,
-           placement: Callable[[str], str] | None = None) -> Decision:
+def decide(view: View, vnodes: int = DEFAULT_VNODES, ring: Placement | None = None,
+           placement: Callable[[str], str] | None = None,
+           layout: Callable[[Iterable[str]], Placement] | None = None) -> Decision:
     """What `view.me` should do now (see the module's docstring). `ring`: a prebuilt ring over
     `ring_members(view)`, to spare rebuilding it on every pass. `placement`: the key the ring
-    places a project by (default: its name; `ring.by_bucket()` to keep buckets whole)."""
+    places a project by (default: its name; `ring.by_bucket()` to keep buckets whole). `layout`:
+    builds the ring over the members (default `Ring(members, vnodes)`; `ring.layout("bounded")`
+    for bounded loads); it must depend on nothing but the members, so that every replica that
+    sees the same members computes the same owners."""
     members = ring_members(view)
     if ring is None or ring.members != members:
-        ring = Ring(members, vnodes)
+        ring = layout(members) if layout is not None else Ring(members, vnodes)
     if view.incarnation is None:
         return Decision(ring=ring)
     to_acquire: list[Claim] = []

@@ -8,10 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from operators.runtime.core.ring import DEFAULT_VNODES, Balance, Ring, moved_fraction, point, project_key
+from operators.runtime.core.ring import (
+    DEFAULT_EPSILON,
+    DEFAULT_VNODES,
+    Balance,
+    BoundedRing,
+    Placement,
+    Ring,
+    moved_fraction,
+    point,
+    project_key,
+)
 
-__all__ = ["BUCKET_LABEL", "CLUSTER_PROJECT", "DEFAULT_BUCKETS", "DEFAULT_VNODES", "Balance", "Ring", "bucket_label",
-           "bucket_of", "bucket_selector", "buckets_of", "by_bucket", "moved_fraction", "point"]
+__all__ = ["BUCKET_LABEL", "CLUSTER_PROJECT", "DEFAULT_BUCKETS", "DEFAULT_EPSILON", "DEFAULT_VNODES", "PLACEMENTS",
+           "Balance", "BoundedRing", "Placement", "Ring", "bucket_keys", "bucket_label", "bucket_of", "bucket_selector",
+           "buckets_of", "by_bucket", "layout", "moved_fraction", "point"]
 
 CLUSTER_PROJECT = "stead-cluster-scoped"
 """The project of cluster-scoped objects (they have no namespace): one replica handles them all."""
@@ -51,6 +62,32 @@ def _bucket_key(bucket: int) -> str:
     return f"bucket-{bucket}"
 
 
+def bucket_keys(buckets: int = DEFAULT_BUCKETS) -> list[str]:
+    """Every bucket's placement key: the whole, fixed key set a `BoundedRing` places."""
+    return [_bucket_key(b) for b in range(buckets)]
+
+
+PLACEMENTS = ("ring", "bounded")
+
+
+def layout(placement: str = "ring", epsilon: float = DEFAULT_EPSILON, buckets: int = DEFAULT_BUCKETS,
+           vnodes: int = DEFAULT_VNODES) -> Callable[[Iterable[str]], Placement]:
+    """How the coordinator builds its placement of the buckets over the live members (`--placement`).
+
+    `bounded` places the fixed set of bucket keys with bounded loads: what every replica needs to
+    compute it is the member set alone, exactly as for the plain ring (the buckets are a constant),
+    so replicas that agree on membership agree on every owner. Weighting the buckets by their
+    projects would need the project set, which no replica has whole (each watches only its
+    buckets; the claims lag every new project), and would move buckets on every new project.
+    """
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement: expected one of {', '.join(PLACEMENTS)}, got {placement!r}")
+    if placement == "ring":
+        return lambda members: Ring(members, vnodes)
+    keys = bucket_keys(buckets)
+    return lambda members: BoundedRing(members, keys, epsilon, vnodes)
+
+
 def bucket_selector(buckets: Iterable[int]) -> str:
     """The label selector for objects in `buckets` (set-based; sorted for a stable watch URL)."""
     values = ",".join(str(b) for b in sorted(set(buckets)))
@@ -62,6 +99,6 @@ def bucket_label(labels: Mapping[str, str], namespace: str, buckets: int = DEFAU
     return str(bucket_of(project_key(labels, namespace) or CLUSTER_PROJECT, buckets))
 
 
-def buckets_of(ring: Ring, member: str, buckets: int = DEFAULT_BUCKETS) -> frozenset[int]:
+def buckets_of(ring: Placement, member: str, buckets: int = DEFAULT_BUCKETS) -> frozenset[int]:
     """The buckets `ring` places on `member` (by `by_bucket`'s keys): what it watches."""
     return frozenset(b for b in range(buckets) if ring.owner(_bucket_key(b)) == member)

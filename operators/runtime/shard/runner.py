@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from datetime import datetime
 
 from operators.runtime.kube.client import ApiError, Requester
@@ -45,7 +45,7 @@ from operators.runtime.shard.membership import (
     new_incarnation,
     read_members,
 )
-from operators.runtime.shard.ring import DEFAULT_VNODES, Ring
+from operators.runtime.shard.ring import DEFAULT_VNODES, Placement
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,7 @@ class ShardMember:
         wall: Callable[[], datetime] = wall_now, incarnations: Callable[[], str] = new_incarnation,
         placement: Callable[[str], str] | None = None, on_ready: ProjectHook | None = None,
         on_pass: Callable[[], Awaitable[None]] | None = None, count: Callable[[str, float], None] | None = None,
+        layout: Callable[[Iterable[str]], Placement] | None = None,
     ) -> None:
         self.api = api
         self.namespace = namespace
@@ -77,6 +78,8 @@ class ShardMember:
         self.interval = interval if interval is not None else min(duration / 3, 2.0)
         self.vnodes = vnodes
         self.placement = placement
+        self.layout = layout
+        """Builds the ring over the live members (`shard.ring.layout`; default the plain `Ring`)."""
         self.unowned: list[str] = []
         """Projects without a valid owner for longer than the lease, as of the last pass."""
         self.passes = 0
@@ -89,7 +92,7 @@ class ShardMember:
         self._on_ready = on_ready
         self._on_pass = on_pass
         self._wall = wall
-        self._ring: Ring | None = None
+        self._ring: Placement | None = None
         self._held: dict[str, Claim] = {}
         self.claimed: frozenset[str] = frozenset()
         """The projects whose claim the API server said we hold at the last pass (ready or not)."""
@@ -99,7 +102,7 @@ class ShardMember:
         return self.member.fence
 
     @property
-    def ring(self) -> Ring | None:
+    def ring(self) -> Placement | None:
         """The ring of the last pass (over the live members; None before the first)."""
         return self._ring
 
@@ -132,7 +135,7 @@ class ShardMember:
             await asyncio.gather(*(self._drain(project) for project in lost))
         vacant = self.vacancy.update(self._held, projects)  # only ready projects: their listing was read
         view = View(self.replica, incarnation, live, claims, projects, vacant)
-        decision = decide(view, self.vnodes, self._ring, self.placement)
+        decision = decide(view, self.vnodes, self._ring, self.placement, self.layout)
         self._ring = decision.ring
         outcome = await execute(self.api, self.namespace, view, decision, self.fence, drain=self._let_go,
                                 wall=self._wall)

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from operators.runtime.core.kinds import Kind
-from operators.runtime.core.ring import PROJECT_LABEL, Ring, project_key, project_of
+from operators.runtime.core.ring import DEFAULT_EPSILON, PROJECT_LABEL, Placement, project_key, project_of
 from operators.runtime.kube.client import ApiError, KubeClient, core_path, custom_path, list_all
 from operators.runtime.kube.events import event_body
 from operators.runtime.kube.watch import NOTHING, Deliver, Selection, Watch, WatchMetrics
@@ -51,6 +51,7 @@ from operators.runtime.shard.ring import (
     bucket_selector,
     buckets_of,
     by_bucket,
+    layout,
 )
 from operators.runtime.shard.runner import ShardMember
 
@@ -89,7 +90,8 @@ class Sharding:
 
     def __init__(self, kube: KubeClient, namespace: str, replica: str, *, duration: int = DEFAULT_DURATION,
                  interval: float | None = None, buckets: int = DEFAULT_BUCKETS,
-                 metrics: WatchMetrics | None = None) -> None:
+                 metrics: WatchMetrics | None = None, placement: str = "ring",
+                 epsilon: float = DEFAULT_EPSILON) -> None:
         self.kube = kube
         self.namespace = namespace
         self.replica = replica
@@ -98,7 +100,8 @@ class Sharding:
         self.member = ShardMember(kube, namespace, replica, self._projects, duration=duration, interval=interval,
                                   drain=self._drain, on_acquired=self._acquired, on_ready=self._ready,
                                   placement=by_bucket(buckets), on_pass=self._after_pass,
-                                  count=metrics.inc if metrics is not None else None)
+                                  count=metrics.inc if metrics is not None else None,
+                                  layout=layout(placement, epsilon, buckets))
         self.guard = WriteGuard(self.owns, self.member.fence)
         self.labeller = Labeller(kube, replica, self.member.fence, buckets, metrics)
         self.selected: frozenset[int] = frozenset()
@@ -106,7 +109,7 @@ class Sharding:
         self._metrics = metrics
         self._watches: list[Watch] = []
         self._watches_of: dict[str, list[Watch]] = {}  # kind -> its followed watches (one per scope)
-        self._ring: Ring | None = None
+        self._ring: Placement | None = None
         self._placed: frozenset[int] = frozenset()  # the buckets the ring of the last pass places on us
         self._reported: set[str] = set()  # projects unowned for too long, already said in an Event
         self._labelled: dict[str, set[str]] = {}  # namespace -> projects labelled into it (other than itself)

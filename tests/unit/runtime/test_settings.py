@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from operators.runtime.core.ring import DEFAULT_EPSILON
 from operators.runtime.process import OperatorOptions
 from operators.runtime.settings import OperatorSettings, add_flags, from_args
 
@@ -57,3 +58,19 @@ def test_the_process_options_default_to_the_tree() -> None:
         tree.health.listen, tree.health.port, tree.cluster.sharding)
     assert {f.name for f in dataclasses.fields(OperatorSettings)} == {
         "cluster", "webhook", "config_api", "health", "console", "runs", "vault", "slots", "log"}
+
+
+def test_placement_flags_are_typed_and_bad_epsilons_name_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    settings = _parsed(["--placement", "bounded", "--placement-epsilon", "0.1"])
+    assert (settings.cluster.placement, settings.cluster.placement_epsilon) == ("bounded", 0.1)
+    assert OperatorSettings().cluster.placement_epsilon == DEFAULT_EPSILON  # one default, written twice
+    options = OperatorOptions(store_path=Path("/s"))
+    assert (options.placement, options.placement_epsilon) == (OperatorSettings().cluster.placement,
+                                                              OperatorSettings().cluster.placement_epsilon)
+    for bad in ("0", "-1", "x", "inf", "nan"):
+        with pytest.raises(SystemExit):
+            _parsed(["--placement-epsilon", bad])
+        assert f"--placement-epsilon: expected a number above 0, got '{bad}'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _parsed(["--placement", "random"])
+    assert "--placement: invalid choice: 'random'" in capsys.readouterr().err

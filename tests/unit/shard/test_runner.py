@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import itertools
 
-from operators.runtime.shard import Claim, Ring, ShardMember, list_claims
+from operators.runtime.shard import (
+    BoundedRing,
+    Claim,
+    Ring,
+    ShardMember,
+    bucket_keys,
+    by_bucket,
+    layout,
+    list_claims,
+)
 from tests.unit.fakeapi import FakeApi
 from tests.unit.shard.conftest import FakeTime, sync
 
@@ -205,3 +214,21 @@ async def test_claims_of_projects_without_objects_are_deleted_by_their_holders_a
     await passes(0)
     assert "team-7" not in await list_claims(kube, NS)
     assert kube.count("DELETE") == len(gone) + 1  # one conditional delete per claim collected, no retries
+
+
+@sync
+async def test_with_bounded_placement_the_claims_follow_the_bounded_ring_of_the_buckets(
+        kube: FakeApi, clock: FakeTime) -> None:
+    seen = {n: Recorder() for n in ("a", "b", "c")}
+    ids = itertools.count(1)
+    members = [ShardMember(kube, NS, n, all_projects, duration=15, drain=seen[n].drain, clock=clock.mono,
+                           wall=clock.wall, incarnations=lambda: f"i-{next(ids)}", placement=by_bucket(),
+                           layout=layout("bounded", 0.01)) for n in seen]
+    for member in members:
+        await member.member.renew()
+    for _ in range(2):
+        for member in members:
+            await member.step()
+    bounded, key = BoundedRing(["a", "b", "c"], bucket_keys(), 0.01), by_bucket()
+    assert owners(members) == {p: bounded.owner(key(p)) for p in PROJECTS}
+    assert owners(members) != {p: Ring(["a", "b", "c"]).owner(key(p)) for p in PROJECTS}  # not the plain ring's

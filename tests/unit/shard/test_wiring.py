@@ -8,7 +8,15 @@ from typing import Any
 
 from operators.catalog import KINDS
 from operators.runtime.core.kinds import Kind
-from operators.runtime.shard import CLUSTER_PROJECT, bucket_of
+from operators.runtime.shard import (
+    CLUSTER_PROJECT,
+    DEFAULT_BUCKETS,
+    BoundedRing,
+    Ring,
+    bucket_keys,
+    bucket_of,
+    buckets_of,
+)
 from operators.runtime.shard.wiring import Sharding, dependencies_first
 from tests.unit.fakeapi import FakeApi
 from tests.unit.shard.conftest import sync
@@ -145,3 +153,25 @@ async def test_a_project_unowned_for_longer_than_the_lease_is_an_event_and_a_met
                                        "name": "stead-project-shop", "namespace": "stead-system"}
     assert "project shop has had no owner for over 15s" in event["message"]
     assert metrics.counts["stead_shard_unowned_total"] == 2
+
+
+@sync
+async def test_with_bounded_placement_the_replicas_watch_the_buckets_the_bounded_ring_gives_them() -> None:
+    """`--placement bounded`, as the operator wires it: each replica's pass builds the bounded ring
+    over the live members, and its watches select exactly the buckets that ring places on it."""
+    api = FakeApi()
+    replicas = [Sharding(api, "stead-system", r, placement="bounded", epsilon=0.01)  # type: ignore[arg-type]
+                for r in ("r0", "r1", "r2")]
+    for sharding in replicas:
+        await sharding.member.member.renew()
+    for _ in range(2):
+        for sharding in replicas:
+            await sharding.member.step()
+    expected = BoundedRing(["r0", "r1", "r2"], bucket_keys(), 0.01)
+    for sharding in replicas:
+        assert isinstance(sharding.member.ring, BoundedRing)
+        assert sharding.selected == buckets_of(expected, sharding.replica)
+    assert sum(len(s.selected) for s in replicas) == DEFAULT_BUCKETS
+    assert max(len(s.selected) for s in replicas) <= expected.capacity
+    plain = Ring(["r0", "r1", "r2"])
+    assert max(len(buckets_of(plain, r)) for r in ("r0", "r1", "r2")) > expected.capacity  # it makes a difference
