@@ -1124,7 +1124,7 @@ def explain(results: Sequence[Result]) -> list[str]:
         count = first[c].count if c in first else 1
         writes = sum(audit.writes.values()) / count if audit else None
         events = audit.writes.get("create events", 0) / count if audit else None
-        rows.append([c, _fmt(writes, ".2f"), _fmt(events, ".2f"), _fmt(webhook_calls.get(c), ".2f"),
+        rows.append([c, _fmt(writes, ".2f"), _fmt(events, ".2f"), _fmt(webhook_calls.get(c), ".3f"),
                      _fmt(webhook_ms.get(c), ".2f"),
                      *(_fmt(part_ms[p].get(c), ".2f") for p in parts), _fmt(costs.get(c), ".2f")])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -1135,6 +1135,15 @@ def explain(results: Sequence[Result]) -> list[str]:
         if audit and audit.writes:
             mix = ", ".join(f"{k} {n / first[c].count:.2f}" for k, n in audit.writes.most_common(6))
             lines.append(f"  {c} writes per object: {mix}")
+    for c in present:
+        hooks = Counter[str]()
+        for r in results:
+            if r.contender == c:
+                hooks.update({k.removeprefix("webhook "): int(n) for k, (n, _) in r.apiserver.items()
+                              if k.startswith("webhook ")})
+        if hooks:
+            lines.append(f"  {c} admission webhook calls (all its runs): "
+                         + ", ".join(f"{k} {n}" for k, n in hooks.most_common()))
     raw, with_events = costs.get("raw"), costs.get("raw-events")
     event_ms = with_events - raw if raw and with_events else None
     if event_ms is not None and raw and with_events:
