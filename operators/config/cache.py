@@ -90,13 +90,6 @@ def _parse(plural: str, body: Mapping[str, Any]) -> Cached:
         return Cached(body, None, str(error.errors()[0]["msg"]) if error.errors() else str(error))
 
 
-def _generation(body: Mapping[str, Any]) -> int | None:
-    """metadata.generation, which the API server bumps on every change of the spec (and only then, for a
-    kind with a status subresource); None when absent (a body not from the API server)."""
-    value = (body.get("metadata") or {}).get("generation")
-    return value if isinstance(value, int) else None
-
-
 def _where(body: Mapping[str, Any]) -> tuple[str, str]:
     meta = body.get("metadata") or {}
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
@@ -180,10 +173,12 @@ class ConfigCache:
             newer = _number((body.get("metadata") or {}).get("resourceVersion"))
             if older is not None and newer is not None and newer <= older:
                 return False  # a late event: the cache holds this version or a later one already
-        if held is not None and held.uid == uid and _generation(held.body) == _generation(body) is not None:
+        if held is not None and held.uid == uid and held.body.get("spec") == body.get("spec"):
             # the same spec (a status write, a label): its parse stands. Every object the operator
             # provisions comes back once so, after its status PATCH; parsing it again cost 5% of the
-            # operator's CPU per Environment (bench/pipeline_throughput.py --py-spy, issue 32)
+            # operator's CPU per Environment (bench/pipeline_throughput.py --py-spy, issue 32). Compared,
+            # not told by metadata.generation: a mapping's equality is a fraction of a parse, and holds
+            # for any source of bodies
             entry = Cached(body, held.spec, held.error)
         else:
             entry = _parse(plural, body)
