@@ -35,8 +35,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
+import re
 import resource
 import secrets
 import shlex
@@ -66,6 +68,7 @@ from operators.runtime.core.pipeline import PROVISIONED, Observed, Outcome, comp
 from operators.runtime.engine.reconciler import utc_now
 from operators.runtime.kube.client import ApiError, ClusterAccess, KubeClient, custom_path, load_access
 from operators.runtime.kube.crds import install_crds
+from operators.runtime.kube.events import event_body
 
 REPO: Final = Path(__file__).resolve().parent.parent
 BIN: Final = Path(sys.executable).parent
@@ -73,8 +76,26 @@ EXAMPLE: Final = REPO / "examples" / "environment.yaml"
 KOPF_BASELINE: Final = REPO / "bench" / "kopf_baseline.py"
 BENCH_AGENT: Final = "stead-bench/pipeline-throughput"
 """The benchmark's User-Agent: it shares the operators' credentials, so this tells its requests apart."""
-CONTENDERS: Final = ("raw", "kopf", "stead")
+CONTENDERS: Final = ("raw", "raw-events", "kopf", "stead-base", "stead")
+"""`raw-events`: raw plus the one Event Stead posts per object (its cost apart); `stead-base`: Stead from
+`--stead-baseline` (another tree's code), run only when that is given."""
+WEBHOOK_METRIC: Final = "apiserver_admission_webhook_admission_duration_seconds"
+REQUEST_METRIC: Final = "apiserver_request_duration_seconds"
+PROFILE_BUCKETS: Final = (
+    ("Events (EventRecorder: body, POST, answer)", "EventRecorder"),
+    ("status PATCH (send, answer decoded)", "KubeClient.patch_status"),
+    ("watch: lines decoded, dispatched", "Watch._handle"),
+    ("  of which the config API's cache", "ConfigCache"),
+    ("reconcile (plan, steps, store, compose)", "Reconciler._turn"),
+    ("  of which spec parses (pydantic)", "model_validate"),
+    ("  of which the local store (LMDB)", "LocalStore"),
+    ("admission webhook (Kopf's server)", "admission"),
+    ("graphs' auto-run loop", "AutoRunner"),
+    ("metrics", "Metrics."),
+)
+"""What `--py-spy` samples are summed under (a sample counts for a bucket when its stack names the frame)."""
 TRANSIENT: Final = frozenset({429, 500, 502, 503, 504})
+WRITE_VERBS: Final = frozenset({"create", "patch", "update", "delete"})
 TARGET_VS_RAW: Final = 0.90
 TARGET_VS_KOPF: Final = 3.0
 TARGET_OPERATOR_CPU_VS_KOPF: Final = 1 / 3
@@ -101,6 +122,13 @@ class AuditSummary:
     by_user: Counter[str] = field(default_factory=Counter)
     """`user (agent)` -> requests of anybody, from the clock's start on."""
     non_2xx: Counter[str] = field(default_factory=Counter)
+    events_in_time: int = 0
+    """Event creates received before every object was Ready (Stead posts them from a queue, one at a time)."""
+    events_trail: float = 0.0
+    """Seconds from all-Ready to the last Event create received (0: none after)."""
+    writes: Counter[str] = field(default_factory=Counter)
+    """`verb resource[/subresource]` -> writes (create, patch, update, delete) in the run's namespace,
+    whoever sent them, from the clock's start on: the API server's write load per contender."""
 
 
 @dataclass
@@ -117,7 +145,17 @@ class Result:
     machine_busy: float | None = None
     """Share of the machine's CPU time that was busy over the timed interval (0..1)."""
     load: float = 0.0
+    load_end: float = 0.0
+    ready_at: float | None = None
+    """Wall clock (epoch seconds) when every object was seen Ready."""
+    cpu_after: dict[str, float] = field(default_factory=dict)
+    """CPU seconds by process from all-Ready until the audit log went quiet (trailing Events)."""
     retries: int = 0
+    apiserver: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """From the API server's own metrics over the run: `webhook NAME (type)` and `VERB resource[/sub]` ->
+    (calls, seconds spent in them)."""
+    profile: list[tuple[str, float]] = field(default_factory=list)
+    """With `--py-spy`: share of the operator's samples per `PROFILE_BUCKETS` entry (and `samples`)."""
 
     @property
     def rate(self) -> float | None:
@@ -344,9 +382,10 @@ async def call_with_retry(stats: DriveStats, call: Callable[[], Awaitable[dict[s
 
 async def drive(
     kube: KubeClient, namespace: str, names: Sequence[str], spec: Mapping[str, Any], concurrency: int,
-    write_status: bool, stats: DriveStats,
+    write_status: bool, stats: DriveStats, post_event: bool = False,
 ) -> None:
-    """Create every object with `concurrency` requests in flight; `write_status`: also its status PATCH.
+    """Create every object with `concurrency` requests in flight; `write_status`: also its status PATCH;
+    `post_event`: then the Event Stead posts for it (the same body, `event_body`), to price Events apart.
 
     One worker handles one object at a time (create, then for `raw` its PATCH), so the number of
     requests in flight is the same for every contender.
@@ -367,12 +406,22 @@ async def drive(
         await call_with_retry(stats, lambda: kube.patch_status(KIND.plural, namespace, name, status))
         stats.patched += 1
 
+    async def event(body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        involved = {"apiVersion": API_VERSION, "kind": KIND.kind, "name": meta.get("name"),
+                    "namespace": namespace, "uid": meta.get("uid")}
+        message = f"{KIND.kind} is provisioned"
+        event = event_body(involved, namespace, "Normal", PROVISIONED, message, "bench")
+        await call_with_retry(stats, lambda: kube.request("POST", f"/api/v1/namespaces/{namespace}/events", event))
+
     async def worker() -> None:
         for name in pending:  # a shared iterator: each name goes to exactly one worker
             body = await create(name)
             stats.created += 1
             if write_status:
                 await write(name, provisioned_status(body))
+            if post_event:
+                await event(body)
 
     try:
         async with asyncio.TaskGroup() as group:  # the first failure cancels the other workers
@@ -455,7 +504,8 @@ def _agent(event: Mapping[str, Any]) -> str:
     return str(event.get("userAgent") or "?").split(" (", 1)[0]
 
 
-def summarize_audit(events: Iterator[dict[str, Any]], namespace: str, since: float) -> AuditSummary:
+def summarize_audit(events: Iterator[dict[str, Any]], namespace: str, since: float,
+                    until: float | None = None) -> AuditSummary:
     """Count the contender's PATCHes on its namespace's Environments and the operator's requests.
 
     The operator is recognized as the benchmark's user with another user agent (they share the
@@ -476,6 +526,13 @@ def summarize_audit(events: Iterator[dict[str, Any]], namespace: str, since: flo
             summary.patches_by_subresource[sub or "(object)"] += 1
         if _received(event) < since:
             continue
+        if verb in WRITE_VERBS and ref.get("namespace") == namespace:
+            summary.writes[f"{verb} {ref.get('resource')}{'/' + sub if sub else ''}"] += 1
+            if verb == "create" and ref.get("resource") == "events" and until is not None:
+                if _received(event) <= until:
+                    summary.events_in_time += 1
+                else:
+                    summary.events_trail = max(summary.events_trail, _received(event) - until)
         user = str((event.get("user") or {}).get("username"))
         agent = _agent(event)
         summary.by_user[f"{user} ({agent})"] += 1
@@ -561,6 +618,74 @@ class CpuSnapshot:
         return used, (busy_jiffies / total if total > 0 else None)
 
 
+# --- the API server's own metrics and the profile ---------------------------------------------
+
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_apiserver_metrics(text: str) -> dict[str, tuple[float, float]]:
+    """Admission webhook calls (`webhook NAME (type)`) and requests but watches (`VERB resource[/sub]`)
+    -> (count, seconds), summed over the other labels, from the API server's Prometheus text."""
+    out: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        for metric in (WEBHOOK_METRIC, REQUEST_METRIC):
+            if not line.startswith(metric + "_count{") and not line.startswith(metric + "_sum{"):
+                continue
+            head, _, value = line.rpartition(" ")
+            labels = dict(_LABEL.findall(head))
+            if metric == WEBHOOK_METRIC:
+                key = f"webhook {labels.get('name')} ({labels.get('type')})"
+            elif labels.get("verb") in ("WATCH", "CONNECT"):
+                continue
+            else:
+                sub = labels.get("subresource")
+                key = f"{labels.get('verb')} {labels.get('resource')}{'/' + sub if sub else ''}"
+            pair = out.setdefault(key, [0.0, 0.0])
+            pair[0 if head.startswith(metric + "_count") else 1] += float(value)
+    return {key: (pair[0], pair[1]) for key, pair in out.items()}
+
+
+async def apiserver_metrics(access: ClusterAccess) -> dict[str, tuple[float, float]]:
+    """The API server's counters now ({} when /metrics cannot be read: the report then says so)."""
+    try:
+        async with watch_session(access) as session, session.get("/metrics") as resp:
+            return parse_apiserver_metrics(await resp.text()) if resp.status == 200 else {}
+    except (aiohttp.ClientError, TimeoutError):
+        return {}
+
+
+def metrics_since(before: Mapping[str, tuple[float, float]],
+                  after: Mapping[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+    out = {}
+    for key, (count, seconds) in after.items():
+        old_count, old_seconds = before.get(key, (0.0, 0.0))
+        if count - old_count > 0:
+            out[key] = (count - old_count, seconds - old_seconds)
+    return out
+
+
+def profile_shares(path: Path) -> list[tuple[str, float]]:
+    """py-spy's collapsed stacks (`frame;frame;... count`) summed into `PROFILE_BUCKETS`: the share of the
+    operator's samples whose stack names each bucket's frame, and ("samples", their number)."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    totals = Counter[str]()
+    samples = 0
+    for line in lines:
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        samples += int(count)
+        for label, frame in PROFILE_BUCKETS:
+            if frame in stack:
+                totals[label] += int(count)
+    if not samples:
+        return []
+    return [("samples", float(samples))] + [(label, totals[label] / samples) for label, _ in PROFILE_BUCKETS]
+
+
 # --- the operators ---------------------------------------------------------------------------
 
 
@@ -637,14 +762,16 @@ def child_env(kubeconfig: Path, pythonpath: str | None) -> dict[str, str]:
     return env
 
 
-def stead_operator(args: argparse.Namespace, target: Target, workdir: Path) -> tuple[OperatorProcess, int]:
+def stead_operator(args: argparse.Namespace, target: Target, workdir: Path,
+                   pythonpath: str | None = None) -> tuple[OperatorProcess, int]:
+    """`stead run` as the benchmarks start it, from `pythonpath` (default `--stead-pythonpath`) first."""
     webhook_port, health_port = free_port(), free_port()
     argv = [*shlex.split(args.stead_command), "run", "--kubeconfig", str(target.kubeconfig),
             "--store", str(workdir / "stead-store"), "--webhook-port", str(webhook_port),
             "--health-port", str(health_port), "--install-crds", "--config-api-port", str(free_port())]
     if args.stead_webhook == "off":
         argv += ["--webhook", "off"]
-    env = child_env(target.kubeconfig, args.stead_pythonpath)
+    env = child_env(target.kubeconfig, pythonpath or getattr(args, "stead_pythonpath", None))
     env["STEAD_HOME"] = str(workdir)  # its generated CAs land here, not in the user's home
     return (OperatorProcess("stead", argv, env, f"http://127.0.0.1:{health_port}/readyz",
                             workdir / "stead.log"), webhook_port)
@@ -748,10 +875,15 @@ async def measure(
     try:
         if contender == "stead":
             operator, webhook_port = stead_operator(args, target, rundir)
+        elif contender == "stead-base":
+            operator, webhook_port = stead_operator(args, target, rundir, str(args.stead_baseline))
         elif contender == "kopf":
             operator = kopf_operator(args, target, rundir)
         if operator is not None:
             await operator.start(target, args.start_timeout)
+            # Stead applies its shipped ClusterLifecycles once ready (through its own webhook, ~1 s each on
+            # a loaded 2-core machine): start-up work that must not land in the timed interval
+            await settle(target, args.settle, limit=30.0)
         pids = dict(target.pids)
         if operator is not None and operator.pid is not None:
             pids["operator"] = operator.pid
@@ -769,11 +901,13 @@ async def measure(
         log(f"{contender}: creating {args.count} Environments in {namespace}, {args.concurrency} in flight "
             f"(load average {result.load:.2f})")
         profiler = await start_profiler(args.py_spy, operator, rundir / "pyspy.txt")
+        metrics_before = await apiserver_metrics(access)
         before = CpuSnapshot.take(pids)
         since = time.time()
         started = time.monotonic()
         driver = asyncio.create_task(drive(kube, namespace, names, spec, args.concurrency,
-                                           write_status=contender == "raw", stats=stats))
+                                           write_status=contender.startswith("raw"), stats=stats,
+                                           post_event=contender == "raw-events"))
         tasks.append(driver)
         all_ready = asyncio.create_task(watch.all_ready.wait())
         tasks.append(all_ready)
@@ -792,17 +926,23 @@ async def measure(
                 raise RuntimeError("the watch ended")
         if all_ready.done():
             result.seconds = time.monotonic() - started
+            result.ready_at = time.time()
         else:
             result.error = f"timeout after {args.deadline:.0f}s"
         after = CpuSnapshot.take(pids)
         result.cpu, result.machine_busy = after.since(before)
+        result.load_end = os.getloadavg()[0]
+        result.apiserver = metrics_since(metrics_before, await apiserver_metrics(access))
         await stop_profiler(profiler)
+        if profiler is not None:
+            result.profile = profile_shares(rundir / "pyspy.txt")
         result.ready = len(watch.ready)
         result.retries = stats.retries
         log(f"{contender}: {result.ready}/{args.count} Ready"
             + (f" in {result.seconds:.2f}s" if result.seconds else f" ({result.error})")
             + f"; {watch.events} watch events")
         await settle(target, args.settle, limit=30.0)
+        result.cpu_after = CpuSnapshot.take(pids).since(after)[0]
         audit_end = audit_mark(target)
     except Exception as error:  # one contender failing must not take the others down
         result.error = f"{type(error).__name__}: {error}"
@@ -821,7 +961,7 @@ async def measure(
     path = target.audit_log
     if path is not None and audit_end is not None:
         events = await asyncio.to_thread(lambda: list(read_audit_between(path, audit_start, audit_end)))
-        result.audit = summarize_audit(iter(events), namespace, since)
+        result.audit = summarize_audit(iter(events), namespace, since, result.ready_at)
     return result
 
 
@@ -862,6 +1002,7 @@ def _row(r: Result, label: str) -> list[str]:
         _fmt(r.cpu.get("others"), ".1f"),
         _fmt(r.machine_busy * 100 if r.machine_busy is not None else None, ".0f") + "%",
         _fmt(r.cpu_per_object, ".2f"),
+        f"{r.load:.1f}-{r.load_end:.1f}",
     ]
 
 
@@ -874,7 +1015,7 @@ def report(results: Sequence[Result], args: argparse.Namespace) -> str:
     """
     header = ["contender", "N", "seconds", "objects/s", "PATCH/obj", "op req/obj", "op CPU s",
               "apiserver CPU s", "etcd CPU s", "bench CPU s", "others CPU s", "machine busy",
-              "CPU ms/obj"]
+              "CPU ms/obj", "load"]
     rows = [header]
     runs: Counter[str] = Counter()
     for r in results:
@@ -888,31 +1029,39 @@ def report(results: Sequence[Result], args: argparse.Namespace) -> str:
     rates = medians(results, lambda r: r.rate)
     costs = medians(results, lambda r: r.cpu_per_object)
     lines.append("")
-    lines.append(f"concurrency {args.concurrency}, {os.cpu_count()} CPUs, stead webhook {args.stead_webhook}"
-                 + (f", {args.repeat} interleaved runs each" if args.repeat > 1 else ""))
+    lines.append(f"concurrency {args.concurrency}, {os.cpu_count()} CPUs ({cpu_model()}), stead webhook "
+                 f"{args.stead_webhook}" + (f", {args.repeat} interleaved runs each" if args.repeat > 1 else ""))
+    loads: list[tuple[float, float, float]] = getattr(args, "loads", [])
+    if len(loads) == 2:
+        lines.append("load average (1, 5, 15 min) at the start " + ", ".join(f"{v:.2f}" for v in loads[0])
+                     + "; at the end " + ", ".join(f"{v:.2f}" for v in loads[1]))
     if args.repeat > 1:
         lines.append("median objects/s: " + ", ".join(f"{c} {_fmt(rate, '.1f')}" for c, rate in rates.items()))
-    stead = rates.get("stead")
-    for other, target, unit in (("raw", TARGET_VS_RAW, ""), ("kopf", TARGET_VS_KOPF, "x")):
-        if other in rates:
-            base = rates[other]
-            if stead and base:
-                ratio = stead / base
-                verdict = "met" if ratio >= target else "MISSED"
-                line = f"Stead/{other}: {ratio:.2f}{unit} (target >= {target:.2f}{unit}: {verdict})"
-                stead_cost, other_cost = costs.get("stead"), costs.get(other)
-                if stead_cost and other_cost:
-                    line += f"; by CPU cost per object: {other_cost / stead_cost:.2f}{unit}"
-                lines.append(line)
-            else:
-                lines.append(f"Stead/{other}: - (a run did not finish)")
     operator_cpu = medians(results, lambda r: r.cpu["operator"] / r.count * 1000
                            if r.seconds and r.cpu.get("operator") is not None else None)
-    ours, theirs = operator_cpu.get("stead"), operator_cpu.get("kopf")
-    if ours and theirs:
-        verdict = "met" if ours / theirs <= TARGET_OPERATOR_CPU_VS_KOPF else "MISSED"
-        lines.append(f"operator CPU per object: stead {ours:.2f} ms, kopf {theirs:.2f} ms: {ours / theirs:.2f} "
-                     f"(target <= {TARGET_OPERATOR_CPU_VS_KOPF:.2f}: {verdict})")
+    for mine, name in (("stead", "Stead"), ("stead-base", "Stead (baseline tree)")):
+        stead = rates.get(mine)
+        if mine not in rates:
+            continue
+        for other, target, unit in (("raw", TARGET_VS_RAW, ""), ("kopf", TARGET_VS_KOPF, "x")):
+            if other in rates:
+                base = rates[other]
+                if stead and base:
+                    ratio = stead / base
+                    verdict = "met" if ratio >= target else "MISSED"
+                    line = f"{name}/{other}: {ratio:.2f}{unit} (target >= {target:.2f}{unit}: {verdict})"
+                    stead_cost, other_cost = costs.get(mine), costs.get(other)
+                    if stead_cost and other_cost:
+                        line += f"; by CPU cost per object: {other_cost / stead_cost:.2f}{unit}"
+                    lines.append(line)
+                else:
+                    lines.append(f"{name}/{other}: - (a run did not finish)")
+        ours, theirs = operator_cpu.get(mine), operator_cpu.get("kopf")
+        if ours and theirs:
+            verdict = "met" if ours / theirs <= TARGET_OPERATOR_CPU_VS_KOPF else "MISSED"
+            lines.append(f"{name}: operator CPU per object {ours:.2f} ms, kopf {theirs:.2f} ms: {ours / theirs:.2f} "
+                         f"(target <= {TARGET_OPERATOR_CPU_VS_KOPF:.2f}: {verdict})")
+    lines += explain(results)
     shown: set[str] = set()
     for r in results:
         if r.audit is None or r.contender in shown:
@@ -922,7 +1071,7 @@ def report(results: Sequence[Result], args: argparse.Namespace) -> str:
         subs = ", ".join(f"{k} {v}" for k, v in sorted(r.audit.patches_by_subresource.items()))
         lines.append(f"{r.contender}: {r.audit.patches} PATCHes on environments ({subs or 'none'}); "
                      f"{r.retries} client retries; load average at start {r.load:.2f}")
-        if r.contender != "raw":
+        if not r.contender.startswith("raw"):
             lines.append(f"  operator requests from the first create on: {r.audit.operator_requests}")
             for call, n in r.audit.operator_calls.most_common(12):
                 lines.append(f"    {n:7d}  {n / r.count:6.2f}/obj  {call}")
@@ -932,6 +1081,119 @@ def report(results: Sequence[Result], args: argparse.Namespace) -> str:
         for what, n in r.audit.non_2xx.most_common(5):
             lines.append(f"  non-2xx: {n} x {what}")
     return "\n".join(lines)
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), for telling machines apart in a note."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return "CPU model unknown"
+
+
+def _per_object_ms(r: Result, name: str) -> float | None:
+    return r.cpu[name] * 1000 / r.count if r.seconds and name in r.cpu else None
+
+
+def explain(results: Sequence[Result]) -> list[str]:
+    """Where each contender's cost per object goes, and what that allows Stead against raw.
+
+    On a 2-core machine that the run keeps busy (`machine busy` near 100%), rates stand in about the
+    inverse ratio of CPU per object, so Stead/raw is bounded by raw's CPU per object over Stead's. Stead's
+    extra over raw splits into: its operator's own CPU; the API server's and etcd's work for the one Event
+    per object (priced by `raw-events`, which posts the same Event beside raw's create and PATCH); and
+    the rest (the API server serving the operator's watch, reading its PATCH).
+    """
+    present = list(dict.fromkeys(r.contender for r in results))
+    parts = ("operator", "kube-apiserver", "etcd", "bench")
+    part_ms = {part: medians(results, functools.partial(_per_object_ms, name=part)) for part in parts}
+    costs = medians(results, lambda r: r.cpu_per_object if r.seconds else None)
+    webhook_calls = medians(results, lambda r: sum(n for k, (n, _) in r.apiserver.items() if k.startswith("webhook "))
+                            / r.count)
+    webhook_ms = medians(results, lambda r: sum(t for k, (_, t) in r.apiserver.items() if k.startswith("webhook "))
+                         * 1000 / r.count)
+    first = {c: r for c in present if (r := next((r for r in results if r.contender == c and r.audit), None))}
+    lines = ["", "Per object (medians of the runs): API writes in the run's namespace (audit log), admission "
+                 "webhook calls and their time (API server metrics), CPU ms by process:"]
+    header = ["contender", "writes", "Events", "webhook calls", "webhook ms", "operator", "apiserver", "etcd",
+              "bench", "CPU ms/obj"]
+    rows = [header]
+    for c in present:
+        audit = first[c].audit if c in first else None
+        count = first[c].count if c in first else 1
+        writes = sum(audit.writes.values()) / count if audit else None
+        events = audit.writes.get("create events", 0) / count if audit else None
+        rows.append([c, _fmt(writes, ".2f"), _fmt(events, ".2f"), _fmt(webhook_calls.get(c), ".3f"),
+                     _fmt(webhook_ms.get(c), ".2f"),
+                     *(_fmt(part_ms[p].get(c), ".2f") for p in parts), _fmt(costs.get(c), ".2f")])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines += ["  " + "  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in
+                               enumerate(zip(row, widths, strict=True))) for row in rows]
+    for c in present:
+        audit = first[c].audit if c in first else None
+        if audit and audit.writes:
+            mix = ", ".join(f"{k} {n / first[c].count:.2f}" for k, n in audit.writes.most_common(6))
+            lines.append(f"  {c} writes per object: {mix}")
+    for c in present:
+        hooks = Counter[str]()
+        for r in results:
+            if r.contender == c:
+                hooks.update({k.removeprefix("webhook "): int(n) for k, (n, _) in r.apiserver.items()
+                              if k.startswith("webhook ")})
+        if hooks:
+            lines.append(f"  {c} admission webhook calls (all its runs): "
+                         + ", ".join(f"{k} {n}" for k, n in hooks.most_common()))
+    raw, with_events = costs.get("raw"), costs.get("raw-events")
+    event_ms = with_events - raw if raw and with_events else None
+    if event_ms is not None and raw and with_events:
+        lines.append(f"An Event's cost to the API server, etcd and the client: {event_ms:.2f} ms CPU per object "
+                     f"(raw-events {with_events:.2f} - raw {raw:.2f}); raw-events/raw by CPU {raw / with_events:.2f}")
+    for c in ("stead-base", "stead"):
+        total, operator = costs.get(c), part_ms["operator"].get(c)
+        audit = first[c].audit if c in first else None
+        if not total or not raw or operator is None:
+            continue
+        extra = total - raw
+        line = (f"{c}: {total:.2f} ms CPU per object, {extra:.2f} beyond raw's {raw:.2f}: operator {operator:.2f}"
+                f" ({operator / total:.0%} of the whole)")
+        if event_ms is not None:
+            rest = extra - operator - event_ms
+            line += (f", Events' API work {event_ms:.2f} ({event_ms / total:.0%}), the rest {rest:.2f} "
+                     f"({rest / total:.0%}: the API server serving the operator's watch, its PATCHes' answers)")
+        lines.append(line)
+        if audit and audit.writes:
+            writes = sum(audit.writes.values())
+            events = audit.writes.get("create events", 0)
+            tail = {k: v * 1000 / first[c].count for k, v in first[c].cpu_after.items()}
+            lines.append(f"  Events are {events / writes:.0%} of its API writes ({events} of {writes}); "
+                         f"{audit.events_in_time} were posted before all were Ready, the last {audit.events_trail:.1f}"
+                         f" s after (one at a time, off the hot path): the CPU above holds those only. After Ready,"
+                         f" until the audit log was quiet: operator {tail.get('operator', 0):.2f},"
+                         f" apiserver {tail.get('kube-apiserver', 0):.2f} ms per object more")
+        bound = f"  so on busy cores {c}/raw <= raw/{c} by CPU = {raw / total:.2f}"
+        if event_ms is not None:
+            bound += f"; without Events it would be {raw / (total - event_ms):.2f}"
+        bound += (f"; with an operator costing nothing {raw / (total - operator):.2f}; "
+                  f"{TARGET_VS_RAW:.2f} needs at most {raw / TARGET_VS_RAW - raw:.2f} ms beyond raw")
+        lines.append(bound)
+    for c in present:
+        run = next((r for r in results if r.contender == c and r.apiserver), None)
+        if run is None:
+            continue
+        top = sorted(((k, n, t) for k, (n, t) in run.apiserver.items() if not k.startswith("webhook ")),
+                     key=lambda item: -item[2])[:5]
+        lines.append(f"  {c}: API server time by request (latency summed, not CPU): " + "; ".join(
+            f"{k} {n / run.count:.2f}/obj x {t * 1000 / n:.1f} ms" for k, n, t in top))
+    for c in present:
+        run = next((r for r in results if r.contender == c and r.profile and c.startswith("stead")), None)
+        if run is None:
+            continue
+        shares = dict(run.profile)
+        lines.append(f"{c}: operator profile (py-spy, {int(shares.pop('samples'))} samples, a sample counts for "
+                     f"every bucket its stack passes through):")
+        lines += [f"    {share:6.1%}  {label}" for label, share in shares.items()]
+    return lines
 
 
 # --- main ------------------------------------------------------------------------------------
@@ -953,7 +1215,8 @@ async def bench(args: argparse.Namespace, target: Target, workdir: Path) -> list
             log(f"warm-up: {args.warmup} objects")
             await warm_up(kube, access, spec, args)
         for _ in range(args.repeat):  # interleaved, so a slow moment of the machine hits all alike
-            for contender in [c for c in CONTENDERS if c in (args.only or CONTENDERS)]:
+            for contender in [c for c in CONTENDERS if c in (args.only or CONTENDERS)
+                              and (c != "stead-base" or args.stead_baseline is not None)]:
                 results.append(await measure(contender, args, target, access, kube, spec, workdir))
     return results
 
@@ -980,6 +1243,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--stead-command", default=str(BIN / "stead"),
                         help="how to start Stead (shell words; `run ...` is appended)")
     parser.add_argument("--stead-pythonpath", help="put this first on Stead's PYTHONPATH (to try a modified copy)")
+    parser.add_argument("--stead-baseline", type=Path, metavar="TREE",
+                        help="also run contender `stead-base`: Stead from this tree (a `git worktree` of the "
+                             "commit to compare with), interleaved with the others in the same run")
     parser.add_argument("--stead-webhook", choices=["local", "off"], default="local",
                         help="Stead's admission webhook: local (as `stead run` does by default) or off")
     parser.add_argument("--workdir", type=Path,
@@ -991,6 +1257,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.count < 1 or args.concurrency < 1 or args.repeat < 1:
         parser.error("--count, --concurrency and --repeat must be positive")
+    if args.stead_baseline is not None and not (args.stead_baseline / "operators").is_dir():
+        parser.error(f"--stead-baseline: {args.stead_baseline} holds no operators/ (give a tree of this repository)")
     return args
 
 
@@ -1019,7 +1287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             info = plane.up()
             target = Target(info.kubeconfig, info.audit_log, dict(plane.status().pids))
             log(f"local control plane at {info.server} (home {home})")
+        args.loads = [os.getloadavg()]
         results = asyncio.run(bench(args, target, workdir))
+        args.loads.append(os.getloadavg())
     except KeyboardInterrupt:
         log("interrupted")
     finally:

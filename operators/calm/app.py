@@ -245,7 +245,7 @@ def initial_entities(spec: BlueprintSpec) -> dict[str, Any]:
 @spec_step(AppSpec)
 async def launch(ctx: StepContext[AppSpec]) -> Mapping[str, Any]:
     """Init -> Launched: check, freeze the blueprint, create the entities (once: the snapshot is frozen)."""
-    problems = KIND.check_spec(ctx.obj.spec)
+    problems = KIND.check_spec(ctx.obj.spec, ctx.parsed_spec)
     if problems:
         raise PermanentError("InvalidSpec", "; ".join(problems), facts={"state": "error"})
     status = carry(ctx.obj.status)

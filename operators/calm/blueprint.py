@@ -41,7 +41,7 @@ DRY_RUN_VAULT_REF = "00000000-0000-4000-8000-000000000000"
 
 async def validate(ctx: StepContext) -> Mapping[str, Any]:
     """Init -> Validated: the admission checks again, for objects that bypassed the webhook."""
-    problems = KIND.check_spec(ctx.obj.spec)
+    problems = KIND.check_spec(ctx.obj.spec, ctx.parsed_spec)
     if problems:
         raise PermanentError("InvalidSpec", "; ".join(problems), facts={"state": "Error", "errors": problems})
     services: Services | None = ctx.services

@@ -31,7 +31,7 @@ KIND_DESCRIPTION = (
 
 async def validate(ctx: StepContext) -> Mapping[str, Any]:
     """Init -> Validated: the admission webhook's checks again, for objects that bypassed it."""
-    problems = KIND.check_spec(ctx.obj.spec)
+    problems = KIND.check_spec(ctx.obj.spec, ctx.parsed_spec)
     if problems:
         raise PermanentError("InvalidSpec", "; ".join(problems))
     return {}

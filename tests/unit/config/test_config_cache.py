@@ -54,6 +54,25 @@ def test_events_apply_in_order_and_late_ones_do_not_undo_a_write_through() -> No
     assert bad is not None and bad.spec is None and bad.error
 
 
+def test_a_status_write_keeps_the_parsed_spec_and_a_new_generation_is_parsed_again() -> None:
+    """The operator's own status PATCH comes back as a MODIFIED event of the same generation: its spec
+    is the one parsed already (issue 32: parsing it again was 5% of the operator's CPU per object)."""
+    cache = ConfigCache()
+    first = {**ENV, "metadata": {**ENV["metadata"], "generation": 1}}
+    cache.apply("ADDED", ENVIRONMENTS, first)
+    parsed = cache.get(ENVIRONMENTS, "ns", "e")
+    assert parsed is not None and parsed.spec is not None
+    status_written = {**first, "metadata": {**first["metadata"], "resourceVersion": "7"}, "status": {"phase": "X"}}
+    assert cache.apply("MODIFIED", ENVIRONMENTS, status_written)
+    held = cache.get(ENVIRONMENTS, "ns", "e")
+    assert held is not None and held.body is status_written and held.spec is parsed.spec
+    edited = {"metadata": {**first["metadata"], "resourceVersion": "8", "generation": 2},
+              "spec": {**ENV["spec"], "release": "r2"}}
+    assert cache.apply("MODIFIED", ENVIRONMENTS, edited)
+    held = cache.get(ENVIRONMENTS, "ns", "e")
+    assert held is not None and held.spec is not parsed.spec and held.spec.release == "r2"
+
+
 def test_a_deletion_through_the_api_is_not_undone_by_a_late_event() -> None:
     cache = ConfigCache()
     cache.apply("ADDED", VALUES, ROOT)
