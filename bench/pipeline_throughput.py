@@ -48,7 +48,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
@@ -999,7 +999,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def result_json(result: Result) -> dict[str, Any]:
     """One run's figures for a machine (`--json`): the Result's fields, the rate and the CPU cost per object,
     and the machine's load average now."""
-    return {**asdict(result), "rate": result.rate, "cpu_per_object": result.cpu_per_object,
+    audit = None if result.audit is None else dict(vars(result.audit))  # its Counters are dicts to json
+    return {**vars(result), "audit": audit, "rate": result.rate, "cpu_per_object": result.cpu_per_object,
             "load_end": os.getloadavg()[0]}
 
 
