@@ -16,17 +16,24 @@ fresh interpreter, so that a change in the machine's load hits both alike.
 - A figure regresses when new/old exceeds 1 + its bench's tolerance for both the medians and the minima
   of the rounds: one slow round (a load spike) moves the median or the minimum, rarely both.
 
-The benches (no control plane needed): `workflow_overhead.py`'s engine at 1,000 steps, chain and wide;
+The benches in process (no control plane): `workflow_overhead.py`'s engine at 1,000 steps, chain and wide;
 `graph_plan.py`'s merge + expand + plan at 100 tasks x 50 nodes; `compile.py`'s compile at 200 services;
 `masking.py`'s line-by-line masking with 10 values; `service_lifecycle.py`'s per-trigger cost in process (a
 creation's identity check against 200 and 2,000 instances).
 
-    .venv/bin/python bench/check.py [--rounds N] [--only workflow,compile] [--baseline FILE]
+The benches on a control plane run the real operator, `stead run`, of each side (`plane_rounds` rounds, as
+each costs tens of seconds): `pipeline` is `pipeline_throughput.py --only stead` (300 Environments to Ready,
+`--stead-pythonpath` the side's tree) on one LocalControlPlane this script starts for all its runs, old and
+new; `config` is `config_lookup.py --only ceiling,operator` (wrk, 4 s each; the script starts its own plane,
+the operator inherits the side's PYTHONPATH). Both are called with `--json`.
+
+    .venv/bin/python bench/check.py [--rounds N] [--plane-rounds N] [--only workflow,pipeline] [--baseline FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -58,6 +65,8 @@ class Baseline:
     commit: str
     rounds: int
     tolerance: Mapping[str, float]
+    plane_rounds: int = 3
+    """Rounds of the benches on a control plane (`pipeline`, `config`): each costs tens of seconds."""
 
 
 def parse_baseline(text: str, benches: Sequence[str]) -> Baseline:
@@ -73,6 +82,9 @@ def parse_baseline(text: str, benches: Sequence[str]) -> Baseline:
     rounds = data.get("rounds", 5)
     if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
         raise ValueError(f"baseline: `rounds` must be a positive integer, not {rounds!r}")
+    plane_rounds = data.get("plane_rounds", 3)
+    if not isinstance(plane_rounds, int) or isinstance(plane_rounds, bool) or plane_rounds < 1:
+        raise ValueError(f"baseline: `plane_rounds` must be a positive integer, not {plane_rounds!r}")
     table = data.get("tolerance")
     if not isinstance(table, dict):
         raise ValueError("baseline: a [tolerance] table is needed, one fraction per bench")
@@ -86,7 +98,7 @@ def parse_baseline(text: str, benches: Sequence[str]) -> Baseline:
     missing = [name for name in benches if name not in tolerance]
     if missing:
         raise ValueError(f"baseline: tolerance.{missing[0]} is missing (every bench needs one)")
-    return Baseline(commit.strip(), rounds, tolerance)
+    return Baseline(commit.strip(), rounds, tolerance, plane_rounds)
 
 
 @dataclass(frozen=True)
@@ -257,6 +269,108 @@ BENCHES: dict[str, Callable[[], dict[str, float]]] = {
 }
 
 
+# --- the benches on a control plane: the bench scripts as subprocesses, the side's operator -------------
+
+
+@dataclass(frozen=True)
+class Side:
+    """One contender: its name (old/new) and the tree whose `operators` and `pipelines` it runs."""
+
+    name: str
+    tree: Path
+
+
+def run_script(bench: str, argv: Sequence[str], pythonpath: Sequence[Path], timeout: float) -> Any:
+    """Run a bench script of this tree (with `--json`) and return what its last line of stdout says."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in pythonpath)}
+    try:
+        done = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"bench {bench}: {' '.join(argv)} took more than {timeout:.0f} s") from None
+    if done.returncode != 0 or not done.stdout.strip():
+        raise SystemExit(f"bench {bench} failed ({' '.join(argv)}, PYTHONPATH {env['PYTHONPATH']}):\n"
+                         f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+PIPELINE_COUNT = 300
+"""Environments per pipeline run: ~1 s of the operator's CPU, enough to swamp its start and stop."""
+
+
+def bench_pipeline(side: Side, kubeconfig: Path | None) -> tuple[dict[str, float], str]:
+    """`pipeline_throughput.py --only stead`: N Environments to Ready on the run's one control plane, the
+    side's operator (`--stead-pythonpath`). Its CPU per object over the timed interval, and from the audit
+    log its status PATCHes and all its requests per object. The script and its client are this tree's."""
+    assert kubeconfig is not None, "the pipeline bench runs on the run's control plane"
+    argv = ["bench/pipeline_throughput.py", "--kubeconfig", str(kubeconfig), "--only", "stead", "--count",
+            str(PIPELINE_COUNT), "--warmup", "0", "--stead-pythonpath", str(side.tree), "--json"]
+    [run] = run_script("pipeline", argv, [ROOT], timeout=600)
+    try:
+        return pipeline_figures(run)
+    except ValueError as error:
+        raise SystemExit(f"bench pipeline ({side.name}): {error}") from None
+
+
+def pipeline_figures(run: Mapping[str, Any]) -> tuple[dict[str, float], str]:
+    """The figures of one `pipeline_throughput.py --json` run of Stead, and a line saying how it went; a
+    ValueError when not every object became Ready or the audit log or the operator's CPU is missing (a
+    figure of 0 would read as an improvement)."""
+    count, audit, cpu = run["count"], run.get("audit"), run.get("cpu") or {}
+    if run.get("seconds") is None or not audit or cpu.get("operator") is None:
+        raise ValueError(f"{run.get('ready', 0)}/{count} Ready ({run.get('error') or 'no error'}); audit log "
+                         f"{'read' if audit else 'missing'}; operator CPU {cpu.get('operator', 'missing')}")
+    figures = {f"{count} to Ready, operator CPU ms/obj": cpu["operator"] * 1e3 / count,
+               "status PATCHes/obj": audit["patches_by_subresource"].get("status", 0) / count,
+               "operator requests/obj": audit["operator_requests"] / count}
+    note = (f"{count} Ready in {run['seconds']:.1f} s ({count / run['seconds']:.0f}/s), kube-apiserver CPU "
+            f"{cpu.get('kube-apiserver', 0):.2f} s, load at start {run.get('load', 0):.2f}")
+    return figures, note
+
+
+CONFIG_SECONDS = 4
+"""Seconds of load per contender in a config run (after config_lookup's 1 s warm-up)."""
+
+
+def bench_config(side: Side, kubeconfig: Path | None) -> tuple[dict[str, float], str]:
+    """`config_lookup.py --only ceiling,operator`: the side's operator (`stead run` on the side's path, its own
+    control plane: the script starts one) and the constant handler on the same HTTP server (this tree's)
+    answer wrk's lookups in turn. The operator's server CPU per request, and the ceiling's req/s over the
+    operator's: the ceiling shares the run's load, so the ratio is steadier than either rate."""
+    argv = ["bench/config_lookup.py", "--only", "ceiling,operator", "--no-attack", "--seconds", str(CONFIG_SECONDS),
+            "--json"]
+    result = run_script("config", argv, [side.tree, ROOT], timeout=300)
+    try:
+        figures, note = config_figures(result)
+    except ValueError as error:
+        raise SystemExit(f"bench config ({side.name}): {error}") from None
+    return figures, f"{note}, load {load()}"
+
+
+def config_figures(result: Mapping[str, Mapping[str, float]]) -> tuple[dict[str, float], str]:
+    """The figures of one `config_lookup.py --only ceiling,operator --json` run, and a line saying how it went;
+    a ValueError when the operator answered an error (an error is cheap: it would read as an improvement)."""
+    operator, ceiling = result["operator"], result["ceiling"]
+    if operator["errors"] or not operator["rps"] or not ceiling["rps"]:
+        raise ValueError(f"operator: {operator['errors']:.0f} errors, {operator['rps']:.0f} req/s; "
+                         f"ceiling {ceiling['rps']:.0f} req/s")
+    figures = {"operator server CPU us/req": operator["cpu_us_per_request"],
+               "ceiling/operator req/s": ceiling["rps"] / operator["rps"]}
+    note = (f"operator {operator['rps']:.0f} req/s p99 {operator['p99_ms']:.1f} ms, ceiling {ceiling['rps']:.0f} "
+            f"req/s p99 {ceiling['p99_ms']:.1f} ms")
+    return figures, note
+
+
+PLANE_BENCHES: dict[str, Callable[[Side, Path | None], tuple[dict[str, float], str]]] = {
+    "pipeline": bench_pipeline,
+    "config": bench_config,
+}
+
+
+ALL_BENCHES = [*BENCHES, *PLANE_BENCHES]
+"""Every bench's name, as `--only` and the baseline's tolerances know them."""
+
+
 def child(name: str) -> int:
     """Run one bench and print its figures and where its packages came from, as one JSON line."""
     import importlib
@@ -315,7 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--baseline", type=Path, default=BASELINE_FILE, help="the baseline file (TOML)")
     parser.add_argument("--rounds", type=int, help="rounds per side (default: the baseline file's)")
-    parser.add_argument("--only", help="a comma-separated subset of: " + ", ".join(BENCHES))
+    parser.add_argument("--plane-rounds", type=int,
+                        help="rounds per side of the benches on a control plane (default: the baseline file's)")
+    parser.add_argument("--only", help="a comma-separated subset of: " + ", ".join(ALL_BENCHES))
     parser.add_argument("--child", choices=list(BENCHES), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -326,34 +442,55 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console(width=200)
     try:
-        baseline = parse_baseline(args.baseline.read_text(), list(BENCHES))
+        baseline = parse_baseline(args.baseline.read_text(), ALL_BENCHES)
     except (OSError, ValueError) as error:
         console.print(f"[red]{error}[/red]")
         return 2
-    names = args.only.split(",") if args.only else list(BENCHES)
-    unknown = [n for n in names if n not in BENCHES]
+    names = args.only.split(",") if args.only else ALL_BENCHES
+    unknown = [n for n in names if n not in ALL_BENCHES]
     if unknown:
-        parser.error(f"--only: no bench {unknown[0]!r} (known: {', '.join(BENCHES)})")
+        parser.error(f"--only: no bench {unknown[0]!r} (known: {', '.join(ALL_BENCHES)})")
     rounds = args.rounds or baseline.rounds
+    plane_rounds = args.plane_rounds or baseline.plane_rounds
     console.print(f"CPU: {cpu_model()} x {os.cpu_count()}; Python {platform.python_version()}")
     console.print(f"load average at start: {load()}")
     started = time.monotonic()
     runs: dict[tuple[str, str], dict[str, list[float]]] = {}
-    with tempfile.TemporaryDirectory(prefix="stead-bench-check-") as tmp:
+    in_process = [name for name in names if name in BENCHES]
+    on_plane = [name for name in names if name in PLANE_BENCHES]
+    with tempfile.TemporaryDirectory(prefix="stead-bench-check-") as tmp, contextlib.ExitStack() as stack:
         full = extract(baseline.commit, Path(tmp))
         console.print(f"old: {full[:12]} (bench/baseline.toml, extracted to {tmp}/tree); new: this tree, {ROOT}; "
-                      f"{rounds} rounds, old and new alternately")
+                      f"{rounds} rounds in process, {plane_rounds} on a control plane, old and new alternately")
         sides = {"old": (Path(tmp) / "tree", [ROOT]), "new": (ROOT, [])}
-        for round_ in range(rounds):
+        for round_ in range(rounds if in_process else 0):
             order = ("old", "new") if round_ % 2 == 0 else ("new", "old")
-            for name in names:
+            for name in in_process:
                 for side in order:
                     tree, extra = sides[side]
                     for figure, value in run_child(name, tree, extra).items():
                         runs.setdefault((name, figure), {}).setdefault(side, []).append(value)
             console.print(f"round {round_ + 1}/{rounds} done ({time.monotonic() - started:.0f} s, load {load()})")
+        kubeconfig: Path | None = None
+        if "pipeline" in on_plane:  # one plane for all its runs, old and new: the API server is not compared
+            sys.path.insert(0, str(ROOT))
+            from bench.harness import local_plane
 
-    table = Table(title=f"new (this tree) vs old ({full[:12]}): CPU, lower is better, {rounds} rounds")
+            target, _ = stack.enter_context(local_plane(Path(tmp) / "plane"))
+            kubeconfig = target.kubeconfig
+        for round_ in range(plane_rounds if on_plane else 0):
+            order = ("old", "new") if round_ % 2 == 0 else ("new", "old")
+            for name in on_plane:
+                for side in order:
+                    figures, note = PLANE_BENCHES[name](Side(side, sides[side][0]), kubeconfig)
+                    console.print(f"  {name} {side}: {note}", highlight=False)
+                    for figure, value in figures.items():
+                        runs.setdefault((name, figure), {}).setdefault(side, []).append(value)
+            console.print(f"control-plane round {round_ + 1}/{plane_rounds} done ({time.monotonic() - started:.0f} s, "
+                          f"load {load()})")
+
+    table = Table(title=f"new (this tree) vs old ({full[:12]}): CPU and requests, lower is better, {rounds} rounds "
+                        f"({plane_rounds} on a control plane)")
     for column in ("bench", "figure", "old min", "old median", "new min", "new median", "new/old median",
                    "new/old min", "tolerance", "verdict"):
         table.add_column(column, justify="left" if column in ("bench", "figure", "verdict") else "right")

@@ -447,6 +447,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1, help="run the contenders this many times, interleaved; "
                         "report medians")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs) at the end")
+    parser.add_argument("--json", action="store_true", help="print the medians as one JSON line instead of the "
+                        "report, contender -> req/s, p50, p99, errors, server CPU us/req, RSS MiB (bench/check.py)")
     args = parser.parse_args()
     contenders = [c for c in ("ceiling", "uvicorn", "operator", "relay-token", "relay-cert", "uncached")
                   if c in args.only.split(",")]
@@ -511,6 +513,10 @@ def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
     results = {which: tuple(statistics.median(run[i] for run in done) for i in range(6))
                for which, done in runs.items() if done}
+    if args.json:
+        fields = ("rps", "p50_ms", "p99_ms", "errors", "cpu_us_per_request", "rss_mib")
+        print(json.dumps({which: dict(zip(fields, medians, strict=True)) for which, medians in results.items()}))
+        return 0
     serving = (f"{args.workers} server processes each" if args.workers
                else "the API in the operator's process, the others in one")
     print(f"effective-value lookups over HTTPS ({args.client}), {args.concurrency} concurrent clients, "

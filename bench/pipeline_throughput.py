@@ -1254,12 +1254,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="profile each operator with this py-spy over the timed interval (into the workdir)")
     parser.add_argument("--start-timeout", type=float, default=120.0, help="seconds for an operator to become ready")
     parser.add_argument("--cleanup-timeout", type=float, default=300.0, help="seconds to wait for a namespace to go")
+    parser.add_argument("--json", action="store_true",
+                        help="print each run's figures as one JSON line instead of the report (bench/check.py)")
     args = parser.parse_args(argv)
     if args.count < 1 or args.concurrency < 1 or args.repeat < 1:
         parser.error("--count, --concurrency and --repeat must be positive")
     if args.stead_baseline is not None and not (args.stead_baseline / "operators").is_dir():
         parser.error(f"--stead-baseline: {args.stead_baseline} holds no operators/ (give a tree of this repository)")
     return args
+
+
+def result_json(result: Result) -> dict[str, Any]:
+    """One run's figures for a machine (`--json`): the Result's fields, the rate and the CPU cost per object,
+    and the machine's load average now."""
+    audit = None if result.audit is None else dict(vars(result.audit))  # its Counters are dicts to json
+    return {**vars(result), "audit": audit, "rate": result.rate, "cpu_per_object": result.cpu_per_object,
+            "load_end": os.getloadavg()[0]}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1304,7 +1314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     if not results:
         return 1
-    print(report(results, args))
+    print(json.dumps([result_json(r) for r in results]) if args.json else report(results, args))
     return 0 if all(r.seconds is not None for r in results) else 1
 
 
