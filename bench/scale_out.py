@@ -521,10 +521,12 @@ def claims_requests(n_projects: int, window: float, lease: int, old_tree: str | 
         return subprocess.run([str(binaries.kubectl), "--kubeconfig", str(info.kubeconfig), *args],
                               capture_output=True, text=True, check=True, timeout=300).stdout
 
-    async def holders() -> dict[str, str]:
+    async def holders() -> dict[str, tuple[str, str]]:
+        """Each claim's holder and version: a claim taken again by the same replica (a new
+        incarnation after its fence lapsed) is a change too."""
         from operators.runtime.shard.claims import list_claims
         async with KubeClient(load_access(info.kubeconfig), user_agent="stead-claims-bench") as kube:
-            return {p: c.holder for p, c in (await list_claims(kube, CLAIMS_NS)).items()}
+            return {p: (c.holder, c.resource_version) for p, c in (await list_claims(kube, CLAIMS_NS)).items()}
 
     kubectl("create", "namespace", CLAIMS_NS)
     names = projects(n_projects)
@@ -546,19 +548,19 @@ def claims_requests(n_projects: int, window: float, lease: int, old_tree: str | 
                     [sys.executable, __file__, "--claims-replica", m, "--kubeconfig", str(info.kubeconfig),
                      "--projects-file", str(home / "projects"), "--lease", str(lease), "--agent", f"{agent}/{m}"],
                     stdout=(home / f"{m}.log").open("ab"), stderr=subprocess.STDOUT, env=env) for m in members]
-                previous: dict[str, str] = {}
-                while True:  # settled: every claim held by this run's replicas, twice alike
+                previous: dict[str, tuple[str, str]] = {}
+                while True:  # settled: every claim held by this run's replicas, none written in 3 s
                     time.sleep(3)
                     now = asyncio.run(holders())
                     if any(p.poll() is not None for p in running):
                         raise RuntimeError(f"a replica of {label} exited: see {home}")
-                    if now == previous and len(now) == n_projects and set(now.values()) <= set(members):
+                    if now == previous and len(now) == n_projects and {h for h, _ in now.values()} <= set(members):
                         break
                     if time.monotonic() - began > 900:
                         raise TimeoutError(f"{label}: claims not settled in 900 s")
                     previous = now
                 settled = time.monotonic() - began
-                counts = Counter(now.values())
+                counts = Counter(h for h, _ in now.values())
                 cpu0 = {p.pid: _cpu(p.pid) for p in running}
                 t0 = datetime.now(UTC)
                 time.sleep(window)
