@@ -39,11 +39,24 @@ in buckets, and moved fraction within 1.2x of the ideal for 2 -> 3 and 3 -> 2.
     .venv/bin/python bench/scale_out.py [--projects 10000] [--replicas 100] [--vnodes 256]
                                         [--compare-vnodes 64,128,256,512] [--lease 15]
                                         [--epsilon 0.05] [--compare-epsilons 0.01,0.02,0.05,0.1,0.25]
+
+`--claims N` (instead of all the above): the API requests of the coordinators alone, by verb, per
+minute and per replica, from the API server's audit log (every request logged, leases included),
+with N projects' claims on one local control plane, for 1 and 3 replicas, this tree's code beside
+the code of `--stead-pythonpath` (e.g. a worktree of main) in one run. Each replica is a process
+running `ShardMember` (membership, claims, passes every min(lease/3, 2 s)) over a fixed list of N
+project names: there are no objects, the coordinator is given the projects (the claims' cost does
+not depend on them). Counted over `--claims-window` seconds once every claim is held and nothing
+moves; CPU seconds per minute per replica from /proc beside them.
+
+    flock /tmp/stead-bench.lock .venv/bin/python bench/scale_out.py --claims 10000 \
+        --stead-pythonpath /work/wt/old [--claims-window 60]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -58,6 +71,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from operators.runtime.core.ring import balance_of
@@ -281,7 +295,25 @@ def main() -> int:
                         help="also run 1, 2 and 3 operator processes on a local control plane (minutes)")
     parser.add_argument("--live-projects", type=int, default=100)
     parser.add_argument("--live-per-project", type=int, default=3)
+    parser.add_argument("--claims", type=int, default=0,
+                        help="only the claims' requests per minute with this many projects (see above)")
+    parser.add_argument("--claims-window", type=float, default=60.0, help="seconds counted per configuration")
+    parser.add_argument("--stead-pythonpath", help="the code to compare with (--claims): first on its PYTHONPATH")
+    parser.add_argument("--claims-replica", help=argparse.SUPPRESS)  # a replica's process (--claims)
+    parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
+    parser.add_argument("--projects-file", help=argparse.SUPPRESS)
+    parser.add_argument("--agent", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.claims_replica:
+        asyncio.run(_claims_replica(Path(args.kubeconfig), args.claims_replica,
+                                    Path(args.projects_file).read_text().split(), args.lease, args.agent))
+        return 0
+    if args.claims:
+        print(f"== claims: API requests per minute per replica, {args.claims:,} projects, lease {args.lease} s, "
+              f"{args.claims_window:g} s counted ==")
+        for line in claims_requests(args.claims, args.claims_window, args.lease, args.stead_pythonpath):
+            print(line, flush=True)
+        return 0
     keys, small = projects(args.projects), projects(args.small_projects)
     big, v = args.replicas, args.vnodes
     ok = True
@@ -538,6 +570,148 @@ def live(n_projects: int, per_project: int) -> list[str]:
         plane.down()
         shutil.rmtree(home, ignore_errors=True)
     return lines
+
+
+# --- claims: the coordinators' requests, from the audit log ----------------------------------------
+
+CLAIMS_NS = "stead-system"
+VERBS = ("list", "watch", "get", "create", "update", "patch", "delete")
+FULL_AUDIT = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: None
+    nonResourceURLs: ["/healthz*", "/readyz*", "/livez*"]
+  - level: Metadata
+"""
+"""Every request, leases' reads included (Stead's own policy leaves those out: they are most requests)."""
+
+
+async def _claims_replica(kubeconfig: Path, name: str, names: list[str], lease: int, agent: str) -> None:
+    """One replica's coordinator, with whatever code is first on PYTHONPATH: the claims' watch when
+    that code has one (`ClaimCache`), until SIGTERM (a hand-over) or SIGKILL."""
+    from operators.runtime import shard
+    from operators.runtime.kube.client import KubeClient, load_access
+
+    async def listing() -> list[str]:
+        return names
+
+    access = load_access(kubeconfig)
+    async with KubeClient(access, user_agent=agent) as kube, \
+            KubeClient(access, concurrency=0, user_agent=agent) as watch_kube:
+        extra: dict[str, object] = {}
+        cache = getattr(shard, "ClaimCache", None)
+        if cache is not None:
+            extra["claims"] = cache.watching(watch_kube, CLAIMS_NS)
+        member = shard.ShardMember(kube, CLAIMS_NS, name, listing, duration=lease, **extra)  # type: ignore[arg-type]
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await member.run(stop)
+
+
+def claims_requests(n_projects: int, window: float, lease: int, old_tree: str | None) -> list[str]:
+    """Old and new code, 1 and 3 replicas, one after the other on one plane (see the module's docstring)."""
+    from operators.cluster import LocalControlPlane, controlplane, ensure_binaries
+    from operators.runtime.kube.client import KubeClient, load_access
+
+    setattr(controlplane, "AUDIT_POLICY", FULL_AUDIT)  # noqa: B010 (the module's own name, read by `up`)
+    binaries = ensure_binaries(progress=lambda line: print(line, file=sys.stderr))
+    home = Path(tempfile.mkdtemp(prefix="stead-claims-"))
+    plane = LocalControlPlane(home / "plane", apiserver_port=_free_port(), etcd_client_port=_free_port(),
+                              etcd_peer_port=_free_port(), controller_manager_port=_free_port(), binaries=binaries)
+    info = plane.up()
+    here = str(Path(__file__).resolve().parent.parent)
+
+    def kubectl(*args: str) -> str:
+        return subprocess.run([str(binaries.kubectl), "--kubeconfig", str(info.kubeconfig), *args],
+                              capture_output=True, text=True, check=True, timeout=300).stdout
+
+    async def holders() -> dict[str, tuple[str, str]]:
+        """Each claim's holder and version: a claim taken again by the same replica (a new
+        incarnation after its fence lapsed) is a change too."""
+        from operators.runtime.shard.claims import list_claims
+        async with KubeClient(load_access(info.kubeconfig), user_agent="stead-claims-bench") as kube:
+            return {p: (c.holder, c.resource_version) for p, c in (await list_claims(kube, CLAIMS_NS)).items()}
+
+    kubectl("create", "namespace", CLAIMS_NS)
+    names = projects(n_projects)
+    (home / "projects").write_text("\n".join(names))
+    codes = [("old", old_tree), ("new", here)] if old_tree else [("new", here)]
+    lines = [f"{'code':<4} {'N':>2} {'replica':<8} {'claims':>6} {'settle s':>8} "
+             + " ".join(f"{v.upper():>7}" for v in VERBS) + f" {'CPU s/min':>9}"]
+    running: list[subprocess.Popen[bytes]] = []
+    try:
+        for n in (1, 3):
+            for code, tree in codes:
+                label = f"{code}{n}"
+                agent = f"stead-claims-bench/{label}"
+                kubectl("delete", "leases", "-n", CLAIMS_NS, "-l", "stead.dev/role=member", "--ignore-not-found")
+                members = [f"{label}-r{i}" for i in range(n)]
+                env = {**os.environ, "PYTHONPATH": f"{tree}:{here}" if tree != here else here}
+                began = time.monotonic()
+                running = [subprocess.Popen(
+                    [sys.executable, __file__, "--claims-replica", m, "--kubeconfig", str(info.kubeconfig),
+                     "--projects-file", str(home / "projects"), "--lease", str(lease), "--agent", f"{agent}/{m}"],
+                    stdout=(home / f"{m}.log").open("ab"), stderr=subprocess.STDOUT, env=env) for m in members]
+                previous: dict[str, tuple[str, str]] = {}
+                while True:  # settled: every claim held by this run's replicas, none written in 3 s
+                    time.sleep(3)
+                    now = asyncio.run(holders())
+                    if any(p.poll() is not None for p in running):
+                        raise RuntimeError(f"a replica of {label} exited: see {home}")
+                    if now == previous and len(now) == n_projects and {h for h, _ in now.values()} <= set(members):
+                        break
+                    if time.monotonic() - began > 900:
+                        raise TimeoutError(f"{label}: claims not settled in 900 s")
+                    previous = now
+                settled = time.monotonic() - began
+                counts = Counter(h for h, _ in now.values())
+                cpu0 = {p.pid: _cpu(p.pid) for p in running}
+                t0 = datetime.now(UTC)
+                time.sleep(window)
+                t1 = datetime.now(UTC)
+                cpu = {p.pid: _cpu(p.pid) - cpu0[p.pid] for p in running}
+                for process in running:
+                    process.kill()
+                    process.wait()
+                requests = _audit_counts(info.audit_log, agent, t0, t1)
+                minutes = (t1 - t0).total_seconds() / 60
+                for member, process in zip(members, running, strict=True):
+                    mine = requests.get(member, Counter())
+                    lines.append(f"{code:<4} {n:>2} {member:<8} {counts[member]:>6} {settled:>8.0f} "
+                                 + " ".join(f"{mine[v] / minutes:>7.1f}" for v in VERBS)
+                                 + f" {cpu[process.pid] / minutes:>9.2f}")
+                running = []
+    finally:
+        for process in running:
+            if process.poll() is None:
+                process.kill()
+        plane.down()
+        shutil.rmtree(home, ignore_errors=True)
+    lines.append("per minute per replica over the window, from the audit log (a WATCH counted when it starts);")
+    lines.append("'settle s': from the replicas' start to every claim held and unchanged (acquisitions included)")
+    return lines
+
+
+def _audit_counts(log: Path, agent: str, since: datetime, until: datetime) -> dict[str, Counter[str]]:
+    """Requests by replica (the user agent's last part) and verb, received in [since, until)."""
+    found: dict[str, Counter[str]] = {}
+    with log.open() as lines:
+        for line in lines:
+            if agent not in line:
+                continue
+            event = json.loads(line)
+            user_agent = str(event.get("userAgent") or "")
+            if not user_agent.startswith(agent + "/"):
+                continue
+            verb = str(event.get("verb") or "")
+            if event.get("stage") != ("ResponseStarted" if verb == "watch" else "ResponseComplete"):
+                continue
+            received = datetime.fromisoformat(str(event["requestReceivedTimestamp"]).replace("Z", "+00:00"))
+            if since <= received < until:
+                found.setdefault(user_agent.rsplit("/", 1)[1], Counter())[verb] += 1
+    return found
 
 
 if __name__ == "__main__":

@@ -85,8 +85,8 @@ async def run_operator(
         # Watches hold their connection for minutes: a pool of their own (no limit), never the writes'.
         watch_kube = await stack.enter_async_context(KubeClient(access, concurrency=0, user_agent=agent))
         sharding = Sharding(kube, options.namespace, options.replica, duration=options.lease_seconds,
-                            metrics=metrics, placement=options.placement,
-                            epsilon=options.placement_epsilon) if options.sharding == "leases" else None
+                            metrics=metrics, placement=options.placement, epsilon=options.placement_epsilon,
+                            watch_kube=watch_kube) if options.sharding == "leases" else None
         writes = sharding.fenced(kube) if sharding is not None else kube  # the engine's writes: checked
         if sharding is not None:
             member = sharding.member

@@ -19,6 +19,7 @@ from operators.cluster import ClusterInfo
 from operators.runtime.kube.client import KubeClient, load_access
 from operators.runtime.shard import (
     Claim,
+    ClaimCache,
     FenceExpired,
     Liveness,
     MemberLease,
@@ -282,7 +283,9 @@ def test_three_replicas_split_100_projects_adopt_a_dead_ones_and_hand_over_on_st
             violations: list[str] = []
 
             def start(name: str, kube: KubeClient) -> None:
-                member = ShardMember(kube, namespace, name, listing, duration=duration, skew=SKEW)
+                # stead-0 LISTs the claims every pass; the others read them from their watch (`ClaimCache`)
+                cache = None if name == "stead-0" else ClaimCache.watching(kube, namespace)
+                member = ShardMember(kube, namespace, name, listing, duration=duration, skew=SKEW, claims=cache)
                 stop = asyncio.Event()
                 members[name] = member
                 tasks[name] = (asyncio.create_task(member.run(stop)), stop)
@@ -356,6 +359,8 @@ def test_three_replicas_split_100_projects_adopt_a_dead_ones_and_hand_over_on_st
                 assert handed < 5  # the bound for SIGTERM
                 print(f"handed over {handed:.2f}s after the stop")
                 assert not any(m.unowned for m in members.values())
+                assert all(m.listed < m.passes / 2 for m in members.values()), {  # passes read the watch's cache
+                    n: (m.listed, m.passes) for n, m in members.items()}
             finally:
                 watcher.cancel()
                 for _, stop in tasks.values():

@@ -10,10 +10,11 @@ The pieces, bottom up (issue 17; the facts behind them in notes/sharding.md):
   every write for an owned project, so a replica paused past its lease writes nothing on waking.
 - `MemberLease`, `Liveness`, `read_members` (membership.py): each replica's Lease
   `stead-member-<id>`, renewed every duration/3, and the conservative judgement of who is live.
-- `Claim`, `acquire`, `release`, `collect`, `list_claims` (claims.py): who *actually* owns a
+- `Claim`, `acquire`, `release`, `collect`, `list_claims`, `ClaimCache` (claims.py): who *actually* owns a
   project, a Lease `stead-project-<project>` taken by compare-and-swap, valid while its holder's
   membership is live (claims are written only on hand-over, never renewed), deleted by its holder
-  (conditionally) once the project has had no objects for a lease.
+  (conditionally) once the project has had no objects for a lease; read by each pass from the
+  `ClaimCache` one WATCH per replica keeps.
 - `View`, `decide`, `execute`, `Sweep`, `Vacancy` (coordinator.py): from a view to releases,
   acquisitions and collections, the projects left without an owner for too long, and those of
   ours left without objects.
@@ -35,6 +36,7 @@ from operators.runtime.shard.claims import (
     CLAIM_ROLE,
     HOLDER_INCARNATION_ANNOTATION,
     Claim,
+    ClaimCache,
     ClaimMismatch,
     acquire,
     claim_name,
@@ -109,6 +111,7 @@ __all__ = [
     "Balance",
     "BoundedRing",
     "Claim",
+    "ClaimCache",
     "ClaimMismatch",
     "Decision",
     "Fence",

@@ -33,8 +33,13 @@ at a 15 s lease, which is more than the API server of a small cluster serves in 
 membership-only renewal the steady cost is R x 12 writes a minute for R replicas (36 for three)
 whatever the number of projects; claims are written only on hand-over: one write per
 acquisition (a create, or a replace of a released or dead holder's claim) and one per release,
-so scaling 2 -> 3 replicas with P projects costs about 2 x P/3 writes once. Reading them is one
-LIST per coordinator pass (label-selected, so only claims travel).
+so scaling 2 -> 3 replicas with P projects costs about 2 x P/3 writes once.
+
+Reading them is one WATCH per replica (`ClaimCache`: label-selected, so only claims travel, and
+only the claims that change), listed once when it starts and again only after a 410 or a failure
+(`kube.watch.Watch`); a coordinator pass reads the cache, so its requests do not grow with the
+number of projects. While the watch is not in sync (starting, failing) a pass LISTs them instead
+(`list_claims`), as every pass once did.
 
 The epoch is what keeps a project moving A -> B -> A from using stale data: every acquisition
 has a new epoch, and what a replica keeps for a project is valid only for the epoch it was
@@ -50,12 +55,14 @@ from datetime import datetime
 from typing import Any
 
 from operators.runtime.core.ring import PROJECT_LABEL
-from operators.runtime.kube.client import ApiError, Requester
+from operators.runtime.kube.client import ApiError, KubeClient, Requester
+from operators.runtime.kube.watch import Selection, Watch, WatchMetrics
 from operators.runtime.shard.fence import Fence
 from operators.runtime.shard.leases import (
     create_lease,
     get_lease,
     lease_body,
+    lease_selector,
     leases_path,
     list_leases,
     meta_of,
@@ -155,11 +162,130 @@ async def list_claims(api: Requester, namespace: str) -> dict[str, Claim]:
     """Every claim, by project (one label-selected LIST)."""
     claims: dict[str, Claim] = {}
     for obj in await list_leases(api, namespace, CLAIM_ROLE):
-        claim = Claim.from_lease(obj)
-        # a Lease whose name is not its project's claim name (written by hand) is nobody's claim
-        if claim.project and meta_of(obj).get("name") == claim.name:
+        claim = _claim_of(obj)
+        if claim is not None:
             claims[claim.project] = claim
     return claims
+
+
+def _claim_of(obj: Mapping[str, Any]) -> Claim | None:
+    """The claim a Lease of the claim role holds; None for a Lease whose name is not its project's
+    claim name (written by hand): nobody's claim."""
+    claim = Claim.from_lease(obj)
+    return claim if claim.project and meta_of(obj).get("name") == claim.name else None
+
+
+def _version(claim: Claim) -> int | None:
+    """The claim's resourceVersion as a number: etcd's revision, which grows with every write (None
+    when it is not a number: then versions are not compared, the watch is believed)."""
+    return int(claim.resource_version) if claim.resource_version.isdigit() else None
+
+
+class ClaimCache:
+    """Every claim, as one WATCH of the claim Leases keeps them (`watching`), read by each coordinator
+    pass instead of a LIST (`claims`).
+
+    Two sources, one rule: the watch's events (`tap`, in the API server's order), and the answers to
+    our own writes (`wrote`, `deleted`), which the next pass must see even if the watch has not yet
+    delivered them: else it would take a claim just acquired for one it lost and drain its project.
+    What we wrote stays in front of the watch until the watch shows that version or a newer one
+    (resourceVersions compared as etcd revisions). So the cache never goes back to an older version
+    of a claim we wrote: a late event of our acquisition, arriving after we released or deleted the
+    claim, would make us hold again what another replica may take. A DELETED event always removes a
+    claim (at worst we see one of ours absent for a pass: we drain and re-adopt it, never act on
+    what is not ours). Whatever is stale otherwise is as safe as a LIST a moment old: every write is
+    a compare-and-swap on the version read, and a claim taken over from us is one of a past
+    incarnation of ours, which `held_by` already refuses.
+    """
+
+    def __init__(self) -> None:
+        self.watch: Watch | None = None
+        self._seen: dict[str, Claim] = {}  # Lease name -> the claim as the watch last showed it
+        self._ours: dict[str, tuple[Claim | None, int | None]] = {}  # name -> what we wrote (None: deleted), version
+
+    @classmethod
+    def watching(cls, kube: KubeClient, namespace: str, metrics: WatchMetrics | None = None) -> ClaimCache:
+        """A cache fed by a label-selected watch of the claim Leases in `namespace` (run `watch.run()`)."""
+        cache = cls()
+        selection = Selection(lease_selector(CLAIM_ROLE), lambda _labels: True)  # the API server filters
+        cache.watch = Watch(kube, leases_path(namespace), "Lease", None, selection=selection, metrics=metrics)
+        cache.watch.add_tap(cache.tap)
+        return cache
+
+    @property
+    def in_sync(self) -> bool:
+        """The watch has listed the claims and follows them: `claims()` is what the API server holds,
+        but for the milliseconds an event takes."""
+        return self.watch is not None and self.watch.in_sync
+
+    def claims(self) -> dict[str, Claim]:
+        """Every claim, by project (what we wrote in front of what the watch showed)."""
+        merged = dict(self._seen)
+        for name, (claim, _) in self._ours.items():
+            if claim is None:
+                merged.pop(name, None)
+            else:
+                merged[name] = claim
+        return {claim.project: claim for claim in merged.values()}
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def tap(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        """One event of the watch (`Watch.add_tap`): None (listed), ADDED, MODIFIED or DELETED."""
+        name = str(meta_of(body).get("name") or "")
+        if event_type == "DELETED":
+            self._seen.pop(name, None)
+            self._ours.pop(name, None)
+            return
+        claim = _claim_of(body)
+        if claim is None:
+            self._seen.pop(name, None)
+            return
+        self._seen[name] = claim
+        if name in self._ours:
+            wrote, version = self._ours[name]
+            # past what we deleted only when newer than the version deleted (a late event of it is not)
+            if self._caught_up(claim, version, strictly=wrote is None):
+                del self._ours[name]
+
+    def wrote(self, claim: Claim) -> None:
+        """The API server's answer to our write of `claim` (acquired, released)."""
+        self._remember(claim.name, claim, _version(claim))
+
+    def deleted(self, claim: Claim) -> None:
+        """We deleted `claim` (as it was: its version is that of the DELETE's precondition)."""
+        self._remember(claim.name, None, _version(claim))
+
+    def listed(self, claims: Mapping[str, Claim]) -> None:
+        """A LIST of every claim (`list_claims`), read after a pass whose writes may have landed
+        unanswered (a timeout): in front of the watch as our own writes are, so that the watch,
+        should it lag, cannot show an older version than the LIST did. A claim missing from the LIST
+        is in front as deleted after the version last seen."""
+        names = {claim.name for claim in claims.values()}
+        for claim in claims.values():
+            self._remember(claim.name, claim, _version(claim))
+        for name, seen in list(self._seen.items()):
+            if name not in names:
+                self._remember(name, None, _version(seen))
+        for name, (wrote, version) in list(self._ours.items()):
+            if wrote is not None and name not in names:
+                self._remember(name, None, version)
+
+    def _remember(self, name: str, claim: Claim | None, version: int | None) -> None:
+        seen = self._seen.get(name)
+        if seen is not None and claim is not None and (
+                seen.resource_version == claim.resource_version or self._caught_up(seen, version)):
+            return  # the watch was quicker than the answer
+        self._ours[name] = (claim, version)
+
+    @staticmethod
+    def _caught_up(seen: Claim, version: int | None, strictly: bool = False) -> bool:
+        """Whether the watch's `seen` is as new as what we wrote at `version`, or newer (`strictly`)."""
+        have = _version(seen)
+        if have is None or version is None:
+            return True
+        return have > version if strictly else have >= version
 
 
 def _body(namespace: str, claim: Claim, spec: Mapping[str, Any], incarnation: str | None) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from operators.runtime.kube.client import Requester
-from operators.runtime.shard.claims import Claim, acquire, collect, release
+from operators.runtime.shard.claims import Claim, ClaimCache, acquire, collect, release
 from operators.runtime.shard.fence import Clock, Fence, FenceExpired, default_clock
 from operators.runtime.shard.leases import wall_now
 from operators.runtime.shard.ring import DEFAULT_VNODES, Placement, Ring
@@ -50,7 +50,7 @@ class View:
     live: Mapping[str, str]
     """Live members: replica id -> incarnation (`membership.Liveness.live`)."""
     claims: Mapping[str, Claim]
-    """Claims by project (`claims.list_claims`)."""
+    """Claims by project (`claims.ClaimCache.claims`, or `claims.list_claims`)."""
     projects: Collection[str] = ()
     """Every project that exists (from the objects listed); claimed projects count anyway."""
     vacant: Collection[str] = ()
@@ -141,14 +141,15 @@ class Outcome:
 async def execute(
     api: Requester, namespace: str, view: View, decision: Decision, fence: Fence, *,
     drain: Callable[[str], Awaitable[None]] | None = None, wall: Callable[[], datetime] = wall_now,
-    concurrency: int = 8,
+    concurrency: int = 8, written: ClaimCache | None = None,
 ) -> Outcome:
     """Carry out `decision`: drain then release or delete (collect), and acquire by compare-and-swap.
 
     `drain(project)` must return once nothing of ours for the project runs or will be written
     (stop taking its events, let running work reach a safe point, write what cannot be rebuilt).
     Acquisitions stop at the first `FenceExpired`: a replica whose lease may have lapsed takes
-    nothing more. At most `concurrency` writes are in flight.
+    nothing more. At most `concurrency` writes are in flight. `written`: the cache the next pass reads
+    the claims from, told of each write as it is answered (so even when a later one raises).
     """
     limit = asyncio.Semaphore(concurrency)
 
@@ -156,17 +157,26 @@ async def execute(
         if drain is not None:
             await drain(claim.project)
         async with limit:
-            return await release(api, namespace, claim, view.me, wall)
+            freed = await release(api, namespace, claim, view.me, wall)
+        if freed is not None and written is not None:
+            written.wrote(freed)
+        return freed
 
     async def delete(claim: Claim) -> bool:
         if drain is not None:
             await drain(claim.project)
         async with limit:
-            return await collect(api, namespace, claim, view.me)
+            done = await collect(api, namespace, claim, view.me)
+        if done and written is not None:
+            written.deleted(claim)
+        return done
 
     async def take(claim: Claim) -> Claim | None:
         async with limit:
-            return await acquire(api, namespace, claim, view.me, fence, view.live, wall)
+            taken = await acquire(api, namespace, claim, view.me, fence, view.live, wall)
+        if taken is not None and written is not None:
+            written.wrote(taken)
+        return taken
 
     freed = await asyncio.gather(*(give_up(c) for c in decision.release))
     deleted = await asyncio.gather(*(delete(c) for c in decision.collect))

@@ -83,9 +83,13 @@ async def replace_lease(api: Requester, body: Mapping[str, Any]) -> dict[str, An
 
 async def list_leases(api: Requester, namespace: str, role: str) -> list[dict[str, Any]]:
     """Stead's Leases of one role in the namespace, found by label (filtered by the API server)."""
-    selector = f"{NAME_LABEL}={APP},{ROLE_LABEL}={role}"
-    items, _ = await list_all(api, leases_path(namespace), {"labelSelector": selector})
+    items, _ = await list_all(api, leases_path(namespace), {"labelSelector": lease_selector(role)})
     return items
+
+
+def lease_selector(role: str) -> str:
+    """The label selector of Stead's Leases of one role (for a LIST or a WATCH)."""
+    return f"{NAME_LABEL}={APP},{ROLE_LABEL}={role}"
 
 
 def spec_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -8,16 +8,18 @@ needs; `owns()` is still False meanwhile) and `on_ready` (the project is ours fr
 start on what was listed). `stead operator --sharding leases` wires it into the operator
 (`operators.runtime.process`).
 
-Each pass (every `interval`, default min(duration/3, 2 s)): read the member Leases, list the
-claims (two label-selected LISTs), decide, carry the decision out, sweep. So a dead replica's
+Each pass (every `interval`, default min(duration/3, 2 s)): read the member Leases (one
+label-selected LIST), read the claims (from `claims`, the `ClaimCache` one WATCH keeps; a LIST
+when there is none or it is not in sync), decide, carry the decision out, sweep. So a dead replica's
 projects are adopted within duration + skew + interval of its last renewal (15 + 1 + 2 s by
 default, within the issue's lease + 5 s). A claim of ours whose project has had no objects for a
 lease (`Vacancy`) is drained and deleted (`claims.collect`), counted in `collected` and through
 `count` (the operator's `stead_shard_claims_collected_total`).
 
-Reads: two label-selected LISTs per pass. The claims LIST carries every claim (~600 B each):
-fine for hundreds of projects; for thousands, keep the claims from a WATCH instead (only changes
-travel) before wiring this into large installations (`bench/scale_out.py` prints the figures).
+Requests per pass, with `claims` in sync: one LIST of the member Leases (one item per replica),
+and writes only for the claims that change hands (`execute`); none grows with the number of
+projects. Without a watch, every pass LISTed every claim (~600 B each): 30 LISTs a minute of
+10,000 claims at 10,000 projects (`bench/scale_out.py --claims` measures both).
 
 Stopping: `stop` set is a hand-over (drain and release every project, then the membership),
 so the others adopt at their next pass; cancellation is a crash (the fence closes, nothing is
@@ -33,7 +35,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable
 from datetime import datetime
 
 from operators.runtime.kube.client import ApiError, Requester
-from operators.runtime.shard.claims import Claim, list_claims, release
+from operators.runtime.shard.claims import Claim, ClaimCache, list_claims, release
 from operators.runtime.shard.coordinator import Outcome, Sweep, Vacancy, View, decide, execute
 from operators.runtime.shard.fence import Clock, Fence, default_clock
 from operators.runtime.shard.leases import wall_now
@@ -66,6 +68,7 @@ class ShardMember:
         placement: Callable[[str], str] | None = None, on_ready: ProjectHook | None = None,
         on_pass: Callable[[], Awaitable[None]] | None = None, count: Callable[[str, float], None] | None = None,
         layout: Callable[[Iterable[str]], Placement] | None = None,
+        claims: ClaimCache | None = None,
     ) -> None:
         self.api = api
         self.namespace = namespace
@@ -85,6 +88,11 @@ class ShardMember:
         self.passes = 0
         self.collected = 0
         """Claims deleted because their project had no objects left (see `Vacancy`)."""
+        self.claims = claims
+        """Where passes read the claims (its watch runs with `run`); None: a LIST every pass."""
+        self.listed = 0
+        """Passes that LISTed the claims (no cache, or not in sync)."""
+        self._unsure = False
         self._count = count
         self._projects = projects
         self._drain = drain
@@ -120,7 +128,7 @@ class ShardMember:
     async def step(self) -> Outcome:
         """One pass of the coordinator."""
         live = await read_members(self.api, self.namespace, self.liveness)
-        claims = await list_claims(self.api, self.namespace)
+        claims = await self._read_claims()
         projects = await self._projects()
         incarnation = self.member.incarnation
         # What the API server says we hold (a claim taken over while we lapsed is gone from here),
@@ -137,8 +145,12 @@ class ShardMember:
         view = View(self.replica, incarnation, live, claims, projects, vacant)
         decision = decide(view, self.vnodes, self._ring, self.placement, self.layout)
         self._ring = decision.ring
-        outcome = await execute(self.api, self.namespace, view, decision, self.fence, drain=self._let_go,
-                                wall=self._wall)
+        try:
+            outcome = await execute(self.api, self.namespace, view, decision, self.fence, drain=self._let_go,
+                                    wall=self._wall, written=self.claims)
+        except BaseException:
+            self._unsure = True  # a write may have landed unanswered: the next pass LISTs the claims
+            raise
         if outcome.collected:
             self.collected += len(outcome.collected)
             if self._count is not None:
@@ -160,6 +172,18 @@ class ShardMember:
             log.warning("projects without an owner for over %ss: %s", self.sweep.grace, ", ".join(self.unowned[:20]))
         self.passes += 1
         return outcome
+
+    async def _read_claims(self) -> dict[str, Claim]:
+        """The claims from the cache when it is in sync, else (and after a pass that failed while
+        writing) from a LIST, which the cache then holds in front of its watch."""
+        if self.claims is not None and self.claims.in_sync and not self._unsure:
+            return self.claims.claims()
+        self.listed += 1
+        claims = await list_claims(self.api, self.namespace)
+        if self.claims is not None:
+            self.claims.listed(claims)
+        self._unsure = False
+        return claims
 
     async def _adopt(self, claim: Claim) -> None:
         """Rebuild what a newly held project needs (`on_acquired`), then act on it. A failure
@@ -189,6 +213,8 @@ class ShardMember:
         Cancelled: stop writing at once (a crash, as far as the others can tell)."""
         member_stop = asyncio.Event()
         renewer = asyncio.create_task(self.member.run(member_stop))
+        watching = self.claims.watch if self.claims is not None else None
+        watcher = asyncio.create_task(watching.run()) if watching is not None else None
         try:
             while not stop.is_set():
                 if self.fence.valid():
@@ -206,6 +232,11 @@ class ShardMember:
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
             raise
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
         member_stop.set()
         await renewer  # releases the membership Lease
 
@@ -216,6 +247,10 @@ class ShardMember:
             await asyncio.gather(*(self._drain(project) for project in held))
         results = await asyncio.gather(*(release(self.api, self.namespace, c, self.replica, self._wall)
                                          for c in held.values()), return_exceptions=True)
+        if self.claims is not None:
+            for result in results:
+                if isinstance(result, Claim):
+                    self.claims.wrote(result)
         failed = [c.project for c, r in zip(held.values(), results, strict=True) if isinstance(r, BaseException)]
         if failed:  # they are adopted once our membership is released or runs out
             log.info("%d claims not released by %s: %s", len(failed), self.replica, ", ".join(failed[:20]))

@@ -39,7 +39,7 @@ from operators.runtime.core.ring import DEFAULT_EPSILON, PROJECT_LABEL, Placemen
 from operators.runtime.kube.client import ApiError, KubeClient, core_path, custom_path, list_all
 from operators.runtime.kube.events import event_body
 from operators.runtime.kube.watch import NOTHING, Deliver, Selection, Watch, WatchMetrics
-from operators.runtime.shard.claims import Claim, claim_name
+from operators.runtime.shard.claims import Claim, ClaimCache, claim_name
 from operators.runtime.shard.guard import FencedKube, WriteGuard
 from operators.runtime.shard.labelling import Labeller
 from operators.runtime.shard.membership import DEFAULT_DURATION
@@ -91,13 +91,16 @@ class Sharding:
     def __init__(self, kube: KubeClient, namespace: str, replica: str, *, duration: int = DEFAULT_DURATION,
                  interval: float | None = None, buckets: int = DEFAULT_BUCKETS,
                  metrics: WatchMetrics | None = None, placement: str = "ring",
-                 epsilon: float = DEFAULT_EPSILON) -> None:
+                 epsilon: float = DEFAULT_EPSILON, watch_kube: KubeClient | None = None) -> None:
         self.kube = kube
         self.namespace = namespace
         self.replica = replica
         self.buckets = buckets
         self.works: list[ProjectWork] = []
+        # the claims from one WATCH (on `watch_kube`: a watch holds its connection for minutes)
+        self.claims = ClaimCache.watching(watch_kube or kube, namespace, metrics)
         self.member = ShardMember(kube, namespace, replica, self._projects, duration=duration, interval=interval,
+                                  claims=self.claims,
                                   drain=self._drain, on_acquired=self._acquired, on_ready=self._ready,
                                   placement=by_bucket(buckets), on_pass=self._after_pass,
                                   count=metrics.inc if metrics is not None else None,
