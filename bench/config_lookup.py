@@ -225,11 +225,11 @@ class Setup:
         """One more `stead run` for a variant of the API (`VARIANTS`), watching only an empty namespace
         and without webhooks, as the relayed one: its API serves the bench's namespace all the same."""
         port = _free_port()
-        process = self._operator(variant.name.replace("@", "-"), port, "--webhook", "off", "--namespace",
-                                 "bench-quiet", "--config-api-client-ca", "off", workers=variant.workers,
-                                 metrics=variant.metrics, tree=self.baseline if variant.baseline else None)
-        self.quiets[variant.name] = (process, port,
-                                     self.work / f"{variant.name.replace('@', '-')}-home" / "config-api" / "ca.crt")
+        name = variant.name.replace("@", "-").replace("/", "-")  # names of files
+        process = self._operator(name, port, "--webhook", "off", "--namespace", "bench-quiet",
+                                 "--config-api-client-ca", "off", workers=variant.workers, metrics=variant.metrics,
+                                 tree=self.baseline if variant.baseline else None)
+        self.quiets[variant.name] = (process, port, self.work / f"{name}-home" / "config-api" / "ca.crt")
 
     def up(self, relayed: bool) -> None:
         info = self.plane.up()
