@@ -28,6 +28,14 @@ the server):
   RoleBinding grants the same Role (SubjectAccessReview, no TokenReview). wrk cannot present a
   client certificate: ``relay-cert`` always uses the Python client, and with `--client wrk`
   ``relay-token`` is measured with both, for the comparison.
+- ``in-process`` and ``in-process/no-metrics``: a quiet `stead run --config-api-workers 0` (watching an
+  empty namespace, no webhooks; its API serves every namespace): the API on the operator's own process
+  and event loop, with the per-request metrics it keeps there (`stead_api_requests_total`, the
+  latency histogram), then without them (the bench's switch, `WITHOUT_METRICS`): what the metrics
+  cost. Workers serve unobserved, so that comparison is only in-process.
+- ``<name>@base`` (`--baseline-tree DIR`, e.g. a `git worktree` of main): each operator contender
+  above run by that checkout's code (a quiet `stead run` with DIR first on its path), right after
+  this checkout's, every repeat: before/after in one run. The ceiling is this checkout's.
 - ``uncached``: the same API application reading from the API server on every request
   (`KubeConfigRepository`: three GETs per lookup), which is what the operator did before the
   cache. Shown for the difference; skip with `--only ceiling,operator`.
@@ -47,6 +55,10 @@ printed are how much the server read before it closed the connection, its answer
 its memory grew. The hand-written server Stead had before (deleted) read all of it, in 6.5 s of
 CPU and 119 MiB, before its 431; its bare handler served 32.5k req/s, p99 8.1 ms, here.
 
+Each operator contender is then put against the ceiling: its share of the ceiling's requests per
+second and of its CPU per request, and its p99 as a multiple of the ceiling's p99, measured in the
+same run; with `--repeat`, every run's figures too (p99 moves with the machine's load).
+
 Targets (from the issue): ``operator`` reaches at least 50% of the ceiling's requests per second,
 with p99 under 10 ms at 100 concurrent clients. By Little's law, 100 clients always waiting on
 one answer each cannot see a median under 10 ms unless the server answers more than 10,000 per
@@ -54,6 +66,7 @@ second: compare the operator's p99 with the ceiling's, measured the same way.
 
     .venv/bin/python bench/config_lookup.py [--concurrency 100] [--seconds 10] [--repeat 3]
                                             [--workers 2] [--only ceiling,operator,relay-token,relay-cert]
+                                            [--baseline-tree DIR]
 """
 
 from __future__ import annotations
