@@ -28,6 +28,14 @@ the server):
   RoleBinding grants the same Role (SubjectAccessReview, no TokenReview). wrk cannot present a
   client certificate: ``relay-cert`` always uses the Python client, and with `--client wrk`
   ``relay-token`` is measured with both, for the comparison.
+- ``in-process`` and ``in-process/no-metrics``: a quiet `stead run --config-api-workers 0` (watching an
+  empty namespace, no webhooks; its API serves every namespace): the API on the operator's own process
+  and event loop, with the per-request metrics it keeps there (`stead_api_requests_total`, the
+  latency histogram), then without them (the bench's switch, `WITHOUT_METRICS`): what the metrics
+  cost. Workers serve unobserved, so that comparison is only in-process.
+- ``<name>@base`` (`--baseline-tree DIR`, e.g. a `git worktree` of main): each operator contender
+  above run by that checkout's code (a quiet `stead run` with DIR first on its path), right after
+  this checkout's, every repeat: before/after in one run. The ceiling is this checkout's.
 - ``uncached``: the same API application reading from the API server on every request
   (`KubeConfigRepository`: three GETs per lookup), which is what the operator did before the
   cache. Shown for the difference; skip with `--only ceiling,operator`.
@@ -47,6 +55,10 @@ printed are how much the server read before it closed the connection, its answer
 its memory grew. The hand-written server Stead had before (deleted) read all of it, in 6.5 s of
 CPU and 119 MiB, before its 431; its bare handler served 32.5k req/s, p99 8.1 ms, here.
 
+Each operator contender is then put against the ceiling: its share of the ceiling's requests per
+second and of its CPU per request, and its p99 as a multiple of the ceiling's p99, measured in the
+same run; with `--repeat`, every run's figures too (p99 moves with the machine's load).
+
 Targets (from the issue): ``operator`` reaches at least 50% of the ceiling's requests per second,
 with p99 under 10 ms at 100 concurrent clients. By Little's law, 100 clients always waiting on
 one answer each cannot see a median under 10 ms unless the server answers more than 10,000 per
@@ -54,6 +66,7 @@ second: compare the operator's p99 with the ceiling's, measured the same way.
 
     .venv/bin/python bench/config_lookup.py [--concurrency 100] [--seconds 10] [--repeat 3]
                                             [--workers 2] [--only ceiling,operator,relay-token,relay-cert]
+                                            [--baseline-tree DIR]
 """
 
 from __future__ import annotations
@@ -75,7 +88,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 
@@ -100,6 +113,31 @@ EXPECTED = b"16"  # the answer to PATH + QUERY: node-1's override beats its role
 KEYS = ["nova.workers", "nova.debug", "deployment_id", *(f"key{i}.value" for i in range(0, 100, 6)), "key1.list.2"]
 LOOKUPS = [f"/api/v1/config/environments/env-1/nodes/node-{n}.domain.tld/resources/astute/values"
            f"?effective&key={key}&namespace={NAMESPACE}" for n in range(1, 51) for key in KEYS]
+
+
+WITHOUT_METRICS = ("import sys; from operators.runtime.serving.metrics import Metrics; "
+                   "Metrics.request_observer = lambda self, api: None; from operators.cli import main; "
+                   "sys.argv[0] = 'stead'; sys.exit(main())")
+"""`stead run` whose configuration API observes no request (`HttpServer.observe` None): the bench's
+switch for the cost of the per-request metrics, the same on any checkout."""
+
+
+class Variant(NamedTuple):
+    """The configuration API of one more quiet `stead run` (see `Setup.quiet`)."""
+
+    name: str
+    workers: int | None  # None: --workers
+    metrics: bool
+    baseline: bool  # the code of --baseline-tree
+
+
+VARIANTS = {
+    "in-process": Variant("in-process", 0, True, False),
+    "in-process/no-metrics": Variant("in-process/no-metrics", 0, False, False),
+}
+"""Contenders beside `operator` (N workers, this checkout): the API served by the operator's own
+process, with and without its per-request metrics (workers serve unobserved: their requests are not
+in the operator's /metrics). With --baseline-tree, `<name>@base` of each operator contender."""
 
 
 def _free_port() -> int:
@@ -151,6 +189,9 @@ class Setup:
         self.token = ""
         self.kubeconfig = Path()
         self.cert = ("", "")
+        self.variants: list[Variant] = []
+        self.baseline: Path | None = None
+        self.quiets: dict[str, tuple[subprocess.Popen[bytes], int, Path]] = {}
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         result = subprocess.run([str(self.binaries.kubectl), "--kubeconfig", str(self.kubeconfig), *args],
@@ -159,17 +200,25 @@ class Setup:
             raise RuntimeError(f"kubectl {' '.join(args)}: {result.stderr}")
         return result.stdout
 
-    def _operator(self, name: str, port: int, *flags: str) -> subprocess.Popen[bytes]:
-        """A `stead run` serving the API on `port`, ready (its CA in `<work>/<name>-home/config-api`)."""
+    def _operator(self, name: str, port: int, *flags: str, workers: int | None = None, metrics: bool = True,
+                  tree: Path | None = None) -> subprocess.Popen[bytes]:
+        """A `stead run` serving the API on `port`, ready (its CA in `<work>/<name>-home/config-api`):
+        with `workers` API processes (default `--workers`), the code of `tree` (default this checkout)
+        first on its path, and without the per-request metrics when `metrics` is False (the bench's
+        own switch: `stead run` always observes the requests its process serves)."""
         health = _free_port()
         home = self.work / f"{name}-home"
         log_path = self.work / f"{name}.log"
+        command = [str(STEAD)] if metrics else [sys.executable, "-c", WITHOUT_METRICS]
+        env = {**os.environ, "STEAD_HOME": str(home)}
+        if tree is not None:
+            env["PYTHONPATH"] = str(tree)
         with log_path.open("ab") as log:
             process = subprocess.Popen(
-                [str(STEAD), "run", "--kubeconfig", str(self.kubeconfig), "--store", str(home / "store"),
+                [*command, "run", "--kubeconfig", str(self.kubeconfig), "--store", str(home / "store"),
                  "--health-port", str(health), "--replica", f"bench-{name}", "--config-api-port", str(port),
-                 "--config-api-workers", str(self.workers), *flags],
-                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "STEAD_HOME": str(home)})
+                 "--config-api-workers", str(self.workers if workers is None else workers), *flags],
+                stdout=log, stderr=subprocess.STDOUT, cwd=tree or ROOT, env=env)
         deadline = time.monotonic() + 90
         while True:
             if process.poll() is not None:
@@ -184,6 +233,16 @@ class Setup:
                 raise RuntimeError("stead run did not become ready")
             time.sleep(0.2)  # a readiness poll with a deadline
         return process
+
+    def quiet(self, variant: Variant) -> None:
+        """One more `stead run` for a variant of the API (`VARIANTS`), watching only an empty namespace
+        and without webhooks, as the relayed one: its API serves the bench's namespace all the same."""
+        port = _free_port()
+        name = variant.name.replace("@", "-").replace("/", "-")  # names of files
+        process = self._operator(name, port, "--webhook", "off", "--namespace", "bench-quiet",
+                                 "--config-api-client-ca", "off", workers=variant.workers, metrics=variant.metrics,
+                                 tree=self.baseline if variant.baseline else None)
+        self.quiets[variant.name] = (process, port, self.work / f"{name}-home" / "config-api" / "ca.crt")
 
     def up(self, relayed: bool) -> None:
         info = self.plane.up()
@@ -203,11 +262,13 @@ class Setup:
         self.kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", "--timeout=60s", "env/env-1", "cc/fuel")
         self.kubectl("apply", "-n", NAMESPACE, "-f", "-", input="\n".join(json.dumps(d) for d in docs[2:]))
         self.kubectl("wait", "-n", NAMESPACE, "--for=condition=Ready", "--timeout=60s", "cv", "--all")
+        self.kubectl("create", "namespace", "bench-quiet")
+        for variant in self.variants:
+            self.quiet(variant)
         if relayed:
             # "operator, client CA on": watching only an empty namespace and without webhooks, so that it
             # leaves the first one alone; its API serves every namespace. A certificate of the cluster's
             # client CA whose user the same Role is bound to.
-            self.kubectl("create", "namespace", "bench-quiet")
             self.relayed = self._operator("relayed", self.relayed_port, "--webhook", "off", "--namespace",
                                           "bench-quiet", "--config-api-client-ca", "auto")
             self.relayed_cacert = self.work / "relayed-home" / "config-api" / "ca.crt"
@@ -220,7 +281,7 @@ class Setup:
             self.kubectl("create", "rolebinding", "hiera-cert", "-n", NAMESPACE, "--role=hiera", "--user=hiera-cert")
 
     def down(self) -> None:
-        for process in (self.relayed, self.operator):
+        for process in (self.relayed, *(quiet[0] for quiet in self.quiets.values()), self.operator):
             if process is not None and process.poll() is None:
                 process.send_signal(signal.SIGTERM)
                 try:
@@ -441,8 +502,10 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="processes serving each contender (`stead run --config-api-workers`; the others "
                         "listen on one port the same way); default: one per CPU")
-    parser.add_argument("--only", default="ceiling,uvicorn,operator,relay-token,relay-cert,uncached",
-                        help="comma-separated contenders")
+    parser.add_argument("--only", default="ceiling,uvicorn,operator,in-process,in-process/no-metrics,relay-token,"
+                        "relay-cert,uncached", help="comma-separated contenders")
+    parser.add_argument("--baseline-tree", type=Path, help="another checkout (a `git worktree` of main): its "
+                        "operator contenders too, as `<name>@base`, in the same run, alternating")
     parser.add_argument("--no-attack", dest="attack", action="store_false", help="skip the 64 MiB header attack")
     parser.add_argument("--repeat", type=int, default=1, help="run the contenders this many times, interleaved; "
                         "report medians")
@@ -450,10 +513,20 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the medians as one JSON line instead of the "
                         "report, contender -> req/s, p50, p99, errors, server CPU us/req, RSS MiB (bench/check.py)")
     args = parser.parse_args()
-    contenders = [c for c in ("ceiling", "uvicorn", "operator", "relay-token", "relay-cert", "uncached")
-                  if c in args.only.split(",")]
+    chosen = args.only.split(",")
+    contenders = [c for c in ("ceiling", "uvicorn", "operator", *VARIANTS, "relay-token", "relay-cert", "uncached")
+                  if c in chosen]
+    variants = [VARIANTS[c] for c in contenders if c in VARIANTS]
+    if args.baseline_tree is not None:
+        based = [Variant(f"{c}@base", None if c == "operator" else VARIANTS[c].workers,
+                         c == "operator" or VARIANTS[c].metrics, True)
+                 for c in contenders if c == "operator" or c in VARIANTS]
+        for variant in based:  # each beside its own, so that the two alternate
+            contenders.insert(contenders.index(variant.name.removesuffix("@base")) + 1, variant.name)
+        variants += based
     if args.client == "wrk" and "relay-token" in contenders:  # beside relay-cert, which wrk cannot measure
         contenders.insert(contenders.index("relay-token") + 1, "relay-token/py")
+    load_at_start = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="stead-bench-config-"))
     ca = make_ca("bench-ca")
     leaf = make_leaf(ca, "bench", hosts=["127.0.0.1"])
@@ -462,6 +535,7 @@ def main() -> int:
     (work / "tls.key").write_bytes(leaf.key_pem)
     attacks = [attack(which, work) for which in ("ceiling", "relay", "uvicorn")] if args.attack else []
     setup = Setup(work, ensure_binaries(progress=lambda line: print(line, file=sys.stderr)), args.workers)
+    setup.variants, setup.baseline = variants, args.baseline_tree
     runs: dict[str, list[tuple[float, ...]]] = {c: [] for c in contenders}
     try:
         print("starting a local control plane and `stead run` ...", file=sys.stderr)
@@ -475,6 +549,10 @@ def main() -> int:
                     assert setup.operator is not None
                     pids = with_children(setup.operator.pid)
                     base, cafile = f"https://127.0.0.1:{setup.api_port}", str(setup.cacert)
+                elif which in setup.quiets:
+                    quiet, quiet_port, cafile_path = setup.quiets[which]
+                    pids = with_children(quiet.pid)
+                    base, cafile = f"https://127.0.0.1:{quiet_port}", str(cafile_path)
                 elif which.startswith("relay"):
                     assert setup.relayed is not None
                     pids = with_children(setup.relayed.pid)
@@ -521,27 +599,41 @@ def main() -> int:
                else "the API in the operator's process, the others in one")
     print(f"effective-value lookups over HTTPS ({args.client}), {args.concurrency} concurrent clients, "
           f"{args.seconds:.0f} s each, {serving}, "
-          f"median of {args.repeat} ({os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; client and "
+          f"median of {args.repeat} ({os.cpu_count()} CPUs, load average {load_at_start:.1f} at the start, "
+          f"{os.getloadavg()[0]:.1f} at the end; client and "
           "servers on one machine)")
     if attacks:
         print("one 64 MiB header (ceiling = granian, Stead's server; relay = granian behind the TLS relay; "
               "uvicorn = httptools):")
         for line in attacks:
             print("  " + line)
-    print(f"{'contender':<14} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'server CPU us/req':>18} "
+    print(f"{'contender':<26} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'server CPU us/req':>18} "
           f"{'server RSS MiB':>15}")
     for which, (rate, p50, p99, failed, per_request, rss) in results.items():
-        print(f"{which:<14} {rate:>8.0f} {p50:>8.2f} {p99:>8.2f} {failed:>7.0f} {per_request:>18.0f} {rss:>15.0f}")
+        print(f"{which:<26} {rate:>8.0f} {p50:>8.2f} {p99:>8.2f} {failed:>7.0f} {per_request:>18.0f} {rss:>15.0f}")
+    if all(len(done) == args.repeat for done in runs.values()) and args.repeat > 1:
+        print("each run (req/s, p99 ms): " + "; ".join(
+            f"{which} " + ", ".join(f"{run[0]:.0f}/{run[2]:.1f}" for run in done) for which, done in runs.items()))
     if any(which in ("relay-cert", "relay-token/py") for which in results):
         print("(relay-cert and relay-token/py: the Python client, which shares the CPUs with the servers)")
     if "ceiling" in results and "uvicorn" in results:
         print(f"granian / uvicorn (bare handlers): {results['ceiling'][0] / max(1, results['uvicorn'][0]):.2f} req/s")
-    if "ceiling" in results and "operator" in results:
-        ratio = results["operator"][0] / max(1, results["ceiling"][0])
-        print(f"operator / ceiling: {ratio:.2f} req/s (target >= 0.50), "
-              f"{results['ceiling'][4] / max(1, results['operator'][4]):.2f} by server CPU per request; "
-              f"operator p99 {results['operator'][2]:.2f} ms (target < 10 ms; the ceiling's is "
-              f"{results['ceiling'][2]:.2f} ms)")
+    if "ceiling" in results:
+        ceiling = results["ceiling"]
+        print(f"against the ceiling (targets: >= 0.50 of its req/s, p99 < 10 ms; its own p99 {ceiling[2]:.2f} ms):")
+        for which, (rate, _, p99, _, per_request, _) in results.items():
+            if which == "operator" or which.split("@")[0] in VARIANTS or which == "operator@base":
+                print(f"  {which:<24} {rate / max(1, ceiling[0]):.2f} req/s, {ceiling[4] / max(1, per_request):.2f} "
+                      f"by server CPU per request, p99 {p99:.2f} ms = {p99 / max(1e-9, ceiling[2]):.2f}x the "
+                      "ceiling's")
+    for which in [w for w in results if w.endswith("@base")]:
+        new, old = results[which.removesuffix("@base")], results[which]
+        print(f"{which.removesuffix('@base')}: this checkout / {args.baseline_tree}: {new[0] / max(1, old[0]):.2f} "
+              f"req/s, {new[4] / max(1e-9, old[4]):.2f} server CPU per request, p99 {new[2]:.2f} vs {old[2]:.2f} ms")
+    if "in-process" in results and "in-process/no-metrics" in results:
+        on, off = results["in-process"], results["in-process/no-metrics"]
+        print(f"per-request metrics (in-process): {on[4] - off[4]:+.0f} us of server CPU per request, "
+              f"p99 {on[2]:.2f} vs {off[2]:.2f} ms without")
     if "uncached" in results:
         print("(uncached: its CPU column leaves out the kube-apiserver and etcd, which do most of its work)")
     return 0
