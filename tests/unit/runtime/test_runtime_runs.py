@@ -383,7 +383,8 @@ def test_a_runs_slot_is_held_exactly_while_its_runner_process_lives(tmp_path: Pa
         finally:
             go.touch()
             reading.set()
-        await asyncio.gather(*following)
+            ended = await asyncio.gather(*following, return_exceptions=True)
+        assert not [e for e in ended if isinstance(e, BaseException)], ended
 
     asyncio.run(scenario())
     assert slots.running == slots.queued == 0
