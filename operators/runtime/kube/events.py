@@ -14,8 +14,9 @@ from operators.runtime.core.clock import utc_now
 
 
 def event_body(involved: Mapping[str, Any], namespace: str, type_: str, reason: str, message: str,
-               replica: str) -> dict[str, Any]:
-    """An Event about `involved` (its apiVersion, kind, name, namespace, uid), posted in `namespace`."""
+               replica: str, *, first: str | None = None, last: str | None = None, count: int = 1) -> dict[str, Any]:
+    """An Event about `involved` (its apiVersion, kind, name, namespace, uid), posted in `namespace`;
+    `count` occurrences, the first and latest at these times (default: now)."""
     now = utc_now()
     return {
         "apiVersion": "v1",
@@ -28,7 +29,7 @@ def event_body(involved: Mapping[str, Any], namespace: str, type_: str, reason: 
         "source": {"component": "stead"},
         "reportingComponent": "stead.dev/operator",
         "reportingInstance": replica,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
+        "firstTimestamp": first or now,
+        "lastTimestamp": last or first or now,
+        "count": count,
     }

@@ -351,3 +351,40 @@ def test_service_cidrs_are_read_from_the_clusters_servicecidr_objects(caplog: py
 def test_service_cidrs_become_the_runners_deny_flags() -> None:
     settings = RunSettings(state_dir=Path("/x"), service_cidrs=("10.96.0.0/12", "fd00:10:96::/112"))
     assert settings.runner_deny_args() == ["--deny", "10.96.0.0/12", "--deny", "fd00:10:96::/112"]
+
+
+def test_a_runs_slot_is_held_exactly_while_its_runner_process_lives(tmp_path: Path) -> None:
+    """Issue 33: `stead_runs_running` (which reads `slots.running`) counts runner processes. A run still
+    reading its secrets holds no slot, so with two slots two runners run while a third run is queued."""
+    slots = RunSlots(2)
+    go = tmp_path / "go"
+    reading = asyncio.Event()
+    script = f"while [ ! -e {go} ]; do sleep 0.1; done"
+
+    async def slow_secret(account: AccountCredentials) -> str:
+        await reading.wait()  # a secret whose read takes long (a slow API server)
+        return "value"
+
+    contexts = [context(tmp_path, "team-a", f"uid-{i}", slots) for i in range(4)]
+    requests = [RunRequest(paths_for(ctx), workflow(script), secrets={"s": slow_secret} if i == 0 else {})
+                for i, ctx in enumerate(contexts)]
+
+    def live_runners() -> int:
+        return sum(runner_pid(request.paths) is not None for request in requests)
+
+    async def scenario() -> None:
+        following = [asyncio.create_task(follow_run(ctx, request, Observer()))
+                     for ctx, request in zip(contexts, requests, strict=True)]
+        deadline = asyncio.get_running_loop().time() + 60
+        try:  # polled on the loop that changes the slots (a thread could see them mid-change)
+            while (seen := (slots.running, slots.queued, live_runners())) != (2, 1, 2):
+                assert asyncio.get_running_loop().time() < deadline, f"running, queued, runners: {seen}"
+                await asyncio.sleep(0.05)
+        finally:
+            go.touch()
+            reading.set()
+            ended = await asyncio.gather(*following, return_exceptions=True)
+        assert not [e for e in ended if isinstance(e, BaseException)], ended
+
+    asyncio.run(scenario())
+    assert slots.running == slots.queued == 0
