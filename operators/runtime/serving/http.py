@@ -58,7 +58,6 @@ import logging
 import os
 import socket
 import ssl
-import sys
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field, replace
@@ -147,26 +146,6 @@ class _HeldSocketServer(Server):
         self._shd = SocketHolder(os.dup(self._held.fileno()), False, self.backlog)  # type: ignore[call-arg,assignment]
 
 
-SWITCH_INTERVAL = 0.0005
-"""Seconds a thread holding the GIL keeps it while another waits for it (`sys.setswitchinterval`;
-Python's default is 0.005), in a process serving an `HttpServer`.
-
-granian runs in a thread of its own (its Rust runtime), and it takes the GIL to hand each request to
-the event loop (`loop.call_soon_threadsafe`). Under load the loop's thread never waits on its own
-(the TLS relay and the handlers keep it busy), so granian's thread gets the GIL only when the
-interpreter makes the loop give it up: after the switch interval. With Python's 5 ms, every request
-that arrives while the loop is busy waits up to 5 ms before its handler is even scheduled, and the
-relay's next bytes wait behind it: that is the tail of the configuration API's latency at 100
-clients (bench/config_lookup.py: see bench/README.md for the figures before and after)."""
-
-
-def share_the_interpreter() -> None:
-    """Let granian's thread take the GIL within `SWITCH_INTERVAL` (see there); never lengthens a
-    shorter interval set by someone else."""
-    if sys.getswitchinterval() > SWITCH_INTERVAL:
-        sys.setswitchinterval(SWITCH_INTERVAL)
-
-
 @dataclass
 class HttpServer:
     """Serves `handler` on one address; see the module's docstring for what it guarantees."""
@@ -245,7 +224,6 @@ class HttpServer:
             log_enabled=False,
         )
         self._port = inner_port
-        share_the_interpreter()
         self._task = asyncio.create_task(self._server.serve(), name=f"http-{inner_host}:{inner_port}")
         await self._listening(inner_host, inner_port, ready_within)
 
