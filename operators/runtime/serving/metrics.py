@@ -36,7 +36,6 @@ COUNTERS: dict[str, str] = {
     "stead_store_deleted_total": "Local store records dropped because their object was deleted.",
     "stead_not_owned_total": "Watch events for objects another replica owns (ignored).",
     "stead_stale_events_total": "Watch events older than the operator's own last write (ignored).",
-    "stead_own_writes_echoed_total": "Watch events that are the operator's own last write coming back (ignored).",
     "stead_rechecks_total": "Objects checked again because an object they refer to changed readiness.",
     "stead_reconcile_skipped_total": "Reconciles that found nothing to do.",
     "stead_reconcile_restored_total": "Statuses restored from the local store without running the pipeline.",

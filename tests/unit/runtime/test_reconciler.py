@@ -97,32 +97,6 @@ def test_our_own_status_write_echoed_back_costs_nothing(tmp_path: Path) -> None:
     assert len(writer.patches) == 1
 
 
-def test_the_echo_of_our_last_write_is_not_planned_again_but_a_later_change_is(tmp_path: Path) -> None:
-    """The MODIFIED event of our own status PATCH (its resourceVersion is the PATCH's answer's) needs no
-    plan: one store read and queue turn fewer per object (issue 32). A newer version is planned."""
-    rec, writer, events, store = make(tmp_path)
-
-    async def answered(plural: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
-        writer.patches.append((name, status))
-        return {**body(status=status), "metadata": {**body()["metadata"], "resourceVersion": "5"}}
-
-    writer.patch_status = answered  # type: ignore[method-assign]
-    asyncio.run(rec.on_event("ADDED", {**body(), "metadata": {**body()["metadata"], "resourceVersion": "4"}}))
-    reads: list[str] = []
-    real_get = store.get
-    store.get = lambda key: reads.append(key) or real_get(key)  # type: ignore[method-assign]
-    written = writer.patches[0][1]
-    echo = body(status=written)
-    echo["metadata"]["resourceVersion"] = "5"
-    asyncio.run(rec.on_event("MODIFIED", echo))
-    assert reads == [] and len(writer.patches) == 1
-    later = body(status=written)
-    later["metadata"]["resourceVersion"] = "6"  # a label changed, say: planned (and skipped there)
-    asyncio.run(rec.on_event("MODIFIED", later))
-    assert reads == [object_key("Environment", "ns", "e1")] and len(writer.patches) == 1
-    assert events.events == [("e1", "Normal", "Provisioned")]
-
-
 def test_invalid_spec_stalls_once_and_waits(tmp_path: Path) -> None:
     rec, writer, events, store = make(tmp_path)
     bad = {"release": "r", "nodes": [{"name": "a", "roles": ["x"]}, {"name": "b", "roles": []}]}

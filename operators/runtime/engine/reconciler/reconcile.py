@@ -170,13 +170,6 @@ class Reconciler:
         if older(obj.resource_version, record.written):
             self._count("stead_stale_events_total")  # from before our own last write: acting on it would undo it
             return
-        if record.written is not None and as_int(obj.resource_version) == record.written and not obj.deleting:
-            # the echo of our own last write: the object is as the reconcile that wrote it left it, which
-            # planned from it already (a retry it needs is scheduled, not awaited from an event). Planning
-            # again cost a store read and a queue turn per object (issue 32: bench/pipeline_throughput.py)
-            record.seen = obj
-            self._count("stead_own_writes_echoed_total")
-            return
         record.seen = obj
         if obj.deleting and FINALIZER not in obj.finalizers:
             return  # nothing of ours to do before it goes
