@@ -31,17 +31,8 @@ home) and always stops it and the operator; every wait has a deadline and a miss
 never a hang. The helpers (operator process, watch, audit log, CPU accounting) are those of
 ``pipeline_throughput.py``.
 
-Events (issue 33: ~460 were unposted when everything was Ready, and lost with the namespace): a
-WATCH of the namespace's Events counts the Event objects and occurrences (the sum of their counts)
-at ALL READY and once the operator has posted everything (its ``stead_events_unposted`` gauge is 0;
-for an operator without it, no new occurrence for 5 s), within ``--events-settle``; the lag from
-each App seen Ready to its ``Provisioned`` Event seen (both on the benchmark's watches, so both
-carry the same watch delay); and the operator's own figures: ``stead_event_lag_seconds`` (from
-every record to the API server's answer, as bucket bounds), recorded, coalesced, posted, updated
-and dropped occurrences.
-
     .venv/bin/python bench/app_burst.py [--count 300] [--clients 10] [--max-concurrent-runs N]
-                                        [--deadline 600] [--events-settle 120] [--workdir DIR]
+                                        [--deadline 600] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -77,15 +68,11 @@ from bench.pipeline_throughput import (
     OperatorProcess,
     ReadyWatch,
     Target,
-    WatchExpired,
     audit_mark,
     create_namespace,
     delete_namespace,
-    list_all,
     log,
     read_audit_between,
-    watch_session,
-    watch_stream,
 )
 from operators import API_VERSION
 from operators.calm.blueprint import KIND as BLUEPRINT_KIND
@@ -189,7 +176,6 @@ class Result:
     load_start: float = 0.0
     load_end: float = 0.0
     error: str | None = None
-    events: EventFigures = field(default_factory=lambda: EventFigures())
 
     @property
     def webhook_failures(self) -> int:
@@ -199,117 +185,6 @@ class Result:
     def refused_by_server(self) -> int:
         """Creates answered with an error (409 AlreadyExists aside: a retry of a create that was made)."""
         return sum(n for key, n in self.audit_creates.items() if key.split()[1][0] != "2" and key.split()[1] != "409")
-
-
-EVENT_METRICS: Final = ("stead_events_posted_total", "stead_events_updated_total", "stead_events_coalesced_total",
-                        "stead_events_recorded_total", "stead_events_dropped_total", "stead_events_unposted",
-                        "stead_event_lag_max_seconds")
-EVENTS_QUIET: Final = 5.0
-"""Seconds without a new Event occurrence after which an operator without `stead_events_unposted`
-(the code before issue 33) is taken to have posted all it will."""
-
-
-@dataclass
-class EventFigures:
-    """The namespace's Events (issue 33 item 6): what was on the API server when every App was Ready,
-    and once the operator had posted everything (or `--events-settle` passed)."""
-
-    at_ready: tuple[int, int] = (0, 0)
-    """(Event objects, occurrences: the sum of their counts) seen by the Event watch at ALL READY."""
-    settled: tuple[int, int] = (0, 0)
-    unposted_at_ready: float | None = None
-    """The operator's `stead_events_unposted` at ALL READY (None: the operator has no such gauge)."""
-    settle_seconds: float | None = None
-    """From ALL READY until the operator had posted everything; None: not within `--events-settle`."""
-    provisioned_missing_at_ready: int = 0
-    provisioned_missing_settled: int = 0
-    """Apps without their `Provisioned` Event at ALL READY, and at the end (lost)."""
-    lags: list[float] = field(default_factory=list)
-    """Seconds from an App seen Ready to its `Provisioned` Event seen, both on the benchmark's watches."""
-    metrics: dict[str, float] = field(default_factory=dict)
-    """Deltas of the operator's Event counters over the scenario (to the settle), and its lag gauge."""
-    lag_buckets: dict[float, float] = field(default_factory=dict)
-    """`stead_event_lag_seconds` bucket deltas over the scenario (upper bound -> observations)."""
-    repeated: int = 0
-    """Event objects with a count above 1 at the end."""
-
-
-class EventWatch:
-    """Every Event of the namespace from one WATCH: when each App's `Provisioned` Event was first seen,
-    and each Event's latest count (a repeat updates the count of the Event posted before)."""
-
-    def __init__(self, access: ClusterAccess, namespace: str) -> None:
-        self._access = access
-        self._path = f"/api/v1/namespaces/{namespace}/events"
-        self.established = asyncio.Event()
-        self.counts: dict[str, int] = {}
-        self.provisioned_at: dict[str, float] = {}
-        self.changed_at = time.monotonic()
-
-    def totals(self) -> tuple[int, int]:
-        return len(self.counts), sum(self.counts.values())
-
-    def _see(self, event: Mapping[str, Any]) -> None:
-        meta, involved = event.get("metadata") or {}, event.get("involvedObject") or {}
-        name = str(meta.get("name") or "")
-        count = int(event.get("count") or 1)
-        if self.counts.get(name) != count:
-            self.counts[name] = count
-            self.changed_at = time.monotonic()
-        if involved.get("kind") == APP.kind and event.get("reason") == "Provisioned":
-            self.provisioned_at.setdefault(str(involved.get("name")), time.monotonic())
-
-    async def run(self) -> None:
-        async with watch_session(self._access) as session:
-            resource_version = ""
-            while True:
-                if not resource_version:
-                    items, resource_version = await list_all(session, self._path, {})
-                    for item in items:
-                        self._see(item)
-                try:
-                    async for change in watch_stream(session, self._path, {}, resource_version,
-                                                     self.established.set):
-                        obj = change.get("object") or {}
-                        resource_version = str((obj.get("metadata") or {}).get("resourceVersion") or resource_version)
-                        if change.get("type") in ("ADDED", "MODIFIED"):
-                            self._see(obj)
-                except WatchExpired:
-                    resource_version = ""
-
-
-async def read_event_metrics(url: str) -> tuple[dict[str, float], dict[float, float]]:
-    """The operator's Event counters and gauges (absent ones are not in the answer), and the lag
-    histogram's cumulative buckets."""
-    async with (aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=METRICS_TIMEOUT)) as http,
-                http.get(url) as resp):
-        text = await resp.text()
-    found: dict[str, float] = {}
-    buckets: dict[float, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in EVENT_METRICS:
-                found[sample.name] = float(sample.value)
-            elif sample.name == "stead_event_lag_seconds_bucket":
-                buckets[float(sample.labels["le"])] = float(sample.value)
-    return found, buckets
-
-
-def bucket_quantile(buckets: Mapping[float, float], q: float) -> float | None:
-    """The upper bound of the histogram bucket holding quantile `q` (cumulative counts), or None if empty."""
-    bounds = sorted(buckets)
-    total = buckets[bounds[-1]] if bounds else 0.0
-    if not total:
-        return None
-    return next(bound for bound in bounds if buckets[bound] >= q * total)
-
-
-def quantiles(values: Sequence[float]) -> tuple[float, float, float] | None:
-    """(p50, p99, max) of `values`, or None if there are none."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], ordered[-1]
 
 
 class AppReadyWatch(ReadyWatch):
@@ -582,43 +457,6 @@ class Bench:
         finally:
             await delete_namespace(self.kube, self.access, namespace, self.args.cleanup_timeout)
 
-    async def events_at_ready(self, figures: EventFigures, events: EventWatch, apps: AppReadyWatch) -> None:
-        """What of the Events was on the API server, and what the operator still had, at ALL READY."""
-        figures.at_ready = events.totals()
-        figures.provisioned_missing_at_ready = len(apps.ready - set(events.provisioned_at))
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
-            found, _ = await read_event_metrics(self.metrics_url)
-            figures.unposted_at_ready = found.get("stead_events_unposted")
-
-    async def events_settled(self, figures: EventFigures, events: EventWatch, apps: AppReadyWatch,
-                             before: Mapping[str, float], buckets_before: Mapping[float, float]) -> None:
-        """Wait until the operator has posted every Event (its `stead_events_unposted` is 0, or, without
-        that gauge, no new occurrence for `EVENTS_QUIET` s), within `--events-settle`; then the figures."""
-        ready_at = time.monotonic()
-        deadline = ready_at + self.args.events_settle
-        found: dict[str, float] = {}
-        buckets: dict[float, float] = {}
-        while time.monotonic() < deadline:
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
-                found, buckets = await read_event_metrics(self.metrics_url)
-            unposted = found.get("stead_events_unposted")
-            if unposted == 0 or (unposted is None and time.monotonic() - events.changed_at >= EVENTS_QUIET):
-                figures.settle_seconds = (events.changed_at if unposted is None else time.monotonic()) - ready_at
-                break
-            await asyncio.sleep(0.5)  # a sampling period of the operator's gauge, not a synchronisation
-        figures.settle_seconds = max(0.0, figures.settle_seconds) if figures.settle_seconds is not None else None
-        await asyncio.sleep(1.0)  # the last posts' watch events reach the Event watch
-        figures.settled = events.totals()
-        figures.provisioned_missing_settled = len(apps.ready - set(events.provisioned_at))
-        figures.lags = [events.provisioned_at[name] - at for name, at in apps.ready_at.items()
-                        if name in events.provisioned_at]
-        figures.repeated = sum(count > 1 for count in events.counts.values())
-        figures.metrics = {name: value - before.get(name, 0.0) for name, value in found.items()
-                           if name != "stead_event_lag_max_seconds" and name != "stead_events_unposted"}
-        if "stead_event_lag_max_seconds" in found:
-            figures.metrics["stead_event_lag_max_seconds"] = found["stead_event_lag_max_seconds"]
-        figures.lag_buckets = {bound: n - buckets_before.get(bound, 0.0) for bound, n in buckets.items()}
-
     async def run(self, scenario: str) -> Result:
         clients = 1 if scenario == "one-file" else self.args.clients
         result = Result(scenario, self.args.count, min(clients, self.args.count))
@@ -642,16 +480,6 @@ class Bench:
             if not watch.established.is_set():
                 raise RuntimeError(f"the watch on {namespace} did not open: "
                                    f"{watcher.exception() if watcher.done() else 'no answer in 30s'}")
-
-            event_watch = EventWatch(self.access, namespace)
-            event_watcher = asyncio.create_task(event_watch.run())
-            tasks.append(event_watcher)
-            events_opened = asyncio.create_task(event_watch.established.wait())
-            tasks.append(events_opened)
-            await asyncio.wait({event_watcher, events_opened}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
-            if not event_watch.established.is_set():
-                raise RuntimeError(f"the Event watch on {namespace} did not open")
-            events_before, buckets_before = await read_event_metrics(self.metrics_url)
 
             peaks = result.peaks
             operator_pid = self.operator.pid
@@ -695,7 +523,6 @@ class Bench:
                     raise RuntimeError(f"the watch ended: {watcher.exception()!r}")
             if all_ready.done():
                 result.seconds = time.monotonic() - started
-                await self.events_at_ready(result.events, event_watch, watch)
             else:
                 result.error = f"timeout after {self.args.deadline:.0f}s"
                 log(f"{scenario}: missed the deadline; operator log tail:\n{self.operator.log_tail()}")
@@ -717,8 +544,6 @@ class Bench:
                 + (f" in {result.seconds:.1f}s" if result.seconds else f" ({result.error})")
                 + f"; peak runs {peaks.running:.0f} running, {peaks.queued:.0f} queued, {peaks.runners} runner "
                 f"processes; peak RSS {peaks.rss / 2**20:.0f} MiB")
-            if all_ready.done():
-                await self.events_settled(result.events, event_watch, watch, events_before, buckets_before)
             scan_operator_log(self.operator.log_path, log_offset, result)
             result.audit_creates, result.create_latency = await asyncio.to_thread(
                 audit_creates, self.target.audit_log, audit_start, namespace)
@@ -750,23 +575,6 @@ def _fmt(value: float | None, pattern: str) -> str:
     return "-" if value is None else format(value, pattern)
 
 
-def _triple(values: tuple[float, float, float] | None) -> str:
-    return "-" if values is None else "/".join(f"{v:.2f}" for v in values)
-
-
-def _metric(figures: EventFigures, name: str) -> str:
-    return "-" if name not in figures.metrics else f"{figures.metrics[name]:.0f}"
-
-
-def _histogram(figures: EventFigures) -> str:
-    """p50 and p99 as the bucket bounds that hold them, and the operator's largest lag."""
-    p50, p99 = bucket_quantile(figures.lag_buckets, 0.5), bucket_quantile(figures.lag_buckets, 0.99)
-    top = figures.metrics.get("stead_event_lag_max_seconds")
-    if p50 is None or p99 is None:
-        return "-"
-    return f"{p50:g}/{p99:g}/" + ("-" if top is None else f"{top:.2f}")
-
-
 def report(results: Sequence[Result], args: argparse.Namespace) -> str:
     """One column per scenario, then the targets and what the operator logged."""
     rows: list[tuple[str, Callable[[Result], str]]] = [
@@ -793,21 +601,6 @@ def report(results: Sequence[Result], args: argparse.Namespace) -> str:
         ("others CPU (runners, kubectl, rest), s", lambda r: _fmt(r.cpu.get("others"), ".1f")),
         ("machine busy", lambda r: _fmt(r.machine_busy * 100 if r.machine_busy is not None else None, ".0f") + "%"),
         ("load average start -> end", lambda r: f"{r.load_start:.2f} -> {r.load_end:.2f}"),
-        ("EVENTS at ALL READY: objects/occurrences", lambda r: "{}/{}".format(*r.events.at_ready)),
-        ("  occurrences unposted (operator gauge)", lambda r: _fmt(r.events.unposted_at_ready, ".0f")),
-        ("  Apps without Provisioned Event", lambda r: str(r.events.provisioned_missing_at_ready)),
-        ("Events all posted, s after ALL READY", lambda r: _fmt(r.events.settle_seconds, ".1f")
-         if r.seconds else "-"),
-        ("  then objects/occurrences", lambda r: "{}/{}".format(*r.events.settled)),
-        ("  Apps without Provisioned Event (lost)", lambda r: str(r.events.provisioned_missing_settled)),
-        ("Ready->Provisioned Event p50/p99/max, s", lambda r: _triple(quantiles(r.events.lags))),
-        ("Event lag p50/p99 <= (histogram), max, s", lambda r: _histogram(r.events)),
-        ("Event occurrences recorded", lambda r: _metric(r.events, "stead_events_recorded_total")),
-        ("  coalesced while waiting", lambda r: _metric(r.events, "stead_events_coalesced_total")),
-        ("  Events posted / counts updated", lambda r: _metric(r.events, "stead_events_posted_total") + " / "
-         + _metric(r.events, "stead_events_updated_total")),
-        ("  dropped (refused for good)", lambda r: _metric(r.events, "stead_events_dropped_total")),
-        ("  Events with count > 1 (API)", lambda r: str(r.events.repeated)),
     ]
     table = [["", *(r.scenario for r in results)], *([label, *(cell(r) for r in results)] for label, cell in rows)]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
@@ -896,8 +689,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--reapply", type=int, default=2,
                         help="re-run a client's `kubectl apply` this many times at most while creates are refused")
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between samples of runs and memory")
-    parser.add_argument("--events-settle", type=float, default=120.0,
-                        help="seconds after ALL READY to wait for the operator to post every Event (default 120)")
     parser.add_argument("--workdir", type=Path,
                         help="keep the operator's log, store, the manifests and the control plane's home here "
                              "(default: a temporary directory, removed)")

@@ -18,7 +18,6 @@ from operators.runtime.core.kinds import Kind
 from operators.runtime.core.ring import Ownership, StaticMembership
 from operators.runtime.core.store import LocalStore
 from operators.runtime.engine.addons import Addon
-from operators.runtime.engine.events import POSTERS as EVENT_POSTERS
 from operators.runtime.engine.events import EventRecorder
 from operators.runtime.engine.outage import ApiHealth
 from operators.runtime.engine.reconciler import Reconciler
@@ -99,19 +98,13 @@ async def run_operator(
             await install_crds(kube, kinds)
             await install_shard_label_policy(kube)  # the API server's own check of the sharding labels
             await install_cluster_objects(kube, kinds)  # the kinds' own policies and roles
-        # Events on connections of their own: a burst of reconciles holding every pooled connection
-        # would otherwise make them lag their status writes by minutes (issue 33)
-        events_kube = await stack.enter_async_context(
-            KubeClient(access, concurrency=EVENT_POSTERS, user_agent=agent))
-        recorder = EventRecorder(sharding.fenced(events_kube) if sharding is not None else events_kube, metrics,
-                                 options.replica)
+        recorder = EventRecorder(writes, metrics, options.replica)
         vault = await open_vault(admission_kube, store, options.namespace)
         runs = options.runs or RunSettings.beside(options.store_path)
         if not runs.service_cidrs:
             runs = replace(runs, service_cidrs=await discover_service_cidrs(kube))
         slots = RunSlots(runs.max_concurrent or default_limit())
-        metrics.gauge("stead_runs_running", "Runner processes of workflow runs alive in this operator (a run "
-                      "holds its slot only while its runner lives).", lambda: slots.running)
+        metrics.gauge("stead_runs_running", "Workflow runs in progress in this operator.", lambda: slots.running)
         metrics.gauge("stead_runs_queued", "Workflow runs waiting for a slot (see --max-concurrent-runs).",
                       lambda: slots.queued)
         unfiltered: dict[str, Watch] = {}  # filled below, once the watches exist

@@ -14,9 +14,8 @@ from operators.runtime.core.clock import utc_now
 
 
 def event_body(involved: Mapping[str, Any], namespace: str, type_: str, reason: str, message: str,
-               replica: str, *, first: str | None = None, last: str | None = None, count: int = 1) -> dict[str, Any]:
-    """An Event about `involved` (its apiVersion, kind, name, namespace, uid), posted in `namespace`;
-    `count` occurrences, the first and latest at these times (default: now)."""
+               replica: str) -> dict[str, Any]:
+    """An Event about `involved` (its apiVersion, kind, name, namespace, uid), posted in `namespace`."""
     now = utc_now()
     return {
         "apiVersion": "v1",
@@ -29,7 +28,7 @@ def event_body(involved: Mapping[str, Any], namespace: str, type_: str, reason: 
         "source": {"component": "stead"},
         "reportingComponent": "stead.dev/operator",
         "reportingInstance": replica,
-        "firstTimestamp": first or now,
-        "lastTimestamp": last or first or now,
-        "count": count,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
     }

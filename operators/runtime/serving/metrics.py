@@ -53,14 +53,8 @@ COUNTERS: dict[str, str] = {
     "stead_outage_writes_saved_total": "Status writes not sent because a reconcile ended in an outage of the API "
     "server and would only have changed the conditions.",
     "stead_retries_dropped_total": "Retries not scheduled because their object was deleted meanwhile.",
-    "stead_events_posted_total": "Kubernetes Events posted (new Events; repeats update them: "
-                                 "stead_events_updated_total).",
-    "stead_events_recorded_total": "Kubernetes Event occurrences recorded (each posted, coalesced, or dropped).",
-    "stead_events_coalesced_total": "Kubernetes Event occurrences that joined a waiting Event (same object, type, "
-                                    "reason, message, or combined) instead of being posted apart.",
-    "stead_events_updated_total": "Kubernetes Events whose count was updated for repeats (as client-go's recorder).",
-    "stead_events_dropped_total": "Kubernetes Event occurrences the API server refused for good (namespace going "
-                                  "or gone, project not this replica's, invalid); an outage is retried, not counted.",
+    "stead_events_posted_total": "Kubernetes Events posted.",
+    "stead_events_dropped_total": "Kubernetes Events dropped because the queue to post them was full.",
     "stead_shard_unowned_total": "Projects found without a valid owner for longer than the lease (each time "
     "one is found so, once).",
     "stead_shard_labelled_total": "Bucket labels written by this replica (objects from before sharding, or "

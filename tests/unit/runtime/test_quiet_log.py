@@ -53,7 +53,7 @@ TERMINATING = ApiError(403, 'events "e1.1" is forbidden: unable to create new co
 @pytest.mark.parametrize(("error", "level"), [
     (TERMINATING, logging.DEBUG),
     (ApiError(404, 'namespaces "demo" not found'), logging.DEBUG),
-    (ApiError(422, "Event is invalid"), logging.WARNING),  # a real problem still says so (an outage is retried)
+    (ApiError(500, "etcd is down"), logging.WARNING),  # a real problem still says so
 ])
 def test_an_event_a_deleted_namespace_refuses_is_not_a_warning(error: ApiError, level: int,
                                                                caplog: pytest.LogCaptureFixture) -> None:

@@ -1,8 +1,7 @@
 """Following a run to its end: the supervision loop a kind's step calls (`follow_run`).
 
-Why a module of its own: this is the part that runs for the whole life of a run. It starts the
-runner (`operators.runtime.engine.runs.launch`), holding a run slot exactly while a runner process
-lives (`_Slot`), and starts it again when it dies,
+Why a module of its own: this is the part that runs for the whole life of a run. It waits for a run
+slot, starts the runner (`operators.runtime.engine.runs.launch`) and starts it again when it dies,
 explaining why (`restart_reason`), asks the kind's `RunObserver` whether to abort and what to show,
 writes status at most once a second when what a user sees changed, and, once the run is over, feeds
 the step-duration histogram. `run_pipeline` is the pipeline shape of the kinds that do this.
@@ -149,54 +148,27 @@ async def follow_run(ctx: StepContext, request: RunRequest, observer: RunObserve
     paths = request.paths
     jobs = in_jobs(ctx, request)
     followed = Followed(starts, writes)
-    slot = _Slot(ctx, observer)
+    slots = ctx.services.run_slots
+    waited = False
+
+    async def queued(ahead: int, running: int) -> None:
+        nonlocal waited
+        waited = True
+        await _write_quietly(observer, observer.queue_patch(
+            f"queued: {running} runs in progress (this operator runs at most {slots.limit} at once), "
+            f"{ahead} queued before this one"))
+
+    await slots.acquire(ctx.obj.namespace, queued, at_once=is_running(paths))
     try:
-        await _follow(ctx, request, observer, jobs, followed, slot)
+        if waited:
+            await _write_quietly(observer, observer.queue_patch(None))
+        await _follow(ctx, request, observer, jobs, followed)
     finally:
-        slot.release()
+        slots.release(ctx.obj.namespace)
     followed.status = read_status(paths) or {}
     followed.progress = read_progress(paths) or {}
     _observe_steps(ctx, followed.status)
     return followed
-
-
-class _Slot:
-    """The run's slot in the operator's bound on runs (`RunSlots`), held exactly while a runner
-    process of the run lives: taken just before the runner is started (after its credentials and
-    secrets are read and its workflow written, which may take API calls), given back as soon as the
-    runner is seen gone, and taken again (queued like any other run) before a restart. So
-    `stead_runs_running` counts runner processes (issue 33: the slot was taken before any of that,
-    and kept while a dead runner was explained and until the outcome was read)."""
-
-    def __init__(self, ctx: StepContext, observer: RunObserver) -> None:
-        self._ctx = ctx
-        self._observer = observer
-        self.held = False
-
-    async def take(self, *, at_once: bool = False) -> None:
-        """Wait for a slot, shown on the object while queued; `at_once`: a runner already alive
-        (started before an operator restart) counts without waiting."""
-        if self.held:
-            return
-        slots = self._ctx.services.run_slots
-        waited = False
-
-        async def queued(ahead: int, running: int) -> None:
-            nonlocal waited
-            waited = True
-            await _write_quietly(self._observer, self._observer.queue_patch(
-                f"queued: {running} runs in progress (this operator runs at most {slots.limit} at once), "
-                f"{ahead} queued before this one"))
-
-        await slots.acquire(self._ctx.obj.namespace, queued, at_once=at_once)
-        self.held = True
-        if waited:
-            await _write_quietly(self._observer, self._observer.queue_patch(None))
-
-    def release(self) -> None:
-        if self.held:
-            self.held = False
-            self._ctx.services.run_slots.release(self._ctx.obj.namespace)
 
 
 async def _write_quietly(observer: RunObserver, patch: Mapping[str, Any]) -> None:
@@ -205,23 +177,13 @@ async def _write_quietly(observer: RunObserver, patch: Mapping[str, Any]) -> Non
 
 
 async def _follow(ctx: StepContext, request: RunRequest, observer: RunObserver, jobs: bool,
-                  followed: Followed, slot: _Slot) -> None:
+                  followed: Followed) -> None:
     paths = request.paths
     process: RunProcess | None = None
     shown: Mapping[str, Any] | None = None
     last_patch = 0.0
     last_control = time.monotonic()
     refresh_at = await runner_credentials(ctx, paths) if jobs or request.kube_api else None
-
-    async def take_slot() -> None:
-        nonlocal refresh_at
-        await slot.take()
-        if refresh_at is not None and time.monotonic() >= refresh_at:  # it waited long: a fresh token first
-            with contextlib.suppress(TemporaryError):
-                refresh_at = await runner_credentials(ctx, paths)
-
-    if is_running(paths):  # a runner alive from before an operator restart
-        await slot.take(at_once=True)
     try:
         while True:
             if refresh_at is not None and time.monotonic() >= refresh_at:
@@ -230,8 +192,6 @@ async def _follow(ctx: StepContext, request: RunRequest, observer: RunObserver, 
             progress = read_progress(paths)
             final = progress is not None and progress.get("finishedAt") and progress.get("phase") in FINAL_RUN_STATES
             alive = process is not None and process.process.returncode is None
-            if slot.held and not alive and not is_running(paths):
-                slot.release()  # the runner is gone: its slot is free while a restart is decided
             if final and not alive:
                 break
             if not alive and not final and not is_running(paths):
@@ -243,7 +203,7 @@ async def _follow(ctx: StepContext, request: RunRequest, observer: RunObserver, 
                     _restarted(ctx, followed, restart_reason(
                         process.process.returncode if process is not None else None, stopped,
                         await asyncio.to_thread(runner_log_tail, paths)), deliberate=stopped is not None)
-                process = await start_runner(ctx, request, jobs, before_start=take_slot)
+                process = await start_runner(ctx, request, jobs)
                 (paths.run_dir / STOPPED).unlink(missing_ok=True)
                 followed.starts += 1
             if time.monotonic() - last_control >= CONTROL_INTERVAL and not paths.abort_file.exists():

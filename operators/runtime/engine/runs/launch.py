@@ -148,12 +148,8 @@ async def read_account_secret(credentials: Path, namespace: str, account: str, n
     return base64.b64decode(value).decode()
 
 
-async def start_runner(ctx: StepContext, request: RunRequest, jobs: bool,
-                       before_start: Callable[[], Awaitable[None]] | None = None) -> RunProcess:
-    """Seal the secrets for this runner, write the workflow and start the runner (it skips what finished).
-
-    `before_start` is awaited just before the process starts (`follow_run` takes the run's slot
-    there, so that a slot is held only by a live runner)."""
+async def start_runner(ctx: StepContext, request: RunRequest, jobs: bool) -> RunProcess:
+    """Seal the secrets for this runner, write the workflow and start the runner (it skips what finished)."""
     paths = request.paths
     key = new_run_key()
     credentials = paths.run_dir / RUNNER_CREDENTIALS
@@ -173,8 +169,6 @@ async def start_runner(ctx: StepContext, request: RunRequest, jobs: bool,
         if minted and not runner_needs:  # read for the secrets only: the runner (and its scripts) never see it
             credentials.unlink(missing_ok=True)
     prepare_run(paths.state_dir, paths.uid, Workflow.model_validate({**request.workflow, "secrets": sealed}))
-    if before_start is not None:
-        await before_start()
     settings = run_settings(ctx)
     command: dict[str, Any]
     env: dict[str, str] = {}
